@@ -1,0 +1,1 @@
+"""Classification: what each saved buffer is. ``torch`` for plain tensors, ``te`` for TE storages."""

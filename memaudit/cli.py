@@ -1,0 +1,311 @@
+"""The ``memaudit`` command line (typer). Thin: every decision lives in the library."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from memaudit import exitcodes
+from memaudit.errors import UsageError
+from memaudit.spec import ALIGNMENT, DTYPES, RECIPES, CaseSpec, validate_splits
+
+EXIT_CODES_HELP = (
+    "Exit codes: 0 ok (every budget passes or is xfail); 1 a budget failed or XPASSed; "
+    "2 bad usage or input (nothing written); 3 a case ended in error and no budget failed."
+)
+
+app = typer.Typer(
+    name="memaudit",
+    help="Saved-tensor memory auditor and regression gate for PyTorch and TransformerEngine.\n\n" + EXIT_CODES_HELP,
+    no_args_is_help=False,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+def _console(stderr: bool = False) -> Console:
+    probe = Console(stderr=stderr)
+    # Logs (CI, pipes) get a wide, stable layout instead of rich's 80-column default.
+    return probe if probe.is_terminal else Console(stderr=stderr, width=160)
+
+
+console = _console()
+err_console = _console(stderr=True)
+
+
+def fail_usage(exc: UsageError) -> typer.Exit:
+    """Print a usage error and return the Exit(2) to raise."""
+    err_console.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+    return typer.Exit(exitcodes.USAGE)
+
+
+def parse_int_list(text: str, flag: str) -> list[int]:
+    """'1,4,8' -> [1, 4, 8]; every value must be a positive integer."""
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            value = int(part)
+        except ValueError:
+            raise UsageError(f"expected positive integers separated by commas, got {part!r} in {text!r}", key=flag) from None
+        if value < 1:
+            raise UsageError(f"must be >= 1, got {value}", key=flag)
+        out.append(value)
+    if not out:
+        raise UsageError("no value given", key=flag)
+    return out
+
+
+def parse_recipes(text: str, supported: tuple[str, ...]) -> list[str]:
+    """'all', or names separated by commas."""
+    if text == "all":
+        return list(supported)
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    for n in names:
+        if n not in RECIPES:
+            raise UsageError(f"unknown recipe {n!r}; use one of {', '.join(RECIPES)} or 'all'", key="--recipe")
+    if not names:
+        raise UsageError("no recipe given", key="--recipe")
+    return names
+
+
+def _positive(value: int | None, flag: str) -> None:
+    if value is not None and value < 1:
+        raise UsageError(f"must be >= 1, got {value}", key=flag)
+
+
+def default_target_name() -> str:
+    """The TE target where TE and a GPU are present, else the CPU reference target."""
+    from memaudit.targets.registry import te_and_gpu_present
+
+    return "te-grouped-mlp" if te_and_gpu_present() else "reference"
+
+
+def build_specs(
+    target: Any,
+    *,
+    recipe: str | None,
+    groups: str | None,
+    tokens: int | None,
+    hidden: int | None,
+    ffn: int | None,
+    dtype: str | None,
+    device: str,
+    options: dict[str, Any],
+    splits: str | None = None,
+) -> list[CaseSpec]:
+    """The matrix of CaseSpecs a ``run`` asks for, validated (UsageError on bad flags)."""
+    for value, flag in ((tokens, "--tokens"), (hidden, "--hidden"), (ffn, "--ffn")):
+        _positive(value, flag)
+    d = target.defaults
+    recipes = parse_recipes(recipe, target.supported_recipes) if recipe else list(target.default_recipes)
+    group_list = parse_int_list(groups, "--groups") if groups else list(d["groups"])
+    dtype = dtype or d["dtype"]
+    if dtype not in DTYPES:
+        raise UsageError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}", key="--dtype")
+    if not (device == "cpu" or device.startswith("cuda")):
+        raise UsageError(f"unknown device {device!r}; use cpu or cuda", key="--device")
+    t = tokens or d["tokens"]
+    specs = []
+    for r in recipes:
+        for g in group_list:
+            split_tuple = None
+            if splits:
+                try:
+                    values = [int(s) for s in splits.split(",")]
+                except ValueError:
+                    raise UsageError(f"expected integers separated by commas, got {splits!r}", key="--splits") from None
+                validate_splits(values, t, g, ALIGNMENT[r], key="--splits")
+                split_tuple = tuple(values)
+            spec = CaseSpec(
+                target=target.name,
+                recipe=r,
+                groups=g,
+                tokens=t,
+                hidden=hidden or d["hidden"],
+                ffn=ffn or d["ffn"],
+                dtype=dtype,
+                device=device,
+                options=dict(options),
+                splits=split_tuple,
+            )
+            spec.split_sizes()  # validates tokens vs groups vs alignment
+            specs.append(spec)
+    return specs
+
+
+@app.command()
+def run(
+    target: Annotated[str | None, typer.Option(help="reference | te-grouped-mlp | PKG.MOD:FACTORY. Default: te-grouped-mlp where TE and a GPU are present, else reference.")] = None,
+    recipe: Annotated[str | None, typer.Option(help=f"{' | '.join(RECIPES)} | all; comma-separated for several.")] = None,
+    groups: Annotated[str | None, typer.Option(help="Group (expert) counts, e.g. 1,4,8.")] = None,
+    tokens: Annotated[int | None, typer.Option(help="Tokens T across all groups.")] = None,
+    hidden: Annotated[int | None, typer.Option(help="Hidden size H.")] = None,
+    ffn: Annotated[int | None, typer.Option(help="FFN size F (FC1 has 2F outputs for SwiGLU).")] = None,
+    dtype: Annotated[str | None, typer.Option(help="bf16 | fp32")] = None,
+    device: Annotated[str | None, typer.Option(help="cpu | cuda. Default: cuda for the TE target, else cpu.")] = None,
+    splits: Annotated[str | None, typer.Option(help="Explicit token splits, e.g. 256,0,512,256 (one group count only).")] = None,
+    fused: Annotated[bool | None, typer.Option("--fused/--no-fused", help="Set NVTE_CUTEDSL_FUSED_GROUPED_MLP before TE is imported. Default: fused where TE can fuse (compute capability 10.x).")] = None,
+    single_grouped_weight: Annotated[bool, typer.Option(help="TE target: one grouped weight parameter instead of discrete ones.")] = False,
+    activation: Annotated[str, typer.Option(help="TE target activation: swiglu | clamped-qgeglu | srelu.")] = "swiglu",
+    scenario: Annotated[Path | None, typer.Option(help="Scenario TOML: its cases and budgets replace the matrix flags.")] = None,
+    expected: Annotated[bool, typer.Option(help="Add the estimator's expected bytes per row and flag mismatches.")] = False,
+    backward: Annotated[bool, typer.Option(help="Run backward after each captured forward.")] = True,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the JSON report here (atomically).")] = None,
+    markdown: Annotated[Path | None, typer.Option(help="Write a markdown summary (PR comment) here.")] = None,
+    quiet: Annotated[bool, typer.Option(help="Only the summary table.")] = False,
+) -> None:
+    """Run the target for each (recipe, group count) and report every saved tensor."""
+    try:
+        code = _run(**locals())
+    except UsageError as exc:
+        raise fail_usage(exc) from None
+    raise typer.Exit(code)
+
+
+def _run(
+    *,
+    target: str | None,
+    recipe: str | None,
+    groups: str | None,
+    tokens: int | None,
+    hidden: int | None,
+    ffn: int | None,
+    dtype: str | None,
+    device: str | None,
+    splits: str | None,
+    fused: bool | None,
+    single_grouped_weight: bool,
+    activation: str,
+    scenario: Path | None,
+    expected: bool,
+    backward: bool,
+    json_path: Path | None,
+    markdown: Path | None,
+    quiet: bool,
+) -> int:
+    from memaudit.report import write_report
+    from memaudit.runner import run_matrix
+    from memaudit.targets.registry import get_target
+
+    loaded = None
+    if scenario is not None:
+        from memaudit.scenario import load_scenario
+
+        loaded = load_scenario(scenario)
+        target = loaded.target
+    target = target or default_target_name()
+    options: dict[str, Any] = {}
+    if target == "te-grouped-mlp":
+        from memaudit.targets.te_grouped_mlp import ACTIVATIONS, set_fused_env
+
+        if activation not in ACTIVATIONS:
+            raise UsageError(f"unknown activation {activation!r}; use one of {', '.join(ACTIVATIONS)}", key="--activation")
+        options["fused_env"] = set_fused_env(fused)
+        if single_grouped_weight:
+            options["single_grouped_weight"] = True
+        if activation != "swiglu":
+            options["activation"] = activation
+    tgt = get_target(target)
+    dev = device or ("cuda" if target == "te-grouped-mlp" else "cpu")
+    if loaded is not None:
+        specs = loaded.specs(device=dev)
+    else:
+        specs = build_specs(
+            tgt,
+            recipe=recipe,
+            groups=groups,
+            tokens=tokens,
+            hidden=hidden,
+            ffn=ffn,
+            dtype=dtype,
+            device=dev,
+            options=options,
+            splits=splits,
+        )
+    from memaudit.render.tables import case_table, summary_table
+
+    def show(case: Any) -> None:
+        if not quiet and case.status == "ok":
+            console.print(case_table(case, show_expected=expected))
+        elif not quiet:
+            console.print(f"[bold]{case.id}[/]: {case.status}: {case.reason}", highlight=False)
+
+    if len(specs) > 1:
+        with Progress(
+            TextColumn("[progress.description]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as progress:
+            task = progress.add_task("cases", total=len(specs))
+
+            def on_case(case: Any) -> None:
+                progress.update(task, advance=1, description=case.id)
+                show(case)
+
+            report = run_matrix(tgt, specs, backward=backward, on_case=on_case)
+    else:
+        report = run_matrix(tgt, specs, backward=backward, on_case=show)
+    if expected:
+        from memaudit.expected import attach_expected
+
+        for case in report.cases:
+            attach_expected(case)
+    code = exitcodes.CASE_ERROR if any(c.status == "error" for c in report.cases) else exitcodes.OK
+    verdicts = None
+    if loaded is not None:
+        from memaudit.scenario import evaluate, exit_code
+
+        verdicts = evaluate(report, loaded)
+        code = exit_code(report, verdicts, loaded)
+    console.print(summary_table(report.cases))
+    if verdicts is not None:
+        from memaudit.render.verdicts import render_verdicts
+
+        console.print(render_verdicts(verdicts))
+    if json_path is not None:
+        write_report(report, json_path)
+        console.print(f"wrote {json_path}", highlight=False)
+    if markdown is not None:
+        from memaudit.render.markdown import render_markdown
+        from memaudit.report import atomic_write_text
+
+        atomic_write_text(markdown, render_markdown(report, None, name=target))
+        console.print(f"wrote {markdown}", highlight=False)
+    return code
+
+
+@app.command()
+def doctor() -> None:
+    """GPU, versions, recipe availability, and which grouped-MLP path TE would take here."""
+    from memaudit.doctor import doctor_report, render_doctor
+
+    console.print(render_doctor(doctor_report()))
+
+
+def _register_commands() -> None:
+    """Subcommands that live in memaudit/commands/: each module has ``register(app)``."""
+
+
+_register_commands()
+
+
+def main() -> None:
+    """Console-script entry point."""
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    try:
+        app()
+    except UsageError as exc:  # raised outside a command body
+        err_console.print(f"[bold red]error:[/] {exc}")
+        sys.exit(exitcodes.USAGE)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""CLI subcommands beyond ``run`` and ``doctor``: one module each, with ``register(app)``."""

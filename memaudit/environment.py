@@ -1,0 +1,50 @@
+"""The environment a report was measured in: versions and device, nothing machine-specific."""
+
+from __future__ import annotations
+
+import platform
+import sys
+from importlib import metadata
+from typing import Any
+
+import torch
+
+import memaudit
+
+
+def device_class(device: str) -> str:
+    """'cpu', or 'sm90' / 'sm100' for a CUDA device."""
+    if device.startswith("cuda") and torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability()
+        return f"sm{major}{minor}"
+    return "cpu"
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def environment(device: str) -> dict[str, Any]:
+    """Deterministic facts: versions, device name and class; TE details if TE is imported."""
+    env: dict[str, Any] = {
+        "memaudit": memaudit.__version__,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "device": "cpu",
+        "device_class": device_class(device),
+        "transformer_engine": None,
+    }
+    if device.startswith("cuda") and torch.cuda.is_available():
+        env["device"] = torch.cuda.get_device_name()
+        env["cudnn"] = torch.backends.cudnn.version()
+    if "transformer_engine.pytorch" in sys.modules:
+        from memaudit.classify import te
+
+        env.update(te.environment())
+    else:
+        env["transformer_engine"] = _version("transformer_engine")
+    return env

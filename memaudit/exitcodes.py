@@ -1,0 +1,10 @@
+"""Exit codes: part of the CLI contract (README, --help)."""
+
+OK = 0
+"""Every budget passed (or is xfail); no regression; every case ran or was skipped."""
+FAIL = 1
+"""A budget failed or XPASSed, or compare found a regression."""
+USAGE = 2
+"""Bad usage or input: a flag, a file, a key or a value. Nothing was written."""
+CASE_ERROR = 3
+"""A case ended in ``error`` and nothing failed (scenario ``on_error = "warn"`` or a plain run)."""

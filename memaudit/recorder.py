@@ -1,0 +1,315 @@
+"""Capture every tensor autograd saves, with provenance, without touching its data.
+
+``capture()`` installs ``torch.autograd.graph.saved_tensors_hooks``. The pack hook records
+metadata and returns the object it was given, so autograd's behaviour and lifetimes are
+unchanged; memaudit keeps only weak references. ``report()`` walks the autograd graph from the
+outputs and reads each node's ``_saved_*`` attributes (or ``saved_tensors``): the unpack hook
+reports which packed object each access returns, which names the node class (``op``) and the
+attribute (``slot``) of every row.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from memaudit.classify import torch as tclass
+from memaudit.report import CaseReport, Row, compute_totals
+
+Provenance = dict[str, Any]
+"""Row fields a classifier learned for a buffer before it was packed (container, slot, kind, ...)."""
+
+
+@dataclass
+class _Packed:
+    """One pack-hook call: the rows it produced and a weak reference to the packed object."""
+
+    ref: Callable[[], Any]
+    rows: list[dict[str, Any]]
+    op: str | None = None
+    slot: str | None = None
+
+
+@dataclass
+class _Label:
+    name: str
+    group: int | None
+    offset: int
+    shape: tuple[int, ...]
+
+
+@dataclass
+class Capture:
+    """The state of one ``capture()`` block. Use :func:`capture`; do not build this directly."""
+
+    _packed: list[_Packed] = field(default_factory=list)
+    _by_id: dict[int, list[int]] = field(default_factory=dict)
+    _provenance: dict[int, tuple[Callable[[], Any], Provenance]] = field(default_factory=dict)
+    _labels: dict[Any, list[_Label]] = field(default_factory=dict)
+    _walk_seen: list[Any] | None = None
+    _plugins: list[Any] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    # ---- hooks -------------------------------------------------------------------------------
+    def _pack(self, t: torch.Tensor) -> torch.Tensor:
+        rows = self._rows_for(t)
+        idx = len(self._packed)
+        self._packed.append(_Packed(ref=_weak(t), rows=rows))
+        self._by_id.setdefault(id(t), []).append(idx)
+        return t
+
+    def _unpack(self, t: Any) -> Any:
+        if self._walk_seen is not None:
+            self._walk_seen.append(t)
+        return t
+
+    # ---- classification ----------------------------------------------------------------------
+    def note_buffer(self, t: torch.Tensor, fields: Provenance) -> None:
+        """Called by classifiers when they learn what a buffer is before it reaches the hook."""
+        self._provenance[id(t)] = (_weak(t), fields)
+
+    def _rows_for(self, t: torch.Tensor) -> list[dict[str, Any]]:
+        for plugin in self._plugins:
+            expanded = plugin.expand(t)
+            if expanded is not None:
+                container, inner = expanded
+                rows = [container]
+                for name, fields, buf in inner:
+                    row = self._buffer_row(buf, fields)
+                    row["slot_in_container"] = name
+                    rows.append(row)
+                return rows
+        if tclass.is_wrapper_subclass(t):
+            container = {
+                "kind": "container",
+                "format": tclass.format_of(t.dtype),
+                "shape": list(t.shape),
+                "dtype": tclass.dtype_name(t.dtype),
+                "bytes": 0,
+                "device": str(t.device),
+                "is_parameter": isinstance(t, torch.nn.Parameter),
+                "container": type(t).__name__,
+            }
+            rows = [container]
+            for name, buf in tclass.inner_tensors(t):
+                row = self._buffer_row(buf, {"container": type(t).__name__})
+                row["slot_in_container"] = name
+                rows.append(row)
+            return rows
+        prov = self._provenance.pop(id(t), None)
+        fields = prov[1] if prov is not None and prov[0]() is t else None
+        return [self._buffer_row(t, fields)]
+
+    def _buffer_row(self, t: torch.Tensor, fields: Provenance | None) -> dict[str, Any]:
+        row = tclass.describe(t)
+        info = tclass.storage_info(t)
+        if info is not None:
+            row["_storage_key"], row["storage_bytes"], row["storage_offset"] = info
+        if fields:
+            row.update(fields)
+        return row
+
+    # ---- labels ------------------------------------------------------------------------------
+    def label(self, tensor: torch.Tensor, name: str, *, group: int | None = None) -> None:
+        """Name an operand. Rows in the same storage get the name (exact view first)."""
+        info = tclass.storage_info(tensor)
+        if info is None:
+            return
+        key, _nbytes, offset = info
+        self._labels.setdefault(key, []).append(_Label(name, group, offset, tuple(tensor.shape)))
+
+    def _apply_labels(self, row: dict[str, Any]) -> None:
+        if row.get("operand") is not None:
+            return
+        labels = self._labels.get(row.get("_storage_key"))
+        if not labels:
+            return
+        exact = [
+            lab
+            for lab in labels
+            if lab.offset == row.get("storage_offset") and lab.shape == tuple(row["shape"])
+        ]
+        pick = exact[0] if exact else (labels[0] if len({lab.name for lab in labels}) == 1 else None)
+        if pick is not None:
+            row["operand"] = pick.name
+            if row.get("group") is None and exact:
+                row["group"] = pick.group
+
+    # ---- graph walk --------------------------------------------------------------------------
+    def _attribute(self, outputs: Any) -> None:
+        roots = [t.grad_fn for t in _iter_tensors(outputs) if t.grad_fn is not None]
+        if outputs is None:
+            roots = _live_graph_roots()
+        seen_nodes: set[int] = set()
+        keep_alive: list[Any] = []  # node wrappers are rebuilt on access; keep them while walking
+        stack = list(roots)
+        while stack:
+            node = stack.pop()
+            if node is None or id(node) in seen_nodes:
+                continue
+            seen_nodes.add(id(node))
+            keep_alive.append(node)
+            self._attribute_node(node)
+            for nxt, _ in getattr(node, "next_functions", ()):
+                if nxt is not None:
+                    stack.append(nxt)
+
+    def _attribute_node(self, node: Any) -> None:
+        op = type(node).__name__
+        if hasattr(node, "saved_tensors") and not hasattr(node, "_saved_self"):
+            got = self._unpacked(lambda: node.saved_tensors)
+            if got is not None:
+                values, seen = got
+                it = iter(seen)
+                for i, v in enumerate(values or ()):
+                    if v is None:
+                        continue
+                    obj = next(it, None)
+                    self._claim(obj, op, f"saved_tensors[{i}]")
+                return
+        for attr in dir(node):
+            if not attr.startswith("_saved_") or attr.endswith(("_sym_sizes", "_sym_strides")):
+                continue
+            got = self._unpacked(lambda a=attr: getattr(node, a))
+            if got is None:
+                continue
+            _, seen = got
+            if len(seen) == 1:
+                self._claim(seen[0], op, attr)
+            else:
+                for k, obj in enumerate(seen):
+                    self._claim(obj, op, f"{attr}[{k}]")
+
+    def _unpacked(self, access: Callable[[], Any]) -> tuple[Any, list[Any]] | None:
+        self._walk_seen = []
+        try:
+            value = access()
+        except (RuntimeError, AttributeError, TypeError):
+            return None
+        finally:
+            seen, self._walk_seen = self._walk_seen, None
+        return value, seen
+
+    def _claim(self, obj: Any, op: str, slot: str) -> None:
+        for idx in self._by_id.get(id(obj), ()):
+            p = self._packed[idx]
+            if p.op is None and p.ref() is obj:
+                p.op, p.slot = op, slot
+                return
+
+    # ---- report ------------------------------------------------------------------------------
+    def report(self, outputs: Any = None, *, case_id: str = "capture") -> CaseReport:
+        """Build the rows and totals. ``outputs`` roots the graph walk that names op and slot.
+
+        Without ``outputs`` the walk starts from every live tensor that has a ``grad_fn``.
+        """
+        self._attribute(outputs)
+        storage_ids: dict[Any, str] = {}
+        first_view: dict[tuple[Any, int, tuple[int, ...]], int] = {}
+        rows: list[Row] = []
+        for p in self._packed:
+            container_index: int | None = None
+            for j, raw in enumerate(p.rows):
+                raw = dict(raw)
+                self._apply_labels(raw)
+                key = raw.pop("_storage_key", None)
+                inner_name = raw.pop("slot_in_container", None)
+                index = len(rows)
+                storage = None
+                dup = None
+                if key is not None:
+                    storage = storage_ids.setdefault(key, f"s{len(storage_ids)}")
+                    view = (key, raw.get("storage_offset", 0), tuple(raw["shape"]))
+                    dup = first_view.setdefault(view, index)
+                    dup = None if dup == index else dup
+                if j == 0:
+                    slot = p.slot
+                    if raw.get("kind") == "container":
+                        container_index = index
+                else:
+                    slot = inner_name
+                    raw["container_index"] = container_index
+                fields = {"op": p.op, **raw, "slot": raw.pop("slot", None) or slot}
+                rows.append(Row(index=index, storage=storage, duplicate_of=dup, **fields))
+        for plugin in self._plugins:
+            plugin.annotate(rows, self)
+        return CaseReport(
+            id=case_id,
+            target="capture",
+            recipe="-",
+            groups=0,
+            tokens=0,
+            hidden=0,
+            ffn=0,
+            dtype="-",
+            rows=rows,
+            totals=compute_totals(rows),
+            warnings=list(self.warnings),
+        )
+
+
+def _weak(t: Any) -> Callable[[], Any]:
+    try:
+        return weakref.ref(t)
+    except TypeError:  # pragma: no cover - every torch.Tensor is weak-referenceable
+        return lambda: None
+
+
+def _iter_tensors(obj: Any) -> Iterator[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _iter_tensors(v)
+    elif isinstance(obj, list | tuple):
+        for v in obj:
+            yield from _iter_tensors(v)
+
+
+def _live_graph_roots() -> list[Any]:
+    """Every grad_fn of a live tensor: the fallback roots when the caller names no outputs."""
+    roots = []
+    for obj in gc.get_objects():
+        if isinstance(obj, torch.Tensor):
+            fn = obj.grad_fn
+            if fn is not None:
+                roots.append(fn)
+    return roots
+
+
+def _active_plugins(cap: Capture) -> list[Any]:
+    """TE's classifier joins only when the caller already imported TE (memaudit never does)."""
+    plugins = []
+    if "transformer_engine.pytorch" in sys.modules:
+        from memaudit.classify import te
+
+        plugins.append(te.TEClassifier(cap))
+    return plugins
+
+
+@contextmanager
+def capture(plugins: Iterable[Any] | None = None) -> Iterator[Capture]:
+    """Record every saved tensor of the autograd graphs built inside the block.
+
+    The hooks are removed on exit, also when the block raises.
+    """
+    cap = Capture()
+    cap._plugins = list(plugins) if plugins is not None else _active_plugins(cap)
+    installed = []
+    try:
+        for plugin in cap._plugins:
+            plugin.install()
+            installed.append(plugin)
+        with torch.autograd.graph.saved_tensors_hooks(cap._pack, cap._unpack):
+            yield cap
+    finally:
+        for plugin in reversed(installed):
+            plugin.uninstall()

@@ -1,0 +1,444 @@
+"""GitHub-flavoured markdown for a sticky PR comment.
+
+Layout: line 1 is a hidden marker ``<!-- memaudit:NAME -->`` that CI uses to find the comment
+again; line 2 is a one-line verdict; then one ``<details>`` block per (target, recipe) with a table
+of its cases. With a :class:`~memaudit.baseline.Comparison` the table has baseline and delta
+columns and the block lists the findings; without one (``memaudit run --markdown``) it shows the
+current numbers only.
+
+The comment is kept under ``limit`` characters (GitHub rejects comments over 65,536); when the
+full detail does not fit, it is cut in steps and the comment says what was left out.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from memaudit.baseline import WORSE, CaseDiff, Comparison, Finding, kind_breakdown
+from memaudit.errors import UsageError
+from memaudit.report import CaseReport, Report
+from memaudit.units import fmt_bytes, fmt_delta
+
+GITHUB_LIMIT = 65536
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:+-]*$")
+_MD_SPECIAL = re.compile(r"([\\*_\[\]~])")
+_LEADING = re.compile(r"^([#+\-=]|\d+[.)])")
+
+
+def marker(name: str) -> str:
+    """The hidden first line that identifies the comment. Raises UsageError for a bad name."""
+    if not _NAME.match(name) or "--" in name:
+        raise UsageError(
+            f"comment name {name!r} must start with a letter or digit and use only letters, digits and ._/:+- (no '--')",
+            key="--name",
+        )
+    return f"<!-- memaudit:{name} -->"
+
+
+def md_escape(text: Any) -> str:
+    """Escape text for a table cell or list item: markdown specials, ``|``, backticks and HTML."""
+    s = " ".join(str(text).split())
+    s = _MD_SPECIAL.sub(r"\\\1", s)
+    s = html.escape(s, quote=False).replace("`", "&#96;").replace("|", "\\|")
+    if _LEADING.match(s):
+        s = "\\" + s
+    return s
+
+
+def html_escape(text: Any) -> str:
+    """Escape text for inline HTML such as ``<summary>`` (one line, no backticks)."""
+    return html.escape(" ".join(str(text).split()), quote=True).replace("`", "&#96;")
+
+
+def fmt_pct(pct: float | None) -> str:
+    if pct is None:
+        return "-"
+    if pct == 0:
+        return "0%"
+    if abs(pct) < 0.01:
+        return ("+" if pct > 0 else "-") + "<0.01%"
+    return f"{pct:+.2f}%"
+
+
+def _size(text: str) -> int:
+    # UTF-8 bytes: never less than GitHub's character count, so the limit holds either way.
+    return len(text.encode("utf-8"))
+
+
+# --------------------------------------------------------------------------------------------
+# The model the renderer works on: one entry per case, grouped by (target, recipe)
+
+
+@dataclass
+class _Entry:
+    case: CaseReport  # current, or baseline for a missing case
+    diff: CaseDiff | None
+
+    @property
+    def failing(self) -> bool:
+        return self.diff is not None and self.diff.regressed
+
+    @property
+    def changed(self) -> bool:
+        if self.diff is not None:
+            return self.diff.changed
+        return self.case.status != "ok"
+
+
+@dataclass
+class _Group:
+    target: str
+    recipe: str
+    entries: list[_Entry]
+
+    @property
+    def failing(self) -> bool:
+        return any(e.failing for e in self.entries)
+
+    @property
+    def changed(self) -> bool:
+        return any(e.changed for e in self.entries)
+
+
+def _groups(report: Report, comparison: Comparison | None) -> list[_Group]:
+    if comparison is not None:
+        entries = []
+        for d in comparison.cases:
+            c = d.current or d.baseline
+            assert c is not None
+            entries.append(_Entry(c, d))
+    else:
+        entries = [_Entry(c, None) for c in report.cases]
+    groups: dict[tuple[str, str], _Group] = {}
+    for e in entries:
+        key = (e.case.target, e.case.recipe)
+        groups.setdefault(key, _Group(key[0], key[1], [])).entries.append(e)
+    return list(groups.values())
+
+
+def _label(case: CaseReport) -> str:
+    prefix = f"{case.target}/{case.recipe}/"
+    return case.id[len(prefix):] if case.id.startswith(prefix) and len(case.id) > len(prefix) else case.id
+
+
+# --------------------------------------------------------------------------------------------
+# Rendering pieces
+
+
+def _status_cell(e: _Entry) -> str:
+    d, c = e.diff, e.case
+    if e.failing:
+        icon = "❌"
+    elif d is not None and d.state == "missing":
+        icon = "❔"
+    elif c.status == "skipped":
+        icon = "⏭️"
+    elif c.status == "error":
+        icon = "❌" if d is None else "⚠️"
+    else:
+        icon = "✅"
+    if d is not None and d.state == "missing":
+        return f"{icon} missing from the current report"
+    if c.status != "ok":
+        text = f"{c.status}: {c.reason}" if c.reason else c.status
+        if d is not None and d.baseline is not None and d.baseline.status != c.status:
+            text += f" (was {d.baseline.status})"
+        return f"{icon} {md_escape(text)}"
+    if d is None:
+        return f"{icon} ok"
+    if d.state == "new":
+        return f"{icon} new"
+    if d.baseline is not None and d.baseline.status != "ok":
+        return f"{icon} ok (was {md_escape(d.baseline.status)})"
+    if e.failing:
+        return f"{icon} regression"
+    if any(f.direction == "better" for f in d.findings) and not any(f.direction == WORSE for f in d.findings):
+        return f"{icon} improvement"
+    return f"{icon} changed" if d.findings else f"{icon} unchanged"
+
+
+def _kinds_cell(case: CaseReport, diff: CaseDiff | None) -> str:
+    if case.status != "ok":
+        return "-"
+    kinds = kind_breakdown(case)
+    deltas: dict[str, int] = {}
+    if diff is not None:
+        deltas = {f.key: f.delta for f in diff.findings if f.metric == "kind" and f.key and f.delta}
+    parts = []
+    for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]):
+        s = f"{k} {fmt_bytes(v)}"
+        if k in deltas:
+            s += f" ({fmt_delta(deltas[k])})"
+        parts.append(md_escape(s))
+    parts += [md_escape(f"{k} 0 B ({fmt_delta(d)})") for k, d in deltas.items() if k not in kinds]
+    return ", ".join(parts) if parts else "-"
+
+
+def _path_cell(e: _Entry) -> str:
+    def word(c: CaseReport | None) -> str | None:
+        v = (c.path or {}).get("fused") if c is not None else None
+        return None if not isinstance(v, bool) else ("fused" if v else "unfused")
+
+    now = word(e.case if (e.diff is None or e.diff.state != "missing") else None)
+    before = word(e.diff.baseline) if e.diff is not None else None
+    if now and before and now != before:
+        return f"{now} (was {before})"
+    return now or before or "-"
+
+
+def _row(e: _Entry, compare: bool, show_path: bool) -> str:
+    c, d = e.case, e.diff
+    cells = [md_escape(_label(c)), _status_cell(e)]
+    if compare:
+        assert d is not None
+        cur = d.current if d.current is not None and d.current.status == "ok" else None
+        base = d.baseline if d.baseline is not None and d.baseline.status == "ok" else None
+        delta = d.saved_delta
+        pct = None
+        if delta is not None and base is not None and base.totals.saved_bytes:
+            pct = 100.0 * delta / base.totals.saved_bytes
+        elif delta == 0:
+            pct = 0.0
+        cells += [
+            fmt_bytes(cur.totals.saved_bytes) if cur else "-",
+            fmt_bytes(base.totals.saved_bytes) if base else "-",
+            fmt_delta(delta) if delta is not None else "-",
+            fmt_pct(pct),
+        ]
+    else:
+        cells += [fmt_bytes(c.totals.saved_bytes) if c.status == "ok" else "-", str(len(c.rows)) if c.status == "ok" else "-"]
+    if show_path:
+        cells.append(md_escape(_path_cell(e)))
+    cells.append(_kinds_cell(c, d))
+    return "| " + " | ".join(cells) + " |"
+
+
+def _table(entries: list[_Entry], compare: bool, show_path: bool) -> list[str]:
+    if compare:
+        head = ["case", "status", "saved now", "baseline", "delta", "delta %"]
+        align = ["---", "---", "---:", "---:", "---:", "---:"]
+    else:
+        head = ["case", "status", "saved", "rows"]
+        align = ["---", "---", "---:", "---:"]
+    if show_path:
+        head.append("path")
+        align.append("---")
+    head.append("by kind")
+    align.append("---")
+    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join(align) + " |"]
+    lines += [_row(e, compare, show_path) for e in entries]
+    return lines
+
+
+def _finding_item(f: Finding, case: CaseReport) -> str:
+    return f"- {md_escape(_label(case))}: {md_escape(f.text)}"
+
+
+def _findings(g: _Group) -> list[str]:
+    sections: dict[str, list[str]] = {"Regressions": [], "Improvements": [], "Other changes": []}
+    for e in g.entries:
+        if e.diff is None:
+            continue
+        for f in e.diff.findings:
+            title = "Regressions" if f.failing else ("Improvements" if f.direction == "better" else "Other changes")
+            sections[title].append(_finding_item(f, e.case))
+    out: list[str] = []
+    for title, items in sections.items():
+        if items:
+            out += ["", f"**{title}**", "", *items]
+    return out
+
+
+def _group_delta(g: _Group) -> int | None:
+    ds = [e.diff.saved_delta for e in g.entries if e.diff is not None and e.diff.saved_delta is not None]
+    return sum(ds) if ds else None
+
+
+def _block(
+    g: _Group,
+    compare: bool,
+    show_path: bool,
+    *,
+    findings: bool = True,
+    only_changed: bool = False,
+    max_rows: int | None = None,
+) -> str:
+    icon = "❌" if g.failing else "✅"
+    n = len(g.entries)
+    summary = f"{icon} <b>{html_escape(g.target)} · {html_escape(g.recipe)}</b> — {n} case{'s' if n != 1 else ''}"
+    if compare:
+        d = _group_delta(g)
+        if d is not None:
+            summary += f", saved {html_escape(fmt_delta(d))}"
+        bad = sum(1 for e in g.entries if e.failing)
+        if bad:
+            summary += f", {bad} regressed"
+    else:
+        errors = sum(1 for e in g.entries if e.case.status == "error")
+        skipped = sum(1 for e in g.entries if e.case.status == "skipped")
+        if errors:
+            summary += f", {errors} error{'s' if errors != 1 else ''}"
+        if skipped:
+            summary += f", {skipped} skipped"
+    entries = [e for e in g.entries if e.changed] if only_changed else list(g.entries)
+    omitted = len(g.entries) - len(entries)
+    if max_rows is not None and len(entries) > max_rows:
+        omitted += len(entries) - max_rows
+        entries = entries[:max_rows]
+    lines = ["<details open>" if g.failing else "<details>", f"<summary>{summary}</summary>", ""]
+    if entries:
+        lines += _table(entries, compare, show_path)
+    if omitted:
+        what = "unchanged " if only_changed and max_rows is None else ""
+        lines += ["", f"_{omitted} {what}case{'s' if omitted != 1 else ''} not shown._"]
+    if findings and compare:
+        lines += _findings(g)
+    lines += ["", "</details>", ""]
+    return "\n".join(lines)
+
+
+def _verdict(report: Report, comparison: Comparison | None) -> str:
+    if comparison is None:
+        n = len(report.cases)
+        ok = [c for c in report.cases if c.status == "ok"]
+        errors = sum(1 for c in report.cases if c.status == "error")
+        skipped = sum(1 for c in report.cases if c.status == "skipped")
+        total = sum(c.totals.saved_bytes for c in ok)
+        icon = "❌" if errors else "✅"
+        parts = [f"{n} case{'s' if n != 1 else ''}", f"{len(ok)} ok"]
+        if skipped:
+            parts.append(f"{skipped} skipped")
+        if errors:
+            parts.append(f"{errors} error{'s' if errors != 1 else ''}")
+        return f"{icon} **memaudit**: {', '.join(parts)} · saved bytes {fmt_bytes(total)} in total (no baseline)"
+    cmp = comparison
+    delta = f"saved bytes {fmt_delta(cmp.saved_delta)} ({fmt_bytes(cmp.baseline_saved)} → {fmt_bytes(cmp.current_saved)})"
+    n = len(cmp.compared)
+    over = f"over {n} compared case{'s' if n != 1 else ''}"
+    if cmp.regressed:
+        fails = len(cmp.failures)
+        cases = sum(1 for c in cmp.cases if c.regressed)
+        head = f"{fails} regression{'s' if fails != 1 else ''} in {cases} case{'s' if cases != 1 else ''}"
+        if not fails:
+            head = "environment differs from the baseline (strict)"
+        return f"❌ **memaudit: {head}** · {delta} {over}"
+    text = f"✅ **memaudit: no regression** · {delta} {over}"
+    imp = len(cmp.improvements)
+    if imp:
+        text += f" · {imp} improvement{'s' if imp != 1 else ''}"
+    return text
+
+
+def _footer(report: Report, comparison: Comparison | None) -> str:
+    env = report.environment or {}
+    bits = []
+    if comparison is not None:
+        bits += [f"tolerance {comparison.tolerance}", f"fail on {comparison.fail_on}"]
+    if report.memaudit:
+        bits.append(f"memaudit {report.memaudit}")
+    for key, name in (("device_class", None), ("torch", "torch"), ("transformer_engine", "TE"), ("cuda", "CUDA")):
+        v = env.get(key)
+        if v:
+            bits.append(f"{name} {v}" if name else str(v))
+    return f"<sub>{html_escape(' · '.join(bits))}</sub>\n" if bits else ""
+
+
+# --------------------------------------------------------------------------------------------
+# Public entry point
+
+
+def render_markdown(
+    report: Report,
+    comparison: Comparison | None = None,
+    *,
+    name: str = "default",
+    limit: int = GITHUB_LIMIT,
+) -> str:
+    """Render ``report`` (and its comparison against a baseline, if any) as a PR comment."""
+    head = [marker(name), _verdict(report, comparison), ""]
+    if comparison is not None and comparison.env_warnings:
+        strict = " (a failure under --strict-env)" if comparison.strict_env else ""
+        head += [f"> ⚠️ Environment differs from the baseline{strict}:"]
+        head += [f"> - {md_escape(w)}" for w in comparison.env_warnings]
+        head.append("")
+    compare = comparison is not None
+    groups = _groups(report, comparison)
+    show_path = any(isinstance((e.case.path or {}).get("fused"), bool) for g in groups for e in g.entries)
+    if comparison is not None:
+        show_path = show_path or any(
+            d.baseline is not None and isinstance((d.baseline.path or {}).get("fused"), bool) for d in comparison.cases
+        )
+    footer = _footer(report, comparison)
+    if not groups:
+        head.append("_No cases._\n")
+
+    def assemble(blocks: list[str], note: str | None) -> str:
+        parts = ["\n".join(head)]
+        if note:
+            parts.append(note + "\n")
+        parts += blocks
+        if footer:
+            parts.append(footer)
+        return "\n".join(parts)
+
+    text = assemble([_block(g, compare, show_path) for g in groups], None)
+    if _size(text) <= limit:
+        return text
+
+    def cut_note(what: str) -> str:
+        return (
+            f"> ✂️ Detail was cut to stay under GitHub's {limit:,}-character comment limit: {what}. "
+            "The full comparison is in `memaudit compare` output and the JSON report."
+        )
+
+    steps = [
+        ("lists of findings left out", {"findings": False}),
+        ("lists of findings and unchanged cases left out", {"findings": False, "only_changed": True}),
+    ]
+    for what, kw in steps:
+        text = assemble([_block(g, compare, show_path, **kw) for g in groups], cut_note(what))
+        if _size(text) <= limit:
+            return text
+
+    # Last resort: the most important groups first, as many as fit; the next one with fewer rows.
+    order = sorted(range(len(groups)), key=lambda i: (not groups[i].failing, not groups[i].changed, i))
+    kept: list[str] = []
+    shown = 0
+    budget_note = cut_note(f"only {len(groups)} of {len(groups)} target/recipe groups shown, unchanged cases left out")
+    for i in order:
+        block = _block(groups[i], compare, show_path, findings=False, only_changed=True)
+        if _size(assemble([*kept, block], budget_note)) <= limit:
+            kept.append(block)
+            shown += 1
+            continue
+        changed = [e for e in groups[i].entries if e.changed]
+        lo, hi = 0, len(changed)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            trial = _block(groups[i], compare, show_path, findings=False, only_changed=True, max_rows=mid)
+            if _size(assemble([*kept, trial], budget_note)) <= limit:
+                lo = mid
+            else:
+                hi = mid - 1
+        if lo > 0:
+            kept.append(_block(groups[i], compare, show_path, findings=False, only_changed=True, max_rows=lo))
+            shown += 1
+        break
+    note = cut_note(f"only {shown} of {len(groups)} target/recipe groups shown, unchanged cases left out")
+    text = assemble(kept, note)
+    if _size(text) > limit:  # even the header does not fit: cut at a line boundary
+        tail = "\n" + note + "\n"
+        room = limit - _size(tail)
+        out = []
+        used = 0
+        for line in text.split("\n"):
+            n = _size(line) + 1
+            if used + n > room:
+                break
+            out.append(line)
+            used += n
+        text = "\n".join(out) + tail
+    return text

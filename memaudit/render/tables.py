@@ -1,0 +1,131 @@
+"""Rich tables for terminals: one table per case (rows grouped by operand), then a summary."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from rich.table import Table
+from rich.text import Text
+
+from memaudit.report import CaseReport, Row
+from memaudit.units import fmt_bytes
+
+_STATUS_STYLE = {"ok": "green", "skipped": "yellow", "error": "red"}
+
+
+def shape_str(row: Row) -> str:
+    return "(" + ", ".join(str(d) for d in row.shape) + ("," if len(row.shape) == 1 else "") + ")"
+
+
+def row_line(row: Row) -> str:
+    """One line per saved value, JAX ``print_saved_residuals`` style plus the role."""
+    parts = [
+        row.operand or "?",
+        row.format,
+        row.kind,
+        row.orientation or "",
+        shape_str(row),
+        row.dtype,
+        fmt_bytes(row.bytes),
+    ]
+    where = " ".join(p for p in (row.container, row.slot, f"by {row.op}" if row.op else None) if p)
+    return "  ".join(p for p in parts if p) + (f"  [{where}]" if where else "")
+
+
+def _sort_key(row: Row) -> tuple[str, int, int]:
+    return (row.operand or "~", row.group if row.group is not None else -1, row.index)
+
+
+def case_table(case: CaseReport, *, show_expected: bool = False) -> Table:
+    """All rows of a case, grouped by operand."""
+    title = f"{case.id}  [{_STATUS_STYLE.get(case.status, '')}]{case.status}[/]"
+    table = Table(title=title, title_justify="left", show_lines=False, header_style="bold")
+    for col, justify in (
+        ("#", "right"),
+        ("operand", "left"),
+        ("what", "left"),
+        ("shape", "left"),
+        ("bytes", "right"),
+        ("where", "left"),
+        ("storage", "left"),
+    ):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    if show_expected:
+        table.add_column("expected", justify="right")
+    previous = None
+    for row in sorted(case.rows, key=_sort_key):
+        family = (row.operand or "?").split("[")[0]
+        if previous is not None and family != previous:
+            table.add_section()
+        previous = family
+        notes = [row.storage or ""]
+        if row.is_parameter:
+            notes.append("param")
+        if row.duplicate_of is not None:
+            notes.append(f"dup of #{row.duplicate_of}")
+        if row.container_index is not None:
+            notes.append(f"in #{row.container_index}")
+        if row.note:
+            notes.append(row.note)
+        where = ".".join(p for p in (row.container, row.slot) if p) if row.container else (row.slot or "")
+        if row.op:
+            where = f"{where} ({row.op})" if where else row.op
+        operand = row.operand or "?"
+        if row.group is not None and not operand.endswith("]"):
+            operand += f" g{row.group}"
+        cells = [
+            str(row.index),
+            operand,
+            " ".join(p for p in (row.format, row.kind, row.orientation) if p),
+            f"{shape_str(row)} {row.dtype}",
+            fmt_bytes(row.bytes),
+            where,
+            " ".join(n for n in notes if n),
+        ]
+        if show_expected:
+            if row.expected_bytes is None:
+                cells.append("")
+            elif row.expected_bytes == row.bytes:
+                cells.append(Text(fmt_bytes(row.expected_bytes), style="green"))  # type: ignore[arg-type]
+            else:
+                cells.append(Text(f"{fmt_bytes(row.expected_bytes)} ≠", style="bold red"))  # type: ignore[arg-type]
+        table.add_row(*cells)
+    t = case.totals
+    table.caption = (
+        f"rows {t.rows} · logical {fmt_bytes(t.logical_bytes)} · physical {fmt_bytes(t.physical_bytes)} · "
+        f"parameters {fmt_bytes(t.parameter_bytes)} · [bold]saved {fmt_bytes(t.saved_bytes)}[/]"
+    )
+    table.caption_justify = "left"
+    return table
+
+
+def summary_table(cases: Iterable[CaseReport]) -> Table:
+    """One line per case: status, path, row count and the byte totals."""
+    table = Table(title="summary", title_justify="left", header_style="bold")
+    for col, justify in (
+        ("case", "left"),
+        ("status", "left"),
+        ("path", "left"),
+        ("rows", "right"),
+        ("saved", "right"),
+        ("parameters", "right"),
+        ("logical", "right"),
+        ("reason", "left"),
+    ):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for c in cases:
+        path = ""
+        if c.path:
+            path = "fused" if c.path.get("fused") else (c.path.get("grouped_linear_path") or "unfused")
+        ok = c.status == "ok"
+        table.add_row(
+            c.id,
+            f"[{_STATUS_STYLE.get(c.status, '')}]{c.status}[/]",
+            path,
+            str(c.totals.rows) if ok else "",
+            fmt_bytes(c.totals.saved_bytes) if ok else "",
+            fmt_bytes(c.totals.parameter_bytes) if ok else "",
+            fmt_bytes(c.totals.logical_bytes) if ok else "",
+            Text(c.reason or ""),  # type: ignore[arg-type]
+        )
+    return table

@@ -1,0 +1,236 @@
+"""The report model: pure data with a JSON round-trip.
+
+A :class:`Report` holds :class:`CaseReport` s; a case holds :class:`Row` s (one per buffer that
+autograd saved) and :class:`Totals`. Nothing here imports torch or TE.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from memaudit.errors import UsageError
+
+SCHEMA = "memaudit.report/1"
+
+KINDS = ("data", "scale_inv", "amax", "scale", "metadata", "tensor", "container")
+ORIENTATIONS = ("rowwise", "columnwise", "both")
+STATUSES = ("ok", "skipped", "error")
+
+
+@dataclass
+class Row:
+    """One saved buffer.
+
+    ``bytes`` is numel x element size (logical). ``storage`` names the untyped storage the buffer
+    lives in (``s0``, ``s1``, ... in first-seen order); ``storage_bytes`` is that storage's full
+    size and ``storage_offset`` the buffer's byte offset in it. A ``container`` row (a tensor
+    subclass that reached the hook whole) has ``bytes == 0`` and no storage: its inner buffers
+    are the rows whose ``container_index`` points at it.
+    """
+
+    index: int
+    kind: str
+    format: str
+    shape: list[int]
+    dtype: str
+    bytes: int
+    op: str | None = None
+    slot: str | None = None
+    operand: str | None = None
+    group: int | None = None
+    container: str | None = None
+    container_index: int | None = None
+    orientation: str | None = None
+    storage: str | None = None
+    storage_offset: int = 0
+    storage_bytes: int = 0
+    device: str = "cpu"
+    is_parameter: bool = False
+    duplicate_of: int | None = None
+    note: str | None = None
+    expected_bytes: int | None = None
+
+
+@dataclass
+class Totals:
+    """Byte totals of a case; ``saved_bytes`` is the headline number the gate uses."""
+
+    rows: int = 0
+    logical_bytes: int = 0
+    physical_bytes: int = 0
+    parameter_bytes: int = 0
+    saved_bytes: int = 0
+
+
+def compute_totals(rows: list[Row]) -> Totals:
+    """Totals from rows: physical bytes count each storage once, at its full size."""
+    logical = sum(r.bytes for r in rows)
+    storages: dict[str, int] = {}
+    param_storages: set[str] = set()
+    for r in rows:
+        if r.storage is None:
+            continue
+        storages[r.storage] = r.storage_bytes
+        if r.is_parameter:
+            param_storages.add(r.storage)
+    physical = sum(storages.values())
+    params = sum(storages[s] for s in param_storages)
+    return Totals(
+        rows=len(rows),
+        logical_bytes=logical,
+        physical_bytes=physical,
+        parameter_bytes=params,
+        saved_bytes=physical - params,
+    )
+
+
+@dataclass
+class CaseReport:
+    """One (target, recipe, group count, shape) cell of the matrix."""
+
+    id: str
+    target: str
+    recipe: str
+    groups: int
+    tokens: int
+    hidden: int
+    ffn: int
+    dtype: str
+    status: str = "ok"
+    reason: str | None = None
+    device: str = "cpu"
+    splits: list[int] = field(default_factory=list)
+    options: dict[str, Any] = field(default_factory=dict)
+    path: dict[str, Any] | None = None
+    rows: list[Row] = field(default_factory=list)
+    totals: Totals = field(default_factory=Totals)
+    warnings: list[str] = field(default_factory=list)
+    budgets: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], *, source: str = "<report>") -> CaseReport:
+        d = dict(d)
+        rows = [_from_dict(Row, r, source, f"cases[{d.get('id')}].rows[{i}]") for i, r in enumerate(d.pop("rows", []))]
+        totals = _from_dict(Totals, d.pop("totals", {}), source, f"cases[{d.get('id')}].totals")
+        case = _from_dict(cls, d, source, f"cases[{d.get('id')}]")
+        case.rows = rows
+        case.totals = totals
+        return case
+
+
+@dataclass
+class Report:
+    """A whole run: environment plus cases."""
+
+    cases: list[CaseReport] = field(default_factory=list)
+    environment: dict[str, Any] = field(default_factory=dict)
+    memaudit: str = ""
+    created: str = ""
+    schema: str = SCHEMA
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": self.schema,
+            "memaudit": self.memaudit,
+            "created": self.created,
+            "environment": self.environment,
+            "cases": [c.to_dict() for c in self.cases],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, indent=1, ensure_ascii=False) + "\n"
+
+    def case(self, case_id: str) -> CaseReport | None:
+        return next((c for c in self.cases if c.id == case_id), None)
+
+    @classmethod
+    def from_dict(cls, d: Any, *, source: str = "<report>") -> Report:
+        if not isinstance(d, dict):
+            raise UsageError(f"expected a JSON object at the top level, found {type(d).__name__}", source=source)
+        schema = d.get("schema")
+        if schema != SCHEMA:
+            raise UsageError(f"unsupported schema {schema!r} (expected {SCHEMA!r})", source=source, key="schema")
+        cases = d.get("cases")
+        if not isinstance(cases, list):
+            raise UsageError(f"expected a list, found {type(cases).__name__}", source=source, key="cases")
+        parsed = []
+        for i, c in enumerate(cases):
+            if not isinstance(c, dict):
+                raise UsageError(f"expected an object, found {type(c).__name__}", source=source, key=f"cases[{i}]")
+            parsed.append(CaseReport.from_dict(c, source=source))
+        return cls(
+            cases=parsed,
+            environment=d.get("environment") or {},
+            memaudit=d.get("memaudit", ""),
+            created=d.get("created", ""),
+            schema=schema,
+        )
+
+
+def _from_dict(cls: type, d: Any, source: str, key: str) -> Any:
+    if not isinstance(d, dict):
+        raise UsageError(f"expected an object, found {type(d).__name__}", source=source, key=key)
+    names = {f.name for f in fields(cls)}
+    required = {f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING}
+    missing = sorted(required - d.keys())
+    if missing:
+        raise UsageError(f"missing key(s) {', '.join(missing)}", source=source, key=key)
+    unknown = sorted(d.keys() - names)
+    if unknown:
+        raise UsageError(f"unknown key(s) {', '.join(unknown)}", source=source, key=key)
+    try:
+        return cls(**d)
+    except TypeError as exc:  # pragma: no cover - guarded by the checks above
+        raise UsageError(str(exc), source=source, key=key) from exc
+
+
+def load_report(path: str | os.PathLike[str]) -> Report:
+    """Read and validate a report file; every problem is a UsageError naming the file."""
+    p = Path(path)
+    src = str(path)
+    if not p.is_file():
+        raise UsageError("no such file", source=src)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read: {exc}", source=src) from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"not valid JSON (truncated or corrupted?): {exc.msg} at line {exc.lineno} column {exc.colno}",
+            source=src,
+        ) from exc
+    return Report.from_dict(data, source=src)
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` through a temp file in the same folder and a rename."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def write_report(report: Report, path: str | os.PathLike[str]) -> None:
+    """Write the report as JSON, atomically."""
+    atomic_write_text(path, report.to_json())

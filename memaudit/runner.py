@@ -1,0 +1,94 @@
+"""Run a matrix of cases; a fault in one case never stops the others."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+
+import torch
+
+import memaudit
+from memaudit.environment import environment
+from memaudit.recorder import capture
+from memaudit.report import CaseReport, Report, compute_totals
+from memaudit.spec import CaseSpec
+from memaudit.targets.base import Target
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def empty_case(spec: CaseSpec, target: Target) -> CaseReport:
+    """A case report with the spec's fields and no rows yet."""
+    return CaseReport(
+        id=spec.id,
+        target=target.name,
+        recipe=spec.recipe,
+        groups=spec.groups,
+        tokens=spec.tokens,
+        hidden=spec.hidden,
+        ffn=spec.ffn,
+        dtype=spec.dtype,
+        device=spec.device,
+        splits=spec.split_sizes(),
+        options=dict(spec.options),
+    )
+
+
+def run_case(target: Target, spec: CaseSpec, *, backward: bool = True) -> CaseReport:
+    """Run one case under ``capture()``; errors and OOM become an ``error`` cell."""
+    case = empty_case(spec, target)
+    reason = target.skip_reason(spec)
+    if reason:
+        case.status, case.reason = "skipped", reason
+        return case
+    built = outputs = None
+    try:
+        built = target.build(spec)
+        case.options.update(built.options)
+        with capture() as cap:
+            outputs = built.forward(cap)
+        measured = cap.report(outputs=outputs)
+        case.path = built.annotate(measured.rows, cap)
+        case.rows = measured.rows
+        case.totals = compute_totals(case.rows)
+        case.warnings = measured.warnings + built.warnings
+        if backward:
+            built.backward(outputs)
+    except torch.cuda.OutOfMemoryError as exc:
+        case.status, case.reason = "error", "out of memory: " + _first_line(exc)
+    except Exception as exc:  # noqa: BLE001 - one cell's fault is that cell's error
+        case.status, case.reason = "error", _first_line(exc)
+    finally:
+        del built, outputs
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return case
+
+
+def run_matrix(
+    target: Target,
+    specs: Iterable[CaseSpec],
+    *,
+    backward: bool = True,
+    on_case: Callable[[CaseReport], None] | None = None,
+) -> Report:
+    """Run every spec in order and collect a Report."""
+    specs = list(specs)
+    device = specs[0].device if specs else "cpu"
+    cases = []
+    for spec in specs:
+        case = run_case(target, spec, backward=backward)
+        cases.append(case)
+        if on_case is not None:
+            on_case(case)
+    return Report(
+        cases=cases,
+        environment=environment(device),
+        memaudit=memaudit.__version__,
+        created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )

@@ -1,0 +1,65 @@
+"""Byte quantities: parsing ("136 MiB", "1.9 GiB", "4096") and human-readable formatting."""
+
+from __future__ import annotations
+
+import re
+
+from memaudit.errors import UsageError
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 1000,
+    "mb": 1000**2,
+    "gb": 1000**3,
+    "tb": 1000**4,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+}
+_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
+
+
+def parse_bytes(value: str | int, *, source: str | None = None, key: str | None = None) -> int:
+    """Parse a byte quantity; ints pass through. Raises UsageError naming source/key/value."""
+    if isinstance(value, bool):
+        raise UsageError(f"expected a byte quantity, got {value!r}", source=source, key=key)
+    if isinstance(value, int):
+        if value < 0:
+            raise UsageError(f"byte quantity must be >= 0, got {value}", source=source, key=key)
+        return value
+    if not isinstance(value, str):
+        raise UsageError(f"expected a byte quantity, got {value!r}", source=source, key=key)
+    m = _RE.match(value)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise UsageError(
+            f"malformed byte quantity {value!r} (use e.g. '4096', '136 MiB', '1.9 GiB')",
+            source=source,
+            key=key,
+        )
+    number, unit = m.group(1), m.group(2).lower()
+    scaled = float(number) * _UNITS[unit] if "." in number else int(number) * _UNITS[unit]
+    return int(round(scaled))
+
+
+def fmt_bytes(n: int | None) -> str:
+    """Binary-unit human form, e.g. '63.5 MiB'; exact integers below 1 KiB."""
+    if n is None:
+        return "-"
+    sign = "-" if n < 0 else ""
+    n = abs(n)
+    if n < 1024:
+        return f"{sign}{n} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        n /= 1024
+        if n < 1024 or unit == "TiB":
+            return f"{sign}{n:.1f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def fmt_delta(n: int) -> str:
+    """Signed byte delta, '+1.0 MiB' / '-12 B' / '0 B'."""
+    if n == 0:
+        return "0 B"
+    return ("+" if n > 0 else "") + fmt_bytes(n)
