@@ -367,7 +367,7 @@ def _compare_case(
     if base is None:
         assert cur is not None
         worse = cur.status == "error"
-        text = f"new case ({_status_text(cur)})"
+        text = f"new case with status {_status_text(cur)}"
         if cur.status == "ok":
             text += f", saved {fmt_bytes(cur.totals.saved_bytes)}"
         add(Finding(cid, "case", None, None, "new", WORSE if worse else NEUTRAL, worse or strict, text))
@@ -563,10 +563,11 @@ def update_baseline(current: Report, existing: Report | None, prune: bool = Fals
                 changes.append(BaselineChange(cid, "kept", _saved_or_none(b), _saved_or_none(b), "not in the current report"))
             continue
         cases.append(c)
-        if b.to_dict() == c.to_dict():
+        bd, cd = b.to_dict(), c.to_dict()
+        if bd == cd:
             changes.append(BaselineChange(cid, "unchanged", _saved_or_none(b), _saved_or_none(c)))
             continue
-        note = None
+        note = "changed: " + ", ".join(k for k in cd if bd.get(k) != cd[k])
         if b.status != c.status:
             note = f"status {_status_text(b)} -> {_status_text(c)}"
             if c.status != "ok":

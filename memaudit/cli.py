@@ -205,7 +205,7 @@ def _run(
 
         if activation not in ACTIVATIONS:
             raise UsageError(f"unknown activation {activation!r}; use one of {', '.join(ACTIVATIONS)}", key="--activation")
-        options["fused_env"] = set_fused_env(fused)
+        set_fused_env(fused)  # recorded per case by the target; an environment setting, not part of the id
         if single_grouped_weight:
             options["single_grouped_weight"] = True
         if activation != "swiglu":
@@ -292,6 +292,10 @@ def doctor() -> None:
 
 def _register_commands() -> None:
     """Subcommands that live in memaudit/commands/: each module has ``register(app)``."""
+    from memaudit.commands import baseline, compare
+
+    compare.register(app)
+    baseline.register(app)
 
 
 _register_commands()

@@ -40,7 +40,10 @@ def environment(device: str) -> dict[str, Any]:
     }
     if device.startswith("cuda") and torch.cuda.is_available():
         env["device"] = torch.cuda.get_device_name()
-        env["cudnn"] = torch.backends.cudnn.version()
+        try:
+            env["cudnn"] = torch.backends.cudnn.version()
+        except RuntimeError:  # TE's wheel may load another cuDNN than torch's
+            env["cudnn"] = None
     if "transformer_engine.pytorch" in sys.modules:
         from memaudit.classify import te
 

@@ -1,3 +1,162 @@
-"""pytest plugin (entry point ``memaudit``): the ``saved_tensors`` fixture and ``saved_budget`` marker."""
+"""pytest plugin (entry point ``memaudit``): the ``saved_tensors`` fixture and the ``saved_budget`` marker.
+
+::
+
+    @pytest.mark.saved_budget(max_bytes="64 MiB", count={"fc1.input": 1}, forbid=["fc1.output"])
+    def test_mlp(saved_tensors):
+        y = model(x)
+        saved_tensors.label(x, "fc1.input")
+
+``saved_tensors`` yields an entered :func:`memaudit.capture` and exits it at teardown. After the
+test body, the marker's budgets are evaluated on ``saved_tensors.report()`` with the same rule
+engine as scenario files; a failing budget fails the test with the rule, the numbers and the
+offending rows. This module imports neither torch nor TE at import time: it is loaded by every
+pytest run in an environment where memaudit is installed.
+"""
 
 from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+MARKER = "saved_budget"
+FIXTURE = "saved_tensors"
+MARKER_KEYS = ("max_bytes", "exact_bytes", "count", "forbid", "rules")
+MARKER_HELP = (
+    f"{MARKER}(max_bytes=None, exact_bytes=None, count=None, forbid=None, rules=None): budgets on the "
+    f"tensors autograd saved during the test (captured by the {FIXTURE} fixture, requested automatically). "
+    "max_bytes/exact_bytes: saved bytes ('64 MiB'); count: {operand pattern: N or '<= N'}; "
+    "forbid: [operand pattern or select table]; rules: [budget tables as in scenario files]. See docs/budgets.md."
+)
+
+_rules_key = pytest.StashKey[list]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", MARKER_HELP)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test with the marker gets the fixture even if it does not ask for it."""
+    for item in items:
+        if item.get_closest_marker(MARKER) is None:
+            continue
+        names = getattr(item, "fixturenames", None)
+        if isinstance(names, list) and FIXTURE not in names:
+            names.append(FIXTURE)
+
+
+@pytest.fixture
+def saved_tensors() -> Iterator[Any]:
+    """An entered ``memaudit.capture()``: every tensor autograd saves in the test is recorded."""
+    from memaudit.recorder import capture
+
+    with capture() as cap:
+        yield cap
+
+
+def marker_rules(marks: list[pytest.Mark], *, source: str) -> list[Any]:
+    """The marker arguments as budget rules; bad arguments raise UsageError naming them."""
+    from memaudit.errors import UsageError
+    from memaudit.scenario import _did_you_mean, parse_rule
+
+    rules = []
+    for m in marks:
+        if m.args:
+            raise UsageError(f"takes keyword arguments only ({', '.join(MARKER_KEYS)}), got {m.args!r}", source=source, key=MARKER)
+        for k, v in m.kwargs.items():
+            key = f"{MARKER}.{k}"
+            if k in ("max_bytes", "exact_bytes"):
+                rules.append(parse_rule({"name": k, k: v}, source=source, key=key))
+            elif k == "count":
+                if not isinstance(v, dict) or not v:
+                    raise UsageError(f"expected {{operand pattern: count}}, got {v!r}", source=source, key=key)
+                for pattern, n in v.items():
+                    rules.append(
+                        parse_rule(
+                            {"name": f"count {pattern}", "select": {"operand": pattern}, "count": n},
+                            source=source,
+                            key=f"{key}[{pattern!r}]",
+                        )
+                    )
+            elif k == "forbid":
+                items = v if isinstance(v, list | tuple) else [v]
+                for i, sel in enumerate(items):
+                    select = {"operand": sel} if isinstance(sel, str) else sel
+                    label = sel if isinstance(sel, str) else ", ".join(f"{a}={b}" for a, b in (sel.items() if isinstance(sel, dict) else ()))
+                    rules.append(parse_rule({"name": f"forbid {label}", "select": select, "forbid": True}, source=source, key=f"{key}[{i}]"))
+            elif k == "rules":
+                if not isinstance(v, list | tuple):
+                    raise UsageError(f"expected a list of budget tables, got {v!r}", source=source, key=key)
+                for i, d in enumerate(v):
+                    rule = parse_rule(d, source=source, key=f"{key}[{i}]")
+                    if rule.kind == "ratio":
+                        raise UsageError("ratio compares two cases; a test captures one", source=source, key=f"{key}[{i}].ratio")
+                    rules.append(rule)
+            else:
+                raise UsageError(
+                    f"unknown argument {k!r}{_did_you_mean(k, MARKER_KEYS)}; use {', '.join(MARKER_KEYS)}", source=source, key=key
+                )
+    return rules
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Validate the marker before the test runs: a bad budget is an error, not a failed test."""
+    marks = list(item.iter_markers(MARKER))
+    if not marks:
+        return
+    from memaudit.errors import UsageError
+
+    try:
+        item.stash[_rules_key] = marker_rules(marks, source=item.nodeid)
+    except UsageError as exc:
+        pytest.fail(f"bad @pytest.mark.{MARKER}: {exc}", pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """After the test body passes, judge what it saved."""
+    result = yield
+    rules = item.stash.get(_rules_key, None)
+    if rules:
+        _judge(item, rules)
+    return result
+
+
+def _te_version() -> str | None:
+    if "transformer_engine" not in sys.modules:
+        return None
+    from importlib import metadata
+
+    try:
+        return metadata.version("transformer_engine")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _judge(item: pytest.Item, rules: list[Any]) -> None:
+    from memaudit.budgets import Context, evaluate_case, format_rows
+    from memaudit.errors import UsageError
+
+    cap = getattr(item, "funcargs", {}).get(FIXTURE)
+    if cap is None:
+        pytest.fail(f"@pytest.mark.{MARKER} needs the {FIXTURE} fixture, which this test did not get", pytrace=False)
+    case = cap.report(case_id=item.nodeid)
+    try:
+        verdicts = evaluate_case(case, rules, Context(te_version=_te_version()))
+    except UsageError as exc:
+        pytest.fail(f"bad @pytest.mark.{MARKER}: {exc}", pytrace=False)
+    bad = [v for v in verdicts if v.failed]
+    if bad:
+        lines = [f"saved-tensor budget failed ({len(bad)} of {len(verdicts)}):"]
+        for v in bad:
+            lines.append("  " + v.message.replace("\n", "\n  "))
+        lines.append(f"all {len(case.rows)} saved rows ({case.totals.saved_bytes} saved bytes):")
+        lines.extend("    " + line for line in format_rows(case.rows, limit=40))
+        pytest.fail("\n".join(lines), pytrace=False)
+    xfails = [v for v in verdicts if v.verdict == "xfail"]
+    if xfails:
+        pytest.xfail("; ".join(f"{v.rule}: {v.message}" for v in xfails))

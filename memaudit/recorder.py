@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import sys
+import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -51,10 +52,12 @@ class Capture:
 
     _packed: list[_Packed] = field(default_factory=list)
     _by_id: dict[int, list[int]] = field(default_factory=dict)
-    _provenance: dict[int, tuple[Callable[[], Any], Provenance]] = field(default_factory=dict)
+    _provenance: dict[int, tuple[Callable[[], Any], list[Provenance]]] = field(default_factory=dict)
     _labels: dict[Any, list[_Label]] = field(default_factory=dict)
     _walk_seen: list[Any] | None = None
     _plugins: list[Any] = field(default_factory=list)
+    walk_nodes: list[Any] = field(default_factory=list)
+    """Python-function nodes met by the graph walk; held only while ``report()`` runs."""
     warnings: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -74,7 +77,14 @@ class Capture:
     # ---- classification ----------------------------------------------------------------------
     def note_buffer(self, t: torch.Tensor, fields: Provenance) -> None:
         """Called by classifiers when they learn what a buffer is before it reaches the hook."""
-        self._provenance[id(t)] = (_weak(t), fields)
+        # One tensor can be handed over more than once (FP8 current scaling's grouped storage
+        # holds one scale tensor as both scale_inv and columnwise_scale_inv): queue them, and
+        # each pack-hook call takes the next one.
+        known = self._provenance.get(id(t))
+        if known is not None and known[0]() is t:
+            known[1].append(fields)
+        else:
+            self._provenance[id(t)] = (_weak(t), [fields])
 
     def _rows_for(self, t: torch.Tensor) -> list[dict[str, Any]]:
         for plugin in self._plugins:
@@ -104,8 +114,13 @@ class Capture:
                 row["slot_in_container"] = name
                 rows.append(row)
             return rows
-        prov = self._provenance.pop(id(t), None)
-        fields = prov[1] if prov is not None and prov[0]() is t else None
+        fields = None
+        prov = self._provenance.get(id(t))
+        if prov is not None:
+            if prov[0]() is t:
+                fields = prov[1].pop(0)
+            if not prov[1] or prov[0]() is not t:
+                del self._provenance[id(t)]
         return [self._buffer_row(t, fields)]
 
     def _buffer_row(self, t: torch.Tensor, fields: Provenance | None) -> dict[str, Any]:
@@ -157,10 +172,15 @@ class Capture:
                 continue
             seen_nodes.add(id(node))
             keep_alive.append(node)
-            self._attribute_node(node)
+            if hasattr(node, "saved_tensors"):
+                self.walk_nodes.append(node)
             for nxt, _ in getattr(node, "next_functions", ()):
                 if nxt is not None:
                     stack.append(nxt)
+        # Claim in creation order: a tensor saved by several nodes was packed in that order, so
+        # each packed entry goes to the node that packed it (the walk itself runs outputs first).
+        for node in sorted(keep_alive, key=_sequence_nr):
+            self._attribute_node(node)
 
     def _attribute_node(self, node: Any) -> None:
         op = type(node).__name__
@@ -237,10 +257,13 @@ class Capture:
                 else:
                     slot = inner_name
                     raw["container_index"] = container_index
-                fields = {"op": p.op, **raw, "slot": raw.pop("slot", None) or slot}
+                fields = {"op": p.op, "saved_as": p.slot, **raw, "slot": raw.pop("slot", None) or slot}
                 rows.append(Row(index=index, storage=storage, duplicate_of=dup, **fields))
-        for plugin in self._plugins:
-            plugin.annotate(rows, self)
+        try:
+            for plugin in self._plugins:
+                plugin.annotate(rows, self)
+        finally:
+            self.walk_nodes = []
         return CaseReport(
             id=case_id,
             target="capture",
@@ -263,6 +286,13 @@ def _weak(t: Any) -> Callable[[], Any]:
         return lambda: None
 
 
+def _sequence_nr(node: Any) -> int:
+    try:
+        return int(node._sequence_nr())
+    except (AttributeError, RuntimeError, TypeError):  # pragma: no cover - every Node has one
+        return -1
+
+
 def _iter_tensors(obj: Any) -> Iterator[torch.Tensor]:
     if isinstance(obj, torch.Tensor):
         yield obj
@@ -277,11 +307,14 @@ def _iter_tensors(obj: Any) -> Iterator[torch.Tensor]:
 def _live_graph_roots() -> list[Any]:
     """Every grad_fn of a live tensor: the fallback roots when the caller names no outputs."""
     roots = []
-    for obj in gc.get_objects():
-        if isinstance(obj, torch.Tensor):
-            fn = obj.grad_fn
-            if fn is not None:
-                roots.append(fn)
+    with warnings.catch_warnings():
+        # isinstance() on deprecated module-level aliases (torch.distributed.reduce_op) warns.
+        warnings.simplefilter("ignore", FutureWarning)
+        for obj in gc.get_objects():
+            if isinstance(obj, torch.Tensor):
+                fn = obj.grad_fn
+                if fn is not None:
+                    roots.append(fn)
     return roots
 
 

@@ -27,7 +27,9 @@ class Row:
     """One saved buffer.
 
     ``bytes`` is numel x element size (logical). ``storage`` names the untyped storage the buffer
-    lives in (``s0``, ``s1``, ... in first-seen order); ``storage_bytes`` is that storage's full
+    lives in (``s0``, ``s1``, ... in first-seen order); ``op`` is the autograd node that saved it
+    and ``saved_as`` its attribute there (``_saved_self``, ``saved_tensors[3]``); ``slot`` is the
+    attribute inside a TE container (``_transpose``, ``columnwise_data``) or else ``saved_as``; ``storage_bytes`` is that storage's full
     size and ``storage_offset`` the buffer's byte offset in it. A ``container`` row (a tensor
     subclass that reached the hook whole) has ``bytes == 0`` and no storage: its inner buffers
     are the rows whose ``container_index`` points at it.
@@ -40,6 +42,7 @@ class Row:
     dtype: str
     bytes: int
     op: str | None = None
+    saved_as: str | None = None
     slot: str | None = None
     operand: str | None = None
     group: int | None = None
@@ -222,6 +225,9 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
         os.replace(tmp, p)
     except BaseException:
         try:

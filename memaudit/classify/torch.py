@@ -84,5 +84,15 @@ def describe(t: torch.Tensor) -> dict[str, Any]:
         "dtype": dtype_name(t.dtype),
         "bytes": t.numel() * t.element_size(),
         "device": str(t.device),
-        "is_parameter": isinstance(t, torch.nn.Parameter),
+        "is_parameter": is_parameter(t),
     }
+
+
+def is_parameter(t: torch.Tensor) -> bool:
+    """A Parameter, or a view of one (``nn.Linear`` saves ``weight.t()`` for backward)."""
+    if isinstance(t, torch.nn.Parameter):
+        return True
+    try:
+        return isinstance(t._base, torch.nn.Parameter)
+    except (AttributeError, RuntimeError):  # pragma: no cover - exotic subclasses
+        return False

@@ -23,7 +23,7 @@ from memaudit.report import CaseReport, Report
 from memaudit.units import fmt_bytes, fmt_delta
 
 GITHUB_LIMIT = 65536
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:+-]*$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./:+-]*$")
 _MD_SPECIAL = re.compile(r"([\\*_\[\]~])")
 _LEADING = re.compile(r"^([#+\-=]|\d+[.)])")
 
@@ -32,7 +32,7 @@ def marker(name: str) -> str:
     """The hidden first line that identifies the comment. Raises UsageError for a bad name."""
     if not _NAME.match(name) or "--" in name:
         raise UsageError(
-            f"comment name {name!r} must start with a letter or digit and use only letters, digits and ._/:+- (no '--')",
+            f"comment name {name!r} must start with a letter or digit and use only letters, digits and _./:+- (no '--')",
             key="--name",
         )
     return f"<!-- memaudit:{name} -->"
@@ -79,7 +79,10 @@ class _Entry:
 
     @property
     def failing(self) -> bool:
-        return self.diff is not None and self.diff.regressed
+        """A regression against the baseline; without one, a case that ended in error."""
+        if self.diff is not None:
+            return self.diff.regressed
+        return self.case.status == "error"
 
     @property
     def changed(self) -> bool:
@@ -137,7 +140,7 @@ def _status_cell(e: _Entry) -> str:
     elif c.status == "skipped":
         icon = "⏭️"
     elif c.status == "error":
-        icon = "❌" if d is None else "⚠️"
+        icon = "⚠️"
     else:
         icon = "✅"
     if d is not None and d.state == "missing":
@@ -211,7 +214,7 @@ def _row(e: _Entry, compare: bool, show_path: bool) -> str:
     else:
         cells += [fmt_bytes(c.totals.saved_bytes) if c.status == "ok" else "-", str(len(c.rows)) if c.status == "ok" else "-"]
     if show_path:
-        cells.append(md_escape(_path_cell(e)))
+        cells.append(_path_cell(e))  # fixed words only
     cells.append(_kinds_cell(c, d))
     return "| " + " | ".join(cells) + " |"
 
@@ -321,7 +324,7 @@ def _verdict(report: Report, comparison: Comparison | None) -> str:
     if cmp.regressed:
         fails = len(cmp.failures)
         cases = sum(1 for c in cmp.cases if c.regressed)
-        head = f"{fails} regression{'s' if fails != 1 else ''} in {cases} case{'s' if cases != 1 else ''}"
+        head = f"{cases} case{'s' if cases != 1 else ''} regressed ({fails} finding{'s' if fails != 1 else ''})"
         if not fails:
             head = "environment differs from the baseline (strict)"
         return f"❌ **memaudit: {head}** · {delta} {over}"

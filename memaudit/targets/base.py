@@ -24,6 +24,8 @@ class Built:
     backward: Callable[[Any], None]
     annotate: Callable[[list[Row], Capture], dict[str, Any] | None] = lambda rows, cap: None
     options: dict[str, Any] = field(default_factory=dict)
+    model: Any = None
+    inputs: tuple[Any, ...] = ()
     warnings: list[str] = field(default_factory=list)
 
 

@@ -143,4 +143,4 @@ class ReferenceTarget:
             finally:
                 model.labeler = None
 
-        return Built(forward=forward, backward=backward_sum)
+        return Built(forward=forward, backward=backward_sum, model=model, inputs=(x, probs))

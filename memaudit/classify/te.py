@@ -1,0 +1,423 @@
+"""TransformerEngine storage classification: the one module that knows TE internals.
+
+Every TE fact used here is in docs/te-internals.md (TE 2.20.2), by section:
+
+* §2.0 / §5.4: TE's ``prepare_for_saving`` is the one place a storage object
+  (``Float8TensorStorage``, ``MXFP8TensorStorage``, ``NVFP4TensorStorage``,
+  ``Float8BlockwiseQTensorStorage``, ``GroupedTensorStorage``, ...) is decomposed into raw
+  buffers. During ``capture()`` we wrap that method on every storage class, so each buffer is
+  known by its owner class and attribute *before* it reaches the pack hook (provenance, never
+  dtype: these buffers are all uint8).
+* §2.0: ``QuantizedTensor`` subclasses and ``GroupedTensor`` reach the hook whole; their inner
+  buffers are read directly (``_INNER_TENSORS`` / the grouped buffer attributes).
+* §2.1 / §2.4: the fuser flattens each basic op's ``to_save`` in op order and records each op's
+  entry range (``ctx._saved_tensors_range``), which names operands and roles.
+
+Importing this module imports TE; memaudit imports it only when the caller already did.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import transformer_engine.pytorch as te  # noqa: E402,I001  (torch first: TE needs it loaded)
+from transformer_engine.pytorch.quantized_tensor import QuantizedTensor, QuantizedTensorStorage
+from transformer_engine.pytorch.tensor.storage.grouped_tensor_storage import GroupedTensorStorage
+
+from memaudit.classify import torch as tclass
+from memaudit.report import Row
+
+try:
+    from transformer_engine.pytorch.tensor.grouped_tensor import GroupedTensor
+except ImportError:  # pragma: no cover - older TE
+    GroupedTensor = ()  # type: ignore[assignment,misc]
+
+# attribute -> (kind, orientation), te-internals §5.2 / §5.4.
+SLOTS: dict[str, tuple[str, str | None]] = {
+    # Float8TensorStorage
+    "_data": ("data", "rowwise"),
+    "_transpose": ("data", "columnwise"),
+    "_scale_inv": ("scale_inv", "both"),
+    # MXFP8 / NVFP4 / Float8Blockwise storages
+    "_rowwise_data": ("data", "rowwise"),
+    "_columnwise_data": ("data", "columnwise"),
+    "_rowwise_scale_inv": ("scale_inv", "rowwise"),
+    "_columnwise_scale_inv": ("scale_inv", "columnwise"),
+    "_amax_rowwise": ("amax", "rowwise"),
+    "_amax_columnwise": ("amax", "columnwise"),
+    # GroupedTensorStorage (all 1-D)
+    "rowwise_data": ("data", "rowwise"),
+    "columnwise_data": ("data", "columnwise"),
+    "scale_inv": ("scale_inv", "rowwise"),
+    "columnwise_scale_inv": ("scale_inv", "columnwise"),
+    "amax": ("amax", "rowwise"),
+    "columnwise_amax": ("amax", "columnwise"),
+    "scale": ("scale", None),
+    "first_dims": ("metadata", None),
+    "last_dims": ("metadata", None),
+    "tensor_offsets": ("metadata", None),
+    # IdentityTensorStorage
+    "_hp_data": ("tensor", None),
+    # custom_recipes NVFP4TensorRef (§6)
+    "data": ("data", "rowwise"),
+    "data_t": ("data", "columnwise"),
+    "scale_t": ("scale_inv", "columnwise"),
+}
+GROUPED_SLOTS = (
+    "rowwise_data",
+    "columnwise_data",
+    "scale_inv",
+    "columnwise_scale_inv",
+    "amax",
+    "columnwise_amax",
+    "scale",
+    "first_dims",
+    "last_dims",
+    "tensor_offsets",
+)
+# The NVFP4TensorRef's "scale" is a rowwise scale_inv, not a grouped FP8 "scale".
+_CLASS_SLOT_OVERRIDES = {("NVFP4TensorRef", "scale"): ("scale_inv", "rowwise")}
+
+# Storage class -> format (§5.1). Grouped storages take their quantizer's format.
+CLASS_FORMATS = {
+    "Float8TensorStorage": "fp8",
+    "Float8Tensor": "fp8",
+    "MXFP8TensorStorage": "mxfp8",
+    "MXFP8Tensor": "mxfp8",
+    "NVFP4TensorStorage": "nvfp4",
+    "NVFP4Tensor": "nvfp4",
+    "Float8BlockwiseQTensorStorage": "fp8-block",
+    "Float8BlockwiseQTensor": "fp8-block",
+    "NVFP4TensorRef": "nvfp4-ref",
+}
+QUANTIZER_FORMATS = {
+    "Float8Quantizer": "fp8",
+    "Float8CurrentScalingQuantizer": "fp8",
+    "MXFP8Quantizer": "mxfp8",
+    "NVFP4Quantizer": "nvfp4",
+    "Float8BlockQuantizer": "fp8-block",
+}
+
+
+def storage_format(obj: Any) -> str:
+    """Format of a TE storage object: its class, or for grouped storage its quantizer."""
+    for cls in type(obj).__mro__:
+        if cls.__name__ in CLASS_FORMATS:
+            return CLASS_FORMATS[cls.__name__]
+    if isinstance(obj, GroupedTensorStorage):
+        q = getattr(obj, "quantizer", None)
+        if q is None:
+            return tclass.format_of(getattr(obj, "fake_dtype", torch.float32))
+        for cls in type(q).__mro__:
+            if cls.__name__ in QUANTIZER_FORMATS:
+                return QUANTIZER_FORMATS[cls.__name__]
+        return type(q).__name__
+    return type(obj).__name__
+
+
+def _container_name(obj: Any) -> str:
+    return type(obj).__name__
+
+
+def buffer_fields(obj: Any, attr: str, buf: torch.Tensor, warnings: list[str]) -> dict[str, Any]:
+    """Row fields for buffer ``attr`` of TE object ``obj``."""
+    cls = _container_name(obj)
+    slot = _CLASS_SLOT_OVERRIDES.get((cls, attr)) or SLOTS.get(attr)
+    fields: dict[str, Any] = {"container": cls, "slot": attr}
+    if slot is None:
+        msg = f"unknown TE buffer {cls}.{attr}: classified as kind 'tensor'"
+        if msg not in warnings:
+            warnings.append(msg)
+        fields.update(kind="tensor", orientation=None, format=tclass.format_of(buf.dtype))
+        return fields
+    kind, orientation = slot
+    fields.update(kind=kind, orientation=orientation)
+    fields["format"] = tclass.format_of(buf.dtype) if kind == "metadata" else storage_format(obj)
+    if attr == "scale_inv" and getattr(obj, "columnwise_scale_inv", None) is buf:
+        fields["orientation"] = "both"  # FP8 current scaling shares one tensor (§5.2)
+    return fields
+
+
+def inner_buffers(obj: Any) -> list[tuple[str, torch.Tensor]]:
+    """Non-None buffers of a TE object, by attribute, in TE's slot order."""
+    if isinstance(obj, GroupedTensorStorage):
+        names: tuple[str, ...] = GROUPED_SLOTS
+    else:
+        names = tuple(attr for attr, _ in getattr(type(obj), "_INNER_TENSORS", ()))
+    out = []
+    for name in names:
+        buf = getattr(obj, name, None)
+        if isinstance(buf, torch.Tensor):
+            out.append((name, buf))
+    return out
+
+
+def _candidate_buffers(obj: Any) -> list[tuple[str, torch.Tensor]]:
+    """Buffers a storage may hand to ``prepare_for_saving``: declared ones, else any tensor attribute."""
+    found = inner_buffers(obj)
+    if found or isinstance(obj, GroupedTensorStorage):
+        return found
+    return [(k, v) for k, v in vars(obj).items() if isinstance(v, torch.Tensor)]
+
+
+def _storage_classes() -> list[type]:
+    """Every TE storage class that defines its own ``prepare_for_saving``."""
+    found: list[type] = []
+    stack: list[type] = [QuantizedTensorStorage, GroupedTensorStorage]
+    seen: set[type] = set()
+    while stack:
+        cls = stack.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        if "prepare_for_saving" in vars(cls):
+            found.append(cls)
+        stack.extend(cls.__subclasses__())
+    return found
+
+
+class TEClassifier:
+    """Capture plugin: provenance from ``prepare_for_saving``, whole objects, fuser roles."""
+
+    def __init__(self, cap: Any) -> None:
+        self.cap = cap
+        self._patched: list[tuple[type, Callable[..., Any]]] = []
+        # id(storage object) -> (weakref, [attr per returned tensor])
+        self.decomposed: dict[int, tuple[Any, list[str | None]]] = {}
+
+    # -- prepare_for_saving provenance --------------------------------------------------------
+    def install(self) -> None:
+        for cls in _storage_classes():
+            original = vars(cls)["prepare_for_saving"]
+            cls.prepare_for_saving = self._wrap(original)  # type: ignore[method-assign]
+            self._patched.append((cls, original))
+
+    def uninstall(self) -> None:
+        while self._patched:
+            cls, original = self._patched.pop()
+            cls.prepare_for_saving = original  # type: ignore[method-assign]
+
+    def _wrap(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        plugin = self
+
+        def prepare_for_saving(obj: Any, *args: Any, **kwargs: Any) -> Any:
+            # Learn every buffer's owner and attribute while the object still holds them.
+            before: dict[int, list[tuple[str, dict[str, Any]]]] = {}
+            for name, buf in _candidate_buffers(obj):
+                fields = buffer_fields(obj, name, buf, plugin.cap.warnings)
+                before.setdefault(id(buf), []).append((name, fields))
+            tensors, self_obj = original(obj, *args, **kwargs)
+            attrs: list[str | None] = []
+            for t in tensors:
+                if isinstance(t, torch.Tensor) and before.get(id(t)):
+                    name, fields = before[id(t)].pop(0)
+                    plugin.cap.note_buffer(t, fields)
+                    attrs.append(name)
+                else:
+                    attrs.append(None)
+            plugin.decomposed[id(self_obj)] = (weakref.ref(self_obj), attrs)
+            return tensors, self_obj
+
+        return prepare_for_saving
+
+    # -- whole objects at the hook ------------------------------------------------------------
+    def expand(self, t: torch.Tensor) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any], torch.Tensor]]] | None:
+        if not isinstance(t, QuantizedTensor | GroupedTensor):
+            return None
+        is_param = isinstance(t, torch.nn.Parameter)
+        container = {
+            "kind": "container",
+            "format": storage_format(t),
+            "shape": list(t.shape),
+            "dtype": tclass.dtype_name(t.dtype),
+            "bytes": 0,
+            "device": str(t.device),
+            "is_parameter": is_param,
+            "container": _container_name(t),
+        }
+        inner = []
+        for name, buf in inner_buffers(t):
+            fields = buffer_fields(t, name, buf, self.cap.warnings)
+            fields["is_parameter"] = is_param
+            inner.append((name, fields, buf))
+        return container, inner
+
+    # -- roles from the fuser ------------------------------------------------------------------
+    def annotate(self, rows: list[Row], cap: Any) -> None:
+        for node in getattr(cap, "walk_nodes", ()):
+            if hasattr(node, "basic_op_ctxs") and hasattr(node, "tensor_objects"):
+                label_fuser_rows(node, rows, self.decomposed)
+
+
+def _entry_counts(tensor_objects: list[Any], decomposed: dict[int, tuple[Any, list[str | None]]]) -> list[int]:
+    counts = []
+    for obj in tensor_objects:
+        if obj is None:
+            counts.append(1)
+            continue
+        rec = decomposed.get(id(obj))
+        if rec is not None and rec[0]() is obj:
+            counts.append(len(rec[1]))
+        elif isinstance(obj, GroupedTensorStorage):
+            counts.append(len(GROUPED_SLOTS))
+        else:
+            counts.append(len(getattr(type(obj), "_INNER_TENSORS", ())) or 1)
+    return counts
+
+
+def label_fuser_rows(
+    node: Any,
+    rows: list[Row],
+    decomposed: dict[int, tuple[Any, list[str | None]]],
+) -> None:
+    """Name operands of the rows a TE ``OperationFuser`` saved (roles from te-internals §2.1/§2.4)."""
+    op_name = type(node).__name__
+    counts = _entry_counts(list(node.tensor_objects), decomposed)
+    # flat position -> to_save entry index
+    entry_of: list[int] = []
+    for j, n in enumerate(counts):
+        entry_of.extend([j] * n)
+    roles: dict[int, tuple[str, int | None]] = {}
+    basic_ops = list(node.basic_ops)
+    ctxs = list(node.basic_op_ctxs)
+    linear_seen = 0
+    prefixes = []
+    for op in basic_ops:
+        if type(op).__name__ == "GroupedLinear":
+            prefixes.append("fc1" if linear_seen == 0 else "fc2")
+            linear_seen += 1
+        else:
+            prefixes.append("activation")
+    fused_entries = _fused_layout(basic_ops, ctxs)
+    for i, (op, ctx) in enumerate(zip(basic_ops, ctxs, strict=True)):
+        rng = getattr(ctx, "_saved_tensors_range", None)
+        if not rng:
+            continue
+        start, end = rng
+        if fused_entries is not None and i == 0:
+            for k, role in enumerate(fused_entries(end - start)):
+                roles[start + k] = role
+            continue
+        for k in range(end - start):
+            roles[start + k] = _unfused_role(op, ctx, prefixes[i], k)
+    for row in rows:
+        slot = row.saved_as
+        if row.op != op_name or not slot or not slot.startswith("saved_tensors["):
+            continue
+        pos = int(slot[len("saved_tensors[") : -1])
+        if pos >= len(entry_of):
+            continue
+        role = roles.get(entry_of[pos])
+        if role is None:
+            continue
+        _set_role(row, rows, role)
+
+
+def _set_role(row: Row, rows: list[Row], role: tuple[str, int | None]) -> None:
+    operand, group = role
+    targets = [row]
+    if row.kind == "container":
+        targets += [r for r in rows if r.container_index == row.index]
+    for r in targets:
+        r.operand = operand
+        if group is not None:
+            r.group = group
+
+
+_GL_META = ("split_sizes", "base_split_offsets", "split_points", "input_offsets", "output_offsets")
+
+
+def _unfused_role(op: Any, ctx: Any, prefix: str, k: int) -> tuple[str, int | None]:
+    """Role of entry ``k`` of an unfused basic op's ``to_save`` (te-internals §2.4)."""
+    if prefix == "activation":
+        return ("activation.activation_in", None) if k == 0 else ("activation.scales", None)
+    if k < len(_GL_META):
+        return f"{prefix}.{_GL_META[k]}", None
+    m = len(_GL_META)
+    if getattr(op, "_scale_bias", False):
+        if k == m:
+            return f"{prefix}.scales", None
+        m += 1
+    groups = int(op.num_groups)
+    if getattr(ctx, "use_grouped_tensor_path", False):
+        if k == m:
+            return f"{prefix}.input", None
+        w = k - m - 1
+        if getattr(op, "single_grouped_weight", False):
+            return f"{prefix}.weight", None
+        return f"{prefix}.weight[{w}]", w
+    if k < m + groups:
+        return f"{prefix}.input", k - m
+    w = k - m - groups
+    return f"{prefix}.weight[{w}]", w
+
+
+_FUSED_META = (
+    "fc1.split_sizes",
+    "fc1.base_split_offsets",
+    "fc1.split_points",
+    "fc1.input_offsets",
+    "fc1.output_offsets",
+    "fc2.input_offsets",
+    "fc2.output_offsets",
+)
+
+
+def _fused_layout(basic_ops: list[Any], ctxs: list[Any]) -> Callable[[int], list[tuple[str, int | None]]] | None:
+    """Roles of the fused grouped MLP's single save (te-internals §2.1), if a fused op ran.
+
+    The fused op saves everything through the FC1 context; the activation and FC2 contexts save
+    nothing. On the unfused path the activation op always saves its two entries.
+    """
+    if len(basic_ops) != 3 or [type(op).__name__ for op in basic_ops][::2] != ["GroupedLinear", "GroupedLinear"]:
+        return None
+    ranges = [getattr(c, "_saved_tensors_range", None) for c in ctxs]
+    if not ranges[0] or ranges[0][1] - ranges[0][0] < len(_FUSED_META) + 4:
+        return None
+    if any(r and r[1] > r[0] for r in ranges[1:]):
+        return None
+    fc1_single = bool(getattr(basic_ops[0], "single_grouped_weight", False))
+    fc2_single = bool(getattr(basic_ops[2], "single_grouped_weight", False))
+
+    def layout(n: int) -> list[tuple[str, int | None]]:
+        w = (n - len(_FUSED_META) - 4) // 2
+        roles: list[tuple[str, int | None]] = [(name, None) for name in _FUSED_META]
+        roles.append(("fc1.input", None))
+        roles += [("fc1.weight", None)] if fc1_single and w == 1 else [(f"fc1.weight[{g}]", g) for g in range(w)]
+        roles += [("activation.activation_in", None), ("activation.scales", None), ("fc2.input", None)]
+        roles += [("fc2.weight", None)] if fc2_single and w == 1 else [(f"fc2.weight[{g}]", g) for g in range(w)]
+        return roles
+
+    return layout
+
+
+def te_version() -> str | None:
+    """The installed TE distribution's version (TE's Python modules carry none)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("transformer_engine")
+    except metadata.PackageNotFoundError:
+        return getattr(te, "__version__", None)
+
+
+def environment() -> dict[str, Any]:
+    """TE version and the library versions TE reports."""
+    env: dict[str, Any] = {"transformer_engine": te_version()}
+    try:
+        import transformer_engine_torch as tex
+
+        v = int(tex.get_cublasLt_version())
+        env["cublaslt"] = f"{v // 10000}.{v // 100 % 100}.{v % 100}"
+    except Exception:  # noqa: BLE001 - no CUDA driver on CPU machines
+        env["cublaslt"] = None
+    try:
+        from importlib import metadata
+
+        env["cudnn_frontend"] = metadata.version("nvidia-cudnn-frontend")
+    except Exception:  # noqa: BLE001
+        env["cudnn_frontend"] = None
+    return env

@@ -1,0 +1,92 @@
+"""``memaudit baseline update CURRENT [--into PATH] [--prune]``: write or refresh a baseline.
+
+The baseline is written atomically (temp file, then rename), in the case order it already had, so
+that its diff in the PR shows exactly what the change accepts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.text import Text
+
+from memaudit import exitcodes
+from memaudit.commands.compare import consoles, usage_exit
+from memaudit.errors import UsageError
+
+BASELINE_DIR = Path("reports") / "baseline"
+
+
+def update(
+    current: Annotated[Path, typer.Argument(help="The report to accept (from memaudit run --json).", show_default=False)],
+    into: Annotated[Path | None, typer.Option(help="Baseline file to write or refresh. Default: reports/baseline/<CURRENT's name>.json.")] = None,
+    prune: Annotated[bool, typer.Option(help="Drop baseline cases that the current report lacks (default: keep them).")] = False,
+) -> None:
+    """Write or refresh a baseline from CURRENT and print what changed."""
+    from memaudit.baseline import env_differences, update_baseline
+    from memaudit.report import load_report, write_report
+
+    out, err = consoles()
+    target = into if into is not None else BASELINE_DIR / f"{current.stem}.json"
+    try:
+        cur = load_report(current)
+    except UsageError as exc:
+        raise usage_exit(err, exc) from None
+    existing = None
+    if target.exists():
+        try:
+            existing = load_report(target)
+        except UsageError as exc:
+            raise usage_exit(err, exc, "the existing baseline was left as it is; fix or remove it, then run again") from None
+    try:
+        merged, changes = update_baseline(cur, existing, prune=prune)
+    except UsageError as exc:
+        raise usage_exit(err, exc) from None
+
+    env_diff = env_differences(existing.environment, cur.environment) if existing is not None else []
+    kept = [c for c in changes if c.action == "kept"]
+    for w in env_diff:
+        err.print(Text(f"warning: the current report comes from another environment: {w}", style="yellow"), soft_wrap=True)
+    if env_diff and kept:
+        err.print(
+            Text(f"  {len(kept)} kept case(s) were measured in the old environment; --prune drops them"),
+            soft_wrap=True,
+        )
+
+    unchanged = 0
+    for ch in changes:
+        if ch.action == "unchanged":
+            unchanged += 1
+            continue
+        style = {"added": "green", "updated": "yellow", "removed": "red", "kept": "dim"}.get(ch.action, "")
+        out.print(Text(ch.text(), style=style), soft_wrap=True)
+    if unchanged:
+        out.print(Text(f"{unchanged} case{'s' if unchanged != 1 else ''} unchanged"), soft_wrap=True)
+
+    up_to_date = (
+        existing is not None
+        and all(ch.action in ("unchanged", "kept") for ch in changes)
+        and not env_diff
+        and existing.environment == cur.environment
+    )
+    if up_to_date:
+        out.print(Text(f"{target} is up to date; not rewritten"), soft_wrap=True)
+        raise typer.Exit(exitcodes.OK)
+    write_report(merged, target)
+    verb = "refreshed" if existing is not None else "wrote"
+    out.print(Text(f"{verb} {target} ({len(merged.cases)} case{'s' if len(merged.cases) != 1 else ''})"), soft_wrap=True)
+    raise typer.Exit(exitcodes.OK)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``baseline`` command group (``baseline update``) to the CLI."""
+    sub = typer.Typer(
+        name="baseline",
+        help="Baselines that `memaudit compare` gates against (reports/baseline/).",
+        no_args_is_help=True,
+        add_completion=False,
+    )
+    sub.command("update")(update)
+    app.add_typer(sub, name="baseline")

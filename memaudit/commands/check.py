@@ -1,0 +1,85 @@
+"""``memaudit check REPORT --scenario FILE``: judge an existing report against a scenario's budgets.
+
+A GPU runner produces the report (``memaudit run --json``); any machine can judge it. Exit codes:
+0 every budget passes or is xfail; 1 a budget fails or XPASSes (or a case errored and the scenario
+says ``on_error = "fail"``); 2 bad input (nothing written); 3 a case errored and no budget failed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from memaudit import exitcodes
+from memaudit.errors import UsageError
+
+CHECK_HELP = (
+    "Evaluate a scenario's budgets against an existing JSON report, without re-running.\n\n"
+    "Exit codes: 0 every budget passes or is xfail; "
+    "1 a budget fails or XPASSes (or a case errored and the scenario sets on_error = \"fail\"); "
+    "2 bad input: report, scenario or a budget that selects nothing (nothing is written); "
+    "3 a case errored (on_error = \"warn\") and no budget failed."
+)
+
+
+def _consoles() -> tuple[Console, Console]:
+    out, err = Console(), Console(stderr=True)
+    if not out.is_terminal:
+        out = Console(width=160)
+    if not err.is_terminal:
+        err = Console(stderr=True, width=160)
+    return out, err
+
+
+def check(
+    report: Annotated[Path, typer.Argument(help="A JSON report from memaudit run --json.", show_default=False)],
+    scenario: Annotated[Path, typer.Option("--scenario", help="The scenario TOML whose budgets judge the report.", show_default=False)],
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the report with each case's budgets filled in here (atomically).")] = None,
+    show_na: Annotated[bool, typer.Option("--show-na", help="Also list rules that do not apply to a case.")] = False,
+) -> None:
+    """Judge REPORT against the budgets of --scenario; exit 1 if a budget fails."""
+    from memaudit.budgets import te_version_of
+    from memaudit.render.verdicts import render_failures, render_verdicts
+    from memaudit.report import load_report, write_report
+    from memaudit.scenario import evaluate, exit_code, load_scenario
+
+    out, err = _consoles()
+    try:
+        loaded = load_scenario(scenario)
+        rep = load_report(report)
+        verdicts = evaluate(rep, loaded, source=str(report))
+    except UsageError as exc:
+        msg = Text("error: ", style="bold red")
+        msg.append(str(exc))
+        err.print(msg, soft_wrap=True)
+        raise typer.Exit(exitcodes.USAGE) from None
+
+    if te_version_of(rep.environment) is None and any(r.known_failure for r in loaded.rules):
+        err.print(
+            Text("warning: the report records no TransformerEngine version, so known_failure entries do not apply", style="yellow"),
+            soft_wrap=True,
+        )
+    code = exit_code(rep, verdicts, loaded)
+    out.print(render_failures(verdicts), soft_wrap=True)
+    out.print(render_verdicts(verdicts, show_na=show_na))
+    errored = [c.id for c in rep.cases if c.status == "error" and loaded.covers(c)]
+    if errored:
+        label = "error" if loaded.on_error == "fail" else "warning"
+        err.print(
+            Text(f"{label}: {len(errored)} case(s) errored (on_error = {loaded.on_error!r}): {', '.join(errored)}",
+                 style="red" if label == "error" else "yellow"),
+            soft_wrap=True,
+        )
+    if json_path is not None:
+        write_report(rep, json_path)
+        out.print(Text(f"wrote {json_path}"), soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``check`` to the CLI."""
+    app.command("check", help=CHECK_HELP)(check)

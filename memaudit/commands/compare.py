@@ -1,0 +1,100 @@
+"""``memaudit compare BASELINE CURRENT``: the CI regression gate.
+
+Exit codes: 0 no regression; 1 regression (or an environment difference under ``--strict-env``);
+2 bad input (a missing, unparsable, truncated or foreign file, or a bad flag). Nothing is written
+on exit 2.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from memaudit import exitcodes
+from memaudit.errors import UsageError
+
+COMPARE_HELP = (
+    "Compare a report against a baseline, case by case; exact by default.\n\n"
+    "Exit codes: 0 no regression; 1 regression; 2 bad input (missing, unparsable or foreign file, bad flag)."
+)
+
+
+def consoles() -> tuple[Console, Console]:
+    """stdout and stderr consoles; pipes and CI logs get a wide, stable width."""
+    out, err = Console(), Console(stderr=True)
+    if not out.is_terminal:
+        out = Console(width=160)
+    if not err.is_terminal:
+        err = Console(stderr=True, width=160)
+    return out, err
+
+
+def usage_exit(err: Console, exc: UsageError, hint: str | None = None) -> typer.Exit:
+    """Print a usage error (no traceback) and return the Exit(2) to raise."""
+    msg = Text("error: ", style="bold red")
+    msg.append(str(exc))
+    if hint:
+        msg.append(f"\n  {hint}")
+    err.print(msg, soft_wrap=True)
+    return typer.Exit(exitcodes.USAGE)
+
+
+def default_comment_name(baseline: Path) -> str:
+    """A marker name from the baseline file's stem, e.g. ``h200-te-grouped-mlp``."""
+    name = re.sub(r"[^A-Za-z0-9_.:+-]+", "-", baseline.stem)
+    name = re.sub(r"-{2,}", "-", name).lstrip("._:+-")
+    return name or "default"
+
+
+def compare(
+    baseline: Annotated[Path, typer.Argument(help="The baseline report (e.g. reports/baseline/NAME.json).", show_default=False)],
+    current: Annotated[Path, typer.Argument(help="The report to check (from memaudit run --json).", show_default=False)],
+    tolerance: Annotated[
+        str,
+        typer.Option(help="Growth allowed per byte metric: bytes ('4096', '1 MiB') or a percent of the case's baseline saved bytes ('0.5%')."),
+    ] = "0",
+    fail_on: Annotated[str, typer.Option(help="increase: only growth fails; change: any change beyond the tolerance fails, missing cases too.")] = "increase",
+    strict_env: Annotated[bool, typer.Option("--strict-env", help="Fail when the environments differ (TE version, device class, torch version).")] = False,
+    markdown: Annotated[Path | None, typer.Option(help="Write a PR comment (GitHub markdown) here, atomically.")] = None,
+    name: Annotated[str | None, typer.Option(help="Name in the comment's hidden marker <!-- memaudit:NAME -->. Default: the baseline file's stem.")] = None,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Also show the rows (buffers) behind each change.")] = False,
+) -> None:
+    """Compare CURRENT against BASELINE; exit 1 on a regression."""
+    from memaudit.baseline import compare_reports, parse_tolerance
+    from memaudit.render.compare_table import print_comparison
+    from memaudit.render.markdown import marker, render_markdown
+    from memaudit.report import atomic_write_text, load_report
+
+    out, err = consoles()
+    try:
+        tol = parse_tolerance(tolerance)
+        comment_name = name if name is not None else default_comment_name(baseline)
+        marker(comment_name)
+        base_report = load_report(baseline)
+        cur_report = load_report(current)
+        cmp = compare_reports(base_report, cur_report, tolerance=tol, fail_on=fail_on, strict_env=strict_env)
+    except UsageError as exc:
+        raise usage_exit(err, exc) from None
+
+    for w in cmp.env_warnings:
+        label = Text("error: " if strict_env else "warning: ", style="bold red" if strict_env else "bold yellow")
+        label.append(f"environment differs from the baseline: {w}")
+        err.print(label, soft_wrap=True)
+    if cmp.env_warnings and not strict_env:
+        err.print(Text("  the reports are compared anyway; --strict-env makes this a failure"), soft_wrap=True)
+
+    print_comparison(out, cmp, verbose=verbose, title=f"memaudit compare: {baseline} -> {current}")
+    if markdown is not None:
+        atomic_write_text(markdown, render_markdown(cur_report, cmp, name=comment_name))
+        out.print(Text(f"wrote {markdown}"), soft_wrap=True)
+    raise typer.Exit(exitcodes.FAIL if cmp.regressed else exitcodes.OK)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``compare`` to the CLI."""
+    app.command("compare", help=COMPARE_HELP)(compare)

@@ -1,0 +1,63 @@
+"""Rich rendering of budget verdicts: the failure details, then one verdict table."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from memaudit.budgets import Verdict, summary_line
+
+STYLE = {"pass": "green", "fail": "bold red", "xfail": "yellow", "XPASS": "bold red", "n/a": "dim"}
+
+
+def _case_na(verdicts: Sequence[Verdict]) -> bool:
+    return bool(verdicts) and all(v.verdict == "n/a" and v.message.startswith("case ") for v in verdicts)
+
+
+def render_verdicts(verdicts: Iterable[Verdict], *, show_na: bool = False) -> Table:
+    """One row per (case, rule) verdict; a skipped or errored case is one n/a row.
+
+    Rules that do not apply to a case (another recipe, group count or path) are left out unless
+    ``show_na``. The caption counts every verdict.
+    """
+    verdicts = list(verdicts)
+    table = Table(
+        title="budgets",
+        title_justify="left",
+        caption=summary_line(verdicts),
+        caption_justify="left",
+        header_style="bold",
+    )
+    for col in ("case", "rule", "verdict", "expected", "actual"):
+        table.add_column(col, overflow="fold")
+    by_case: dict[str, list[Verdict]] = {}
+    for v in verdicts:
+        by_case.setdefault(v.case_id, []).append(v)
+    for case_id, mine in by_case.items():
+        if _case_na(mine):
+            table.add_row(case_id, "(all)", Text("n/a", style=STYLE["n/a"]), "", mine[0].message)
+            continue
+        for v in mine:
+            if v.verdict == "n/a" and not show_na:
+                continue
+            actual = v.actual if v.verdict != "n/a" else v.message
+            table.add_row(case_id, v.rule, Text(v.verdict, style=STYLE[v.verdict]), v.expected, actual)
+    return table
+
+
+def render_failures(verdicts: Iterable[Verdict]) -> Group:
+    """The full text of every fail, XPASS and xfail: rule, numbers, offending rows."""
+    parts: list[Text] = []
+    for v in verdicts:
+        if v.verdict not in ("fail", "XPASS", "xfail"):
+            continue
+        head = Text()
+        head.append({"fail": "FAIL", "XPASS": "XPASS", "xfail": "xfail"}[v.verdict] + " ", style=STYLE[v.verdict])
+        head.append(f"{v.case_id}  {v.rule}", style="bold")
+        parts.append(head)
+        body = v.message if v.verdict != "xfail" else f"{v.message}\n  found {v.actual}"
+        parts.append(Text("  " + body.replace("\n", "\n  ")))
+    return Group(*parts)

@@ -1,0 +1,558 @@
+"""Scenario files: the cases to run and the budgets that judge them (``scenarios/*.toml``).
+
+:func:`load_scenario` reads and validates a file; every problem is a :class:`UsageError` that names
+the file, the key path and the bad value (exit 2, nothing written). :meth:`Scenario.specs` gives
+the CaseSpecs to run; :func:`evaluate` applies the budgets to a report (filling each case's
+``budgets``) and :func:`exit_code` turns the verdicts into the CLI's exit status.
+The rule language is documented in docs/budgets.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import re
+import tomllib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memaudit import exitcodes
+from memaudit.budgets import (
+    CHECKS,
+    COUNT_OPS,
+    COUNT_UNITS,
+    MEASURES,
+    PER,
+    ByteExpr,
+    CaseLike,
+    Check,
+    Context,
+    Count,
+    ExactBytes,
+    Forbid,
+    KnownFailure,
+    MaxBytes,
+    PathCheck,
+    Ratio,
+    Rule,
+    Selection,
+    Verdict,
+    evaluate_case,
+    te_version_of,
+    validate_specifier,
+)
+from memaudit.errors import UsageError
+from memaudit.report import KINDS, ORIENTATIONS, Report
+from memaudit.spec import ALIGNMENT, DTYPES, RECIPES, CaseSpec, default_splits
+
+ON_ERROR = ("fail", "warn")
+TOP_KEYS = ("name", "description", "on_error", "cases", "budget")
+CASE_KEYS = ("target", "recipes", "groups", "tokens", "hidden", "ffn", "dtype", "options")
+RULE_KEYS = ("name", "why", "recipes", "groups", "when", "select", "per", "unit", "measure", "against", "known_failure", *CHECKS)
+SELECT_KEYS = ("operand", "kind", "orientation", "format", "container", "slot", "group", "is_parameter", "duplicate")
+KNOWN_FAILURE_KEYS = ("te", "reason")
+AGAINST_KEYS = ("recipe", "groups", "tokens", "hidden", "ffn", "dtype")
+FORMATS = (
+    "bf16", "fp16", "fp32", "fp64", "int64", "int32", "int16", "int8", "uint8", "bool",
+    "fp8", "fp8-block", "mxfp8", "nvfp4", "fp8_e4m3", "fp8_e5m2", "e8m0", "fp4_e2m1x2",
+)  # fmt: skip
+BUILTIN_TARGETS = ("reference", "te-grouped-mlp")
+
+
+# ---- typed access with key paths ----------------------------------------------------------------
+def _tname(v: Any) -> str:
+    return {bool: "boolean", int: "integer", float: "float", str: "string", list: "array", dict: "table"}.get(
+        type(v), type(v).__name__
+    )
+
+
+def _did_you_mean(word: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _join(base: str, k: str | int) -> str:
+    if isinstance(k, int):
+        return f"{base}[{k}]"
+    return f"{base}.{k}" if base else k
+
+
+@dataclass
+class _Reader:
+    """Typed getters that raise UsageError(source, key path, value)."""
+
+    source: str
+
+    def fail(self, key: str, message: str) -> UsageError:
+        return UsageError(message, source=self.source, key=key)
+
+    def table(self, v: Any, key: str) -> dict[str, Any]:
+        if not isinstance(v, dict):
+            raise self.fail(key, f"expected a table, got {v!r} ({_tname(v)})")
+        return v
+
+    def keys(self, d: dict[str, Any], allowed: Sequence[str], key: str) -> None:
+        for k in d:
+            if k not in allowed:
+                raise self.fail(
+                    _join(key, k), f"unknown key {k!r}{_did_you_mean(k, allowed)}; allowed keys: {', '.join(allowed)}"
+                )
+
+    def string(self, v: Any, key: str, *, choices: Sequence[str] | None = None) -> str:
+        if not isinstance(v, str):
+            raise self.fail(key, f"expected a string, got {v!r} ({_tname(v)})")
+        if not v.strip():
+            raise self.fail(key, f"expected a non-empty string, got {v!r}")
+        if choices is not None and v not in choices:
+            raise self.fail(key, f"unknown value {v!r}{_did_you_mean(v, choices)}; use one of {', '.join(choices)}")
+        return v
+
+    def integer(self, v: Any, key: str, *, minimum: int = 1) -> int:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise self.fail(key, f"expected an integer, got {v!r} ({_tname(v)})")
+        if v < minimum:
+            raise self.fail(key, f"must be >= {minimum}, got {v}")
+        return v
+
+    def boolean(self, v: Any, key: str) -> bool:
+        if not isinstance(v, bool):
+            raise self.fail(key, f"expected true or false, got {v!r} ({_tname(v)})")
+        return v
+
+    def strings(self, v: Any, key: str, *, choices: Sequence[str] | None = None) -> tuple[str, ...]:
+        """A string or a non-empty array of strings."""
+        if isinstance(v, str):
+            return (self.string(v, key, choices=choices),)
+        if not isinstance(v, list) or not v:
+            raise self.fail(key, f"expected a string or a non-empty array of strings, got {v!r} ({_tname(v)})")
+        return tuple(self.string(x, _join(key, i), choices=choices) for i, x in enumerate(v))
+
+    def integers(self, v: Any, key: str, *, minimum: int = 1) -> tuple[int, ...]:
+        """An integer or a non-empty array of integers."""
+        if isinstance(v, int) and not isinstance(v, bool):
+            return (self.integer(v, key, minimum=minimum),)
+        if not isinstance(v, list) or not v:
+            raise self.fail(key, f"expected an integer or a non-empty array of integers, got {v!r} ({_tname(v)})")
+        return tuple(self.integer(x, _join(key, i), minimum=minimum) for i, x in enumerate(v))
+
+
+# ---- rules --------------------------------------------------------------------------------------
+_COUNT = re.compile(r"^\s*(==|<=|>=)?\s*([0-9]+)\s*$")
+
+
+def _formats(r: _Reader, v: Any, key: str) -> tuple[str, ...]:
+    out = r.strings(v, key)
+    for i, f in enumerate(out):
+        k = key if isinstance(v, str) else _join(key, i)
+        if any(c in f for c in "*?"):
+            rx = re.compile(re.escape(f).replace(r"\*", ".*").replace(r"\?", ".") + r"\Z")
+            if not any(rx.match(x) for x in FORMATS):
+                raise r.fail(k, f"format pattern {f!r} matches no known format; formats: {', '.join(FORMATS)}")
+        elif f not in FORMATS:
+            raise r.fail(k, f"unknown format {f!r}{_did_you_mean(f, FORMATS)}; formats: {', '.join(FORMATS)}")
+    return out
+
+
+def parse_selection(d: Any, *, source: str, key: str) -> Selection:
+    """A ``select`` table: operand patterns, kinds, orientations, formats, group, ..."""
+    r = _Reader(source)
+    d = r.table(d, key)
+    r.keys(d, SELECT_KEYS, key)
+    kw: dict[str, Any] = {}
+    if "operand" in d:
+        kw["operand"] = r.strings(d["operand"], _join(key, "operand"))
+    if "kind" in d:
+        kw["kind"] = r.strings(d["kind"], _join(key, "kind"), choices=KINDS)
+    if "orientation" in d:
+        kw["orientation"] = r.strings(d["orientation"], _join(key, "orientation"), choices=(*ORIENTATIONS, "none"))
+    if "format" in d:
+        kw["format"] = _formats(r, d["format"], _join(key, "format"))
+    for name in ("container", "slot"):
+        if name in d:
+            kw[name] = r.strings(d[name], _join(key, name))
+    if "group" in d:
+        g = d["group"]
+        if isinstance(g, str):
+            kw["group"] = r.string(g, _join(key, "group"), choices=("nonempty",))
+        else:
+            kw["group"] = r.integers(g, _join(key, "group"), minimum=0)
+    for name in ("is_parameter", "duplicate"):
+        if name in d:
+            kw[name] = r.boolean(d[name], _join(key, name))
+    return Selection(**kw)
+
+
+def parse_count(v: Any, *, source: str, key: str) -> tuple[str, int]:
+    """``1`` (== 1), ``"== 1"``, ``"<= 2"``, ``">= 1"``."""
+    r = _Reader(source)
+    if isinstance(v, int) and not isinstance(v, bool):
+        return "==", r.integer(v, key, minimum=0)
+    m = _COUNT.match(v) if isinstance(v, str) else None
+    if not m:
+        raise r.fail(key, f"malformed count {v!r}; use an integer or '== N', '<= N', '>= N' ({', '.join(COUNT_OPS)})")
+    return m.group(1) or "==", int(m.group(2))
+
+
+def parse_rule(d: Any, *, source: str, key: str) -> Rule:
+    """One budget table (or marker rule dict) into a :class:`Rule`."""
+    r = _Reader(source)
+    d = r.table(d, key)
+    r.keys(d, RULE_KEYS, key)
+    if "name" not in d:
+        raise r.fail(_join(key, "name"), "missing key 'name' (every budget needs a name)")
+    name = r.string(d["name"], _join(key, "name"))
+    checks = [c for c in CHECKS if c in d]
+    if not checks:
+        raise r.fail(key, f"budget {name!r} has no check; add one of {', '.join(CHECKS)}")
+    if len(checks) > 1:
+        raise r.fail(_join(key, checks[1]), f"budget {name!r} has {len(checks)} checks ({', '.join(checks)}); use one per budget")
+    kind = checks[0]
+    ck = _join(key, kind)
+    select = parse_selection(d["select"], source=source, key=_join(key, "select")) if "select" in d else None
+
+    for opt, allowed in (("per", ("count",)), ("unit", ("count",)), ("measure", ("max_bytes", "exact_bytes", "ratio")), ("against", ("ratio",))):
+        if opt in d and kind not in allowed:
+            raise r.fail(_join(key, opt), f"{opt!r} = {d[opt]!r} does not go with a {kind} check (only with {', '.join(allowed)})")
+    measure = "saved" if select is None else "logical"
+    if "measure" in d:
+        measure = r.string(d["measure"], _join(key, "measure"), choices=MEASURES)
+
+    check: Check
+    if kind == "count":
+        op, n = parse_count(d["count"], source=source, key=ck)
+        per = "case"
+        if "per" in d:
+            per = r.string(d["per"], _join(key, "per")).replace(" ", "")
+            if per not in PER:
+                raise r.fail(_join(key, "per"), f"unknown value {d['per']!r}{_did_you_mean(per, PER)}; use one of {', '.join(PER)}")
+        unit = r.string(d["unit"], _join(key, "unit"), choices=COUNT_UNITS) if "unit" in d else "rows"
+        check = Count(op, n, per, unit)
+    elif kind == "forbid":
+        if d["forbid"] is not True:
+            raise r.fail(ck, f"forbid must be true (it forbids every row of the selection), got {d['forbid']!r}")
+        if select is None:
+            raise r.fail(ck, f"budget {name!r}: forbid needs a 'select' table (forbidding every row is never meant)")
+        check = Forbid()
+    elif kind in ("max_bytes", "exact_bytes"):
+        expr = ByteExpr.parse(d[kind], source=source, key=ck)
+        check = MaxBytes(expr, measure) if kind == "max_bytes" else ExactBytes(expr, measure)
+    elif kind == "ratio":
+        v = d["ratio"]
+        if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
+            raise r.fail(ck, f"expected a positive number (the largest allowed ratio), got {v!r}")
+        if "against" not in d:
+            raise r.fail(_join(key, "against"), f"budget {name!r}: ratio needs 'against', e.g. against = {{ recipe = \"bf16\" }}")
+        check = Ratio(float(v), _parse_against(r, d["against"], _join(key, "against")), measure)
+    else:
+        check = PathCheck(r.string(d["path"], ck, choices=("fused", "unfused")) == "fused")
+
+    known = None
+    if "known_failure" in d:
+        kk = _join(key, "known_failure")
+        kf = r.table(d["known_failure"], kk)
+        r.keys(kf, KNOWN_FAILURE_KEYS, kk)
+        for k in KNOWN_FAILURE_KEYS:
+            if k not in kf:
+                raise r.fail(_join(kk, k), f"missing key {k!r}; known_failure needs te (a version range) and reason")
+        spec = r.string(kf["te"], _join(kk, "te"))
+        try:
+            validate_specifier(spec)
+        except ValueError as exc:
+            raise r.fail(_join(kk, "te"), f"invalid version specifier {spec!r} (use e.g. '<2.21'): {exc}") from None
+        known = KnownFailure(spec, r.string(kf["reason"], _join(kk, "reason")))
+
+    return Rule(
+        name=name,
+        check=check,
+        select=select,
+        recipes=frozenset(r.strings(d["recipes"], _join(key, "recipes"), choices=RECIPES)) if "recipes" in d else None,
+        groups=frozenset(r.integers(d["groups"], _join(key, "groups"))) if "groups" in d else None,
+        known_failure=known,
+        why=r.string(d["why"], _join(key, "why")) if "why" in d else None,
+        when=_parse_when(r, d["when"], _join(key, "when")) if "when" in d else (),
+        source=source,
+        key=key,
+    )
+
+
+def _parse_when(r: _Reader, v: Any, key: str) -> tuple[tuple[str, Any], ...]:
+    d = r.table(v, key)
+    if not d:
+        raise r.fail(key, "empty table: name path keys and values, e.g. { grouped_linear_path = \"split-quantize\" }")
+    for k, x in d.items():
+        if not isinstance(x, str | int | float | bool):
+            raise r.fail(_join(key, k), f"expected a string, number or boolean, got {x!r} ({_tname(x)})")
+    return tuple(d.items())
+
+
+def _parse_against(r: _Reader, v: Any, key: str) -> tuple[tuple[str, Any], ...]:
+    d = r.table(v, key)
+    r.keys(d, AGAINST_KEYS, key)
+    if not d:
+        raise r.fail(key, "empty table: name what differs in the other case, e.g. { recipe = \"bf16\" }")
+    out: list[tuple[str, Any]] = []
+    for k, x in d.items():
+        kk = _join(key, k)
+        if k == "recipe":
+            out.append((k, r.string(x, kk, choices=RECIPES)))
+        elif k == "dtype":
+            out.append((k, r.string(x, kk, choices=DTYPES)))
+        else:
+            out.append((k, r.integer(x, kk)))
+    return tuple(out)
+
+
+# ---- cases --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CaseBlock:
+    """One ``[cases]`` table: a matrix of recipes x group counts at one shape."""
+
+    target: str
+    recipes: tuple[str, ...]
+    groups: tuple[int, ...]
+    tokens: int
+    hidden: int
+    ffn: int
+    dtype: str = "bf16"
+    options: dict[str, Any] = field(default_factory=dict, hash=False)
+    key: str = "cases"
+
+    def specs(self, device: str = "cpu", options: dict[str, Any] | None = None) -> list[CaseSpec]:
+        return [
+            CaseSpec(
+                target=self.target,
+                recipe=rec,
+                groups=g,
+                tokens=self.tokens,
+                hidden=self.hidden,
+                ffn=self.ffn,
+                dtype=self.dtype,
+                device=device,
+                options={**(options or {}), **self.options},
+            )
+            for rec in self.recipes
+            for g in self.groups
+        ]
+
+    def covers(self, case: CaseLike) -> bool:
+        """Whether a report case is one of this block's cells."""
+        opts = getattr(case, "options", None) or {}
+        return (
+            getattr(case, "target", None) == self.target
+            and case.recipe in self.recipes
+            and case.groups in self.groups
+            and (case.tokens, case.hidden, case.ffn, case.dtype) == (self.tokens, self.hidden, self.ffn, self.dtype)
+            and all(opts.get(k) == v for k, v in self.options.items())
+        )
+
+
+def parse_cases(d: Any, *, source: str, key: str) -> CaseBlock:
+    r = _Reader(source)
+    d = r.table(d, key)
+    r.keys(d, CASE_KEYS, key)
+    for k in ("target", "recipes", "groups", "tokens", "hidden", "ffn"):
+        if k not in d:
+            raise r.fail(_join(key, k), f"missing key {k!r}; a cases table needs {', '.join(CASE_KEYS[:6])}")
+    target = r.string(d["target"], _join(key, "target"))
+    if target not in BUILTIN_TARGETS and ":" not in target:
+        raise r.fail(
+            _join(key, "target"),
+            f"unknown target {target!r}{_did_you_mean(target, BUILTIN_TARGETS)}; use {' or '.join(BUILTIN_TARGETS)} or PKG.MOD:FACTORY",
+        )
+    if d["recipes"] == "all":
+        recipes: tuple[str, ...] = RECIPES
+    else:
+        recipes = r.strings(d["recipes"], _join(key, "recipes"), choices=RECIPES)
+    groups = r.integers(d["groups"], _join(key, "groups"))
+    for name, values in (("recipes", recipes), ("groups", groups)):
+        dup = next((v for i, v in enumerate(values) if v in values[:i]), None)
+        if dup is not None:
+            raise r.fail(_join(key, name), f"{dup!r} is listed twice")
+    tokens = r.integer(d["tokens"], _join(key, "tokens"))
+    hidden = r.integer(d["hidden"], _join(key, "hidden"))
+    ffn = r.integer(d["ffn"], _join(key, "ffn"))
+    dtype = r.string(d.get("dtype", "bf16"), _join(key, "dtype"), choices=DTYPES)
+    options = r.table(d.get("options", {}), _join(key, "options"))
+    for k, v in options.items():
+        if not isinstance(v, str | int | float | bool):
+            raise r.fail(_join(_join(key, "options"), k), f"option values must be strings, numbers or booleans, got {v!r} ({_tname(v)})")
+    for rec in recipes:
+        align = ALIGNMENT[rec]
+        if tokens % align:
+            raise r.fail(
+                _join(key, "tokens"),
+                f"{tokens} tokens cannot be split into groups of multiples of {align} (the alignment of recipe {rec!r}); use a multiple of {align}",
+            )
+        for i, g in enumerate(groups):
+            try:
+                default_splits(tokens, g, align)
+            except UsageError as exc:
+                detail = str(exc).removeprefix(f"{exc.key}: ") if exc.key else str(exc)
+                raise r.fail(_join(_join(key, "groups"), i), f"group count {g} with recipe {rec!r}: {detail}") from None
+    return CaseBlock(target, recipes, groups, tokens, hidden, ffn, dtype, dict(options), key)
+
+
+# ---- scenario -----------------------------------------------------------------------------------
+_SPEC_FIELDS = ("target", "recipe", "groups", "tokens", "hidden", "ffn", "dtype")
+
+
+def _fields(x: Any) -> tuple[Any, ...]:
+    return tuple(getattr(x, f, None) for f in _SPEC_FIELDS)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A validated scenario: its case blocks, budgets and error policy."""
+
+    path: str
+    name: str
+    cases: tuple[CaseBlock, ...]
+    rules: tuple[Rule, ...] = ()
+    description: str = ""
+    on_error: str = "warn"
+
+    @property
+    def target(self) -> str:
+        """The target every case block runs (one per scenario)."""
+        return self.cases[0].target
+
+    def specs(self, device: str = "cpu", options: dict[str, Any] | None = None) -> list[CaseSpec]:
+        """Every case to run, in file order; ``options`` are extra target options (the scenario's win)."""
+        return [s for block in self.cases for s in block.specs(device, options)]
+
+    def covers(self, case: CaseLike) -> bool:
+        """Whether a report case is one of the scenario's cases."""
+        return any(b.covers(case) for b in self.cases)
+
+
+def parse_scenario(data: Any, *, source: str) -> Scenario:
+    """Validate a decoded TOML document."""
+    r = _Reader(source)
+    data = r.table(data, "")
+    r.keys(data, TOP_KEYS, "")
+    name = r.string(data["name"], "name") if "name" in data else Path(source).stem
+    description = r.string(data["description"], "description") if "description" in data else ""
+    on_error = r.string(data.get("on_error", "warn"), "on_error", choices=ON_ERROR)
+    if "cases" not in data:
+        raise r.fail("cases", "missing [cases] table: name the target, recipes, groups, tokens, hidden and ffn")
+    raw = data["cases"]
+    if isinstance(raw, list):
+        if not raw:
+            raise r.fail("cases", "empty array of cases")
+        blocks = tuple(parse_cases(b, source=source, key=f"cases[{i}]") for i, b in enumerate(raw))
+    else:
+        blocks = (parse_cases(raw, source=source, key="cases"),)
+    for b in blocks[1:]:
+        if b.target != blocks[0].target:
+            raise r.fail(_join(b.key, "target"), f"target {b.target!r} differs from {blocks[0].target!r}; one target per scenario")
+    specs = [s for b in blocks for s in b.specs()]
+    seen: set[str] = set()
+    for s in specs:
+        if s.id in seen:
+            raise r.fail("cases", f"case {s.id} is listed twice")
+        seen.add(s.id)
+
+    raw_rules = data.get("budget", [])
+    if not isinstance(raw_rules, list):
+        raise r.fail("budget", f"expected an array of tables ([[budget]]), got {_tname(raw_rules)}")
+    rules = tuple(parse_rule(d, source=source, key=f"budget[{i}]") for i, d in enumerate(raw_rules))
+    names: dict[str, int] = {}
+    for i, rule in enumerate(rules):
+        if rule.name in names:
+            raise r.fail(f"budget[{i}].name", f"duplicate budget name {rule.name!r} (also budget[{names[rule.name]}])")
+        names[rule.name] = i
+        applies = [s for s in specs if rule.not_applicable(s) is None]  # type: ignore[arg-type]
+        if not applies:
+            run_recipes = sorted({s.recipe for s in specs})
+            if rule.recipes is not None and not rule.recipes & set(run_recipes):
+                k, shown, have = "recipes", sorted(rule.recipes), run_recipes
+            else:
+                k, shown, have = "groups", sorted(rule.groups or ()), sorted({s.groups for s in specs})
+            raise r.fail(
+                f"budget[{i}].{k}",
+                f"budget {rule.name!r} applies to {k} {shown!r}, but the scenario runs {k} {have!r}: it would never be checked",
+            )
+        if isinstance(rule.check, Ratio):
+            have = {_fields(s) for s in specs}
+            for s in applies:
+                want = _fields(dataclasses.replace(s, **dict(rule.check.against)))
+                if want not in have:
+                    other = dict(zip(_SPEC_FIELDS, want, strict=True))
+                    raise r.fail(
+                        f"budget[{i}].against",
+                        f"budget {rule.name!r}: against = {dict(rule.check.against)!r} points at a case the scenario "
+                        f"does not run ({other['recipe']}, groups {other['groups']}, tokens {other['tokens']}, "
+                        f"hidden {other['hidden']}, ffn {other['ffn']}, {other['dtype']}) for {s.id}",
+                    )
+    return Scenario(source, name, blocks, rules, description, on_error)
+
+
+_LINE = re.compile(r"\(at line (\d+), column (\d+)\)")
+
+
+def load_scenario(path: str | os.PathLike[str]) -> Scenario:
+    """Read and validate a scenario file. Every problem is a UsageError naming file, key and value."""
+    src = str(path)
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError("no such scenario file", source=src)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read: {exc}", source=src) from exc
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        msg = str(exc)
+        m = _LINE.search(msg)
+        if m:
+            n = int(m.group(1))
+            lines = text.splitlines()
+            shown = lines[n - 1].strip() if 0 < n <= len(lines) else ""
+            raise UsageError(f"TOML syntax error: {msg}: {shown!r}", source=src, key=f"line {n}") from None
+        raise UsageError(f"TOML syntax error: {msg}", source=src) from None
+    return parse_scenario(data, source=src)
+
+
+# ---- evaluation ---------------------------------------------------------------------------------
+def evaluate(report: Report, scenario: Scenario, *, source: str | None = None) -> list[Verdict]:
+    """Apply the scenario's budgets to every case of ``report`` that the scenario names.
+
+    Fills each such case's ``budgets`` with the verdict dicts. Every scenario case must be in the
+    report (a report from another scenario or shape is bad input: UsageError naming ``source``).
+    """
+    covered = [c for c in report.cases if scenario.covers(c)]
+    have = {_fields(c) for c in covered}
+    for spec in scenario.specs():
+        if _fields(spec) not in have:
+            raise UsageError(
+                f"the report has no case {spec.id}, which scenario {scenario.path} runs "
+                f"(report cases: {', '.join(c.id for c in report.cases[:6]) or 'none'}{', ...' if len(report.cases) > 6 else ''})",
+                source=source or "<report>",
+                key="cases",
+            )
+
+    def find_case(case: CaseLike, ratio: Ratio) -> CaseLike | None:
+        want = dict(zip(_SPEC_FIELDS, _fields(case), strict=True)) | dict(ratio.against)
+        return next((c for c in covered if _fields(c) == tuple(want[f] for f in _SPEC_FIELDS)), None)
+
+    ctx = Context(te_version=te_version_of(report.environment), find_case=find_case)
+    verdicts: list[Verdict] = []
+    for case in covered:
+        mine = evaluate_case(case, scenario.rules, ctx)
+        case.budgets = [v.to_dict() for v in mine]
+        verdicts.extend(mine)
+    return verdicts
+
+
+def exit_code(report: Report, verdicts: Sequence[Verdict], scenario: Scenario) -> int:
+    """0 all pass/xfail; 1 a fail or XPASS (or an errored case with on_error = "fail");
+    3 an errored case with on_error = "warn" and nothing failed."""
+    if any(v.failed for v in verdicts):
+        return exitcodes.FAIL
+    if any(c.status == "error" for c in report.cases if scenario.covers(c)):
+        return exitcodes.FAIL if scenario.on_error == "fail" else exitcodes.CASE_ERROR
+    return exitcodes.OK
