@@ -86,8 +86,9 @@ def format_row(row: RowLike) -> str:
     ]
     extras = []
     where = ".".join(p for p in (row.container, row.slot) if p)
-    if where:
-        extras.append(where)
+    op = getattr(row, "op", None)
+    if where or op:
+        extras.append(" ".join(p for p in (where, f"by {op}" if op else "") if p))
     if row.is_parameter:
         extras.append("param")
     if row.duplicate_of is not None:
@@ -281,7 +282,7 @@ class Count:
         return self.op in ("==", ">=") and self.n >= 1
 
     def expected(self) -> str:
-        unit = " storages" if self.unit == "storages" else ""
+        unit = (" storage" if self.n == 1 else " storages") if self.unit == "storages" else ""
         return f"{self.op} {self.n}{unit}" + ("" if self.per == "case" else f" per {self.per}")
 
     def holds(self, k: int) -> bool:
@@ -509,19 +510,22 @@ def require_rows(rule: Rule, case: CaseLike) -> None:
 
 
 def measure_bytes(rows: Iterable[Any], measure: str) -> int:
-    """logical: sum of row bytes; physical: each storage once at full size; saved: physical minus parameters."""
+    """logical: sum of row bytes; physical: each storage once at full size; saved: physical minus parameter storages."""
     rows = list(rows)
     if measure == "logical":
         return sum(r.bytes for r in rows)
     storages: dict[str, int] = {}
+    params: set[str] = set()
     loose = 0
     for r in rows:
-        if measure == "saved" and r.is_parameter:
-            continue
         if r.storage is None:
-            loose += r.bytes
-        else:
-            storages[r.storage] = r.storage_bytes
+            loose += 0 if (measure == "saved" and r.is_parameter) else r.bytes
+            continue
+        storages[r.storage] = r.storage_bytes
+        if r.is_parameter:
+            params.add(r.storage)
+    if measure == "saved":  # as compute_totals: a storage a parameter lives in is not saved memory
+        return sum(n for s, n in storages.items() if s not in params) + loose
     return sum(storages.values()) + loose
 
 
@@ -710,7 +714,10 @@ def check_path(rule: Rule, case: CaseLike, ctx: Context) -> tuple[str, Violation
     assert isinstance(check, PathCheck)
     path = case.path
     if not isinstance(path, dict) or not isinstance(path.get("fused"), bool):
-        raise rule.error(f"case {case.id} records no path (no 'fused' flag), so a path rule cannot apply", subkey=".path")
+        raise rule.error(
+            f"path = {check.expected()!r} cannot apply: case {case.id} records no path (no 'fused' flag; the target reports none)",
+            subkey=".path",
+        )
     fused = path["fused"]
     actual = "fused" if fused else "unfused"
     if fused == check.fused:

@@ -292,10 +292,12 @@ def doctor() -> None:
 
 def _register_commands() -> None:
     """Subcommands that live in memaudit/commands/: each module has ``register(app)``."""
-    from memaudit.commands import baseline, compare
+    from memaudit.commands import baseline, check, compare, estimate
 
     compare.register(app)
     baseline.register(app)
+    check.register(app)
+    estimate.register(app)
 
 
 _register_commands()

@@ -267,14 +267,13 @@ def grouped_buffers_py(
         out["last_dims"] = (g, "int64")
     if not uni_first or not uni_last:
         out["tensor_offsets"] = (g + 1, "int64")
-        members = list(shapes)
     if not uni_first and not uni_last:
         lf, ll = 1, sum(f * v for f, v in shapes)
     else:
         lf = firsts[0] if uni_first and not uni_last else sum(firsts)
         ll = sum(lasts) if not uni_last else lasts[0]
-        if uni_first and uni_last:
-            members = [(lf // g, ll)] * g
+    # Scale sizes are summed over the member shapes; uniform groups are split evenly from the totals.
+    members = [(lf // g, ll)] * g if uni_first and uni_last else list(shapes)
     total = lf * ll
     if recipe == "bf16":
         out["rowwise_data"] = (total, "bfloat16")
@@ -634,13 +633,13 @@ def resolve(
 
 # Source notes (TE 2.20.2 file:line) attached to rows.
 _SRC = {
-    "split_saved": "saved [split_sizes,None*4]+xs+ws (ops/basic/grouped_linear.py:1302)",
     "split_bf16_x": "torch.split views of the input (grouped_linear.py:1246)",
     "split_q_x": "tex.split_quantize, then update_usage(rowwise=False) (grouped_linear.py:1244,1293)",
     "split_bulk_x": "tex.split_quantize bulk-allocates columnwise data+scales (csrc/extensions/cast.cpp split_quantize), update_usage(rowwise=False) (grouped_linear.py:1293)",
     "split_q_w": "weight quantized on the fly, update_usage(rowwise=False) (grouped_linear.py:938,1286)",
     "param_w": "weight Parameter saved as is (grouped_linear.py:935)",
     "split_sizes": "split_sizes as int64 on the device (grouped_linear.py:1042)",
+    "fused_split_sizes": "split_sizes as int64 on the device (tex.splits_to_offsets_multi, grouped_mlp.py:1311)",
     "grouped_meta": "tex.splits_to_offsets_multi bulk views, 16-B aligned (grouped_linear.py:1326)",
     "grouped_bf16_x": "GroupedTensorStorage over the input, no copy (grouped_linear.py:1381)",
     "grouped_q_x": "tex.group_quantize, scales sized from totals (grouped_linear.py:1372; csrc/quantizer.cpp create_grouped_tensor)",
@@ -679,7 +678,8 @@ class _Model:
         if shared is not None and c.split_sizes_dtype == "int64":
             self.acc.plain(f"{op}.split_sizes", (c.groups,), "int64", storage=shared, note=_SRC["dup_split"])
             return shared
-        self.acc.plain(f"{op}.split_sizes", (c.groups,), "int64", note=_SRC["split_sizes"])
+        note = _SRC["fused_split_sizes"] if c.fused else _SRC["split_sizes"]
+        self.acc.plain(f"{op}.split_sizes", (c.groups,), "int64", note=note)
         return self.acc.bufs[-1].storage  # type: ignore[return-value]
 
     def weight_param(self, op: str, g: int, n: int, k: int) -> None:
@@ -1017,9 +1017,10 @@ def _ideal_fp8(bufs: list[_Buf]) -> list[_Buf]:
 # ---------------------------------------------------------------------------------------------
 # Public API
 # ---------------------------------------------------------------------------------------------
-def case_id(c: Config, variant: str) -> str:
-    """Stable id: the run-style id plus the estimate's path, arch and variant."""
-    return f"{TARGET}/{c.recipe}/g{c.groups}/t{c.tokens}-h{c.hidden}-f{c.ffn}/{c.dtype}/estimate={variant},path={c.path},arch={c.arch}"
+def case_id(c: Config) -> str:
+    """Stable id: the run-style id plus the estimate's path and arch. The variant is left out so
+    that ``memaudit compare`` matches the same case across two variants' reports."""
+    return f"{TARGET}/{c.recipe}/g{c.groups}/t{c.tokens}-h{c.hidden}-f{c.ffn}/{c.dtype}/estimate,path={c.path},arch={c.arch}"
 
 
 def estimate_config(c: Config, variant: str = "te-2.20") -> CaseReport:
@@ -1035,7 +1036,7 @@ def estimate_config(c: Config, variant: str = "te-2.20") -> CaseReport:
     ]
     slack = _bulk_slack(rows)
     case = CaseReport(
-        id=case_id(c, variant),
+        id=case_id(c),
         target=TARGET,
         recipe=c.recipe,
         groups=c.groups,

@@ -70,7 +70,7 @@ def marker_rules(marks: list[pytest.Mark], *, source: str) -> list[Any]:
         for k, v in m.kwargs.items():
             key = f"{MARKER}.{k}"
             if k in ("max_bytes", "exact_bytes"):
-                rules.append(parse_rule({"name": k, k: v}, source=source, key=key))
+                rules.append(parse_rule({"name": k, k: v}, source=source, key=MARKER))
             elif k == "count":
                 if not isinstance(v, dict) or not v:
                     raise UsageError(f"expected {{operand pattern: count}}, got {v!r}", source=source, key=key)
@@ -112,8 +112,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
     try:
         item.stash[_rules_key] = marker_rules(marks, source=item.nodeid)
+        return
     except UsageError as exc:
-        pytest.fail(f"bad @pytest.mark.{MARKER}: {exc}", pytrace=False)
+        problem = str(exc)
+    pytest.fail(f"bad @pytest.mark.{MARKER}: {problem}", pytrace=False)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -140,6 +142,7 @@ def _te_version() -> str | None:
 def _judge(item: pytest.Item, rules: list[Any]) -> None:
     from memaudit.budgets import Context, evaluate_case, format_rows
     from memaudit.errors import UsageError
+    from memaudit.units import fmt_bytes
 
     cap = getattr(item, "funcargs", {}).get(FIXTURE)
     if cap is None:
@@ -148,13 +151,17 @@ def _judge(item: pytest.Item, rules: list[Any]) -> None:
     try:
         verdicts = evaluate_case(case, rules, Context(te_version=_te_version()))
     except UsageError as exc:
-        pytest.fail(f"bad @pytest.mark.{MARKER}: {exc}", pytrace=False)
+        problem = str(exc)
+    else:
+        problem = None
+    if problem is not None:
+        pytest.fail(f"bad @pytest.mark.{MARKER}: {problem}", pytrace=False)
     bad = [v for v in verdicts if v.failed]
     if bad:
         lines = [f"saved-tensor budget failed ({len(bad)} of {len(verdicts)}):"]
         for v in bad:
             lines.append("  " + v.message.replace("\n", "\n  "))
-        lines.append(f"all {len(case.rows)} saved rows ({case.totals.saved_bytes} saved bytes):")
+        lines.append(f"all {len(case.rows)} saved rows ({fmt_bytes(case.totals.saved_bytes)} saved, parameters excluded):")
         lines.extend("    " + line for line in format_rows(case.rows, limit=40))
         pytest.fail("\n".join(lines), pytrace=False)
     xfails = [v for v in verdicts if v.verdict == "xfail"]

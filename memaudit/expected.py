@@ -1,0 +1,67 @@
+"""``run --expected``: put the estimator's bytes beside each measured row and flag mismatches."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from memaudit.report import CaseReport, Row
+from memaudit.spec import CaseSpec
+
+
+def _key(row: Row) -> tuple[object, ...]:
+    slot = row.slot if row.container else None
+    return (row.operand, row.group, row.container, slot, row.kind, row.orientation)
+
+
+def spec_of(case: CaseReport) -> CaseSpec:
+    """The CaseSpec a case report was run from."""
+    return CaseSpec(
+        target=case.target,
+        recipe=case.recipe,
+        groups=case.groups,
+        tokens=case.tokens,
+        hidden=case.hidden,
+        ffn=case.ffn,
+        dtype=case.dtype,
+        device=case.device,
+        options={k: v for k, v in case.options.items() if k != "fused_env"},
+        splits=tuple(case.splits) if case.splits else None,
+    )
+
+
+def attach_expected(case: CaseReport) -> int | None:
+    """Fill ``expected_bytes`` on matching rows; return the number of mismatches (None: not covered).
+
+    A row the estimator does not predict, or a predicted row that was not measured, is a mismatch
+    and named in the case's warnings.
+    """
+    if case.status != "ok":
+        return None
+    from memaudit.estimate import expected_rows
+
+    expected = expected_rows(spec_of(case))
+    if expected is None:
+        return None
+    queue: dict[tuple[object, ...], list[Row]] = defaultdict(list)
+    for row in expected:
+        queue[_key(row)].append(row)
+    mismatches = 0
+    for row in case.rows:
+        todo = queue.get(_key(row))
+        if not todo:
+            mismatches += 1
+            case.warnings.append(f"expected: row #{row.index} ({row.operand} {row.slot}) not predicted")
+            continue
+        exp = todo.pop(0)
+        row.expected_bytes = exp.bytes
+        if exp.bytes != row.bytes or exp.shape != row.shape:
+            mismatches += 1
+            case.warnings.append(
+                f"expected: row #{row.index} ({row.operand} {row.slot}) measured {row.shape} {row.bytes} B, "
+                f"estimated {exp.shape} {exp.bytes} B"
+            )
+    for rows in queue.values():
+        for exp in rows:
+            mismatches += 1
+            case.warnings.append(f"expected: predicted {exp.operand} {exp.slot} {exp.shape} was not measured")
+    return mismatches
