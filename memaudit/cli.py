@@ -263,12 +263,13 @@ def _run(
     if loaded is not None:
         from memaudit.scenario import evaluate, exit_code
 
-        verdicts = evaluate(report, loaded)
+        verdicts = evaluate(report, loaded, source=str(scenario))
         code = exit_code(report, verdicts, loaded)
     console.print(summary_table(report.cases))
     if verdicts is not None:
-        from memaudit.render.verdicts import render_verdicts
+        from memaudit.render.verdicts import render_failures, render_verdicts
 
+        console.print(render_failures(verdicts))
         console.print(render_verdicts(verdicts))
     if json_path is not None:
         write_report(report, json_path)

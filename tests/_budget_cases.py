@@ -6,6 +6,8 @@ scenario can be tested against every recipe without a GPU.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from typing import Any
 
 from memaudit.report import CaseReport, Report, Row, compute_totals
@@ -231,3 +233,15 @@ def blackwell_report(*, pruned: bool, te: str | None = "2.20.2") -> Report:
             else:
                 cases.append(fused_case(recipe, g, pruned=pruned))
     return Report(cases=cases, environment={"device_class": "sm100", "transformer_engine": te})
+
+
+def grouped_structural():
+    """scenarios/grouped_mlp.toml without its per-case ceilings (measured bytes; synthetic reports differ)."""
+    import tomllib
+
+    from memaudit.scenario import parse_scenario
+
+    path = Path(__file__).resolve().parent.parent / "scenarios" / "grouped_mlp.toml"
+    data = tomllib.loads(path.read_text())
+    data["budget"] = [b for b in data["budget"] if not b["name"].startswith("ceiling-")]
+    return parse_scenario(data, source=str(path))

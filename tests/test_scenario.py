@@ -7,7 +7,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from _budget_cases import blackwell_report, fp8_case, h200_report, make_case
+from _budget_cases import blackwell_report, fp8_case, grouped_structural, h200_report, make_case
 
 from memaudit import exitcodes
 from memaudit.errors import UsageError
@@ -29,7 +29,7 @@ def by_rule(verdicts, rule: str) -> dict[str, str]:
 
 # ---- the shipped TE scenario ----------------------------------------------------------------------
 def test_grouped_mlp_scenario_loads() -> None:
-    s = load_scenario(GROUPED)
+    s = grouped_structural()
     assert s.target == "te-grouped-mlp"
     specs = s.specs(device="cuda")
     assert len(specs) == 18
@@ -53,7 +53,7 @@ def test_every_shipped_budget_says_why() -> None:
 
 def test_grouped_mlp_on_the_h200() -> None:
     """bf16/fp8 cells pass, fp8-block is an error cell, MXFP8/NVFP4 are skipped (n/a)."""
-    s = load_scenario(GROUPED)
+    s = grouped_structural()
     report = h200_report()
     verdicts = evaluate(report, s)
     assert not [v for v in verdicts if v.verdict in ("fail", "XPASS", "xfail")], [v.message for v in verdicts if v.failed]
@@ -82,7 +82,7 @@ def test_grouped_mlp_on_the_h200() -> None:
     ],
 )
 def test_grouped_mlp_catches_fp8_regressions(override, rules: list[str]) -> None:
-    s = load_scenario(GROUPED)
+    s = grouped_structural()
     key = f"{override.recipe}/g{override.groups}"
     report = h200_report(**{key: override})
     verdicts = evaluate(report, s)
@@ -92,7 +92,7 @@ def test_grouped_mlp_catches_fp8_regressions(override, rules: list[str]) -> None
 
 
 def test_grouped_mlp_on_blackwell_with_te_2_20_2_is_xfail() -> None:
-    s = load_scenario(GROUPED)
+    s = grouped_structural()
     report = blackwell_report(pruned=False, te="2.20.2")
     verdicts = evaluate(report, s)
     assert by_rule(verdicts, "nvfp4-no-rowwise-input") == {
@@ -115,7 +115,7 @@ def test_grouped_mlp_on_blackwell_with_te_2_20_2_is_xfail() -> None:
     ],
 )
 def test_grouped_mlp_nvfp4_after_the_fix(pruned: bool, te: str | None, nvfp4_verdict: str, code: int) -> None:
-    s = load_scenario(GROUPED)
+    s = grouped_structural()
     report = blackwell_report(pruned=pruned, te=te)
     verdicts = evaluate(report, s)
     assert set(by_rule(verdicts, "nvfp4-no-rowwise-input").values()) == {"n/a", nvfp4_verdict}
@@ -123,7 +123,7 @@ def test_grouped_mlp_nvfp4_after_the_fix(pruned: bool, te: str | None, nvfp4_ver
 
 
 def test_evaluate_fills_budgets_and_round_trips() -> None:
-    s = load_scenario(GROUPED)
+    s = grouped_structural()
     report = blackwell_report(pruned=False)
     evaluate(report, s)
     case = next(c for c in report.cases if c.recipe == "nvfp4" and c.groups == 4)
@@ -139,7 +139,7 @@ def case_index(report: Report, case_id: str) -> int:
 
 
 def test_evaluate_rejects_a_report_missing_a_case() -> None:
-    s = load_scenario(GROUPED)
+    s = grouped_structural()
     report = h200_report()
     report.cases = [c for c in report.cases if not (c.recipe == "fp8-current" and c.groups == 8)]
     with pytest.raises(UsageError) as exc:

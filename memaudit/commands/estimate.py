@@ -381,7 +381,7 @@ def estimate_cmd(
     probs_dtype: Annotated[str, typer.Option(help="dtype of the routing probs the caller passes: float32 | bfloat16.")] = "float32",
     split_dtype: Annotated[str, typer.Option(help="dtype of the split sizes the caller passes: int64 (one tensor for FC1 and FC2) | int32.")] = "int64",
     padding: Annotated[bool, typer.Option(help="Show the per-buffer padding table (one configuration).")] = True,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write a memaudit report (schema memaudit.report/1) here, atomically.")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the --variant estimate as a memaudit report (schema memaudit.report/1) here, atomically.")] = None,
     markdown: Annotated[Path | None, typer.Option(help="Write a markdown summary here.")] = None,
     plot: Annotated[Path | None, typer.Option(help="Draw saved bytes by kind vs tokens per recipe (needs matplotlib, the 'plot' extra).")] = None,
     quiet: Annotated[bool, typer.Option(help="Only the totals (one configuration) or nothing but the files (sweep).")] = False,
