@@ -7,7 +7,6 @@ scenario can be tested against every recipe without a GPU.
 from __future__ import annotations
 
 from pathlib import Path
-
 from typing import Any
 
 from memaudit.report import CaseReport, Report, Row, compute_totals
