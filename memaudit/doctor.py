@@ -22,6 +22,15 @@ def _te_version() -> str | None:
         return None
 
 
+def _cudnn(info: dict[str, Any]) -> None:
+    # Asked only after TE's import: torch loading its own cuDNN first can make TE's import fail.
+    if torch.cuda.is_available():
+        try:
+            info["cudnn"] = torch.backends.cudnn.version()
+        except RuntimeError as exc:  # TE's wheel may load another cuDNN than torch's
+            info["cudnn"] = str(exc).splitlines()[0][:120]
+
+
 def doctor_report() -> dict[str, Any]:
     """Facts as a dict (also printed as JSON-able data). Never raises for a missing GPU or TE."""
     info: dict[str, Any] = {
@@ -43,17 +52,15 @@ def doctor_report() -> dict[str, Any]:
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name()
         info["compute_capability"] = "{}.{}".format(*torch.cuda.get_device_capability())
-        try:
-            info["cudnn"] = torch.backends.cudnn.version()
-        except RuntimeError as exc:  # TE's wheel may load another cuDNN than torch's
-            info["cudnn"] = str(exc).splitlines()[0][:120]
     if importlib.util.find_spec("transformer_engine") is None:
         info["te_error"] = "transformer_engine is not installed"
+        _cudnn(info)
         return info
     from memaudit.targets import te_grouped_mlp as tgm
 
     tgm.set_fused_env(None)
     te, why = tgm.import_te()
+    _cudnn(info)
     if te is None:
         info["te_error"] = why
         return info

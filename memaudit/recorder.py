@@ -24,18 +24,57 @@ import torch
 from memaudit.classify import torch as tclass
 from memaudit.report import CaseReport, Row, compute_totals
 
-Provenance = dict[str, Any]
-"""Row fields a classifier learned for a buffer before it was packed (container, slot, kind, ...)."""
+Provenance = dict[str, Any] | Callable[[torch.dtype], dict[str, Any]]
+"""Row fields a classifier learned for a buffer before it was packed (container, slot, kind, ...),
+or a function of the buffer's dtype that returns them (evaluated in ``report()``, off the hot path)."""
 
 
-@dataclass
 class _Packed:
-    """One pack-hook call: the rows it produced and a weak reference to the packed object."""
+    """One pack-hook call: a weak reference to the packed object and what it is.
 
-    ref: Callable[[], Any]
-    rows: list[dict[str, Any]]
-    op: str | None = None
-    slot: str | None = None
+    Plain tensors keep a tuple of raw metadata (``raw``) that becomes a row only in ``report()``,
+    so the pack hook stays a few attribute reads; other objects carry their rows already.
+    """
+
+    __slots__ = ("ref", "raw", "_rows", "op", "slot")
+
+    def __init__(self, ref: Callable[[], Any], raw: tuple[Any, ...] | None = None, rows: list[dict[str, Any]] | None = None) -> None:
+        self.ref = ref
+        self.raw = raw
+        self._rows = rows
+        self.op: str | None = None
+        self.slot: str | None = None
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        if self._rows is None:
+            self._rows = [_raw_row(self.raw)]
+        return self._rows
+
+
+_Parameter = torch.nn.Parameter
+
+
+def _raw_row(raw: tuple[Any, ...] | None) -> dict[str, Any]:
+    """Row fields from the metadata the pack hook recorded for a plain tensor."""
+    assert raw is not None
+    shape, dtype, device, ptr, nbytes, offset, numel, elt, is_param, fields, ident = raw
+    row: dict[str, Any] = {
+        "kind": tclass.kind_of(dtype),
+        "format": tclass.format_of(dtype),
+        "shape": list(shape),
+        "dtype": tclass.dtype_name(dtype),
+        "bytes": numel * elt,
+        "device": str(device),
+        "is_parameter": is_param,
+    }
+    if ptr is not None:
+        row["_storage_key"] = ("noptr", ident) if ptr == 0 or nbytes == 0 else (device.type, device.index, ptr)
+        row["storage_bytes"] = nbytes
+        row["storage_offset"] = offset * elt
+    if fields:
+        row.update(fields(dtype) if callable(fields) else fields)
+    return row
 
 
 @dataclass
@@ -52,6 +91,7 @@ class Capture:
 
     _packed: list[_Packed] = field(default_factory=list)
     _by_id: dict[int, list[int]] = field(default_factory=dict)
+    _indexed: int = -1
     _provenance: dict[int, tuple[Callable[[], Any], list[Provenance]]] = field(default_factory=dict)
     _labels: dict[Any, list[_Label]] = field(default_factory=dict)
     _walk_seen: list[Any] | None = None
@@ -63,11 +103,32 @@ class Capture:
 
     # ---- hooks -------------------------------------------------------------------------------
     def _pack(self, t: torch.Tensor) -> torch.Tensor:
-        rows = self._rows_for(t)
-        idx = len(self._packed)
-        self._packed.append(_Packed(ref=_weak(t), rows=rows))
-        self._by_id.setdefault(id(t), []).append(idx)
+        tp = type(t)
+        if tp is torch.Tensor or tp is _Parameter:
+            # Hot path: metadata reads only; strings and dicts are built in report().
+            fields = self._take_provenance(t) if self._provenance else None
+            try:
+                st = t.untyped_storage()
+                ptr, nbytes = st.data_ptr(), st.nbytes()
+            except (RuntimeError, NotImplementedError, TypeError):
+                ptr = nbytes = None
+            base = t._base
+            is_param = tp is _Parameter or (base is not None and isinstance(base, _Parameter))
+            raw = (t.shape, t.dtype, t.device, ptr, nbytes, t.storage_offset(), t.numel(), t.element_size(), is_param, fields, id(t))
+            packed = _Packed(weakref.ref(t), raw=raw)
+        else:
+            packed = _Packed(_weak(t), rows=self._rows_for(t))
+        self._packed.append(packed)
         return t
+
+    def _take_provenance(self, t: torch.Tensor) -> Provenance | None:
+        prov = self._provenance.get(id(t))
+        if prov is None:
+            return None
+        fields = prov[1].pop(0) if prov[0]() is t else None
+        if not prov[1] or prov[0]() is not t:
+            del self._provenance[id(t)]
+        return fields
 
     def _unpack(self, t: Any) -> Any:
         if self._walk_seen is not None:
@@ -114,14 +175,7 @@ class Capture:
                 row["slot_in_container"] = name
                 rows.append(row)
             return rows
-        fields = None
-        prov = self._provenance.get(id(t))
-        if prov is not None:
-            if prov[0]() is t:
-                fields = prov[1].pop(0)
-            if not prov[1] or prov[0]() is not t:
-                del self._provenance[id(t)]
-        return [self._buffer_row(t, fields)]
+        return [self._buffer_row(t, self._take_provenance(t))]
 
     def _buffer_row(self, t: torch.Tensor, fields: Provenance | None) -> dict[str, Any]:
         row = tclass.describe(t)
@@ -129,7 +183,7 @@ class Capture:
         if info is not None:
             row["_storage_key"], row["storage_bytes"], row["storage_offset"] = info
         if fields:
-            row.update(fields)
+            row.update(fields(t.dtype) if callable(fields) else fields)
         return row
 
     # ---- labels ------------------------------------------------------------------------------
@@ -219,6 +273,11 @@ class Capture:
         return value, seen
 
     def _claim(self, obj: Any, op: str, slot: str) -> None:
+        if self._indexed != len(self._packed):  # index the packs by object once, off the hot path
+            self._by_id = {}
+            for i, p in enumerate(self._packed):
+                self._by_id.setdefault(id(p.ref()), []).append(i)
+            self._indexed = len(self._packed)
         for idx in self._by_id.get(id(obj), ()):
             p = self._packed[idx]
             if p.op is None and p.ref() is obj:

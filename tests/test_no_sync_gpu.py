@@ -28,6 +28,7 @@ Limit: the debug mode sees synchronizations made through PyTorch's CUDA wrappers
 
 from __future__ import annotations
 
+import collections
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -126,7 +127,9 @@ def test_te_capture_adds_no_sync(te: Any, recipe: str) -> None:
     captured_syncs = syncs(lambda: captured(built))
     ours = [s for s in captured_syncs if s.startswith(MEMAUDIT_DIR)]
     assert not ours, f"memaudit synchronized the device at {ours}"
-    assert len(captured_syncs) == len(bare_syncs), (
+    # Every sync under capture() is one the bare run also made (the bare run may make an extra
+    # one-off sync inside torch.cuda, seen on the H200): a multiset inclusion, not equality.
+    assert not (collections.Counter(captured_syncs) - collections.Counter(bare_syncs)), (
         f"bare forward+backward synchronized {len(bare_syncs)}x at {sorted(set(bare_syncs))}; "
         f"under capture() {len(captured_syncs)}x at {sorted(set(captured_syncs))}"
     )

@@ -18,8 +18,10 @@ Importing this module imports TE; memaudit imports it only when the caller alrea
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
@@ -122,23 +124,56 @@ def _container_name(obj: Any) -> str:
     return type(obj).__name__
 
 
-def buffer_fields(obj: Any, attr: str, buf: torch.Tensor, warnings: list[str]) -> dict[str, Any]:
-    """Row fields for buffer ``attr`` of TE object ``obj``."""
-    cls = _container_name(obj)
+def slot_fields(cls: str, attr: str, fmt: str, shared_scale: bool, dtype: torch.dtype, warnings: list[str]) -> dict[str, Any]:
+    """Row fields for buffer ``attr`` of a TE object of class ``cls`` and format ``fmt``."""
     slot = _CLASS_SLOT_OVERRIDES.get((cls, attr)) or SLOTS.get(attr)
     fields: dict[str, Any] = {"container": cls, "slot": attr}
     if slot is None:
         msg = f"unknown TE buffer {cls}.{attr}: classified as kind 'tensor'"
         if msg not in warnings:
             warnings.append(msg)
-        fields.update(kind="tensor", orientation=None, format=tclass.format_of(buf.dtype))
+        fields.update(kind="tensor", orientation=None, format=tclass.format_of(dtype))
         return fields
     kind, orientation = slot
     fields.update(kind=kind, orientation=orientation)
-    fields["format"] = tclass.format_of(buf.dtype) if kind == "metadata" else storage_format(obj)
-    if attr == "scale_inv" and getattr(obj, "columnwise_scale_inv", None) is buf:
+    fields["format"] = tclass.format_of(dtype) if kind == "metadata" else fmt
+    if attr == "scale_inv" and shared_scale:
         fields["orientation"] = "both"  # FP8 current scaling shares one tensor (§5.2)
     return fields
+
+
+def buffer_fields(obj: Any, attr: str, buf: torch.Tensor, warnings: list[str]) -> dict[str, Any]:
+    """Row fields for buffer ``attr`` of TE object ``obj``."""
+    shared = attr == "scale_inv" and getattr(obj, "columnwise_scale_inv", None) is buf
+    return slot_fields(_container_name(obj), attr, storage_format(obj), shared, buf.dtype, warnings)
+
+
+_FORMAT_CACHE: dict[tuple[type, type, Any], str] = {}
+
+
+def cached_format(obj: Any) -> str:
+    """``storage_format`` memoized by (class, quantizer class, fake dtype): the hot-path variant."""
+    key = (type(obj), type(getattr(obj, "quantizer", None)), getattr(obj, "fake_dtype", None))
+    fmt = _FORMAT_CACHE.get(key)
+    if fmt is None:
+        fmt = _FORMAT_CACHE[key] = storage_format(obj)
+    return fmt
+
+
+_NAMES_CACHE: dict[type, tuple[str, ...]] = {}
+
+
+def _slot_names(obj: Any) -> tuple[str, ...] | None:
+    """Declared buffer attributes of a storage class (None: not declared, look at its __dict__)."""
+    cls = type(obj)
+    names = _NAMES_CACHE.get(cls)
+    if names is None:
+        if isinstance(obj, GroupedTensorStorage):
+            names = GROUPED_SLOTS
+        else:
+            names = tuple(attr for attr, _ in getattr(cls, "_INNER_TENSORS", ()))
+        _NAMES_CACHE[cls] = names
+    return names or None
 
 
 def inner_buffers(obj: Any) -> list[tuple[str, torch.Tensor]]:
@@ -155,16 +190,9 @@ def inner_buffers(obj: Any) -> list[tuple[str, torch.Tensor]]:
     return out
 
 
-def _candidate_buffers(obj: Any) -> list[tuple[str, torch.Tensor]]:
-    """Buffers a storage may hand to ``prepare_for_saving``: declared ones, else any tensor attribute."""
-    found = inner_buffers(obj)
-    if found or isinstance(obj, GroupedTensorStorage):
-        return found
-    return [(k, v) for k, v in vars(obj).items() if isinstance(v, torch.Tensor)]
-
-
-def _storage_classes() -> list[type]:
-    """Every TE storage class that defines its own ``prepare_for_saving``."""
+@functools.lru_cache(maxsize=1)
+def _storage_classes() -> tuple[type, ...]:
+    """Every TE storage class that defines its own ``prepare_for_saving`` (they exist once TE imports)."""
     found: list[type] = []
     stack: list[type] = [QuantizedTensorStorage, GroupedTensorStorage]
     seen: set[type] = set()
@@ -176,7 +204,7 @@ def _storage_classes() -> list[type]:
         if "prepare_for_saving" in vars(cls):
             found.append(cls)
         stack.extend(cls.__subclasses__())
-    return found
+    return tuple(found)
 
 
 class TEClassifier:
@@ -204,17 +232,32 @@ class TEClassifier:
         plugin = self
 
         def prepare_for_saving(obj: Any, *args: Any, **kwargs: Any) -> Any:
-            # Learn every buffer's owner and attribute while the object still holds them.
-            before: dict[int, list[tuple[str, dict[str, Any]]]] = {}
-            for name, buf in _candidate_buffers(obj):
-                fields = buffer_fields(obj, name, buf, plugin.cap.warnings)
-                before.setdefault(id(buf), []).append((name, fields))
+            # Learn every buffer's owner and attribute while the object still holds them. Only
+            # names are taken here; the row fields are built in report(), off the hot path.
+            names = _slot_names(obj)
+            before: dict[int, list[str]] = {}
+            if names is None:
+                for name, buf in vars(obj).items():
+                    if isinstance(buf, torch.Tensor):
+                        before.setdefault(id(buf), []).append(name)
+            else:
+                for name in names:
+                    buf = getattr(obj, name, None)
+                    if buf is not None:
+                        before.setdefault(id(buf), []).append(name)
+            cls = type(obj).__name__
+            fmt = cached_format(obj)
+            shared = getattr(obj, "scale_inv", None) is not None and getattr(obj, "scale_inv", None) is getattr(
+                obj, "columnwise_scale_inv", None
+            )
             tensors, self_obj = original(obj, *args, **kwargs)
             attrs: list[str | None] = []
+            warnings = plugin.cap.warnings
             for t in tensors:
-                if isinstance(t, torch.Tensor) and before.get(id(t)):
-                    name, fields = before[id(t)].pop(0)
-                    plugin.cap.note_buffer(t, fields)
+                pending = before.get(id(t)) if t is not None else None
+                if pending:
+                    name = pending.pop(0)
+                    plugin.cap.note_buffer(t, partial(slot_fields, cls, name, fmt, shared, warnings=warnings))
                     attrs.append(name)
                 else:
                     attrs.append(None)
