@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from memaudit import exitcodes
 from memaudit.errors import UsageError
+from memaudit.render.console import make_console, usage_exit
 from memaudit.spec import ALIGNMENT, DTYPES, RECIPES, CaseSpec, validate_splits
 
 EXIT_CODES_HELP = (
@@ -27,20 +27,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-def _console(stderr: bool = False) -> Console:
-    probe = Console(stderr=stderr)
-    # Logs (CI, pipes) get a wide, stable layout instead of rich's 80-column default.
-    return probe if probe.is_terminal else Console(stderr=stderr, width=160)
-
-
-console = _console()
-err_console = _console(stderr=True)
-
-
-def fail_usage(exc: UsageError) -> typer.Exit:
-    """Print a usage error and return the Exit(2) to raise."""
-    err_console.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
-    return typer.Exit(exitcodes.USAGE)
+console = make_console()
+err_console = make_console(stderr=True)
 
 
 def parse_int_list(text: str, flag: str) -> list[int]:
@@ -163,7 +151,7 @@ def run(
     try:
         code = _run(**locals())
     except UsageError as exc:
-        raise fail_usage(exc) from None
+        raise usage_exit(err_console, exc) from None
     raise typer.Exit(code)
 
 
@@ -310,8 +298,7 @@ def main() -> None:
     try:
         app()
     except UsageError as exc:  # raised outside a command body
-        err_console.print(f"[bold red]error:[/] {exc}")
-        sys.exit(exitcodes.USAGE)
+        sys.exit(usage_exit(err_console, exc).exit_code)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from typing import Any
 from memaudit.errors import UsageError
 from memaudit.report import CaseReport, Row, Totals, compute_totals
 from memaudit.spec import ALIGNMENT, RECIPES, CaseSpec, default_splits, validate_splits
+from memaudit.te_layout import BUFFER_SLOTS
 
 TARGET = "te-grouped-mlp"
 TE_VERSION = "2.20.2"
@@ -111,28 +112,7 @@ SINGLE_CONTAINER = {
     "mxfp8": "MXFP8TensorStorage",
     "nvfp4": "NVFP4TensorStorage",
 }
-# slot -> (kind, orientation)
-SLOT_INFO: dict[str, tuple[str, str | None]] = {
-    "_data": ("data", "rowwise"),
-    "_transpose": ("data", "columnwise"),
-    "_scale_inv": ("scale_inv", "both"),
-    "_rowwise_data": ("data", "rowwise"),
-    "_columnwise_data": ("data", "columnwise"),
-    "_rowwise_scale_inv": ("scale_inv", "rowwise"),
-    "_columnwise_scale_inv": ("scale_inv", "columnwise"),
-    "_amax_rowwise": ("amax", "rowwise"),
-    "_amax_columnwise": ("amax", "columnwise"),
-    "rowwise_data": ("data", "rowwise"),
-    "columnwise_data": ("data", "columnwise"),
-    "scale_inv": ("scale_inv", "rowwise"),
-    "columnwise_scale_inv": ("scale_inv", "columnwise"),
-    "amax": ("amax", "rowwise"),
-    "columnwise_amax": ("amax", "columnwise"),
-    "scale": ("scale", None),
-    "first_dims": ("metadata", None),
-    "last_dims": ("metadata", None),
-    "tensor_offsets": ("metadata", None),
-}
+SLOT_INFO = BUFFER_SLOTS  # slot -> (kind, orientation), shared with the classifier
 
 
 # ---------------------------------------------------------------------------------------------

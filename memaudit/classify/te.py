@@ -31,36 +31,16 @@ from transformer_engine.pytorch.tensor.storage.grouped_tensor_storage import Gro
 
 from memaudit.classify import torch as tclass
 from memaudit.report import Row
+from memaudit.te_layout import BUFFER_SLOTS, GROUPED_SLOTS
 
 try:
     from transformer_engine.pytorch.tensor.grouped_tensor import GroupedTensor
 except ImportError:  # pragma: no cover - older TE
     GroupedTensor = ()  # type: ignore[assignment,misc]
 
-# attribute -> (kind, orientation), te-internals §5.2 / §5.4.
+# attribute -> (kind, orientation): the shared table plus buffers only the classifier meets.
 SLOTS: dict[str, tuple[str, str | None]] = {
-    # Float8TensorStorage
-    "_data": ("data", "rowwise"),
-    "_transpose": ("data", "columnwise"),
-    "_scale_inv": ("scale_inv", "both"),
-    # MXFP8 / NVFP4 / Float8Blockwise storages
-    "_rowwise_data": ("data", "rowwise"),
-    "_columnwise_data": ("data", "columnwise"),
-    "_rowwise_scale_inv": ("scale_inv", "rowwise"),
-    "_columnwise_scale_inv": ("scale_inv", "columnwise"),
-    "_amax_rowwise": ("amax", "rowwise"),
-    "_amax_columnwise": ("amax", "columnwise"),
-    # GroupedTensorStorage (all 1-D)
-    "rowwise_data": ("data", "rowwise"),
-    "columnwise_data": ("data", "columnwise"),
-    "scale_inv": ("scale_inv", "rowwise"),
-    "columnwise_scale_inv": ("scale_inv", "columnwise"),
-    "amax": ("amax", "rowwise"),
-    "columnwise_amax": ("amax", "columnwise"),
-    "scale": ("scale", None),
-    "first_dims": ("metadata", None),
-    "last_dims": ("metadata", None),
-    "tensor_offsets": ("metadata", None),
+    **BUFFER_SLOTS,
     # IdentityTensorStorage
     "_hp_data": ("tensor", None),
     # custom_recipes NVFP4TensorRef (§6)
@@ -68,18 +48,6 @@ SLOTS: dict[str, tuple[str, str | None]] = {
     "data_t": ("data", "columnwise"),
     "scale_t": ("scale_inv", "columnwise"),
 }
-GROUPED_SLOTS = (
-    "rowwise_data",
-    "columnwise_data",
-    "scale_inv",
-    "columnwise_scale_inv",
-    "amax",
-    "columnwise_amax",
-    "scale",
-    "first_dims",
-    "last_dims",
-    "tensor_offsets",
-)
 # The NVFP4TensorRef's "scale" is a rowwise scale_inv, not a grouped FP8 "scale".
 _CLASS_SLOT_OVERRIDES = {("NVFP4TensorRef", "scale"): ("scale_inv", "rowwise")}
 

@@ -13,8 +13,9 @@ import typer
 from rich.text import Text
 
 from memaudit import exitcodes
-from memaudit.commands.compare import consoles, usage_exit
+from memaudit.commands.compare import usage_exit
 from memaudit.errors import UsageError
+from memaudit.render.console import consoles
 
 BASELINE_DIR = Path("reports") / "baseline"
 

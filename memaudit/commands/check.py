@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.text import Text
 
 from memaudit import exitcodes
 from memaudit.errors import UsageError
+from memaudit.render.console import consoles
 
 CHECK_HELP = (
     "Evaluate a scenario's budgets against an existing JSON report, without re-running.\n\n"
@@ -24,15 +24,6 @@ CHECK_HELP = (
     "2 bad input: report, scenario or a budget that selects nothing (nothing is written); "
     "3 a case errored (on_error = \"warn\") and no budget failed."
 )
-
-
-def _consoles() -> tuple[Console, Console]:
-    out, err = Console(), Console(stderr=True)
-    if not out.is_terminal:
-        out = Console(width=160)
-    if not err.is_terminal:
-        err = Console(stderr=True, width=160)
-    return out, err
 
 
 def check(
@@ -47,7 +38,7 @@ def check(
     from memaudit.report import load_report, write_report
     from memaudit.scenario import evaluate, exit_code, load_scenario
 
-    out, err = _consoles()
+    out, err = consoles()
     try:
         loaded = load_scenario(scenario)
         rep = load_report(report)

@@ -12,36 +12,16 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.text import Text
 
 from memaudit import exitcodes
 from memaudit.errors import UsageError
+from memaudit.render.console import consoles, usage_exit
 
 COMPARE_HELP = (
     "Compare a report against a baseline, case by case; exact by default.\n\n"
     "Exit codes: 0 no regression; 1 regression; 2 bad input (missing, unparsable or foreign file, bad flag)."
 )
-
-
-def consoles() -> tuple[Console, Console]:
-    """stdout and stderr consoles; pipes and CI logs get a wide, stable width."""
-    out, err = Console(), Console(stderr=True)
-    if not out.is_terminal:
-        out = Console(width=160)
-    if not err.is_terminal:
-        err = Console(stderr=True, width=160)
-    return out, err
-
-
-def usage_exit(err: Console, exc: UsageError, hint: str | None = None) -> typer.Exit:
-    """Print a usage error (no traceback) and return the Exit(2) to raise."""
-    msg = Text("error: ", style="bold red")
-    msg.append(str(exc))
-    if hint:
-        msg.append(f"\n  {hint}")
-    err.print(msg, soft_wrap=True)
-    return typer.Exit(exitcodes.USAGE)
 
 
 def default_comment_name(baseline: Path) -> str:

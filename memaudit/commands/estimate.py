@@ -37,6 +37,7 @@ from memaudit.estimate import (
     parse_range,
     resolve,
 )
+from memaudit.render.console import consoles, usage_exit
 from memaudit.report import CaseReport, Report, Row, atomic_write_text, write_report
 from memaudit.spec import RECIPES
 from memaudit.units import fmt_bytes, fmt_delta
@@ -53,22 +54,6 @@ ESTIMATE_HELP = (
     "ideal (only what the backward GEMMs read).\n\n"
     "Exit codes: 0 ok; 2 bad usage or input (nothing written)."
 )
-
-
-def _consoles() -> tuple[Console, Console]:
-    out, err = Console(), Console(stderr=True)
-    if not out.is_terminal:
-        out = Console(width=200)
-    if not err.is_terminal:
-        err = Console(stderr=True, width=160)
-    return out, err
-
-
-def _usage_exit(err: Console, exc: UsageError) -> typer.Exit:
-    msg = Text("error: ", style="bold red")
-    msg.append(str(exc))
-    err.print(msg, soft_wrap=True)
-    return typer.Exit(exitcodes.USAGE)
 
 
 def _recipes(text: str) -> list[str]:
@@ -386,14 +371,14 @@ def estimate_cmd(
     plot: Annotated[Path | None, typer.Option(help="Draw saved bytes by kind vs tokens per recipe (needs matplotlib, the 'plot' extra).")] = None,
     quiet: Annotated[bool, typer.Option(help="Only the totals (one configuration) or nothing but the files (sweep).")] = False,
 ) -> None:
-    out, err = _consoles()
+    out, err = consoles()
     try:
         code = _estimate(out, recipe=recipe, tokens=tokens, hidden=hidden, ffn=ffn, groups=groups, splits=splits,
                          path=path, variant=variant, diff=diff, arch=arch, dense_single_group=dense_single_group,
                          probs_dtype=probs_dtype, split_dtype=split_dtype, padding=padding, json_path=json_path,
                          markdown=markdown, plot=plot, quiet=quiet)
     except UsageError as exc:
-        raise _usage_exit(err, exc) from None
+        raise usage_exit(err, exc) from None
     raise typer.Exit(code)
 
 
