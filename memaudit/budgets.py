@@ -56,6 +56,8 @@ class RowLike(Protocol):
     is_parameter: bool
     duplicate_of: int | None
 
+    def notes(self) -> list[str]: ...
+
 
 def _shape(shape: Sequence[int]) -> str:
     return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
@@ -89,12 +91,7 @@ def format_row(row: RowLike) -> str:
     op = getattr(row, "op", None)
     if where or op:
         extras.append(" ".join(p for p in (where, f"by {op}" if op else "") if p))
-    if row.is_parameter:
-        extras.append("param")
-    if row.duplicate_of is not None:
-        extras.append(f"dup of #{row.duplicate_of}")
-    if row.container_index is not None:
-        extras.append(f"in #{row.container_index}")
+    extras += row.notes()
     return "  ".join(parts) + (f"  [{', '.join(extras)}]" if extras else "")
 
 

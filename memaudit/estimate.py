@@ -31,7 +31,7 @@ from typing import Any
 from memaudit.errors import UsageError
 from memaudit.report import CaseReport, Row, Totals, compute_totals
 from memaudit.spec import ALIGNMENT, RECIPES, CaseSpec, default_splits, validate_splits
-from memaudit.te_layout import BUFFER_SLOTS
+from memaudit.te_layout import BUFFER_SLOTS, GROUPED_SLOTS
 
 TARGET = "te-grouped-mlp"
 TE_VERSION = "2.20.2"
@@ -92,18 +92,7 @@ SLOTS: dict[str, tuple[str, ...]] = {
         "_amax_rowwise",
         "_amax_columnwise",
     ),
-    "GroupedTensorStorage": (
-        "rowwise_data",
-        "columnwise_data",
-        "scale_inv",
-        "columnwise_scale_inv",
-        "amax",
-        "columnwise_amax",
-        "scale",
-        "first_dims",
-        "last_dims",
-        "tensor_offsets",
-    ),
+    "GroupedTensorStorage": GROUPED_SLOTS,
 }
 SINGLE_CONTAINER = {
     "fp8-delayed": "Float8TensorStorage",

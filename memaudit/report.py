@@ -58,6 +58,19 @@ class Row:
     note: str | None = None
     expected_bytes: int | None = None
 
+    def notes(self) -> list[str]:
+        """Short flags for tables: parameter, duplicate view, buffer of a container, note."""
+        out = []
+        if self.is_parameter:
+            out.append("param")
+        if self.duplicate_of is not None:
+            out.append(f"dup of #{self.duplicate_of}")
+        if self.container_index is not None:
+            out.append(f"in #{self.container_index}")
+        if self.note:
+            out.append(self.note)
+        return out
+
 
 @dataclass
 class Totals:
@@ -195,16 +208,21 @@ def _from_dict(cls: type, d: Any, source: str, key: str) -> Any:
         raise UsageError(str(exc), source=source, key=key) from exc
 
 
+def read_input(path: str | os.PathLike[str], what: str = "file") -> str:
+    """The UTF-8 text of an input file; a missing or unreadable one is a UsageError naming it."""
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"no such {what}", source=str(path))
+    try:
+        return p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read: {exc}", source=str(path)) from exc
+
+
 def load_report(path: str | os.PathLike[str]) -> Report:
     """Read and validate a report file; every problem is a UsageError naming the file."""
-    p = Path(path)
     src = str(path)
-    if not p.is_file():
-        raise UsageError("no such file", source=src)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read: {exc}", source=src) from exc
+    text = read_input(path)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

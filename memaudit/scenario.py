@@ -45,7 +45,7 @@ from memaudit.budgets import (
     validate_specifier,
 )
 from memaudit.errors import UsageError
-from memaudit.report import KINDS, ORIENTATIONS, Report
+from memaudit.report import KINDS, ORIENTATIONS, Report, read_input
 from memaudit.spec import ALIGNMENT, DTYPES, RECIPES, CaseSpec, default_splits
 
 ON_ERROR = ("fail", "warn")
@@ -496,13 +496,7 @@ _LINE = re.compile(r"\(at line (\d+), column (\d+)\)")
 def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     """Read and validate a scenario file. Every problem is a UsageError naming file, key and value."""
     src = str(path)
-    p = Path(path)
-    if not p.is_file():
-        raise UsageError("no such scenario file", source=src)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read: {exc}", source=src) from exc
+    text = read_input(path, "scenario file")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

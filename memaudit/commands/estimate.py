@@ -119,15 +119,7 @@ def rows_table(case: CaseReport, variant: str) -> Table:
                    ("dtype", "left"), ("bytes", "right"), ("storage", "left"), ("source / note", "left")):
         t.add_column(col, justify=j, overflow="fold")  # type: ignore[arg-type]
     for r in case.rows:
-        notes = []
-        if r.is_parameter:
-            notes.append("param")
-        if r.duplicate_of is not None:
-            notes.append(f"dup of #{r.duplicate_of}")
-        if r.container_index is not None:
-            notes.append(f"in #{r.container_index}")
-        if r.note:
-            notes.append(r.note)
+        notes = r.notes()
         t.add_row(*_cells(str(r.index), r.operand or "", "" if r.group is None else str(r.group), _where(r),
                            r.format, r.kind, r.orientation or "", _shape(r.shape), r.dtype, fmt_bytes(r.bytes),
                            r.storage or "", "; ".join(notes)))

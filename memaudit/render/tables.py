@@ -17,21 +17,6 @@ def shape_str(row: Row) -> str:
     return "(" + ", ".join(str(d) for d in row.shape) + ("," if len(row.shape) == 1 else "") + ")"
 
 
-def row_line(row: Row) -> str:
-    """One line per saved value, JAX ``print_saved_residuals`` style plus the role."""
-    parts = [
-        row.operand or "?",
-        row.format,
-        row.kind,
-        row.orientation or "",
-        shape_str(row),
-        row.dtype,
-        fmt_bytes(row.bytes),
-    ]
-    where = " ".join(p for p in (row.container, row.slot, f"by {row.op}" if row.op else None) if p)
-    return "  ".join(p for p in parts if p) + (f"  [{where}]" if where else "")
-
-
 def _sort_key(row: Row) -> tuple[str, int, int]:
     return (row.operand or "~", row.group if row.group is not None else -1, row.index)
 
@@ -58,15 +43,7 @@ def case_table(case: CaseReport, *, show_expected: bool = False) -> Table:
         if previous is not None and family != previous:
             table.add_section()
         previous = family
-        notes = [row.storage or ""]
-        if row.is_parameter:
-            notes.append("param")
-        if row.duplicate_of is not None:
-            notes.append(f"dup of #{row.duplicate_of}")
-        if row.container_index is not None:
-            notes.append(f"in #{row.container_index}")
-        if row.note:
-            notes.append(row.note)
+        notes = [row.storage or "", *row.notes()]
         where = ".".join(p for p in (row.container, row.slot) if p) if row.container else (row.slot or "")
         if row.op:
             where = f"{where} ({row.op})" if where else row.op
