@@ -99,7 +99,6 @@ class Capture:
     walk_nodes: list[Any] = field(default_factory=list)
     """Python-function nodes met by the graph walk; held only while ``report()`` runs."""
     warnings: list[str] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
 
     # ---- hooks -------------------------------------------------------------------------------
     def _pack(self, t: torch.Tensor) -> torch.Tensor:
@@ -214,7 +213,7 @@ class Capture:
 
     # ---- graph walk --------------------------------------------------------------------------
     def _attribute(self, outputs: Any) -> None:
-        roots = [t.grad_fn for t in _iter_tensors(outputs) if t.grad_fn is not None]
+        roots = [t.grad_fn for t in iter_tensors(outputs) if t.grad_fn is not None]
         if outputs is None:
             roots = _live_graph_roots()
         seen_nodes: set[int] = set()
@@ -352,15 +351,15 @@ def _sequence_nr(node: Any) -> int:
         return -1
 
 
-def _iter_tensors(obj: Any) -> Iterator[torch.Tensor]:
+def iter_tensors(obj: Any) -> Iterator[torch.Tensor]:
     if isinstance(obj, torch.Tensor):
         yield obj
     elif isinstance(obj, dict):
         for v in obj.values():
-            yield from _iter_tensors(v)
+            yield from iter_tensors(v)
     elif isinstance(obj, list | tuple):
         for v in obj:
-            yield from _iter_tensors(v)
+            yield from iter_tensors(v)
 
 
 def _live_graph_roots() -> list[Any]:

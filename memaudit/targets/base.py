@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from memaudit.recorder import Capture
+from memaudit.recorder import Capture, iter_tensors
 from memaudit.report import Row
 from memaudit.spec import CaseSpec
 
@@ -46,15 +46,10 @@ class Target(Protocol):
 
 def backward_sum(outputs: Any) -> None:
     """Backward through the sum of every floating output that requires grad."""
-    import torch
-
-    from memaudit.recorder import _iter_tensors
-
     loss = None
-    for t in _iter_tensors(outputs):
+    for t in iter_tensors(outputs):
         if t.requires_grad and t.is_floating_point():
             s = t.float().sum()
             loss = s if loss is None else loss + s
     if loss is not None:
         loss.backward()
-    del torch
