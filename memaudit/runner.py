@@ -21,11 +21,11 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-def empty_case(spec: CaseSpec, target: Target) -> CaseReport:
+def empty_case(spec: CaseSpec) -> CaseReport:
     """A case report with the spec's fields and no rows yet."""
     return CaseReport(
         id=spec.id,
-        target=target.name,
+        target=spec.target,
         recipe=spec.recipe,
         groups=spec.groups,
         tokens=spec.tokens,
@@ -40,7 +40,7 @@ def empty_case(spec: CaseSpec, target: Target) -> CaseReport:
 
 def run_case(target: Target, spec: CaseSpec, *, backward: bool = True) -> CaseReport:
     """Run one case under ``capture()``; errors and OOM become an ``error`` cell."""
-    case = empty_case(spec, target)
+    case = empty_case(spec)
     reason = target.skip_reason(spec)
     if reason:
         case.status, case.reason = "skipped", reason

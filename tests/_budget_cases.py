@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from memaudit.report import CaseReport, Report, Row, compute_totals
+from memaudit.runner import empty_case
 from memaudit.spec import CaseSpec
 
 T, H, F = 4096, 1024, 2048
@@ -75,23 +76,10 @@ def make_case(
     reason: str | None = None,
     path: dict[str, Any] | None = None,
 ) -> CaseReport:
-    spec = CaseSpec(target, recipe, groups, tokens, hidden, ffn, dtype)
-    return CaseReport(
-        id=spec.id,
-        target=target,
-        recipe=recipe,
-        groups=groups,
-        tokens=tokens,
-        hidden=hidden,
-        ffn=ffn,
-        dtype=dtype,
-        status=status,
-        reason=reason,
-        splits=spec.split_sizes(),
-        path=path,
-        rows=rows,
-        totals=compute_totals(rows),
-    )
+    case = empty_case(CaseSpec(target, recipe, groups, tokens, hidden, ffn, dtype))
+    case.status, case.reason, case.path = status, reason, path
+    case.rows, case.totals = rows, compute_totals(rows)
+    return case
 
 
 def _meta(b: Rows, groups: int) -> str:
