@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from memaudit.recorder import Capture, capture
+from memaudit.capture import Capture, capture
 from memaudit.spec import CaseSpec
 from memaudit.targets.te_grouped_mlp import TEGroupedMLPTarget, set_fused_env
 

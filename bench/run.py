@@ -136,12 +136,12 @@ class Runner:
         self.built.backward(out)
 
     def hooked(self) -> None:
-        from memaudit.recorder import capture
+        from memaudit.capture import capture
 
         with capture() as cap:
             out = self.built.forward(cap)
             self.built.backward(out)
-        self.n_packed = len(getattr(cap, "_packed", ()))
+        self.n_packed = len(cap.records)
 
     def floor(self) -> None:
         meta: list[tuple[Any, ...]] = []
@@ -333,7 +333,7 @@ def _peak_memory(r: Runner) -> dict[str, Any]:
 
 def _report_time(built: Any, r: Runner, reps: int, cuda: bool) -> dict[str, Any]:
     """Wall time of ``cap.report(outputs=...)`` after a captured forward (before backward)."""
-    from memaudit.recorder import capture
+    from memaudit.capture import capture
 
     times: list[float] = []
     info: dict[str, Any] = {}
@@ -362,8 +362,8 @@ def _report_time(built: Any, r: Runner, reps: int, cuda: bool) -> dict[str, Any]
 
 
 def _pack_cost(built: Any, r: Runner) -> dict[str, Any]:
-    """Time ``Capture._pack`` directly over the tensors this forward saves (strong refs, no backward)."""
-    from memaudit.recorder import Capture, _active_plugins
+    """Time memaudit's pack hook directly over the tensors this forward saves (strong refs, no backward)."""
+    from memaudit.capture import capture
 
     saved: list[torch.Tensor] = []
 
@@ -380,10 +380,10 @@ def _pack_cost(built: Any, r: Runner) -> dict[str, Any]:
     reps = max(3, min(200, 4000 // len(saved)))
     c0 = time.perf_counter()
     for _ in range(reps):
-        cap = Capture()
-        cap._plugins = _active_plugins(cap)
-        for t in saved:
-            cap._pack(t)
+        with capture() as cap:
+            pack = cap.hook_pair[0]
+            for t in saved:
+                pack(t)
     dt = time.perf_counter() - c0
     n = len(saved)
     saved.clear()
@@ -805,7 +805,7 @@ class Bench:
         """Syncs seen by torch.cuda.set_sync_debug_mode('warn'): bare vs captured forward+backward+report."""
         import warnings
 
-        from memaudit.recorder import capture
+        from memaudit.capture import capture
 
         out: dict[str, Any] = {}
         shape = {"tokens": 2048, "hidden": 1024, "ffn": 2048, "groups": 4}

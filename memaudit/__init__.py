@@ -10,8 +10,8 @@ from typing import Any
 __version__ = "0.1.0"
 
 _LAZY = {
-    "Capture": "memaudit.recorder",
-    "capture": "memaudit.recorder",
+    "Capture": "memaudit.capture",
+    "capture": "memaudit.capture",
     "CaseReport": "memaudit.report",
     "Report": "memaudit.report",
     "Row": "memaudit.report",

@@ -52,7 +52,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture
 def saved_tensors() -> Iterator[Any]:
     """An entered ``memaudit.capture()``: every tensor autograd saves in the test is recorded."""
-    from memaudit.recorder import capture
+    from memaudit.capture import capture
 
     with capture() as cap:
         yield cap
@@ -147,7 +147,7 @@ def _judge(item: pytest.Item, rules: list[Any]) -> None:
     cap = getattr(item, "funcargs", {}).get(FIXTURE)
     if cap is None:
         pytest.fail(f"@pytest.mark.{MARKER} needs the {FIXTURE} fixture, which this test did not get", pytrace=False)
-    case = cap.report(case_id=item.nodeid)
+    case = cap.report(case_id=item.nodeid, include_freed=True)  # the test's graphs are gone by now
     try:
         verdicts = evaluate_case(case, rules, Context(te_version=_te_version()))
     except UsageError as exc:

@@ -15,11 +15,19 @@ from typing import Any
 
 from memaudit.errors import UsageError
 
-SCHEMA = "memaudit.report/1"
+SCHEMA = "memaudit.report/2"
+READABLE_SCHEMAS = ("memaudit.report/1", SCHEMA)
+"""/1 reports (before residence, freed rows and completeness) read with those fields at their defaults."""
 
-KINDS = ("data", "scale_inv", "amax", "scale", "metadata", "tensor", "container")
+KINDS = ("data", "scale_inv", "amax", "scale", "metadata", "tensor", "container", "unknown")
 ORIENTATIONS = ("rowwise", "columnwise", "both")
 STATUSES = ("ok", "skipped", "error")
+RESIDES = ("device", "host", "recomputed", "unknown")
+"""Where a saved buffer is kept: on its device; on the host (a pair such as ``save_on_cpu`` keeps a
+copy there); nowhere (``checkpoint`` recomputes it in backward); or where no one can tell."""
+VIA = ("hook", "ctx", "unhooked")
+"""How a row was found: packed by memaudit's hook; a ``ctx`` attribute of a Python node (no hook
+sees those); a saved tensor the graph walk met that no memaudit hook packed."""
 
 
 @dataclass
@@ -57,12 +65,21 @@ class Row:
     duplicate_of: int | None = None
     note: str | None = None
     expected_bytes: int | None = None
+    resides: str = "device"
+    via: str = "hook"
+    aliases_output: bool = False
 
     def notes(self) -> list[str]:
         """Short flags for tables: parameter, duplicate view, buffer of a container, note."""
         out = []
         if self.is_parameter:
             out.append("param")
+        if self.via != "hook":
+            out.append(self.via)
+        if self.resides != "device":
+            out.append(self.resides)
+        if self.aliases_output:
+            out.append("output")
         if self.duplicate_of is not None:
             out.append(f"dup of #{self.duplicate_of}")
         if self.container_index is not None:
@@ -74,34 +91,70 @@ class Row:
 
 @dataclass
 class Totals:
-    """Byte totals of a case; ``saved_bytes`` is the headline number the gate uses."""
+    """Byte totals of a case; ``saved_bytes`` is the headline number the gate uses.
+
+    ``physical_bytes`` counts each device-resident storage once at its full size;
+    ``saved_bytes = physical_bytes - parameter_bytes``. Apart from those: ``host_bytes`` (copies a
+    hook keeps on the host), ``unknown_bytes`` (logical bytes whose residence no one can tell),
+    ``output_bytes`` (saved storages that are also forward outputs: alive anyway), ``ctx_bytes``
+    (storages only ``ctx`` attributes keep) and the ``freed`` rows autograd already released.
+    """
 
     rows: int = 0
     logical_bytes: int = 0
     physical_bytes: int = 0
     parameter_bytes: int = 0
     saved_bytes: int = 0
+    host_bytes: int = 0
+    unknown_bytes: int = 0
+    output_bytes: int = 0
+    ctx_bytes: int = 0
+    freed_rows: int = 0
+    freed_bytes: int = 0
 
 
-def compute_totals(rows: list[Row]) -> Totals:
-    """Totals from rows: physical bytes count each storage once, at its full size."""
+def compute_totals(rows: list[Row], freed: list[Row] | tuple[Row, ...] = ()) -> Totals:
+    """Totals from live rows (and the freed ones, counted apart)."""
     logical = sum(r.bytes for r in rows)
-    storages: dict[str, int] = {}
-    param_storages: set[str] = set()
+    device: dict[str, int] = {}
+    host: dict[str, int] = {}
+    params: set[str] = set()
+    outputs: set[str] = set()
+    hooked: set[str] = set()
+    host_loose = unknown = 0
     for r in rows:
+        if r.resides == "unknown":
+            unknown += r.bytes
         if r.storage is None:
+            if r.resides == "host":
+                host_loose += r.bytes
             continue
-        storages[r.storage] = r.storage_bytes
+        if r.resides == "host":
+            host[r.storage] = r.storage_bytes
+            continue
+        if r.resides != "device":
+            continue
+        device[r.storage] = r.storage_bytes
         if r.is_parameter:
-            param_storages.add(r.storage)
-    physical = sum(storages.values())
-    params = sum(storages[s] for s in param_storages)
+            params.add(r.storage)
+        if r.aliases_output:
+            outputs.add(r.storage)
+        if r.via != "ctx":
+            hooked.add(r.storage)
+    physical = sum(device.values())
+    param_bytes = sum(device[s] for s in params)
     return Totals(
         rows=len(rows),
         logical_bytes=logical,
         physical_bytes=physical,
-        parameter_bytes=params,
-        saved_bytes=physical - params,
+        parameter_bytes=param_bytes,
+        saved_bytes=physical - param_bytes,
+        host_bytes=sum(host.values()) + host_loose,
+        unknown_bytes=unknown,
+        output_bytes=sum(device[s] for s in outputs - params),
+        ctx_bytes=sum(b for s, b in device.items() if s not in hooked and s not in params),
+        freed_rows=len(freed),
+        freed_bytes=sum(r.bytes for r in freed),
     )
 
 
@@ -127,6 +180,12 @@ class CaseReport:
     totals: Totals = field(default_factory=Totals)
     warnings: list[str] = field(default_factory=list)
     budgets: list[dict[str, Any]] = field(default_factory=list)
+    complete: bool = True
+    """False when memaudit knows it did not see everything kept (see ``warnings``)."""
+    freed: list[Row] = field(default_factory=list)
+    """Rows autograd released before ``report()`` ran (after backward): not in the totals."""
+    allocator: dict[str, Any] | None = None
+    """The CUDA allocator cross-check (``--verify-allocator``): ``hidden_bytes`` and its inputs."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -134,10 +193,13 @@ class CaseReport:
     @classmethod
     def from_dict(cls, d: dict[str, Any], *, source: str = "<report>") -> CaseReport:
         d = dict(d)
-        rows = [_from_dict(Row, r, source, f"cases[{d.get('id')}].rows[{i}]") for i, r in enumerate(d.pop("rows", []))]
-        totals = _from_dict(Totals, d.pop("totals", {}), source, f"cases[{d.get('id')}].totals")
-        case = _from_dict(cls, d, source, f"cases[{d.get('id')}]")
+        where = f"cases[{d.get('id')}]"
+        rows = [_from_dict(Row, r, source, f"{where}.rows[{i}]") for i, r in enumerate(d.pop("rows", []))]
+        freed = [_from_dict(Row, r, source, f"{where}.freed[{i}]") for i, r in enumerate(d.pop("freed", []))]
+        totals = _from_dict(Totals, d.pop("totals", {}), source, f"{where}.totals")
+        case = _from_dict(cls, d, source, where)
         case.rows = rows
+        case.freed = freed
         case.totals = totals
         return case
 
@@ -172,7 +234,7 @@ class Report:
         if not isinstance(d, dict):
             raise UsageError(f"expected a JSON object at the top level, found {type(d).__name__}", source=source)
         schema = d.get("schema")
-        if schema != SCHEMA:
+        if schema not in READABLE_SCHEMAS:
             raise UsageError(f"unsupported schema {schema!r} (expected {SCHEMA!r})", source=source, key="schema")
         cases = d.get("cases")
         if not isinstance(cases, list):
@@ -187,7 +249,6 @@ class Report:
             environment=d.get("environment") or {},
             memaudit=d.get("memaudit", ""),
             created=d.get("created", ""),
-            schema=schema,
         )
 
 

@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 import torch
 
 import memaudit
+from memaudit.capture import capture
 from memaudit.environment import environment
-from memaudit.recorder import capture
 from memaudit.report import CaseReport, Report, compute_totals
 from memaudit.spec import CaseSpec
 from memaudit.targets.base import Target
@@ -54,7 +54,9 @@ def run_case(target: Target, spec: CaseSpec, *, backward: bool = True) -> CaseRe
         measured = cap.report(outputs=outputs)
         case.path = built.annotate(measured.rows, cap)
         case.rows = measured.rows
-        case.totals = compute_totals(case.rows)
+        case.freed = measured.freed
+        case.complete = measured.complete
+        case.totals = compute_totals(case.rows, case.freed)
         case.warnings = measured.warnings + built.warnings
         if backward:
             built.backward(outputs)

@@ -210,4 +210,4 @@ def test_judged_json_keeps_the_schema(reference_report: Path, tmp_path: Path) ->
     scen.write_text((ROOT / "tests/data/bad_scenarios/zero_tokens.toml").read_text().replace("tokens = 0", "tokens = 256"))
     assert run(reference_report, "--scenario", scen, "--json", out).exit_code == 0
     data = json.loads(out.read_text())
-    assert data["schema"] == "memaudit.report/1" and all(c["budgets"] == [] for c in data["cases"])
+    assert data["schema"] == "memaudit.report/2" and all(c["budgets"] == [] for c in data["cases"])

@@ -39,7 +39,7 @@ import pytest
 import torch
 
 import memaudit
-from memaudit.recorder import Capture, _active_plugins, capture
+from memaudit.capture import capture
 from memaudit.spec import CaseSpec
 
 pytestmark = pytest.mark.gpu
@@ -139,21 +139,49 @@ def test_te_capture_adds_no_sync(te: Any, recipe: str) -> None:
             captured(built)
 
 
-@pytest.mark.parametrize("recipe", RECIPES)
-def test_pack_and_report_of_te_forward_do_not_sync(te: Any, recipe: str) -> None:
-    built = te_built(recipe)
-    with capture() as cap:
-        out = built.forward(cap)  # TE may synchronize here; not what this test checks
-    saved = [t for t in (p.ref() for p in cap._packed) if t is not None]
-    assert saved, "TE saved nothing"
-    fresh = Capture()
-    fresh._plugins = _active_plugins(fresh)
+class _SaveAll(torch.autograd.Function):
+    """Saves whatever it is given: drives memaudit's pack hook through autograd itself."""
+
+    @staticmethod
+    def forward(ctx: Any, anchor: torch.Tensor, *tensors: Any) -> torch.Tensor:
+        ctx.save_for_backward(*tensors)
+        return anchor.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+        return (grad, *([None] * len(ctx.saved_tensors)))
+
+
+def save_all(tensors: list[Any]) -> tuple[torch.Tensor, Any]:
+    """Save ``tensors`` under capture() with sync debug mode "error"; report too."""
+    anchor = torch.zeros(1, device="cuda", requires_grad=True)
     with sync_debug("error"):
-        for t in saved:
-            fresh._pack(t)
+        with capture() as cap:
+            out = _SaveAll.apply(anchor, *tensors)
         report = cap.report(outputs=out)
-    assert len(fresh._packed) == len(saved)
-    assert report.rows
+    return out, report
+
+
+def _collect_saved(fn: Callable[[], Any]) -> tuple[Any, list[Any]]:
+    """Ground truth of our own: a bare pack hook that keeps what TE saves (no memaudit involved)."""
+    kept: list[Any] = []
+
+    def pack(t: Any) -> Any:
+        kept.append(t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn()
+    return out, kept
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_pack_and_report_of_te_saved_tensors_do_not_sync(te: Any, recipe: str) -> None:
+    built = te_built(recipe)
+    out, saved = _collect_saved(lambda: built.forward(_NoCap()))
+    assert saved, "TE saved nothing"
+    _, report = save_all(saved)
+    assert report.rows and all(r.op == "_SaveAllBackward" for r in report.rows if r.container_index is None)
     built.backward(out)
 
 
@@ -165,12 +193,8 @@ def test_pack_of_te_float8_tensor_does_not_sync(te: Any) -> None:
         q = quantizer(torch.randn(256, 128, device="cuda", dtype=torch.bfloat16))
     except Exception as exc:  # noqa: BLE001 - FP8 unavailable here, or TE's API moved
         pytest.skip(f"cannot make a Float8Tensor here: {type(exc).__name__}: {exc}")
-    cap = Capture()
-    cap._plugins = _active_plugins(cap)
-    with sync_debug("error"):
-        cap._pack(q)
-    rows = cap._packed[0].rows
-    assert rows[0]["kind"] == "container" and len(rows) > 1
+    _, report = save_all([q])
+    assert report.rows[0].kind == "container" and len(report.rows) > 1
 
 
 # ---- plain PyTorch ---------------------------------------------------------------------------------
@@ -187,12 +211,8 @@ def test_pack_of_cuda_tensors_does_not_sync() -> None:
         torch.empty(0, device="cuda"),
         torch.randn(16, device="cuda").to(torch.float8_e4m3fn),
     ]
-    cap = Capture()
-    cap._plugins = _active_plugins(cap)
-    with sync_debug("error"):
-        for t in tensors:
-            cap._pack(t)
-    assert len(cap._packed) == len(tensors)
+    _, report = save_all(tensors)
+    assert len(report.rows) == len(tensors)
 
 
 def test_plain_model_fully_captured_does_not_sync() -> None:

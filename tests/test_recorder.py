@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from memaudit.recorder import Capture, capture
+from memaudit.capture import Capture, capture
 from memaudit.report import Row
 
 F32 = 4
@@ -312,14 +312,16 @@ def test_hooks_are_active_only_inside_and_removed_after_exception() -> None:
     with pytest.raises(RuntimeError, match="boom"):
         with capture() as cap:
             assert hooks_installed()
-            (x * x).sum()
+            z = (x * x).sum()
             raise RuntimeError("boom")
     assert not hooks_installed()
     n = len(cap.report().rows)
     assert n == 2  # MulBackward0 saved x twice (self and other)
     y = x.sin()  # outside capture: the pack hook must not run
     assert len(cap.report(outputs=y).rows) == n
-    assert cap._packed and len(cap._packed) == 2
+    assert len(cap.records) == 2
+    del z
+    assert cap.report().rows == [] and len(cap.report().freed) == 2  # the dropped graph released both
 
 
 def test_pack_hook_returns_the_same_object() -> None:
@@ -332,10 +334,12 @@ def test_pack_hook_returns_the_same_object() -> None:
         return (s,)
 
     y, cap = save(make, x)
-    assert y.grad_fn.saved_tensors[0] is keep[0]
-    with capture() as cap2:
-        assert cap2._pack(keep[0]) is keep[0]
-        assert cap2._unpack(keep[0]) is keep[0]
+    back = y.grad_fn.saved_tensors[0]
+    assert back.data_ptr() == keep[0].data_ptr()  # no copy: the same storage comes back
+    assert back._version == keep[0]._version
+    keep[0].add_(1)  # shared version counter: the in-place change is visible through the saved alias
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.grad_fn.saved_tensors  # noqa: B018
 
 
 def run_model(x: torch.Tensor, w: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -377,7 +381,10 @@ def test_capture_keeps_no_tensor_alive() -> None:
     gc.collect()
     assert inner[0]() is None
     assert ref_x() is None
-    assert len(cap.report().rows) == 2 and rep.totals.rows == 2  # capture and report are still alive
+    later = cap.report()
+    assert later.rows == [] and len(later.freed) == 2  # released rows leave the totals
+    assert later.totals.saved_bytes == 0 and later.totals.freed_rows == 2
+    assert rep.totals.rows == 2  # the earlier report is plain data and unchanged
 
 
 # ---- labels -------------------------------------------------------------------------------------

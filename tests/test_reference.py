@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from memaudit.recorder import capture
+from memaudit.capture import capture
 from memaudit.spec import ALIGNMENT, CaseSpec, default_splits
 from memaudit.targets.reference import DTYPES, ReferenceGroupedMLP, ReferenceTarget, make_inputs
 

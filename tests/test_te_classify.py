@@ -38,8 +38,8 @@ from transformer_engine.pytorch.tensor.storage.float8_tensor_storage import Floa
 from transformer_engine.pytorch.tensor.storage.grouped_tensor_storage import GroupedTensorStorage  # noqa: E402
 from transformer_engine.pytorch.tensor.storage.nvfp4_tensor_storage import NVFP4TensorStorage  # noqa: E402
 
+from memaudit.capture import capture, hooks  # noqa: E402
 from memaudit.classify import te as tec  # noqa: E402
-from memaudit.recorder import capture  # noqa: E402
 from memaudit.report import Row  # noqa: E402
 
 pytestmark = pytest.mark.te
@@ -526,9 +526,11 @@ def all_storage_methods() -> dict[type, Any]:
     return {cls: vars(cls)["prepare_for_saving"] for cls in tec._storage_classes()}
 
 
-def test_prepare_for_saving_is_restored_after_capture() -> None:
-    before = all_storage_methods()
-    names = {cls.__name__ for cls in before}
+def test_prepare_for_saving_is_wrapped_once_and_inert_outside_capture() -> None:
+    """Provenance wrappers are installed once per process and do nothing outside a capture."""
+    with capture():
+        first = all_storage_methods()
+    names = {cls.__name__ for cls in first}
     assert {
         "Float8TensorStorage",
         "MXFP8TensorStorage",
@@ -537,21 +539,29 @@ def test_prepare_for_saving_is_restored_after_capture() -> None:
         "GroupedTensorStorage",
         "NovelTensorStorage",
     } <= names
+    assert all(hasattr(m, "__wrapped__") for m in first.values()), "every storage class is wrapped"
     with capture():
-        during = all_storage_methods()
-        assert all(during[cls] is not before[cls] for cls in before), "capture() wraps every storage class"
-    assert all_storage_methods() == before
-    assert all(all_storage_methods()[cls] is before[cls] for cls in before)
-
+        assert all_storage_methods() == first  # a second capture does not wrap again
     with pytest.raises(ValueError, match="inside"):
         with capture():
             raise ValueError("inside")
-    assert all(all_storage_methods()[cls] is before[cls] for cls in before)
+    assert all_storage_methods() == first
+    for cls, method in first.items():
+        assert tec.original_prepare_for_saving(cls) is method.__wrapped__
+    # Outside a capture the wrapper only calls TE's method: nothing is noted.
+    scale = torch.ones(1)
+    obj = Float8TensorStorage(
+        data=torch.zeros(4, 4, dtype=torch.uint8), fp8_scale_inv=scale, fp8_dtype=E4M3, fake_dtype=torch.bfloat16, data_transpose=None
+    )
+    hooks.state().provenance.clear()
+    tensors, _ = obj.prepare_for_saving()
+    assert any(t is not None for t in tensors)
+    assert hooks.state().provenance == {} and not hooks.recording()
 
 
 def test_te_plugin_is_active_by_default_when_te_is_imported() -> None:
     with capture() as cap:
-        assert [type(p).__name__ for p in cap._plugins] == ["TEClassifier"]
+        assert [type(p).__name__ for p in cap.plugins] == ["TEClassifier"]
 
 
 # ---- the fuser's roles reach decomposed buffers -------------------------------------------------

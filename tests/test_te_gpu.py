@@ -88,7 +88,7 @@ def test_gradients_match_without_capture(recipe: str) -> None:
             with capture() as cap:
                 out = built.forward(cap)
         else:
-            from memaudit.recorder import Capture
+            from memaudit.capture import Capture
 
             out = built.forward(Capture())
         built.backward(out)

@@ -19,7 +19,6 @@ Importing this module imports TE; memaudit imports it only when the caller alrea
 from __future__ import annotations
 
 import functools
-import weakref
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -29,7 +28,8 @@ import transformer_engine.pytorch as te  # noqa: E402,I001  (torch first: TE nee
 from transformer_engine.pytorch.quantized_tensor import QuantizedTensor, QuantizedTensorStorage
 from transformer_engine.pytorch.tensor.storage.grouped_tensor_storage import GroupedTensorStorage
 
-from memaudit.classify import torch as tclass
+from memaudit.capture import hooks
+from memaudit.capture import tensors as tclass
 from memaudit.report import Row
 from memaudit.te_layout import BUFFER_SLOTS, GROUPED_SLOTS
 
@@ -175,64 +175,96 @@ def _storage_classes() -> tuple[type, ...]:
     return tuple(found)
 
 
+def _warnings_sink() -> list[str]:
+    caps = hooks.state().captures
+    return caps[-1].warnings if caps else []
+
+
+def _wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``prepare_for_saving`` that, inside a capture, notes each buffer's owner and attribute."""
+
+    def prepare_for_saving(obj: Any, *args: Any, **kwargs: Any) -> Any:
+        if not hooks.recording():
+            return original(obj, *args, **kwargs)
+        # Learn every buffer's owner and attribute while the object still holds them. Only
+        # names are taken here; the row fields are built in report(), off the hot path.
+        names = _slot_names(obj)
+        before: dict[int, list[str]] = {}
+        if names is None:
+            for name, buf in vars(obj).items():
+                if isinstance(buf, torch.Tensor):
+                    before.setdefault(id(buf), []).append(name)
+        else:
+            for name in names:
+                buf = getattr(obj, name, None)
+                if buf is not None:
+                    before.setdefault(id(buf), []).append(name)
+        cls = type(obj).__name__
+        fmt = cached_format(obj)
+        scale_inv = getattr(obj, "scale_inv", None)
+        shared = scale_inv is not None and scale_inv is getattr(obj, "columnwise_scale_inv", None)
+        tensors, self_obj = original(obj, *args, **kwargs)
+        attrs: list[str | None] = []
+        warnings = _warnings_sink()
+        for t in tensors:
+            pending = before.get(id(t)) if t is not None else None
+            if pending:
+                name = pending.pop(0)
+                hooks.note_buffer(t, partial(slot_fields, cls, name, fmt, shared, warnings=warnings))
+                attrs.append(name)
+            else:
+                attrs.append(None)
+        hooks.note_decomposed(self_obj, attrs)
+        return tensors, self_obj
+
+    prepare_for_saving.__wrapped__ = original  # type: ignore[attr-defined]
+    return prepare_for_saving
+
+
+_INSTALLED: dict[type, Callable[..., Any]] = {}
+
+
+def install_provenance() -> None:
+    """Wrap ``prepare_for_saving`` on every TE storage class, once per process.
+
+    The wrappers are inert outside a capture (one thread-local check), so no capture pays for
+    patching classes, and nested captures share one set of wrappers.
+    """
+    for cls in _storage_classes():
+        if cls not in _INSTALLED:
+            original = vars(cls)["prepare_for_saving"]
+            _INSTALLED[cls] = original
+            cls.prepare_for_saving = _wrap(original)  # type: ignore[method-assign]
+
+
+def original_prepare_for_saving(cls: type) -> Callable[..., Any]:
+    """TE's own method for ``cls``, whether or not memaudit wrapped it."""
+    return _INSTALLED.get(cls) or vars(cls)["prepare_for_saving"]
+
+
+def _offload_hook_kind(pack: Callable[..., Any]) -> str | None:
+    """TE's CPU offload pushes ``OffloadSynchronizer.push_tensor`` (te-internals §7.2)."""
+    owner = getattr(pack, "__self__", None)
+    if owner is not None and type(owner).__module__.startswith("transformer_engine.pytorch.cpu_offload"):
+        return "te-offload"
+    return None
+
+
 class TEClassifier:
     """Capture plugin: provenance from ``prepare_for_saving``, whole objects, fuser roles."""
 
-    def __init__(self, cap: Any) -> None:
-        self.cap = cap
-        self._patched: list[tuple[type, Callable[..., Any]]] = []
-        # id(storage object) -> (weakref, [attr per returned tensor])
-        self.decomposed: dict[int, tuple[Any, list[str | None]]] = {}
-
-    # -- prepare_for_saving provenance --------------------------------------------------------
     def install(self) -> None:
-        for cls in _storage_classes():
-            original = vars(cls)["prepare_for_saving"]
-            cls.prepare_for_saving = self._wrap(original)  # type: ignore[method-assign]
-            self._patched.append((cls, original))
+        install_provenance()
+        hooks.register_hook_namer(_offload_hook_kind)
 
     def uninstall(self) -> None:
-        while self._patched:
-            cls, original = self._patched.pop()
-            cls.prepare_for_saving = original  # type: ignore[method-assign]
+        """Nothing to undo: the wrappers are inert outside a capture."""
 
-    def _wrap(self, original: Callable[..., Any]) -> Callable[..., Any]:
-        plugin = self
-
-        def prepare_for_saving(obj: Any, *args: Any, **kwargs: Any) -> Any:
-            # Learn every buffer's owner and attribute while the object still holds them. Only
-            # names are taken here; the row fields are built in report(), off the hot path.
-            names = _slot_names(obj)
-            before: dict[int, list[str]] = {}
-            if names is None:
-                for name, buf in vars(obj).items():
-                    if isinstance(buf, torch.Tensor):
-                        before.setdefault(id(buf), []).append(name)
-            else:
-                for name in names:
-                    buf = getattr(obj, name, None)
-                    if buf is not None:
-                        before.setdefault(id(buf), []).append(name)
-            cls = type(obj).__name__
-            fmt = cached_format(obj)
-            shared = getattr(obj, "scale_inv", None) is not None and getattr(obj, "scale_inv", None) is getattr(
-                obj, "columnwise_scale_inv", None
-            )
-            tensors, self_obj = original(obj, *args, **kwargs)
-            attrs: list[str | None] = []
-            warnings = plugin.cap.warnings
-            for t in tensors:
-                pending = before.get(id(t)) if t is not None else None
-                if pending:
-                    name = pending.pop(0)
-                    plugin.cap.note_buffer(t, partial(slot_fields, cls, name, fmt, shared, warnings=warnings))
-                    attrs.append(name)
-                else:
-                    attrs.append(None)
-            plugin.decomposed[id(self_obj)] = (weakref.ref(self_obj), attrs)
-            return tensors, self_obj
-
-        return prepare_for_saving
+    def resides(self, hook_kind: str | None, payload: Any) -> str | None:
+        """TE's offload returns an int index for a tensor it moves to the host (cpu_offload.py:366-400)."""
+        if hook_kind == "te-offload" and isinstance(payload, int):
+            return "host"
+        return None
 
     # -- whole objects at the hook ------------------------------------------------------------
     def expand(self, t: torch.Tensor) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any], torch.Tensor]]] | None:
@@ -251,7 +283,7 @@ class TEClassifier:
         }
         inner = []
         for name, buf in inner_buffers(t):
-            fields = buffer_fields(t, name, buf, self.cap.warnings)
+            fields = buffer_fields(t, name, buf, _warnings_sink())
             fields["is_parameter"] = is_param
             inner.append((name, fields, buf))
         return container, inner
@@ -260,18 +292,18 @@ class TEClassifier:
     def annotate(self, rows: list[Row], cap: Any) -> None:
         for node in getattr(cap, "walk_nodes", ()):
             if hasattr(node, "basic_op_ctxs") and hasattr(node, "tensor_objects"):
-                label_fuser_rows(node, rows, self.decomposed)
+                label_fuser_rows(node, rows)
 
 
-def _entry_counts(tensor_objects: list[Any], decomposed: dict[int, tuple[Any, list[str | None]]]) -> list[int]:
+def _entry_counts(tensor_objects: list[Any]) -> list[int]:
     counts = []
     for obj in tensor_objects:
         if obj is None:
             counts.append(1)
             continue
-        rec = decomposed.get(id(obj))
-        if rec is not None and rec[0]() is obj:
-            counts.append(len(rec[1]))
+        attrs = hooks.decomposed(obj)
+        if attrs is not None:
+            counts.append(len(attrs))
         elif isinstance(obj, GroupedTensorStorage):
             counts.append(len(GROUPED_SLOTS))
         else:
@@ -279,14 +311,10 @@ def _entry_counts(tensor_objects: list[Any], decomposed: dict[int, tuple[Any, li
     return counts
 
 
-def label_fuser_rows(
-    node: Any,
-    rows: list[Row],
-    decomposed: dict[int, tuple[Any, list[str | None]]],
-) -> None:
+def label_fuser_rows(node: Any, rows: list[Row]) -> None:
     """Name operands of the rows a TE ``OperationFuser`` saved (roles from te-internals §2.1/§2.4)."""
     op_name = type(node).__name__
-    counts = _entry_counts(list(node.tensor_objects), decomposed)
+    counts = _entry_counts(list(node.tensor_objects))
     # flat position -> to_save entry index
     entry_of: list[int] = []
     for j, n in enumerate(counts):

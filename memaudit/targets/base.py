@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from memaudit.recorder import Capture, iter_tensors
+from memaudit.capture import Capture, iter_tensors
 from memaudit.report import Row
 from memaudit.spec import CaseSpec
 

@@ -10,8 +10,8 @@ import importlib
 import inspect
 from typing import Any
 
+from memaudit.capture import Capture
 from memaudit.errors import UsageError
-from memaudit.recorder import Capture
 from memaudit.spec import CaseSpec
 from memaudit.targets.base import Built, backward_sum
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from memaudit.recorder import Capture
+from memaudit.capture import Capture
 from memaudit.report import Row
 from memaudit.spec import CaseSpec
 from memaudit.targets.base import Built, backward_sum

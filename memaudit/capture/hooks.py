@@ -1,0 +1,569 @@
+"""The saved-tensor hook layers: record every pack, and stay invisible to autograd.
+
+A *layer* is one ``(pack, unpack)`` pair on PyTorch's thread-local saved-tensors hook stack.
+``capture()`` pushes one; while a capture is active in a thread, every pair that code pushes
+there (``save_on_cpu``, non-reentrant ``checkpoint``, TE's CPU offload, a user's hooks, a nested
+``capture()``) is pushed wrapped in a layer too, so memaudit records every tensor autograd saves
+in that thread whichever pair PyTorch calls (PyTorch calls only the innermost one).
+
+What makes a layer invisible:
+
+* **Composition.** A layer delegates to the pair it stands for (the foreign pair it wraps, or the
+  pair that was on top when the capture started): that pair's pack and unpack run exactly as
+  they would without memaudit, and their result is what autograd gets back.
+* **In-place check.** PyTorch skips its saved-version check whenever hooks are active
+  (``SavedVariable::unpack``). A layer that stands for no other pair records ``t._version`` when
+  it packs and raises PyTorch's own error at unpack if the tensor was modified in place. Under a
+  foreign pair PyTorch would not check either, so neither does memaudit.
+* **No cycles.** A tensor that requires grad and has a ``grad_fn`` is kept as a detached alias
+  (same storage, same version counter, no ``grad_fn``), so a saved output does not hold its own
+  node alive; autograd re-attaches the edge when it unpacks.
+* **No extra lifetime.** memaudit's records hold weak references only: to the object autograd
+  keeps (which also tells when autograd released it) and to storages (which name them).
+* **Never raises.** A pack that memaudit cannot describe becomes a record with a warning.
+
+Nothing here reads tensor data or syncs a device.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch._C._autograd as _autograd_c
+
+from memaudit.capture.tensors import (
+    Buffer,
+    buffer_of,
+    dtype_name,
+    format_of,
+    inner_tensors,
+    is_wrapper_subclass,
+)
+
+if TYPE_CHECKING:
+    from memaudit.capture.recorder import Capture
+
+_Tensor = torch.Tensor
+_Parameter = torch.nn.Parameter
+_wref = weakref.ref
+
+
+class Record:
+    """One pack-hook call: what was packed (metadata only) and how to tell if it is still kept.
+
+    ``raw`` is the hot-path tuple for a plain tensor; ``buffers`` the described buffers of anything
+    else (``(name, Buffer)``; name is the attribute inside a container). ``ref`` points weakly at
+    the object autograd holds: once it is dead, autograd has released the saved tensor.
+    """
+
+    __slots__ = ("ref", "raw", "buffers", "container", "version", "orig", "op", "slot", "hook", "context", "warning")
+
+    def __init__(self, raw: tuple[Any, ...] | None = None) -> None:
+        self.raw = raw
+        self.ref: Callable[[], Any] | None = None
+        self.buffers: list[tuple[str | None, Buffer]] | None = None
+        self.container: dict[str, Any] | None = None
+        self.version = -1
+        self.orig: Callable[[], Any] | None = None
+        self.op: str | None = None
+        self.slot: str | None = None
+        self.hook: HookInfo | None = None
+        self.context: tuple[str, str] | None = None
+        self.warning: str | None = None
+
+    def described(self) -> list[tuple[str | None, Buffer]]:
+        """The buffers, building the plain-tensor one from ``raw`` on first use."""
+        if self.buffers is None:
+            shape, dtype, device, sref, nbytes, offset, numel, elt, is_param, fields = self.raw  # type: ignore[misc]
+            self.buffers = [(None, Buffer(tuple(shape), dtype, device, sref, nbytes, offset * elt, numel * elt, is_param, fields))]
+        return self.buffers
+
+    @property
+    def dtype(self) -> torch.dtype:
+        if self.raw is not None:
+            return self.raw[1]
+        if self.container is not None:
+            return self.container["_dtype"]
+        bufs = self.described()
+        return bufs[0][1].dtype if bufs else torch.float32
+
+    def alive(self) -> bool:
+        """True while autograd still holds what this pack returned."""
+        return self.ref is not None and self.ref() is not None
+
+    def payload(self) -> Any:
+        """What the delegated pair packed (only meaningful for records made under a foreign pair)."""
+        saved = self.ref() if self.ref is not None else None
+        return None if saved is None else saved.value
+
+
+class _Saved:
+    """What a layer's pack returns to autograd: the kept value (or the delegate's payload)."""
+
+    __slots__ = ("value", "rec", "__weakref__")
+
+    def __init__(self, value: Any, rec: Record) -> None:
+        self.value = value
+        self.rec = rec
+
+
+class HookInfo:
+    """A foreign pair, described without holding it: its name and the kind a plugin or torch gives it."""
+
+    __slots__ = ("name", "kind")
+
+    def __init__(self, name: str, kind: str | None) -> None:
+        self.name = name
+        self.kind = kind
+
+
+class ThreadState:
+    """Per-thread capture state: active captures, the graph walk in progress, provenance."""
+
+    def __init__(self) -> None:
+        self.captures: list[Capture] = []
+        self.walking: list[Record] | None = None
+        self.context: labelled | None = None
+        # id(buffer) -> (weakref to buffer, [fields per expected pack])
+        self.provenance: dict[int, tuple[Callable[[], Any], list[Any]]] = {}
+        # id(storage object) -> (weakref, [attribute per decomposed tensor]); see note_decomposed
+        self.decomposed: dict[int, tuple[Callable[[], Any], list[str | None]]] = {}
+
+    def take_provenance(self, t: Any) -> Any:
+        """The classifier fields queued for ``t`` (each pack of it takes the next), or None."""
+        prov = self.provenance.get(id(t))
+        if prov is None:
+            return None
+        if prov[0]() is not t:
+            del self.provenance[id(t)]
+            return None
+        fields = prov[1].pop(0)
+        if not prov[1]:
+            del self.provenance[id(t)]
+        return fields
+
+
+class _Local(threading.local):
+    def __init__(self) -> None:
+        self.state = ThreadState()
+
+
+_local = _Local()
+
+
+def state() -> ThreadState:
+    """This thread's capture state."""
+    return _local.state
+
+
+def recording() -> bool:
+    """True while a capture is active in this thread (classifier wrappers are inert otherwise)."""
+    return bool(_local.state.captures)
+
+
+def note_buffer(t: torch.Tensor, fields: Any) -> None:
+    """A classifier learned what buffer ``t`` is before it reaches the hook (provenance).
+
+    One tensor can be handed over more than once (FP8 current scaling's grouped storage holds one
+    scale tensor as both ``scale_inv`` and ``columnwise_scale_inv``): the fields queue up, and each
+    pack of the tensor takes the next.
+    """
+    prov = _local.state.provenance
+    known = prov.get(id(t))
+    if known is not None and known[0]() is t:
+        known[1].append(fields)
+    else:
+        prov[id(t)] = (_weak(t), [fields])
+
+
+def note_decomposed(obj: Any, attrs: list[str | None]) -> None:
+    """A classifier saw storage object ``obj`` decomposed into tensors named ``attrs``."""
+    _local.state.decomposed[id(obj)] = (_weak(obj), attrs)
+
+
+def decomposed(obj: Any) -> list[str | None] | None:
+    """The attribute names ``note_decomposed`` recorded for ``obj`` (this thread), or None."""
+    rec = _local.state.decomposed.get(id(obj))
+    return rec[1] if rec is not None and rec[0]() is obj else None
+
+
+# ---- layers -----------------------------------------------------------------------------------
+class Layer:
+    """One (pack, unpack) pair memaudit pushed, recording into ``recorders``.
+
+    ``delegate`` is the foreign pair this layer stands for, or None (then the layer keeps the
+    tensor itself and checks its version at unpack, as PyTorch does without hooks).
+    """
+
+    def __init__(
+        self,
+        recorders: list[Capture],
+        delegate: tuple[Callable[..., Any], Callable[..., Any]] | None,
+        hook: HookInfo | None,
+        expand: Callable[[Any], Any],
+    ) -> None:
+        self.recorders = recorders
+        self.delegate_pack, self.delegate_unpack = delegate if delegate is not None else (None, None)
+        self.hook = hook
+        self.expand = expand
+        self.state = _local.state
+        self.pack: Callable[[Any], Any] = self._pack if delegate is None else _ForwardingPack(self, delegate[0])
+
+    def _pack(self, t: Any) -> Any:
+        """Pack under no foreign pair: keep ``t`` (or a detached alias), remember its version."""
+        rec = self._record(t)
+        try:
+            rec.version = t._version
+            if t.requires_grad:
+                rec.orig = _wref(t)
+                value = t if t.is_leaf else t.detach()
+            else:
+                value = t
+        except Exception:  # noqa: BLE001 - an object torch cannot version or detach: keep it as given
+            value = t
+        saved = _Saved(value, rec)
+        rec.ref = _wref(saved)
+        return saved
+
+    def pack_delegated(self, t: Any) -> Any:
+        """Pack under a foreign pair: its pack runs first and as without memaudit."""
+        payload = self.delegate_pack(t)  # type: ignore[misc]
+        rec = self._record(t)
+        rec.hook = self.hook
+        saved = _Saved(payload, rec)
+        rec.ref = _wref(saved)
+        return saved
+
+    def _record(self, t: Any) -> Record:
+        state = self.state
+        try:
+            tp = type(t)
+            if tp is _Tensor or tp is _Parameter:
+                st = t.untyped_storage()
+                base = t._base
+                rec = Record((
+                    t.shape, t.dtype, t.device, _wref(st), st.nbytes(), t.storage_offset(), t.numel(), t.element_size(),
+                    tp is _Parameter or (base is not None and isinstance(base, _Parameter)),
+                    state.take_provenance(t) if state.provenance else None,
+                ))
+            else:
+                rec = self._record_object(t, state)
+        except Exception as exc:  # noqa: BLE001 - the hook never raises: say what could not be read
+            rec = _unreadable(t, exc)
+        if state.context is not None:
+            rec.context = state.context.next()
+        for cap in self.recorders:
+            if cap.active:
+                cap.records.append(rec)
+        return rec
+
+    def _record_object(self, t: Any, state: ThreadState) -> Record:
+        expanded = self.expand(t)
+        rec = Record()
+        if expanded is not None:
+            container, inner = expanded
+            rec.container = container
+            rec.buffers = [(name, buffer_of(buf, fields, is_param=fields.get("is_parameter"))) for name, fields, buf in inner]
+        elif isinstance(t, torch.Tensor) and is_wrapper_subclass(t):
+            is_param = isinstance(t, _Parameter)
+            rec.container = container_fields(t, type(t).__name__, format_of(t.dtype), is_param)
+            rec.buffers = [(name, buffer_of(buf, {"container": type(t).__name__}, is_param=is_param)) for name, buf in inner_tensors(t)]
+        elif isinstance(t, torch.Tensor):
+            rec.buffers = [(None, buffer_of(t, state.take_provenance(t) if state.provenance else None))]
+        else:
+            raise TypeError(f"autograd saved a {type(t).__name__}, not a tensor")
+        return rec
+
+    def unpack(self, saved: Any) -> Any:
+        walking = _local.state.walking
+        if walking is not None:  # report() is naming rows: answer without running anyone's unpack
+            walking.append(saved.rec)
+            return placeholder(saved)
+        if self.delegate_unpack is not None:
+            return self.delegate_unpack(saved.value)
+        value = saved.value
+        if value._version != saved.rec.version:
+            raise RuntimeError(version_error(value, saved.rec))
+        return value
+
+
+class _ForwardingPack:
+    """The pack of a layer that stands for a foreign pair.
+
+    Attribute reads fall through to the foreign pack function, so code that inspects the pack
+    on top of the stack (``torch.utils.checkpoint`` reads ``_checkpoint_internal`` and
+    ``_user_hooks``) sees what it would see without memaudit.
+    """
+
+    __slots__ = ("layer", "wrapped")
+
+    def __init__(self, layer: Layer, wrapped: Callable[..., Any]) -> None:
+        self.layer = layer
+        self.wrapped = wrapped
+
+    def __call__(self, t: Any) -> Any:
+        return self.layer.pack_delegated(t)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.wrapped, name)
+
+
+def placeholder(saved: _Saved) -> Any:
+    """What the walk's unpack returns: the kept tensor itself, or an empty meta stand-in."""
+    value = saved.value
+    if isinstance(value, torch.Tensor) and saved.rec.hook is None:
+        return value
+    return torch.empty(0, dtype=saved.rec.dtype, device="meta")
+
+
+def container_fields(t: torch.Tensor, name: str, fmt: str, is_param: bool) -> dict[str, Any]:
+    """Row fields of a tensor subclass saved whole: a 0-byte container row."""
+    return {
+        "kind": "container",
+        "format": fmt,
+        "shape": list(t.shape),
+        "dtype": dtype_name(t.dtype),
+        "_dtype": t.dtype,
+        "bytes": 0,
+        "device": str(t.device),
+        "is_parameter": is_param,
+        "container": name,
+    }
+
+
+def _unreadable(t: Any, exc: BaseException) -> Record:
+    rec = Record()
+    rec.buffers = []
+    what = type(t).__name__
+    rec.warning = f"a saved {what} could not be described ({type(exc).__name__}: {exc}); its bytes are not counted"
+    shape = getattr(t, "shape", None)
+    dtype = getattr(t, "dtype", None)
+    rec.container = {
+        "kind": "unknown",
+        "format": format_of(dtype) if isinstance(dtype, torch.dtype) else "?",
+        "shape": list(shape) if shape is not None else [],
+        "dtype": dtype_name(dtype) if isinstance(dtype, torch.dtype) else "?",
+        "_dtype": dtype if isinstance(dtype, torch.dtype) else torch.float32,
+        "bytes": 0,
+        "device": str(getattr(t, "device", "?")),
+        "is_parameter": False,
+        "container": what,
+    }
+    return rec
+
+
+def _weak(t: Any) -> Callable[[], Any]:
+    try:
+        return weakref.ref(t)
+    except TypeError:  # pragma: no cover - every torch.Tensor is weak-referenceable
+        return lambda: None
+
+
+# ---- the in-place check PyTorch skips under hooks -----------------------------------------------
+def _node_name(node: Any) -> str:
+    name = node.name()
+    head, sep, tail = name.rpartition("Backward")
+    return head if sep and (tail == "" or tail.isdigit()) else name
+
+
+def version_error(value: torch.Tensor, rec: Record) -> str:
+    """PyTorch's own message for a saved tensor modified in place (``SavedVariable::unpack``)."""
+    current = value._version
+    msg = (
+        "one of the variables needed for gradient computation has been modified by an inplace "
+        f"operation: [{value.type()} {list(value.shape)}]"
+    )
+    node = torch._C._current_autograd_node()
+    orig = rec.orig() if rec.orig is not None else None
+    fn, out_nr = None, 0
+    if orig is not None and orig.grad_fn is not None:
+        fn = orig.grad_fn
+        if node is not None and (_same_node(fn, node) or any(_same_node(f, node) for f, _ in fn.next_functions if f is not None)):
+            fn, out_nr = node, orig.output_nr  # a saved output: PyTorch names the node that saved it
+    elif orig is None and node is not None and rec.orig is not None:
+        fn = node  # the original is gone; the node being unpacked is the best name left
+    if fn is not None:
+        msg += f", which is output {out_nr} of {_node_name(fn)},"
+    msg += f" is at version {current}; expected version {rec.version} instead."
+    if torch.is_anomaly_enabled():
+        msg += (
+            " Hint: the backtrace further above shows the operation that failed to compute its gradient. "
+            "The variable in question was changed in there or anywhere later. Good luck!"
+        )
+    else:
+        msg += (
+            " Hint: enable anomaly detection to find the operation that failed to compute its gradient, "
+            "with torch.autograd.set_detect_anomaly(True, check_nan=False)."
+        )
+    return msg
+
+
+def _same_node(a: Any, b: Any) -> bool:
+    try:
+        return a is b or (type(a) is type(b) and a._sequence_nr() == b._sequence_nr() and a.metadata is b.metadata)
+    except (AttributeError, RuntimeError):
+        return False
+
+
+# ---- pushing layers ---------------------------------------------------------------------------
+_original_push = _autograd_c._push_saved_tensors_default_hooks
+_original_pop = _autograd_c._pop_saved_tensors_default_hooks
+_install_lock = threading.Lock()
+_installed = False
+_hook_namers: list[Callable[[Callable[..., Any]], str | None]] = []
+
+
+def layer_of(pack: Any) -> Layer | None:
+    """The memaudit layer a pack function belongs to, or None for a foreign pack."""
+    if isinstance(pack, _ForwardingPack):
+        return pack.layer
+    owner = getattr(pack, "__self__", None)
+    return owner if isinstance(owner, Layer) else None
+
+
+def describe_hook(pack: Callable[..., Any]) -> HookInfo:
+    """Name a foreign pack function and give it a kind (``checkpoint``, or what a plugin says)."""
+    name = getattr(pack, "__qualname__", None) or type(pack).__qualname__
+    module = getattr(pack, "__module__", None) or ""
+    kind = "checkpoint" if getattr(pack, "_checkpoint_internal", False) else None
+    if kind is None and module.startswith("torch.autograd.graph") and "save_on_cpu" in name:
+        kind = "save_on_cpu"
+    for namer in _hook_namers:
+        kind = kind or namer(pack)
+    return HookInfo(f"{module}.{name}" if module else name, kind)
+
+
+def register_hook_namer(namer: Callable[[Callable[..., Any]], str | None]) -> None:
+    """Let a classifier give a kind to foreign pack functions it knows (TE's CPU offload)."""
+    if namer not in _hook_namers:
+        _hook_namers.append(namer)
+
+
+def _enter(self: torch.autograd.graph.saved_tensors_hooks) -> None:
+    """``saved_tensors_hooks.__enter__``, except that inside a capture the pair is pushed in a layer.
+
+    Every Python-level pair (``save_on_cpu``, checkpoint's, TE's CPU offload, a user's) enters
+    through this method; a pair pushed from C++ does not, and the graph walk reports what it hid.
+    """
+    st = _local.state
+    pack = self.pack_hook
+    if st.captures and layer_of(pack) is None:
+        caps = list(st.captures)
+        layer = Layer(caps, (pack, self.unpack_hook), describe_hook(pack), caps[-1].expand)
+        _original_push(layer.pack, layer.unpack)
+    else:
+        _original_push(pack, self.unpack_hook)
+
+
+def install() -> None:
+    """Route hook pushes through memaudit (once per process; inert in threads without a capture).
+
+    Patches the Python class ``torch.autograd.graph.saved_tensors_hooks`` (its ``__exit__`` pops as
+    before), never torch's C module.
+    """
+    global _installed
+    with _install_lock:
+        if not _installed:
+            cls = torch.autograd.graph.saved_tensors_hooks
+            _enter.__wrapped__ = cls.__enter__  # type: ignore[attr-defined]
+            cls.__enter__ = _enter  # type: ignore[method-assign]
+            _label_checkpoint_inputs()
+            _installed = True
+
+
+def _label_checkpoint_inputs() -> None:
+    """Name the inputs non-reentrant checkpoint saves through ``_CheckpointFrame.save_inputs``."""
+    from torch.utils import checkpoint as ckpt
+
+    frame = getattr(ckpt, "_CheckpointFrame", None)
+    original = getattr(frame, "save_inputs", None)
+    if frame is None or original is None:  # another torch: those rows stay unnamed
+        return
+    original = getattr(original, "__wrapped__", original)  # an earlier import of memaudit wrapped it
+
+    def save_inputs(self: Any, *args: Any) -> Any:
+        if not _local.state.captures:
+            return original(self, *args)
+        with labelled("checkpoint", "inputs"):
+            return original(self, *args)
+
+    save_inputs.__wrapped__ = original  # type: ignore[attr-defined]
+    frame.save_inputs = save_inputs
+
+
+def push_capture(cap: Capture) -> Layer:
+    """Make ``cap`` record in this thread: push a layer over whatever pair is on top."""
+    install()
+    st = _local.state
+    if not st.captures:  # what earlier captures noted is stale now
+        st.provenance.clear()
+        st.decomposed.clear()
+    top = _autograd_c._top_saved_tensors_default_hooks(False)
+    below = layer_of(top[0]) if top is not None else None
+    if below is not None:  # a nested capture: share the pair below's delegate, record into both
+        delegate = None if below.delegate_pack is None else (below.delegate_pack, below.delegate_unpack)
+        hook = below.hook
+    else:
+        delegate = top
+        hook = describe_hook(top[0]) if top is not None else None
+    st.captures.append(cap)
+    layer = Layer(list(st.captures), delegate, hook, cap.expand)
+    try:
+        _original_push(layer.pack, layer.unpack)
+    except BaseException:
+        st.captures.remove(cap)
+        raise
+    return layer
+
+
+def pop_capture(cap: Capture) -> None:
+    """Undo :func:`push_capture` (the layer is on top again once inner contexts have exited)."""
+    st = _local.state
+    try:
+        _original_pop()
+    finally:
+        if cap in st.captures:
+            st.captures.remove(cap)
+        if not st.captures:
+            st.provenance.clear()  # noted for buffers no hook took; decomposed stays for report()
+
+
+class walking:
+    """While the graph walk reads saved attributes: unpacks answer without running any hook."""
+
+    def __init__(self) -> None:
+        self.seen: list[Record] = []
+
+    def __enter__(self) -> list[Record]:
+        self._prev = _local.state.walking
+        _local.state.walking = self.seen
+        return self.seen
+
+    def __exit__(self, *exc: object) -> None:
+        _local.state.walking = self._prev
+
+
+class labelled:
+    """Records packed inside are named ``(op, slot[k])``: saves that no graph node owns.
+
+    ``torch.utils.checkpoint`` (non-reentrant) keeps its region's inputs in a frame object, not in
+    a node; they are named ``checkpoint`` / ``inputs[k]``.
+    """
+
+    def __init__(self, op: str, slot: str) -> None:
+        self.op, self.slot, self.count = op, slot, 0
+
+    def next(self) -> tuple[str, str]:
+        k, self.count = self.count, self.count + 1
+        return self.op, f"{self.slot}[{k}]"
+
+    def __enter__(self) -> None:
+        self._prev = _local.state.context
+        _local.state.context = self
+
+    def __exit__(self, *exc: object) -> None:
+        _local.state.context = self._prev

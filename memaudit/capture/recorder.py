@@ -1,0 +1,449 @@
+"""``capture()``: record every tensor autograd saves, and turn the records into rows.
+
+The hooks (:mod:`memaudit.capture.hooks`) only record; ``report()`` does the rest, off the hot
+path: it walks the graph to name each record's node and attribute (:mod:`~memaudit.capture.graph`),
+tells live records from those autograd has released (``freed``), finds where each kept tensor
+resides, names operands from labels, and computes the totals.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import threading
+import warnings as _warnings
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from memaudit.capture import graph, hooks
+from memaudit.capture.hooks import Record
+from memaudit.capture.tensors import Buffer, buffer_of, storage_ref
+from memaudit.capture.verify import AllocatorCheck
+from memaudit.report import CaseReport, Row, compute_totals
+
+
+class Plugin(Protocol):
+    """A classifier that knows a library's tensor types (TE's is :class:`memaudit.te.classify.TEClassifier`)."""
+
+    def install(self) -> None:
+        """Start learning provenance (called when a capture starts)."""
+
+    def uninstall(self) -> None:
+        """Stop (called when that capture ends)."""
+
+    def expand(self, t: Any) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any], torch.Tensor]]] | None:
+        """A container row and its ``(name, fields, buffer)`` list for an object saved whole, or None."""
+
+    def annotate(self, rows: list[Row], cap: Capture) -> None:
+        """Name operands of finished rows (``cap.walk_nodes`` holds the Python nodes walked)."""
+
+
+@dataclass
+class _Label:
+    name: str
+    group: int | None
+    offset: int
+    shape: tuple[int, ...]
+
+
+def _probe_sequence_nr() -> int | None:
+    """The autograd sequence number the next node in this thread gets (None if no node can be made)."""
+    try:
+        with torch.enable_grad():
+            probe = torch.empty(0, requires_grad=True).view(0)
+        return graph.sequence_nr(probe.grad_fn)
+    except RuntimeError:  # inference mode: no graph is recorded at all
+        return None
+
+
+class Capture:
+    """The state of one capture. Use :func:`capture`, or enter one directly::
+
+        cap = Capture(plugins=[])
+        with cap: ...
+    """
+
+    def __init__(self, plugins: Iterable[Plugin] | None = None, *, verify_allocator: bool = False) -> None:
+        self.plugins: list[Plugin] = list(plugins) if plugins is not None else default_plugins()
+        self.records: list[Record] = []
+        self.active = False
+        self.warnings: list[str] = []
+        self.walk_nodes: list[Any] = []
+        """Python-function nodes met by the graph walk; held only while ``report()`` runs."""
+        self._labels: dict[int, tuple[Any, list[_Label]]] = {}
+        self._regions: list[list[int | None]] = []
+        self._installed: list[Plugin] = []
+        self._verify = verify_allocator
+        self._allocator: AllocatorCheck | None = None
+        self._threads: set[int] = set()
+        self._layers: dict[int, list[hooks.Layer]] = {}
+
+    # ---- entering and leaving ------------------------------------------------------------------
+    def __enter__(self) -> Capture:
+        if self._verify:
+            self._allocator = AllocatorCheck()
+        for plugin in self.plugins:
+            plugin.install()
+            self._installed.append(plugin)
+        self.active = True
+        try:
+            self._push()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self._pop()
+        finally:
+            self.active = False
+            while self._installed:
+                self._installed.pop().uninstall()
+            if self._allocator is not None:
+                self._allocator.stop()
+
+    def _push(self) -> None:
+        self._regions.append([_probe_sequence_nr(), None])
+        tid = threading.get_ident()
+        self._threads.add(tid)
+        self._layers.setdefault(tid, []).append(hooks.push_capture(self))
+
+    def _pop(self) -> None:
+        try:
+            hooks.pop_capture(self)
+        finally:
+            layers = self._layers.get(threading.get_ident())
+            if layers:
+                layers.pop()
+            self._regions[-1][1] = _probe_sequence_nr()
+
+    @property
+    def hook_pair(self) -> tuple[Any, Any]:
+        """The ``(pack, unpack)`` pair this capture pushed in the calling thread (benchmarks time it).
+
+        Calling ``pack(t)`` records ``t`` as if autograd had saved it, and returns what autograd
+        would keep; ``unpack`` of that returns the tensor (or raises PyTorch's in-place error).
+        """
+        layers = self._layers.get(threading.get_ident())
+        if not layers:
+            raise RuntimeError("hook_pair needs a capture active in this thread")
+        return layers[-1].pack, layers[-1].unpack
+
+    @contextmanager
+    def attach(self) -> Iterator[Capture]:
+        """Record in the calling thread too (saved-tensor hooks are thread-local).
+
+        Use it inside a worker thread whose forward should be captured::
+
+            def worker():
+                with cap.attach():
+                    y = model(x)
+        """
+        if not self.active:
+            raise RuntimeError("attach() needs an active capture")
+        self._push()
+        try:
+            yield self
+        finally:
+            self._pop()
+
+    def expand(self, t: Any) -> Any:
+        """A plugin's description of an object saved whole, or None."""
+        for plugin in self.plugins:
+            out = plugin.expand(t)
+            if out is not None:
+                return out
+        return None
+
+    # ---- provenance and labels -----------------------------------------------------------------
+    def note_buffer(self, t: torch.Tensor, fields: Any) -> None:
+        """Classifiers: what buffer ``t`` is, learned before it reaches the hook."""
+        hooks.note_buffer(t, fields)
+
+    def label(self, tensor: torch.Tensor, name: str, *, group: int | None = None) -> None:
+        """Name an operand: rows in the same storage get the name (the exact view first).
+
+        Labels apply when ``report()`` runs, so a label given after a report applies to the next.
+        """
+        info = storage_ref(tensor)
+        if info is None:
+            return
+        sref = info[0]
+        entry = self._labels.setdefault(id(sref), (sref, []))
+        entry[1].append(_Label(name, group, tensor.storage_offset() * tensor.element_size(), tuple(tensor.shape)))
+
+    def _label_for(self, buf: Buffer) -> _Label | None:
+        entry = self._labels.get(id(buf.sref)) if buf.sref is not None else None
+        if not entry:
+            return None
+        labels = entry[1]
+        exact = [lab for lab in labels if lab.offset == buf.offset and lab.shape == buf.shape]
+        if exact:
+            return exact[0]
+        return labels[0] if len({lab.name for lab in labels}) == 1 else None
+
+    # ---- report ---------------------------------------------------------------------------------
+    def _in_region(self) -> Any:
+        ranges = []
+        for lo, hi in self._regions:
+            if lo is None:
+                return lambda seq: True
+            ranges.append((lo, hi if hi is not None else _probe_sequence_nr() or sys.maxsize))
+        return lambda seq: any(lo < seq < hi for lo, hi in ranges)
+
+    def report(self, outputs: Any = None, *, case_id: str = "capture", include_freed: bool = False) -> CaseReport:
+        """Rows and totals of everything saved so far.
+
+        ``outputs`` roots the graph walk that names each row's node (``op``) and attribute
+        (``saved_as``) and marks rows that alias an output. Without it the walk starts from every
+        live tensor that has a ``grad_fn`` (slower). Rows autograd has already released (after
+        backward, or because the graph was dropped) are listed in ``freed`` and left out of the
+        totals; ``include_freed=True`` reports them as rows (what was saved at any point).
+        """
+        roots = [t.grad_fn for t in iter_tensors(outputs) if t.grad_fn is not None] if outputs is not None else _live_graph_roots()
+        walked = graph.walk(roots, self._in_region())
+        self.walk_nodes = walked.python_nodes
+        try:
+            builder = _RowBuilder(self, outputs, include_freed)
+            for rec in self.records:
+                builder.add_record(rec)
+            for found in walked.found:
+                builder.add_found(found)
+            rows, freed = builder.finish()
+            for plugin in self.plugins:
+                plugin.annotate(rows, self)
+        finally:
+            self.walk_nodes = []
+        warnings = list(self.warnings) + builder.warnings + walked.warnings
+        if freed and not rows:
+            warnings.append(
+                f"all {len(freed)} saved buffers were already released by autograd (backward ran before report()): "
+                "they are listed as freed, and the totals are 0"
+            )
+        case = CaseReport(
+            id=case_id,
+            target="capture",
+            recipe="-",
+            groups=0,
+            tokens=0,
+            hidden=0,
+            ffn=0,
+            dtype="-",
+            rows=rows,
+            freed=freed,
+            totals=compute_totals(rows, freed),
+            warnings=_unique(warnings),
+            complete=not (walked.unseen or builder.incomplete),
+        )
+        if self._allocator is not None:
+            case.allocator = self._allocator.result(builder.device_storages(), outputs)
+        return case
+
+
+class _RowBuilder:
+    """Turns records (and walk findings) into rows: storage names, residence, labels, parameters."""
+
+    def __init__(self, cap: Capture, outputs: Any, include_freed: bool = False) -> None:
+        self.cap = cap
+        self.include_freed = include_freed
+        self.rows: list[Row] = []
+        self.freed: list[Row] = []
+        self.warnings: list[str] = []
+        self.incomplete = False
+        self.srefs: dict[int, Any] = {}  # id(sref) -> sref, for every storage a live row names
+        self._names: dict[int, str] = {}
+        self._views: dict[tuple[bool, int, int, tuple[int, ...]], int] = {}
+        self._row_sref: list[Any] = []
+        self._outputs = {id(r[0]) for t in iter_tensors(outputs) if (r := storage_ref(t)) is not None}
+        self._param_storages: set[int] = set()
+
+    def _storage_name(self, sref: Any) -> str:
+        key = id(sref)
+        self.srefs.setdefault(key, sref)
+        name = self._names.get(key)
+        if name is None:
+            name = self._names[key] = f"s{len(self._names)}"
+        return name
+
+    def _row(self, fields: dict[str, Any], buf: Buffer | None, live: bool) -> Row:
+        target = self.rows if live else self.freed
+        index = len(target)
+        dup = None
+        storage = None
+        if buf is not None and buf.sref is not None:
+            storage = self._storage_name(buf.sref)
+            view = (live, id(buf.sref), buf.offset, buf.shape)
+            first = self._views.setdefault(view, index)
+            dup = None if first == index else first
+            if fields.get("is_parameter") and live:
+                self._param_storages.add(id(buf.sref))
+        if buf is not None:
+            label = self.cap._label_for(buf)
+            if label is not None and fields.get("operand") is None:
+                fields["operand"] = label.name
+                if fields.get("group") is None and label.offset == buf.offset and label.shape == buf.shape:
+                    fields["group"] = label.group
+        fields.pop("_dtype", None)
+        row = Row(index=index, storage=storage, duplicate_of=dup, **fields)
+        target.append(row)
+        if live:
+            self._row_sref.append(buf.sref if buf is not None else None)
+        return row
+
+    def add_record(self, rec: Record) -> None:
+        live = rec.alive() or self.include_freed
+        if rec.warning:
+            self.warnings.append(rec.warning)
+            self.incomplete = True
+        op, slot = rec.op, rec.slot
+        if op is None and rec.context is not None:
+            op, slot = rec.context
+        resides, kept = self._residence(rec) if rec.hook is not None and rec.alive() else ("device", None)
+        base: dict[str, Any] = {"op": op, "saved_as": slot, "resides": resides}
+        if rec.hook is not None and rec.hook.kind is None and resides == "unknown":
+            self.warnings.append(
+                f"{op or '?'} {slot or '?'}: packed by {rec.hook.name}, which keeps no tensor memaudit can see; "
+                "where it lives is unknown (case incomplete)"
+            )
+            self.incomplete = True
+        container_index = None
+        if rec.container is not None:
+            fields = {**base, **rec.container, "slot": slot}
+            row = self._row(fields, None, live)
+            container_index = row.index
+        for name, buf in rec.described():
+            fields = {**base, **buf.row_fields()}
+            fields["slot"] = fields.get("slot") or (name if name is not None else slot)
+            if container_index is not None:
+                fields["container_index"] = container_index
+                if rec.container and rec.container.get("is_parameter"):
+                    fields["is_parameter"] = True
+            if kept is not None:
+                buf = self._kept_copy(fields, buf, kept, rec)
+            elif resides in ("recomputed", "unknown"):
+                buf = Buffer(buf.shape, buf.dtype, buf.device, None, 0, 0, buf.bytes, buf.is_parameter)
+            self._row(fields, buf, live)
+
+    def _kept_copy(self, fields: dict[str, Any], buf: Buffer, kept: list[Buffer], rec: Record) -> Buffer:
+        """The buffer a foreign pair keeps in place of ``buf`` (a host copy, a cast copy)."""
+        if len(kept) == 1 and len(rec.described()) == 1:
+            copy = kept[0]
+            note = f"kept as a {copy.device.type} {fields['dtype'] if copy.dtype == buf.dtype else str(copy.dtype).removeprefix('torch.')} copy"
+            fields["note"] = f"{note} by {rec.hook.name}" if rec.hook else note
+            return Buffer(buf.shape, buf.dtype, buf.device, copy.sref, copy.storage_bytes, copy.offset, buf.bytes, buf.is_parameter)
+        fields["note"] = f"kept by {rec.hook.name if rec.hook else '?'} as {len(kept)} tensor(s)"
+        return Buffer(buf.shape, buf.dtype, buf.device, None, 0, 0, buf.bytes, buf.is_parameter)
+
+    def _residence(self, rec: Record) -> tuple[str, list[Buffer] | None]:
+        payload = rec.payload()
+        tensors = list(_payload_tensors(payload))
+        mine = {id(b.sref) for _, b in rec.described() if b.sref is not None}
+        if tensors:
+            refs = [storage_ref(t) for t in tensors]
+            if any(r is not None and id(r[0]) in mine for r in refs):
+                return "device", None
+            origin = rec.described()[0][1].device.type if rec.described() else "cpu"
+            on_host = all(t.device.type == "cpu" for t in tensors) and origin != "cpu"
+            return ("host" if on_host or origin == "cpu" else "device"), [buffer_of(t) for t in tensors]
+        kind = rec.hook.kind if rec.hook else None
+        if kind == "checkpoint":
+            return "recomputed", None
+        for plugin in self.cap.plugins:
+            where = getattr(plugin, "resides", None)
+            answer = where(kind, payload) if where is not None else None
+            if answer is not None:
+                return answer, None
+        return "unknown", None
+
+    def add_found(self, found: graph.Found) -> None:
+        fields = {"op": found.op, "saved_as": found.slot, "slot": found.slot, "via": found.via, **found.buffer.row_fields()}
+        self._row(fields, found.buffer, True)
+
+    def finish(self) -> tuple[list[Row], list[Row]]:
+        # Parameters by storage: a row that shares a parameter's storage is parameter memory.
+        for row, sref in zip(self.rows, self._row_sref, strict=True):
+            if sref is not None:
+                if id(sref) in self._param_storages:
+                    row.is_parameter = True
+                if id(sref) in self._outputs:
+                    row.aliases_output = True
+        for row in self.rows:
+            if row.container_index is not None and self.rows[row.container_index].is_parameter:
+                row.is_parameter = True
+        return self.rows, self.freed
+
+    def device_storages(self) -> dict[int, tuple[Any, int]]:
+        """id -> (storage ref, nbytes) of every live device-resident storage the rows name."""
+        out: dict[int, tuple[Any, int]] = {}
+        for row, sref in zip(self.rows, self._row_sref, strict=True):
+            if sref is not None and row.resides == "device":
+                out[id(sref)] = (sref, row.storage_bytes)
+        return out
+
+
+def _payload_tensors(payload: Any, depth: int = 3) -> Iterator[torch.Tensor]:
+    if isinstance(payload, torch.Tensor):
+        yield payload
+    elif depth > 0 and isinstance(payload, list | tuple):
+        for v in payload:
+            yield from _payload_tensors(v, depth - 1)
+    elif depth > 0 and isinstance(payload, dict):
+        for v in payload.values():
+            yield from _payload_tensors(v, depth - 1)
+
+
+def _unique(items: list[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def iter_tensors(obj: Any) -> Iterator[torch.Tensor]:
+    """Every tensor in ``obj`` (a tensor, or nested lists, tuples and dict values)."""
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from iter_tensors(v)
+    elif isinstance(obj, list | tuple):
+        for v in obj:
+            yield from iter_tensors(v)
+
+
+def _live_graph_roots() -> list[Any]:
+    """Every grad_fn of a live tensor: the fallback roots when the caller names no outputs."""
+    roots = []
+    with _warnings.catch_warnings():
+        # isinstance() on deprecated module-level aliases (torch.distributed.reduce_op) warns.
+        _warnings.simplefilter("ignore", FutureWarning)
+        for obj in gc.get_objects():
+            if isinstance(obj, torch.Tensor):
+                fn = obj.grad_fn
+                if fn is not None:
+                    roots.append(fn)
+    return roots
+
+
+def default_plugins() -> list[Plugin]:
+    """TE's classifier joins only when the caller already imported TE (memaudit never does)."""
+    if "transformer_engine.pytorch" in sys.modules:
+        from memaudit.classify import te
+
+        return [te.TEClassifier()]
+    return []
+
+
+@contextmanager
+def capture(plugins: Iterable[Plugin] | None = None, *, verify_allocator: bool = False) -> Iterator[Capture]:
+    """Record every saved tensor of the autograd graphs built inside the block (this thread).
+
+    Autograd behaves as without it; hooks entered inside the block still run (and are seen), and
+    so does a pair that was active when it started. The hooks are removed on exit, also when the
+    block raises. ``verify_allocator`` (CUDA) compares the allocator's growth with the rows.
+    """
+    cap = Capture(plugins, verify_allocator=verify_allocator)
+    with cap:
+        yield cap
