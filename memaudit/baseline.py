@@ -113,7 +113,7 @@ class Finding:
     """One compared quantity of one case that differs between baseline and current.
 
     ``metric`` is ``saved_bytes``, ``operand``, ``kind``, ``orientation``, ``rows`` (numbers) or
-    ``status``, ``path.fused``, ``case`` (events). ``direction`` says whether it is worse, better
+    ``status``, ``path.fused``, ``case``, ``complete`` (events). ``direction`` says whether it is worse, better
     or neither; ``failing`` whether it fails the gate.
     """
 
@@ -322,8 +322,13 @@ def compare_reports(
     tolerance: str | int | Tolerance = 0,
     fail_on: str = "increase",
     strict_env: bool = False,
+    allow_incomplete: bool = False,
 ) -> Comparison:
-    """Compare ``current`` against ``baseline`` case by case (matched by id)."""
+    """Compare ``current`` against ``baseline`` case by case (matched by id).
+
+    A case memaudit marked incomplete (in either report) fails unless ``allow_incomplete``: its
+    saved bytes are a partial count, so "no growth" would mean nothing.
+    """
     tol = parse_tolerance(tolerance)
     if fail_on not in FAIL_ON:
         raise UsageError(f"expected one of {', '.join(FAIL_ON)}, got {fail_on!r}", key="--fail-on")
@@ -334,6 +339,8 @@ def compare_reports(
     diffs: list[CaseDiff] = []
     for cid, cur in cur_cases.items():
         diffs.append(_compare_case(cid, base_cases.get(cid), cur, tol, strict))
+        if not allow_incomplete:
+            _flag_incomplete(diffs[-1], base_cases.get(cid), cur)
     for cid, base in base_cases.items():
         if cid not in cur_cases:
             diffs.append(_compare_case(cid, base, None, tol, strict))
@@ -394,6 +401,17 @@ def _compare_case(
     if base.status == "ok" and cur.status == "ok":
         _compare_bytes(diff, base, cur, tol, strict)
     return diff
+
+
+def _flag_incomplete(diff: CaseDiff, base: CaseReport | None, cur: CaseReport) -> None:
+    for which, case in (("baseline", base), ("current", cur)):
+        if case is not None and case.status == "ok" and not case.complete:
+            first = case.warnings[0] if case.warnings else "see its warnings"
+            text = (
+                f"the {which} case is incomplete: memaudit did not see everything it keeps ({first}); "
+                "--allow-incomplete compares it anyway"
+            )
+            diff.findings.append(Finding(diff.id, "complete", which, True, False, WORSE, True, text))
 
 
 def _status_direction(before: str, after: str) -> str:

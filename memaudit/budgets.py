@@ -480,6 +480,15 @@ class Context:
 
     te_version: str | None = None
     find_case: FindCase | None = None
+    allow_incomplete: bool = False
+    """Judge cases memaudit marked incomplete (some saved memory it could not see) anyway."""
+
+
+INCOMPLETE = (
+    "case incomplete: memaudit did not see everything this case keeps for backward ({first}); "
+    "a budget cannot pass on a partial count (allow it with --allow-incomplete, or "
+    "allow_incomplete = true in the scenario)"
+)
 
 
 def _selected(rule: Rule, case: CaseLike) -> list[Any]:
@@ -789,6 +798,9 @@ def evaluate_rule(rule: Rule, case: CaseLike, ctx: Context | None = None) -> Ver
     why_not = rule.not_applicable(case) or rule.path_mismatch(case)
     if why_not:
         return Verdict(verdict="n/a", message=why_not, **base)
+    if not getattr(case, "complete", True) and not ctx.allow_incomplete:
+        warnings = getattr(case, "warnings", None) or ["see the case's warnings"]
+        return Verdict(verdict="fail", message=INCOMPLETE.format(first=warnings[0]), **base)
     try:
         actual, violation = CHECK_FUNCTIONS[type(rule.check)](rule, case, ctx)
     except _NotApplicable as exc:

@@ -143,6 +143,8 @@ def run(
     scenario: Annotated[Path | None, typer.Option(help="Scenario TOML: its cases and budgets replace the matrix flags.")] = None,
     expected: Annotated[bool, typer.Option(help="Add the estimator's expected bytes per row and flag mismatches.")] = False,
     backward: Annotated[bool, typer.Option(help="Run backward after each captured forward.")] = True,
+    verify_allocator: Annotated[bool, typer.Option("--verify-allocator", help="CUDA: check the rows against the caching allocator's growth over the captured forward (hidden_bytes per case).")] = False,
+    allow_incomplete: Annotated[bool, typer.Option("--allow-incomplete", help="Judge budgets on cases memaudit marked incomplete instead of failing them.")] = False,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the JSON report here (atomically).")] = None,
     markdown: Annotated[Path | None, typer.Option(help="Write a markdown summary (PR comment) here.")] = None,
     quiet: Annotated[bool, typer.Option(help="Only the summary table.")] = False,
@@ -172,6 +174,8 @@ def _run(
     scenario: Path | None,
     expected: bool,
     backward: bool,
+    verify_allocator: bool,
+    allow_incomplete: bool,
     json_path: Path | None,
     markdown: Path | None,
     quiet: bool,
@@ -200,6 +204,14 @@ def _run(
             options["activation"] = activation
     tgt = get_target(target)
     dev = device or ("cuda" if target == "te-grouped-mlp" else "cpu")
+    if verify_allocator:
+        import torch
+
+        if dev != "cuda" or not torch.cuda.is_available():
+            raise UsageError(
+                f"needs --device cuda and a CUDA GPU (device {dev!r}, CUDA available: {torch.cuda.is_available()})",
+                key="--verify-allocator",
+            )
     if loaded is not None:
         specs = loaded.specs(device=dev)
     else:
@@ -238,9 +250,9 @@ def _run(
                 progress.update(task, advance=1, description=case.id)
                 show(case)
 
-            report = run_matrix(tgt, specs, backward=backward, on_case=on_case)
+            report = run_matrix(tgt, specs, backward=backward, verify_allocator=verify_allocator, on_case=on_case)
     else:
-        report = run_matrix(tgt, specs, backward=backward, on_case=show)
+        report = run_matrix(tgt, specs, backward=backward, verify_allocator=verify_allocator, on_case=show)
     if expected:
         from memaudit.expected import attach_expected
 
@@ -251,7 +263,7 @@ def _run(
     if loaded is not None:
         from memaudit.scenario import evaluate, exit_code
 
-        verdicts = evaluate(report, loaded, source=str(scenario))
+        verdicts = evaluate(report, loaded, source=str(scenario), allow_incomplete=allow_incomplete)
         code = exit_code(report, verdicts, loaded)
     console.print(summary_table(report.cases))
     if verdicts is not None:

@@ -24,7 +24,7 @@ import pytest
 
 MARKER = "saved_budget"
 FIXTURE = "saved_tensors"
-MARKER_KEYS = ("max_bytes", "exact_bytes", "count", "forbid", "rules")
+MARKER_KEYS = ("max_bytes", "exact_bytes", "count", "forbid", "rules", "allow_incomplete")
 MARKER_HELP = (
     f"{MARKER}(max_bytes=None, exact_bytes=None, count=None, forbid=None, rules=None): budgets on the "
     f"tensors autograd saved during the test (captured by the {FIXTURE} fixture, requested automatically). "
@@ -88,6 +88,9 @@ def marker_rules(marks: list[pytest.Mark], *, source: str) -> list[Any]:
                     select = {"operand": sel} if isinstance(sel, str) else sel
                     label = sel if isinstance(sel, str) else ", ".join(f"{a}={b}" for a, b in (sel.items() if isinstance(sel, dict) else ()))
                     rules.append(parse_rule({"name": f"forbid {label}", "select": select, "forbid": True}, source=source, key=f"{key}[{i}]"))
+            elif k == "allow_incomplete":
+                if not isinstance(v, bool):
+                    raise UsageError(f"expected true or false, got {v!r}", source=source, key=key)
             elif k == "rules":
                 if not isinstance(v, list | tuple):
                     raise UsageError(f"expected a list of budget tables, got {v!r}", source=source, key=key)
@@ -149,7 +152,8 @@ def _judge(item: pytest.Item, rules: list[Any]) -> None:
         pytest.fail(f"@pytest.mark.{MARKER} needs the {FIXTURE} fixture, which this test did not get", pytrace=False)
     case = cap.report(case_id=item.nodeid, include_freed=True)  # the test's graphs are gone by now
     try:
-        verdicts = evaluate_case(case, rules, Context(te_version=_te_version()))
+        allow = any(m.kwargs.get("allow_incomplete") is True for m in item.iter_markers(MARKER))
+        verdicts = evaluate_case(case, rules, Context(te_version=_te_version(), allow_incomplete=allow))
     except UsageError as exc:
         problem = str(exc)
     else:

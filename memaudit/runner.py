@@ -38,8 +38,13 @@ def empty_case(spec: CaseSpec) -> CaseReport:
     )
 
 
-def run_case(target: Target, spec: CaseSpec, *, backward: bool = True) -> CaseReport:
-    """Run one case under ``capture()``; errors and OOM become an ``error`` cell."""
+def run_case(target: Target, spec: CaseSpec, *, backward: bool = True, verify_allocator: bool = False) -> CaseReport:
+    """Run one case under ``capture()``; errors and OOM become an ``error`` cell.
+
+    ``verify_allocator`` (CUDA) first runs one forward and backward as a warm-up (lazy library
+    handles and workspaces are allocated there, not in the measured forward), then compares the
+    allocator's growth over the measured forward with the rows (``case.allocator``).
+    """
     case = empty_case(spec)
     reason = target.skip_reason(spec)
     if reason:
@@ -49,7 +54,14 @@ def run_case(target: Target, spec: CaseSpec, *, backward: bool = True) -> CaseRe
     try:
         built = target.build(spec)
         case.options.update(built.options)
-        with capture() as cap:
+        if verify_allocator:
+            with capture() as warm:
+                outputs = built.forward(warm)
+            built.backward(outputs)
+            outputs = None
+            del warm
+            gc.collect()
+        with capture(verify_allocator=verify_allocator) as cap:
             outputs = built.forward(cap)
         measured = cap.report(outputs=outputs)
         case.path = built.annotate(measured.rows, cap)
@@ -57,6 +69,7 @@ def run_case(target: Target, spec: CaseSpec, *, backward: bool = True) -> CaseRe
         case.freed = measured.freed
         case.complete = measured.complete
         case.totals = compute_totals(case.rows, case.freed)
+        case.allocator = measured.allocator
         case.warnings = measured.warnings + built.warnings
         if backward:
             built.backward(outputs)
@@ -77,6 +90,7 @@ def run_matrix(
     specs: Iterable[CaseSpec],
     *,
     backward: bool = True,
+    verify_allocator: bool = False,
     on_case: Callable[[CaseReport], None] | None = None,
 ) -> Report:
     """Run every spec in order and collect a Report."""
@@ -84,7 +98,7 @@ def run_matrix(
     device = specs[0].device if specs else "cpu"
     cases = []
     for spec in specs:
-        case = run_case(target, spec, backward=backward)
+        case = run_case(target, spec, backward=backward, verify_allocator=verify_allocator)
         cases.append(case)
         if on_case is not None:
             on_case(case)

@@ -49,7 +49,7 @@ from memaudit.report import KINDS, ORIENTATIONS, Report, read_input
 from memaudit.spec import ALIGNMENT, DTYPES, RECIPES, CaseSpec, default_splits
 
 ON_ERROR = ("fail", "warn")
-TOP_KEYS = ("name", "description", "on_error", "cases", "budget")
+TOP_KEYS = ("name", "description", "on_error", "allow_incomplete", "cases", "budget")
 CASE_KEYS = ("target", "recipes", "groups", "tokens", "hidden", "ffn", "dtype", "options")
 RULE_KEYS = ("name", "why", "recipes", "groups", "when", "select", "per", "unit", "measure", "against", "known_failure", *CHECKS)
 SELECT_KEYS = ("operand", "kind", "orientation", "format", "container", "slot", "group", "is_parameter", "duplicate")
@@ -413,6 +413,8 @@ class Scenario:
     rules: tuple[Rule, ...] = ()
     description: str = ""
     on_error: str = "warn"
+    allow_incomplete: bool = False
+    """Judge cases memaudit marked incomplete instead of failing them."""
 
     @property
     def target(self) -> str:
@@ -436,6 +438,7 @@ def parse_scenario(data: Any, *, source: str) -> Scenario:
     name = r.string(data["name"], "name") if "name" in data else Path(source).stem
     description = r.string(data["description"], "description") if "description" in data else ""
     on_error = r.string(data.get("on_error", "warn"), "on_error", choices=ON_ERROR)
+    allow_incomplete = r.boolean(data.get("allow_incomplete", False), "allow_incomplete")
     if "cases" not in data:
         raise r.fail("cases", "missing [cases] table: name the target, recipes, groups, tokens, hidden and ffn")
     raw = data["cases"]
@@ -487,7 +490,7 @@ def parse_scenario(data: Any, *, source: str) -> Scenario:
                         f"does not run ({other['recipe']}, groups {other['groups']}, tokens {other['tokens']}, "
                         f"hidden {other['hidden']}, ffn {other['ffn']}, {other['dtype']}) for {s.id}",
                     )
-    return Scenario(source, name, blocks, rules, description, on_error)
+    return Scenario(source, name, blocks, rules, description, on_error, allow_incomplete)
 
 
 _LINE = re.compile(r"\(at line (\d+), column (\d+)\)")
@@ -512,7 +515,9 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
 
 
 # ---- evaluation ---------------------------------------------------------------------------------
-def evaluate(report: Report, scenario: Scenario, *, source: str | None = None) -> list[Verdict]:
+def evaluate(
+    report: Report, scenario: Scenario, *, source: str | None = None, allow_incomplete: bool = False
+) -> list[Verdict]:
     """Apply the scenario's budgets to every case of ``report`` that the scenario names.
 
     Fills each such case's ``budgets`` with the verdict dicts. Every scenario case must be in the
@@ -533,7 +538,11 @@ def evaluate(report: Report, scenario: Scenario, *, source: str | None = None) -
         want = dict(zip(_SPEC_FIELDS, _fields(case), strict=True)) | dict(ratio.against)
         return next((c for c in covered if _fields(c) == tuple(want[f] for f in _SPEC_FIELDS)), None)
 
-    ctx = Context(te_version=te_version_of(report.environment), find_case=find_case)
+    ctx = Context(
+        te_version=te_version_of(report.environment),
+        find_case=find_case,
+        allow_incomplete=allow_incomplete or scenario.allow_incomplete,
+    )
     verdicts: list[Verdict] = []
     for case in covered:
         mine = evaluate_case(case, scenario.rules, ctx)

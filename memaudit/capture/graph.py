@@ -99,30 +99,44 @@ def _claim(seen: list[Record], op: str, slot: str) -> None:
             rec.op, rec.slot = op, f"{slot}[{k}]"
 
 
-def _unhooked(result: WalkResult, op: str, slot: str, value: Any) -> None:
+_WHY = {
+    True: "saved without memaudit's hooks (hooks disabled, or a pair pushed from C++)",
+    False: (
+        "saved outside this capture's thread while other threads ran (or before the capture started), "
+        "without memaudit's hooks; use Capture.attach() in the worker thread"
+    ),
+}
+
+
+def _unhooked(result: WalkResult, op: str, slot: str, value: Any, in_region: bool) -> None:
     for suffix, t in _tensors(value):
         name = slot + suffix
         result.found.append(Found("unhooked", op, name, buffer_of(t)))
         if t.dim() == 0 and t.device.type == "cpu":
             continue  # PyTorch saves wrapped Python numbers without hooks; nothing hides there
         result.unseen += 1
-        result.warnings.append(
-            f"{op} {name}: saved without memaudit's hooks (another thread, hooks disabled, or a pair pushed "
-            "from C++); counted from the graph, case incomplete"
-        )
+        result.warnings.append(f"{op} {name}: {_WHY[in_region]}; counted from the graph, case incomplete")
 
 
-def walk(roots: list[Any], in_region: Any) -> WalkResult:
-    """Name every record packed by a node reachable from ``roots`` that ``in_region(seq)`` accepts."""
+def walk(roots: list[Any], in_region: Any, *, outside: bool = False) -> WalkResult:
+    """Name every record packed by a node reachable from ``roots``; find what no hook packed.
+
+    Nodes ``in_region(seq)`` accepts (made in the capturing thread while it was active) are read
+    in full. The others are read only when ``outside`` is set (other threads ran during the
+    capture): sequence numbers are per thread, so a node made in another thread cannot be told
+    from one made before the capture; their records are claimed, and saves without a record are
+    reported as unhooked.
+    """
     result = WalkResult()
     nodes = sorted(collect(roots), key=sequence_nr)
     for node in nodes:
-        if not in_region(sequence_nr(node)):
+        inside = in_region(sequence_nr(node))
+        if not inside and not outside:
             continue
         op = type(node).__name__
         if isinstance(node, BackwardCFunction):
             result.python_nodes.append(node)
-            _walk_python(node, op, result)
+            _walk_python(node, op, result, inside)
             continue
         for attr in saved_attributes(type(node)):
             with walking() as seen:
@@ -133,11 +147,11 @@ def walk(roots: list[Any], in_region: Any) -> WalkResult:
             if seen:
                 _claim(seen, op, attr)
             elif value is not None:
-                _unhooked(result, op, attr, value)
+                _unhooked(result, op, attr, value, inside)
     return result
 
 
-def _walk_python(node: Any, op: str, result: WalkResult) -> None:
+def _walk_python(node: Any, op: str, result: WalkResult, inside: bool) -> None:
     with walking() as seen:
         try:
             values = node.saved_tensors
@@ -155,7 +169,7 @@ def _walk_python(node: Any, op: str, result: WalkResult) -> None:
         else:
             for i, v in enumerate(values):
                 if v is not None:
-                    _unhooked(result, op, f"saved_tensors[{i}]", v)
+                    _unhooked(result, op, f"saved_tensors[{i}]", v, inside)
     try:
         attrs = vars(node)
     except TypeError:  # pragma: no cover - every Python node has a __dict__

@@ -40,7 +40,9 @@ from memaudit.capture.tensors import (
     buffer_of,
     dtype_name,
     format_of,
+    has_real_storage,
     inner_tensors,
+    is_parameter,
     is_wrapper_subclass,
 )
 
@@ -60,7 +62,9 @@ class Record:
     the object autograd holds: once it is dead, autograd has released the saved tensor.
     """
 
-    __slots__ = ("ref", "raw", "buffers", "container", "version", "orig", "op", "slot", "hook", "context", "warning")
+    __slots__ = (
+        "ref", "raw", "buffers", "container", "version", "orig", "op", "slot", "hook", "context", "warning", "resides",
+    )
 
     def __init__(self, raw: tuple[Any, ...] | None = None) -> None:
         self.raw = raw
@@ -74,6 +78,7 @@ class Record:
         self.hook: HookInfo | None = None
         self.context: tuple[str, str] | None = None
         self.warning: str | None = None
+        self.resides: str | None = None  # set when the pack already knows (an unreadable tensor)
 
     def described(self) -> list[tuple[str | None, Buffer]]:
         """The buffers, building the plain-tensor one from ``raw`` on first use."""
@@ -269,11 +274,20 @@ class Layer:
             rec.container = container
             rec.buffers = [(name, buffer_of(buf, fields, is_param=fields.get("is_parameter"))) for name, fields, buf in inner]
         elif isinstance(t, torch.Tensor) and is_wrapper_subclass(t):
-            is_param = isinstance(t, _Parameter)
+            is_param = is_parameter(t)
             rec.container = container_fields(t, type(t).__name__, format_of(t.dtype), is_param)
             rec.buffers = [(name, buffer_of(buf, {"container": type(t).__name__}, is_param=is_param)) for name, buf in inner_tensors(t)]
         elif isinstance(t, torch.Tensor):
-            rec.buffers = [(None, buffer_of(t, state.take_provenance(t) if state.provenance else None))]
+            buf = buffer_of(t, state.take_provenance(t) if state.provenance else None)
+            if not has_real_storage(t):
+                buf.sref, buf.storage_bytes, buf.offset = None, 0, 0
+                rec.warning = (
+                    f"a saved {type(t).__name__} has no storage memaudit can read and no __tensor_flatten__: "
+                    "where its memory lives is unknown (counted as logical bytes only; case incomplete)"
+                )
+                buf.fields = {"kind": "unknown", "container": type(t).__name__}
+                rec.resides = "unknown"
+            rec.buffers = [(None, buf)]
         else:
             raise TypeError(f"autograd saved a {type(t).__name__}, not a tensor")
         return rec
@@ -472,6 +486,7 @@ def install() -> None:
             _enter.__wrapped__ = cls.__enter__  # type: ignore[attr-defined]
             cls.__enter__ = _enter  # type: ignore[method-assign]
             _label_checkpoint_inputs()
+            _watch_thread_starts()
             _installed = True
 
 
@@ -493,6 +508,24 @@ def _label_checkpoint_inputs() -> None:
 
     save_inputs.__wrapped__ = original  # type: ignore[attr-defined]
     frame.save_inputs = save_inputs
+
+
+ACTIVE: weakref.WeakSet[Capture] = weakref.WeakSet()
+"""Captures active in any thread (a thread started while one is active may save unseen tensors)."""
+
+
+def _watch_thread_starts() -> None:
+    """Tell active captures when a Python thread starts (its saves are outside their hooks)."""
+    original = threading.Thread.start
+    original = getattr(original, "__wrapped__", original)
+
+    def start(self: threading.Thread) -> None:
+        for cap in list(ACTIVE):
+            cap.thread_started()
+        original(self)
+
+    start.__wrapped__ = original  # type: ignore[attr-defined]
+    threading.Thread.start = start  # type: ignore[method-assign]
 
 
 def push_capture(cap: Capture) -> Layer:

@@ -81,6 +81,8 @@ class Capture:
         self._allocator: AllocatorCheck | None = None
         self._threads: set[int] = set()
         self._layers: dict[int, list[hooks.Layer]] = {}
+        self._other_threads = False
+        """True once another thread ran during the capture (see :meth:`attach`)."""
 
     # ---- entering and leaving ------------------------------------------------------------------
     def __enter__(self) -> Capture:
@@ -90,6 +92,7 @@ class Capture:
             plugin.install()
             self._installed.append(plugin)
         self.active = True
+        hooks.ACTIVE.add(self)
         try:
             self._push()
         except BaseException:
@@ -102,18 +105,29 @@ class Capture:
             self._pop()
         finally:
             self.active = False
+            hooks.ACTIVE.discard(self)
             while self._installed:
                 self._installed.pop().uninstall()
             if self._allocator is not None:
                 self._allocator.stop()
+
+    def _note_threads(self) -> None:
+        if not self._other_threads:
+            self._other_threads = any(t.ident not in self._threads for t in threading.enumerate())
+
+    def thread_started(self) -> None:
+        """Called when a Python thread starts while this capture is active."""
+        self._other_threads = True
 
     def _push(self) -> None:
         self._regions.append([_probe_sequence_nr(), None])
         tid = threading.get_ident()
         self._threads.add(tid)
         self._layers.setdefault(tid, []).append(hooks.push_capture(self))
+        self._note_threads()
 
     def _pop(self) -> None:
+        self._note_threads()
         try:
             hooks.pop_capture(self)
         finally:
@@ -206,7 +220,7 @@ class Capture:
         totals; ``include_freed=True`` reports them as rows (what was saved at any point).
         """
         roots = [t.grad_fn for t in iter_tensors(outputs) if t.grad_fn is not None] if outputs is not None else _live_graph_roots()
-        walked = graph.walk(roots, self._in_region())
+        walked = graph.walk(roots, self._in_region(), outside=outputs is not None and self._other_threads)
         self.walk_nodes = walked.python_nodes
         try:
             builder = _RowBuilder(self, outputs, include_freed)
@@ -303,7 +317,7 @@ class _RowBuilder:
         op, slot = rec.op, rec.slot
         if op is None and rec.context is not None:
             op, slot = rec.context
-        resides, kept = self._residence(rec) if rec.hook is not None and rec.alive() else ("device", None)
+        resides, kept = self._residence(rec) if rec.hook is not None and rec.alive() else (rec.resides or "device", None)
         base: dict[str, Any] = {"op": op, "saved_as": slot, "resides": resides}
         if rec.hook is not None and rec.hook.kind is None and resides == "unknown":
             self.warnings.append(
@@ -348,8 +362,8 @@ class _RowBuilder:
             if any(r is not None and id(r[0]) in mine for r in refs):
                 return "device", None
             origin = rec.described()[0][1].device.type if rec.described() else "cpu"
-            on_host = all(t.device.type == "cpu" for t in tensors) and origin != "cpu"
-            return ("host" if on_host or origin == "cpu" else "device"), [buffer_of(t) for t in tensors]
+            on_host = origin != "cpu" and all(t.device.type == "cpu" for t in tensors)
+            return ("host" if on_host else "device"), [buffer_of(t) for t in tensors]
         kind = rec.hook.kind if rec.hook else None
         if kind == "checkpoint":
             return "recomputed", None

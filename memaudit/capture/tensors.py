@@ -85,6 +85,20 @@ def storage_ref(t: torch.Tensor) -> tuple[Any, int] | None:
         return None
 
 
+def has_real_storage(t: torch.Tensor) -> bool:
+    """False for a tensor whose storage is a placeholder (a wrapper subclass that is not traceable).
+
+    ``data_ptr()`` of the untyped storage is metadata (no device access); a wrapper made with
+    ``_make_wrapper_subclass`` has a storage object whose data pointer raises. ``meta`` tensors
+    have real (zero-address) storages.
+    """
+    try:
+        t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError, TypeError):
+        return False
+    return True
+
+
 @dataclass(slots=True)
 class Buffer:
     """Metadata of one saved buffer, taken when it was packed (no reference to the tensor)."""

@@ -31,6 +31,7 @@ def check(
     scenario: Annotated[Path, typer.Option("--scenario", help="The scenario TOML whose budgets judge the report.", show_default=False)],
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the report with each case's budgets filled in here (atomically).")] = None,
     show_na: Annotated[bool, typer.Option("--show-na", help="Also list rules that do not apply to a case.")] = False,
+    allow_incomplete: Annotated[bool, typer.Option("--allow-incomplete", help="Judge cases memaudit marked incomplete instead of failing them.")] = False,
 ) -> None:
     """Judge REPORT against the budgets of --scenario; exit 1 if a budget fails."""
     from memaudit.budgets import te_version_of
@@ -42,7 +43,7 @@ def check(
     try:
         loaded = load_scenario(scenario)
         rep = load_report(report)
-        verdicts = evaluate(rep, loaded, source=str(report))
+        verdicts = evaluate(rep, loaded, source=str(report), allow_incomplete=allow_incomplete)
     except UsageError as exc:
         msg = Text("error: ", style="bold red")
         msg.append(str(exc))

@@ -150,6 +150,9 @@ def _status_cell(e: _Entry) -> str:
         if d is not None and d.baseline is not None and d.baseline.status != c.status:
             text += f" (was {d.baseline.status})"
         return f"{icon} {md_escape(text)}"
+    if not c.complete:
+        first = c.warnings[0] if c.warnings else "see the case's warnings"
+        return f"{'❌' if e.failing or d is None else icon} incomplete: {md_escape(first)}"
     if d is None:
         return f"{icon} ok"
     if d.state == "new":
@@ -310,8 +313,11 @@ def _verdict(report: Report, comparison: Comparison | None) -> str:
         errors = sum(1 for c in report.cases if c.status == "error")
         skipped = sum(1 for c in report.cases if c.status == "skipped")
         total = sum(c.totals.saved_bytes for c in ok)
-        icon = "❌" if errors else "✅"
+        incomplete = sum(1 for c in ok if not c.complete)
+        icon = "❌" if errors or incomplete else "✅"
         parts = [f"{n} case{'s' if n != 1 else ''}", f"{len(ok)} ok"]
+        if incomplete:
+            parts.append(f"{incomplete} incomplete")
         if skipped:
             parts.append(f"{skipped} skipped")
         if errors:

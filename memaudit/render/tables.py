@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -23,7 +24,9 @@ def _sort_key(row: Row) -> tuple[str, int, int]:
 
 def case_table(case: CaseReport, *, show_expected: bool = False) -> Table:
     """All rows of a case, grouped by operand."""
-    title = f"{case.id}  [{_STATUS_STYLE.get(case.status, '')}]{case.status}[/]"
+    title = f"{escape(case.id)}  [{_STATUS_STYLE.get(case.status, '')}]{case.status}[/]"
+    if not case.complete:
+        title += "  [bold red]INCOMPLETE[/]"
     table = Table(title=title, title_justify="left", show_lines=False, header_style="bold")
     for col, justify in (
         ("#", "right"),
@@ -67,13 +70,38 @@ def case_table(case: CaseReport, *, show_expected: bool = False) -> Table:
             else:
                 cells.append(Text(f"{fmt_bytes(row.expected_bytes)} ≠", style="bold red"))  # type: ignore[arg-type]
         table.add_row(*cells)
-    t = case.totals
-    table.caption = (
-        f"rows {t.rows} · logical {fmt_bytes(t.logical_bytes)} · physical {fmt_bytes(t.physical_bytes)} · "
-        f"parameters {fmt_bytes(t.parameter_bytes)} · [bold]saved {fmt_bytes(t.saved_bytes)}[/]"
-    )
+    table.caption = totals_line(case)
     table.caption_justify = "left"
     return table
+
+
+def totals_line(case: CaseReport) -> str:
+    """The caption under a case table (rich markup): the totals, then whatever is counted apart."""
+    t = case.totals
+    parts = [
+        f"rows {t.rows}",
+        f"logical {fmt_bytes(t.logical_bytes)}",
+        f"physical {fmt_bytes(t.physical_bytes)}",
+        f"parameters {fmt_bytes(t.parameter_bytes)}",
+        f"[bold]saved {fmt_bytes(t.saved_bytes)}[/]",
+    ]
+    for label, n in (
+        ("of it forward outputs", t.output_bytes),
+        ("of it ctx attributes", t.ctx_bytes),
+        ("on the host", t.host_bytes),
+        ("residence unknown", t.unknown_bytes),
+    ):
+        if n:
+            parts.append(f"{label} {fmt_bytes(n)}")
+    if t.freed_rows:
+        parts.append(f"freed {t.freed_rows} rows ({fmt_bytes(t.freed_bytes)}, not counted)")
+    alloc = case.allocator
+    if alloc and alloc.get("available"):
+        parts.append(f"allocator hidden {alloc['hidden_bytes']:+d} B")
+    line = " · ".join(parts)
+    if not case.complete:
+        line += "\n[bold red]incomplete:[/] " + escape(case.warnings[0] if case.warnings else "see warnings")
+    return line
 
 
 def summary_table(cases: Iterable[CaseReport]) -> Table:
@@ -95,9 +123,12 @@ def summary_table(cases: Iterable[CaseReport]) -> Table:
         if c.path:
             path = "fused" if c.path.get("fused") else (c.path.get("grouped_linear_path") or "unfused")
         ok = c.status == "ok"
+        status = f"[{_STATUS_STYLE.get(c.status, '')}]{c.status}[/]"
+        if ok and not c.complete:
+            status += " [bold red]incomplete[/]"
         table.add_row(
-            c.id,
-            f"[{_STATUS_STYLE.get(c.status, '')}]{c.status}[/]",
+            Text(c.id),  # type: ignore[arg-type]
+            status,
             path,
             str(c.totals.rows) if ok else "",
             fmt_bytes(c.totals.saved_bytes) if ok else "",
