@@ -1,0 +1,115 @@
+"""A case memaudit marks incomplete never passes a gate by default (issue 10, item 6).
+
+Its saved bytes are a partial count: a budget or a compare that passed on it would be vacuous.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from _reports import REF_BF16, make_case, make_report
+from memaudit import exitcodes
+from memaudit.baseline import compare_reports
+from memaudit.budgets import Context, evaluate_case
+from memaudit.cli import app
+from memaudit.report import write_report
+from memaudit.scenario import parse_rule
+from test_plugin import PLUGIN_ARGS
+
+runner = CliRunner()
+WARNING = "AddmmBackward0 _saved_mat1: saved without memaudit's hooks"
+
+
+def incomplete(case_id: str = REF_BF16):
+    case = make_case(case_id)
+    case.complete = False
+    case.warnings = [WARNING]
+    return case
+
+
+def rule():
+    return parse_rule({"name": "small", "max_bytes": "1 GiB"}, source="<test>", key="budget[0]")
+
+
+def test_budget_on_an_incomplete_case_fails_and_names_the_warning() -> None:
+    (verdict,) = evaluate_case(incomplete(), [rule()])
+    assert verdict.verdict == "fail"
+    assert "incomplete" in verdict.message and WARNING in verdict.message
+    (allowed,) = evaluate_case(incomplete(), [rule()], Context(allow_incomplete=True))
+    assert allowed.verdict == "pass"
+    (complete,) = evaluate_case(make_case(REF_BF16), [rule()])
+    assert complete.verdict == "pass"
+
+
+@pytest.mark.parametrize("which", ["baseline", "current"])
+def test_compare_fails_when_either_side_is_incomplete(which: str) -> None:
+    base = make_report([incomplete() if which == "baseline" else make_case(REF_BF16)])
+    cur = make_report([incomplete() if which == "current" else make_case(REF_BF16)])
+    cmp = compare_reports(base, cur)
+    assert cmp.regressed
+    (finding,) = cmp.failures
+    assert finding.metric == "complete" and finding.key == which and WARNING in finding.text
+    assert not compare_reports(base, cur, allow_incomplete=True).regressed
+
+
+def test_compare_cli_and_allow_incomplete(tmp_path: Path) -> None:
+    base, cur = tmp_path / "base.json", tmp_path / "cur.json"
+    write_report(make_report([make_case(REF_BF16)]), base)
+    write_report(make_report([incomplete()]), cur)
+    failed = runner.invoke(app, ["compare", str(base), str(cur)])
+    assert failed.exit_code == exitcodes.FAIL, failed.output
+    assert "incomplete" in failed.output
+    passed = runner.invoke(app, ["compare", str(base), str(cur), "--allow-incomplete"])
+    assert passed.exit_code == exitcodes.OK, passed.output
+
+
+def test_incomplete_survives_the_json_round_trip(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    write_report(make_report([incomplete()]), out)
+    case = json.loads(out.read_text())["cases"][0]
+    assert case["complete"] is False and case["warnings"] == [WARNING]
+
+
+def test_plugin_fails_a_budget_on_an_incomplete_capture(pytester: pytest.Pytester) -> None:
+    """A forward in an unattached thread is unseen: the marker's budget must fail, and pass when allowed."""
+    pytester.makepyfile(
+        test_inner="""
+import threading
+
+import pytest
+import torch
+
+
+def thread_forward(cap):
+    lin = torch.nn.Linear(64, 32)
+    x = torch.randn(16, 64, requires_grad=True)
+    out = {}
+    th = threading.Thread(target=lambda: out.setdefault("y", lin(x).tanh()))
+    th.start()
+    th.join()
+    cap.report(outputs=out["y"])  # the walk meets the thread's nodes
+    return out["y"]
+
+
+@pytest.mark.saved_budget(max_bytes="1 GiB")
+def test_strict(saved_tensors):
+    y = thread_forward(saved_tensors)
+    KEEP.append(y)
+
+
+@pytest.mark.saved_budget(max_bytes="1 GiB", allow_incomplete=True)
+def test_allowed(saved_tensors):
+    y = thread_forward(saved_tensors)
+    KEEP.append(y)
+
+
+KEEP = []
+"""
+    )
+    result = pytester.runpytest(*PLUGIN_ARGS, "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*case incomplete*"])
