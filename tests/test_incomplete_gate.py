@@ -9,16 +9,16 @@ import json
 from pathlib import Path
 
 import pytest
+from _reports import REF_BF16, make_case, make_report
+from test_plugin import PLUGIN_ARGS
 from typer.testing import CliRunner
 
-from _reports import REF_BF16, make_case, make_report
 from memaudit import exitcodes
 from memaudit.baseline import compare_reports
 from memaudit.budgets import Context, evaluate_case
 from memaudit.cli import app
 from memaudit.report import write_report
 from memaudit.scenario import parse_rule
-from test_plugin import PLUGIN_ARGS
 
 runner = CliRunner()
 WARNING = "AddmmBackward0 _saved_mat1: saved without memaudit's hooks"
@@ -75,41 +75,45 @@ def test_incomplete_survives_the_json_round_trip(tmp_path: Path) -> None:
 
 
 def test_plugin_fails_a_budget_on_an_incomplete_capture(pytester: pytest.Pytester) -> None:
-    """A forward in an unattached thread is unseen: the marker's budget must fail, and pass when allowed."""
+    """A saved tensor subclass memaudit cannot read makes the case incomplete: the marker's budget
+    must fail, and pass when allowed."""
     pytester.makepyfile(
         test_inner="""
-import threading
-
 import pytest
 import torch
 
 
-def thread_forward(cap):
-    lin = torch.nn.Linear(64, 32)
-    x = torch.randn(16, 64, requires_grad=True)
-    out = {}
-    th = threading.Thread(target=lambda: out.setdefault("y", lin(x).tanh()))
-    th.start()
-    th.join()
-    cap.report(outputs=out["y"])  # the walk meets the thread's nodes
-    return out["y"]
+class Opaque(torch.Tensor):
+    # A wrapper subclass with a placeholder storage and no __tensor_flatten__.
+    @staticmethod
+    def __new__(cls, elem):
+        return torch.Tensor._make_wrapper_subclass(cls, elem.shape, dtype=elem.dtype, requires_grad=elem.requires_grad)
+
+    def __init__(self, elem):
+        self.elem = elem
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        unwrap = lambda t: t.elem if isinstance(t, Opaque) else t
+        out = func(*torch.utils._pytree.tree_map(unwrap, args), **torch.utils._pytree.tree_map(unwrap, kwargs or {}))
+        return torch.utils._pytree.tree_map(lambda t: Opaque(t) if isinstance(t, torch.Tensor) else t, out)
+
+
+KEEP = []
 
 
 @pytest.mark.saved_budget(max_bytes="1 GiB")
 def test_strict(saved_tensors):
-    y = thread_forward(saved_tensors)
-    KEEP.append(y)
+    w = Opaque(torch.randn(4, 4)).requires_grad_()
+    KEEP.append((w * w).sum())
 
 
 @pytest.mark.saved_budget(max_bytes="1 GiB", allow_incomplete=True)
 def test_allowed(saved_tensors):
-    y = thread_forward(saved_tensors)
-    KEEP.append(y)
-
-
-KEEP = []
+    w = Opaque(torch.randn(4, 4)).requires_grad_()
+    KEEP.append((w * w).sum())
 """
     )
     result = pytester.runpytest(*PLUGIN_ARGS, "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["*case incomplete*"])
+    result.stdout.fnmatch_lines(["*case incomplete*Opaque*"])

@@ -27,6 +27,8 @@ Nothing here reads tensor data or syncs a device.
 
 from __future__ import annotations
 
+import contextlib
+import math
 import threading
 import weakref
 from collections.abc import Callable
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
     from memaudit.capture.recorder import Capture
 
 _Tensor = torch.Tensor
+_next_sequence_nr = _autograd_c._get_sequence_nr
 _Parameter = torch.nn.Parameter
 _wref = weakref.ref
 
@@ -59,31 +62,33 @@ class Record:
 
     ``raw`` is the hot-path tuple for a plain tensor; ``buffers`` the described buffers of anything
     else (``(name, Buffer)``; name is the attribute inside a container). ``ref`` points weakly at
-    the object autograd holds: once it is dead, autograd has released the saved tensor.
+    the object autograd holds: once it is dead, autograd has released the saved tensor. Rarely
+    set attributes are class-level defaults, so the hot path sets three.
     """
 
-    __slots__ = (
-        "ref", "raw", "buffers", "container", "version", "orig", "op", "slot", "hook", "context", "warning", "resides",
-    )
+    raw: tuple[Any, ...] | None = None
+    ref: Callable[[], Any] | None = None
+    buffers: list[tuple[str | None, Buffer]] | None = None
+    container: dict[str, Any] | None = None
+    version = -1
+    output_nr: int | None = None  # a non-leaf's output_nr when packed (PyTorch's in-place message names it)
+    is_output = False  # packed as an output of the node being built (kept as a detached alias)
+    op: str | None = None
+    slot: str | None = None
+    hook: HookInfo | None = None
+    context: tuple[str, str] | None = None
+    warning: str | None = None
+    resides: str | None = None  # set when the pack already knows (an unreadable tensor)
 
     def __init__(self, raw: tuple[Any, ...] | None = None) -> None:
         self.raw = raw
-        self.ref: Callable[[], Any] | None = None
-        self.buffers: list[tuple[str | None, Buffer]] | None = None
-        self.container: dict[str, Any] | None = None
-        self.version = -1
-        self.orig: Callable[[], Any] | None = None
-        self.op: str | None = None
-        self.slot: str | None = None
-        self.hook: HookInfo | None = None
-        self.context: tuple[str, str] | None = None
-        self.warning: str | None = None
-        self.resides: str | None = None  # set when the pack already knows (an unreadable tensor)
 
     def described(self) -> list[tuple[str | None, Buffer]]:
         """The buffers, building the plain-tensor one from ``raw`` on first use."""
         if self.buffers is None:
-            shape, dtype, device, sref, nbytes, offset, numel, elt, is_param, fields = self.raw  # type: ignore[misc]
+            shape, dtype, device, sref, nbytes, offset, is_param, fields = self.raw  # type: ignore[misc]
+            elt = dtype.itemsize
+            numel = math.prod(shape)
             self.buffers = [(None, Buffer(tuple(shape), dtype, device, sref, nbytes, offset * elt, numel * elt, is_param, fields))]
         return self.buffers
 
@@ -212,6 +217,7 @@ class Layer:
         expand: Callable[[Any], Any],
     ) -> None:
         self.recorders = recorders
+        self.single = recorders[0] if len(recorders) == 1 else None
         self.delegate_pack, self.delegate_unpack = delegate if delegate is not None else (None, None)
         self.hook = hook
         self.expand = expand
@@ -223,14 +229,18 @@ class Layer:
         rec = self._record(t)
         try:
             rec.version = t._version
-            if t.requires_grad:
-                rec.orig = _wref(t)
-                value = t if t.is_leaf else t.detach()
-            else:
-                value = t
+            if not t.is_leaf:
+                rec.output_nr = t.output_nr
+                # An output of the node being built (tanh, relu, exp save their result) has that
+                # node, the newest in this thread, as grad_fn: keeping it would make a
+                # node -> tensor -> node cycle that C++ holds. Keep an alias without grad_fn
+                # (same storage and version counter); every other tensor is kept as given.
+                if t.grad_fn._sequence_nr() == _next_sequence_nr() - 1:
+                    rec.is_output = True
+                    t = t.detach()
         except Exception:  # noqa: BLE001 - an object torch cannot version or detach: keep it as given
-            value = t
-        saved = _Saved(value, rec)
+            pass
+        saved = _Saved(t, rec)
         rec.ref = _wref(saved)
         return saved
 
@@ -249,10 +259,9 @@ class Layer:
             tp = type(t)
             if tp is _Tensor or tp is _Parameter:
                 st = t.untyped_storage()
-                base = t._base
                 rec = Record((
-                    t.shape, t.dtype, t.device, _wref(st), st.nbytes(), t.storage_offset(), t.numel(), t.element_size(),
-                    tp is _Parameter or (base is not None and isinstance(base, _Parameter)),
+                    t.shape, t.dtype, t.device, _wref(st), st.nbytes(), t.storage_offset(),
+                    tp is _Parameter or isinstance(t._base, _Parameter),
                     state.take_provenance(t) if state.provenance else None,
                 ))
             else:
@@ -261,9 +270,13 @@ class Layer:
             rec = _unreadable(t, exc)
         if state.context is not None:
             rec.context = state.context.next()
-        for cap in self.recorders:
-            if cap.active:
-                cap.records.append(rec)
+        if self.single is not None:
+            if self.single.active:
+                self.single.records.append(rec)
+        else:
+            for cap in self.recorders:
+                if cap.active:
+                    cap.records.append(rec)
         return rec
 
     def _record_object(self, t: Any, state: ThreadState) -> Record:
@@ -391,17 +404,13 @@ def version_error(value: torch.Tensor, rec: Record) -> str:
         "one of the variables needed for gradient computation has been modified by an inplace "
         f"operation: [{value.type()} {list(value.shape)}]"
     )
-    node = torch._C._current_autograd_node()
-    orig = rec.orig() if rec.orig is not None else None
-    fn, out_nr = None, 0
-    if orig is not None and orig.grad_fn is not None:
-        fn = orig.grad_fn
-        if node is not None and (_same_node(fn, node) or any(_same_node(f, node) for f, _ in fn.next_functions if f is not None)):
-            fn, out_nr = node, orig.output_nr  # a saved output: PyTorch names the node that saved it
-    elif orig is None and node is not None and rec.orig is not None:
-        fn = node  # the original is gone; the node being unpacked is the best name left
+    fn = None
+    if rec.is_output:
+        fn = torch._C._current_autograd_node()  # as PyTorch: a saved output names the node that saved it
+    elif rec.output_nr is not None:
+        fn = value.grad_fn  # the tensor itself is kept: its grad_fn now (after the in-place op)
     if fn is not None:
-        msg += f", which is output {out_nr} of {_node_name(fn)},"
+        msg += f", which is output {rec.output_nr} of {_node_name(fn)},"
     msg += f" is at version {current}; expected version {rec.version} instead."
     if torch.is_anomaly_enabled():
         msg += (
@@ -414,13 +423,6 @@ def version_error(value: torch.Tensor, rec: Record) -> str:
             "with torch.autograd.set_detect_anomaly(True, check_nan=False)."
         )
     return msg
-
-
-def _same_node(a: Any, b: Any) -> bool:
-    try:
-        return a is b or (type(a) is type(b) and a._sequence_nr() == b._sequence_nr() and a.metadata is b.metadata)
-    except (AttributeError, RuntimeError):
-        return False
 
 
 # ---- pushing layers ---------------------------------------------------------------------------
@@ -466,8 +468,8 @@ def _enter(self: torch.autograd.graph.saved_tensors_hooks) -> None:
     st = _local.state
     pack = self.pack_hook
     if st.captures and layer_of(pack) is None:
-        caps = list(st.captures)
-        layer = Layer(caps, (pack, self.unpack_hook), describe_hook(pack), caps[-1].expand)
+        caps = list(dict.fromkeys(st.captures))
+        layer = Layer(caps, (pack, self.unpack_hook), describe_hook(pack), st.captures[-1].expand)
         _original_push(layer.pack, layer.unpack)
     else:
         _original_push(pack, self.unpack_hook)
@@ -515,13 +517,36 @@ ACTIVE: weakref.WeakSet[Capture] = weakref.WeakSet()
 
 
 def _watch_thread_starts() -> None:
-    """Tell active captures when a Python thread starts (its saves are outside their hooks)."""
+    """Threads started inside a capture are captured too; other active captures are told.
+
+    A ``threading.Thread`` started while captures are active in the starting thread runs its
+    ``run()`` attached to them (:meth:`Capture.attach`): saved-tensor hooks are thread-local, and
+    without this a forward in a worker would be unseen. Captures active only in *other* threads
+    are told a thread started (their report then looks for unhooked saves outside their thread).
+    Threads that already ran when a capture started (pools) are not attached: call
+    ``cap.attach()`` in them.
+    """
     original = threading.Thread.start
     original = getattr(original, "__wrapped__", original)
 
     def start(self: threading.Thread) -> None:
+        mine = [cap for cap in _local.state.captures if cap.active]
         for cap in list(ACTIVE):
-            cap.thread_started()
+            if cap not in mine:
+                cap.thread_started()
+        if mine:
+            run = self.run
+
+            def attached_run() -> None:
+                with contextlib.ExitStack() as stack:
+                    for cap in dict.fromkeys(mine):
+                        try:
+                            stack.enter_context(cap.attach())
+                        except RuntimeError:  # that capture ended before the thread got going
+                            pass
+                    run()
+
+            self.run = attached_run  # type: ignore[method-assign]
         original(self)
 
     start.__wrapped__ = original  # type: ignore[attr-defined]
@@ -544,7 +569,7 @@ def push_capture(cap: Capture) -> Layer:
         delegate = top
         hook = describe_hook(top[0]) if top is not None else None
     st.captures.append(cap)
-    layer = Layer(list(st.captures), delegate, hook, cap.expand)
+    layer = Layer(list(dict.fromkeys(st.captures)), delegate, hook, cap.expand)
     try:
         _original_push(layer.pack, layer.unpack)
     except BaseException:

@@ -273,7 +273,9 @@ class _RowBuilder:
         self._names: dict[int, str] = {}
         self._views: dict[tuple[bool, int, int, tuple[int, ...]], int] = {}
         self._row_sref: list[Any] = []
-        self._outputs = {id(r[0]) for t in iter_tensors(outputs) if (r := storage_ref(t)) is not None}
+        # The weak references themselves are kept, so their ids stay unique while this builder lives.
+        self._output_refs = [r[0] for t in iter_tensors(outputs) if (r := storage_ref(t)) is not None]
+        self._outputs = {id(r) for r in self._output_refs}
         self._param_storages: set[int] = set()
 
     def _storage_name(self, sref: Any) -> str:
@@ -349,7 +351,9 @@ class _RowBuilder:
             copy = kept[0]
             note = f"kept as a {copy.device.type} {fields['dtype'] if copy.dtype == buf.dtype else str(copy.dtype).removeprefix('torch.')} copy"
             fields["note"] = f"{note} by {rec.hook.name}" if rec.hook else note
-            return Buffer(buf.shape, buf.dtype, buf.device, copy.sref, copy.storage_bytes, copy.offset, buf.bytes, buf.is_parameter)
+            fields["storage_bytes"], fields["storage_offset"] = copy.storage_bytes, copy.offset
+            fields["is_parameter"] = False  # a copy of a parameter is new memory the graph keeps
+            return Buffer(buf.shape, buf.dtype, buf.device, copy.sref, copy.storage_bytes, copy.offset, buf.bytes, False)
         fields["note"] = f"kept by {rec.hook.name if rec.hook else '?'} as {len(kept)} tensor(s)"
         return Buffer(buf.shape, buf.dtype, buf.device, None, 0, 0, buf.bytes, buf.is_parameter)
 
