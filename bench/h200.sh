@@ -1,27 +1,31 @@
 #!/usr/bin/env bash
-# Everything the H200 measures for memaudit, in one device call (see README "Measured on the H200").
-# Usage (device machine, repo root, TE wheels in .device/te): bash bench/h200.sh OUTDIR [--bench-only]
+# Everything the H200 measures for memaudit (see README "Measured on the H200").
+# Usage (device machine, repo root, TE wheels in .device/te):
+#   bash bench/h200.sh OUTDIR            # doctor, gpu tests, matrix, allocator checks, scenario, expected
+#   bash bench/h200.sh OUTDIR --bench    # the overhead benchmark only (bench/run.py)
 set -u
-OUT="${1:?usage: bench/h200.sh OUTDIR}"
+OUT="${1:?usage: bench/h200.sh OUTDIR [--bench]}"
 mkdir -p "$OUT/bench"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .device/te/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 ma() { python3 -c "import memaudit.cli as c; c.main()" "$@"; }
-if [ "${2:-}" = "--bench-only" ]; then
-  { echo "== doctor"; ma doctor; echo "== gpu tests"; python3 -m pytest -p no:cacheprovider -q -m gpu tests/test_te_gpu.py tests/test_no_sync_gpu.py; } > "$OUT/h200.log" 2>&1
-else
+if [ "${2:-}" = "--bench" ]; then
+  python3 bench/run.py --out "$OUT/bench/h200.json" --budget-s 220 --grace-s 30 > "$OUT/bench.log" 2>&1
+  echo "bench rc=$?" >> "$OUT/bench.log"
+  tail -40 "$OUT/bench.log"
+  exit 0
+fi
 {
   echo "== doctor"; ma doctor
-  echo "== gpu tests"; python3 -m pytest -p no:cacheprovider -q -m gpu tests/test_te_gpu.py tests/test_no_sync_gpu.py
+  echo "== gpu tests"; python3 -m pytest -p no:cacheprovider -q -m gpu -rs tests/test_te_gpu.py tests/test_no_sync_gpu.py tests/test_capture_gpu.py
   echo "== matrix"; ma run --target te-grouped-mlp --recipe all --groups 1,4,8 --quiet --json "$OUT/te-grouped-mlp.json"; echo "rc=$?"
   echo "== determinism (same matrix again, compared without 'created')"
   ma run --target te-grouped-mlp --recipe all --groups 1,4,8 --quiet --json /tmp/again.json > /dev/null; echo "rc=$?"
   python3 -c "import json,sys; a,b=(json.load(open(p)) for p in sys.argv[1:]); [d.pop('created') for d in (a,b)]; print('identical' if json.dumps(a,sort_keys=True)==json.dumps(b,sort_keys=True) else 'DIFFERENT')" "$OUT/te-grouped-mlp.json" /tmp/again.json
+  echo "== allocator check, TE"; ma run --target te-grouped-mlp --recipe bf16,fp8-delayed,fp8-current --groups 1,4,8 --verify-allocator --quiet --json "$OUT/verify-allocator-te.json"; echo "rc=$?"
+  echo "== allocator check, PyTorch modules"; python3 bench/verify_allocator.py --out "$OUT/verify-allocator-torch.json"; echo "rc=$?"
   echo "== scenario"; ma run --scenario scenarios/grouped_mlp.toml --quiet --json "$OUT/scenario.json"; echo "rc=$?"
   echo "== expected (default shape)"; ma run --target te-grouped-mlp --recipe bf16,fp8-delayed,fp8-current --groups 1,4,8 --expected --quiet --json "$OUT/expected-t4096.json"; echo "rc=$?"
   echo "== expected (small, odd splits)"; ma run --target te-grouped-mlp --recipe bf16,fp8-delayed,fp8-current --groups 1,4,8,64 --tokens 2048 --hidden 256 --ffn 768 --expected --quiet --json "$OUT/expected-t2048.json"; echo "rc=$?"
 } > "$OUT/h200.log" 2>&1
-fi
-python3 bench/run.py --out "$OUT/bench/h200.json" --budget-s 220 --grace-s 30 >> "$OUT/h200.log" 2>&1
-echo "bench rc=$?" >> "$OUT/h200.log"
-tail -40 "$OUT/h200.log"
+tail -60 "$OUT/h200.log"

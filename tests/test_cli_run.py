@@ -177,3 +177,15 @@ def test_quantized_recipe_on_reference_is_skipped_not_an_error(cli_runner: Any, 
     report = load_report(out)
     assert [(c.recipe, c.status) for c in report.cases] == [("bf16", "ok"), ("mxfp8", "skipped")]
     assert "bf16" in (report.cases[1].reason or "")
+
+
+def test_verify_allocator_without_cuda_is_bad_usage_and_writes_nothing(cli_runner: Any, tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    out = tmp_path / "r.json"
+    result = cli_runner.invoke(app, ["run", "--target", "reference", "--verify-allocator", "--json", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "--verify-allocator" in result.output and "CUDA" in result.output
+    assert not out.exists()

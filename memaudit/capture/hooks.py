@@ -52,7 +52,9 @@ if TYPE_CHECKING:
     from memaudit.capture.recorder import Capture
 
 _Tensor = torch.Tensor
-_next_sequence_nr = _autograd_c._get_sequence_nr
+# The sequence number the next autograd node in this thread gets. Where torch does not expose it,
+# every non-leaf tensor is taken for an output of the node being built (kept as an alias: safe).
+_next_sequence_nr = getattr(_autograd_c, "_get_sequence_nr", lambda: -1)
 _Parameter = torch.nn.Parameter
 _wref = weakref.ref
 
@@ -235,7 +237,8 @@ class Layer:
                 # node, the newest in this thread, as grad_fn: keeping it would make a
                 # node -> tensor -> node cycle that C++ holds. Keep an alias without grad_fn
                 # (same storage and version counter); every other tensor is kept as given.
-                if t.grad_fn._sequence_nr() == _next_sequence_nr() - 1:
+                newest = _next_sequence_nr() - 1
+                if newest < 0 or t.grad_fn._sequence_nr() == newest:
                     rec.is_output = True
                     t = t.detach()
         except Exception:  # noqa: BLE001 - an object torch cannot version or detach: keep it as given

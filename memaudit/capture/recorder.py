@@ -341,7 +341,7 @@ class _RowBuilder:
                     fields["is_parameter"] = True
             if kept is not None:
                 buf = self._kept_copy(fields, buf, kept, rec)
-            elif resides in ("recomputed", "unknown"):
+            elif resides in ("recomputed", "unknown", "host"):  # what is kept is not this storage
                 buf = Buffer(buf.shape, buf.dtype, buf.device, None, 0, 0, buf.bytes, buf.is_parameter)
             self._row(fields, buf, live)
 

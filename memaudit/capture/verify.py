@@ -1,16 +1,18 @@
 """Ground truth from the CUDA caching allocator: does the allocator's growth match the rows?
 
-``torch.cuda.memory_allocated()`` is read when the capture starts and when it ends (a host-side
-counter: no device sync). What the captured forward left allocated should be exactly the new
-storages the rows name (saved tensors kept on the device, ``ctx`` attributes, unhooked saves)
-plus the outputs' storages, each rounded up to the allocator's 512-byte block. Storages that
-already existed when the capture started (parameters, inputs) are found by a scan of the live
-tensors at start and left out. ``hidden_bytes`` is what the allocator holds beyond that: memory
-the forward kept that memaudit did not see (a workspace, a cache, a tensor held elsewhere).
+The allocator's counters are read when the capture starts and when it ends (host-side counters:
+no device sync). ``requested_bytes.all.current`` counts the bytes each live allocation asked for,
+before any rounding, so the forward's growth should be exactly the new storages the rows name
+(saved tensors kept on the device, ``ctx`` attributes, unhooked saves) plus the outputs' storages.
+Storages that already existed when the capture started (parameters, inputs) are found by a scan of
+the live tensors at start and left out. ``hidden_bytes`` is the growth beyond that: memory the
+forward kept that memaudit did not see (a workspace, a cache, a tensor held elsewhere).
 
-The 512-byte rounding is the caching allocator's default (``kMinBlockSize``); with
-``PYTORCH_CUDA_ALLOC_CONF`` options that change rounding (``roundup_power2_divisions``) blocks are
-larger and ``hidden_bytes`` says so.
+``memory_allocated()`` (``allocated_delta``) is reported beside it: it counts whole blocks, which
+are rounded up to 512 bytes (``kMinBlockSize``) and, for requests over 1 MiB served from a cached
+block that is not split, larger still. Where the allocator has no ``requested_bytes`` counter
+(older torch), the check falls back to ``memory_allocated()`` with 512-byte rounding per storage
+and says so (``counter``).
 """
 
 from __future__ import annotations
@@ -44,18 +46,27 @@ def _cuda_storages() -> dict[int, Any]:
     return found
 
 
+REQUESTED = "requested_bytes.all.current"
+
+
+def _counters() -> tuple[int | None, int]:
+    """(requested bytes or None where torch has no such counter, allocated bytes)."""
+    return torch.cuda.memory_stats().get(REQUESTED), torch.cuda.memory_allocated()
+
+
 class AllocatorCheck:
     """Allocator counters around a capture; :meth:`result` compares them with the rows."""
 
     def __init__(self) -> None:
         self.available = torch.cuda.is_available()
-        self.before = torch.cuda.memory_allocated() if self.available else 0
         self.existing = _cuda_storages() if self.available else {}
+        self.requested_before, self.before = _counters() if self.available else (None, 0)
         self.after: int | None = None
+        self.requested_after: int | None = None
 
     def stop(self) -> None:
         if self.available:
-            self.after = torch.cuda.memory_allocated()
+            self.requested_after, self.after = _counters()
 
     def result(self, kept: dict[int, tuple[Any, int]], outputs: Any) -> dict[str, Any]:
         """``kept``: id -> (storage ref, nbytes) of the device storages the rows name."""
@@ -73,19 +84,23 @@ class AllocatorCheck:
                 continue
             ref = weakref.ref(st)
             storages.setdefault(id(ref), (ref, st.nbytes()))
+        exact = self.requested_before is not None and self.requested_after is not None
         accounted = 0
         for key, (ref, nbytes) in storages.items():
             st = ref()
             if st is None or key in self.existing or st.device.type != "cuda":
                 continue
-            accounted += round_block(nbytes)
+            accounted += nbytes if exact else round_block(nbytes)
         delta = self.after - self.before
+        grown = self.requested_after - self.requested_before if exact else delta  # type: ignore[operator]
         return {
             "available": True,
+            "counter": REQUESTED if exact else "memory_allocated (512-byte blocks)",
+            "requested_delta": grown if exact else None,
             "allocated_before": self.before,
             "allocated_after": self.after,
             "allocated_delta": delta,
             "accounted_bytes": accounted,
-            "hidden_bytes": delta - accounted,
+            "hidden_bytes": grown - accounted,
             "block_bytes": BLOCK,
         }
