@@ -22,10 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from memaudit.commands.estimate import _Point, sweep_lines  # noqa: E402
+from memaudit.cli.estimate import _Point, sweep_lines  # noqa: E402
 from memaudit.errors import UsageError  # noqa: E402
-from memaudit.estimate import PATHS, estimate_config, estimate_totals, resolve  # noqa: E402
 from memaudit.spec import RECIPES  # noqa: E402
+from memaudit.te.estimate import PATHS, estimate_config, estimate_totals, resolve  # noqa: E402
 
 
 def grid() -> list[tuple[str, int, int, int, int, str | None]]:

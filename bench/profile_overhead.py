@@ -18,7 +18,7 @@ import torch
 
 from memaudit.capture import Capture, capture
 from memaudit.spec import CaseSpec
-from memaudit.targets.te_grouped_mlp import TEGroupedMLPTarget, set_fused_env
+from memaudit.te.target import TEGroupedMLPTarget, set_fused_env
 
 
 def main() -> None:

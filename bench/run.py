@@ -523,10 +523,10 @@ class Bench:
 
     def estimator(self) -> None:
         try:
-            from memaudit import estimate as est
+            from memaudit.te import estimate as est
         except Exception as exc:  # noqa: BLE001
             self.r["estimate_configs_per_second"] = None
-            self.r["details"]["estimator"] = {"error": f"memaudit.estimate does not import: {_err(exc)}"}
+            self.r["details"]["estimator"] = {"error": f"memaudit.te.estimate does not import: {_err(exc)}"}
             raise
         configs: list[tuple[str, int, int, int, int]] = []
         for recipe in ("bf16", "fp8-delayed", "fp8-current", "fp8-block", "mxfp8", "nvfp4"):
@@ -555,9 +555,9 @@ class Bench:
 
         fast = getattr(est, "estimate_totals", None)
         if fast is not None:
-            det["totals_fn"] = "memaudit.estimate.resolve + estimate_totals (closed form, no rows)"
+            det["totals_fn"] = "memaudit.te.estimate.resolve + estimate_totals (closed form, no rows)"
             det["totals_configs_per_second"] = round(rate(lambda c: fast(est.resolve(*c))), 1)
-        det["full_fn"] = "memaudit.estimate.estimate(make_spec(...)) (builds every row, as `memaudit estimate` prints)"
+        det["full_fn"] = "memaudit.te.estimate.estimate(make_spec(...)) (builds every row, as `memaudit estimate` prints)"
         det["full_configs_per_second"] = round(rate(lambda c: est.estimate(est.make_spec(*c))), 1)
         self.r["estimate_configs_per_second"] = det.get("totals_configs_per_second", det["full_configs_per_second"])
         self.r["estimate_full_configs_per_second"] = det["full_configs_per_second"]
@@ -580,7 +580,7 @@ class Bench:
         return out
 
     def _fused_env(self) -> dict[str, str]:
-        from memaudit.targets.te_grouped_mlp import FUSED_ENV
+        from memaudit.te.target import FUSED_ENV
 
         can = self.cuda and torch.cuda.get_device_capability()[0] == 10
         return {FUSED_ENV: os.environ.get(FUSED_ENV, "1" if can else "0")}
@@ -627,7 +627,7 @@ class Bench:
             self.target = ReferenceTarget()
             det["target"] = "reference"
         else:
-            from memaudit.targets.te_grouped_mlp import TEGroupedMLPTarget, import_te, set_fused_env
+            from memaudit.te.target import TEGroupedMLPTarget, import_te, set_fused_env
 
             det["fused_env"] = set_fused_env(None)
             c0 = time.perf_counter()
@@ -656,7 +656,7 @@ class Bench:
         env["executable_python"] = sys.version.split()[0]
         if self.cuda:
             try:
-                from memaudit.targets.te_grouped_mlp import cublaslt_version, fmt_cublaslt
+                from memaudit.te.target import cublaslt_version, fmt_cublaslt
 
                 env["cublaslt_runtime"] = fmt_cublaslt(cublaslt_version())
             except Exception as exc:  # noqa: BLE001
@@ -665,7 +665,7 @@ class Bench:
         self.r["environment"] = env
 
     def matrix_cells(self) -> None:
-        from memaudit.cli import build_specs
+        from memaudit.cli.root import build_specs
         from memaudit.runner import run_case
 
         assert self.target is not None

@@ -38,7 +38,7 @@ def emit(obj: dict[str, Any]) -> None:
 
 def _target(name: str) -> Any:
     if name == "te-grouped-mlp":
-        from memaudit.targets.te_grouped_mlp import TEGroupedMLPTarget, set_fused_env
+        from memaudit.te.target import TEGroupedMLPTarget, set_fused_env
 
         set_fused_env(None)
         return TEGroupedMLPTarget()

@@ -45,7 +45,7 @@ def environment(device: str) -> dict[str, Any]:
         except RuntimeError:  # TE's wheel may load another cuDNN than torch's
             env["cudnn"] = None
     if "transformer_engine.pytorch" in sys.modules:
-        from memaudit.classify import te
+        from memaudit.te import classify as te
 
         env.update(te.environment())
     else:

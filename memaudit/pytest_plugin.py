@@ -61,7 +61,7 @@ def saved_tensors() -> Iterator[Any]:
 def marker_rules(marks: list[pytest.Mark], *, source: str) -> list[Any]:
     """The marker arguments as budget rules; bad arguments raise UsageError naming them."""
     from memaudit.errors import UsageError
-    from memaudit.scenario import _did_you_mean, parse_rule
+    from memaudit.judge.scenario import _did_you_mean, parse_rule
 
     rules = []
     for m in marks:
@@ -143,8 +143,8 @@ def _te_version() -> str | None:
 
 
 def _judge(item: pytest.Item, rules: list[Any]) -> None:
-    from memaudit.budgets import Context, evaluate_case, format_rows
     from memaudit.errors import UsageError
+    from memaudit.judge.budgets import Context, evaluate_case, format_rows
     from memaudit.units import fmt_bytes
 
     cap = getattr(item, "funcargs", {}).get(FIXTURE)

@@ -226,7 +226,7 @@ def grouped_structural():
     """scenarios/grouped_mlp.toml without its per-case ceilings (measured bytes; synthetic reports differ)."""
     import tomllib
 
-    from memaudit.scenario import parse_scenario
+    from memaudit.judge.scenario import parse_scenario
 
     path = Path(__file__).resolve().parent.parent / "scenarios" / "grouped_mlp.toml"
     data = tomllib.loads(path.read_text())

@@ -1,4 +1,4 @@
-"""The comparison logic of the regression gate and the baseline refresh (memaudit.baseline)."""
+"""The comparison logic of the regression gate and the baseline refresh (memaudit.judge.baseline)."""
 
 from __future__ import annotations
 
@@ -17,14 +17,14 @@ from _reports import (
     sample_report,
 )
 
-from memaudit.baseline import (
+from memaudit.errors import UsageError
+from memaudit.judge.baseline import (
     Tolerance,
     compare_reports,
     env_differences,
     parse_tolerance,
     update_baseline,
 )
-from memaudit.errors import UsageError
 from memaudit.report import compute_totals
 
 

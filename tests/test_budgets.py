@@ -1,11 +1,12 @@
-"""The rule engine (memaudit/budgets.py): selections, each check, verdicts, known failures."""
+"""The rule engine (memaudit/judge/budgets.py): selections, each check, verdicts, known failures."""
 
 from __future__ import annotations
 
 import pytest
 from _budget_cases import Rows, bf16_case, fp8_case, fused_case, make_case
 
-from memaudit.budgets import (
+from memaudit.errors import UsageError
+from memaudit.judge.budgets import (
     ByteExpr,
     Context,
     Count,
@@ -26,7 +27,6 @@ from memaudit.budgets import (
     te_version_of,
     version_in,
 )
-from memaudit.errors import UsageError
 from memaudit.report import Row
 
 INPUTS = ("fc1.input", "fc2.input")
@@ -362,7 +362,7 @@ def test_te_version_of_environment() -> None:
 
 @pytest.mark.parametrize("case", [bf16_case(4), fp8_case("fp8-current", 8), fused_case("nvfp4", 1, pruned=False)], ids=["bf16", "fp8", "nvfp4-dense"])
 def test_measures_of_all_rows_agree_with_the_totals(case) -> None:
-    from memaudit.budgets import measure_bytes
+    from memaudit.judge.budgets import measure_bytes
 
     t = case.totals
     assert measure_bytes(case.rows, "logical") == t.logical_bytes

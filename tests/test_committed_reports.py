@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from memaudit import exitcodes
 from memaudit.cli import app
-from memaudit.expected import attach_expected
 from memaudit.report import load_report
+from memaudit.te.expected import attach_expected
 
 ROOT = Path(__file__).resolve().parent.parent
 H200 = ROOT / "reports" / "h200"

@@ -20,8 +20,8 @@ from _reports import (
 from markdown_it import MarkdownIt
 from typer.testing import CliRunner
 
-from memaudit.commands import baseline as baseline_cmd
-from memaudit.commands import compare as compare_cmd
+from memaudit.cli import baseline as baseline_cmd
+from memaudit.cli import compare as compare_cmd
 from memaudit.report import load_report
 
 

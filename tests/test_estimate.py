@@ -8,7 +8,9 @@ import random
 import pytest
 
 from memaudit.errors import UsageError
-from memaudit.estimate import (
+from memaudit.report import Report, compute_totals, load_report, write_report
+from memaudit.spec import ALIGNMENT, RECIPES, CaseSpec, default_splits
+from memaudit.te.estimate import (
     ARCHS,
     PATHS,
     VARIANTS,
@@ -25,8 +27,6 @@ from memaudit.estimate import (
     resolve,
     scale_shape,
 )
-from memaudit.report import Report, compute_totals, load_report, write_report
-from memaudit.spec import ALIGNMENT, RECIPES, CaseSpec, default_splits
 
 MiB = 1024**2
 

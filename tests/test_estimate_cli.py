@@ -9,7 +9,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from memaudit.commands import estimate as estimate_cmd
+from memaudit.cli import estimate as estimate_cmd
 from memaudit.report import load_report
 
 MiB = 1024**2
@@ -55,7 +55,7 @@ def test_pr3545_command_shows_rows_and_the_difference(runner, app, tmp_path) -> 
 
 
 def test_compare_works_on_two_variants(runner, app, tmp_path) -> None:
-    from memaudit.baseline import compare_reports
+    from memaudit.judge.baseline import compare_reports
 
     for v in ("te-2.20", "pr3545"):
         res = invoke(runner, app, *PR_ARGS, "--variant", v, "--quiet", "--json", str(tmp_path / f"{v}.json"))

@@ -45,7 +45,7 @@ from transformer_engine.pytorch.tensor.storage import grouped_tensor_storage as 
 from transformer_engine.pytorch.tensor.storage.float8_tensor_storage import Float8TensorStorage  # noqa: E402
 from transformer_engine.pytorch.tensor.storage.grouped_tensor_storage import GroupedTensorStorage  # noqa: E402
 
-from memaudit.estimate import (  # noqa: E402
+from memaudit.te.estimate import (  # noqa: E402
     ITEMSIZE,
     SINGLE_CONTAINER,
     SLOTS,

@@ -14,11 +14,11 @@ from test_plugin import PLUGIN_ARGS
 from typer.testing import CliRunner
 
 from memaudit import exitcodes
-from memaudit.baseline import compare_reports
-from memaudit.budgets import Context, evaluate_case
 from memaudit.cli import app
+from memaudit.judge.baseline import compare_reports
+from memaudit.judge.budgets import Context, evaluate_case
+from memaudit.judge.scenario import parse_rule
 from memaudit.report import write_report
-from memaudit.scenario import parse_rule
 
 runner = CliRunner()
 WARNING = "AddmmBackward0 _saved_mat1: saved without memaudit's hooks"

@@ -20,8 +20,8 @@ from _reports import (
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-from memaudit.baseline import compare_reports
 from memaudit.errors import UsageError
+from memaudit.judge.baseline import compare_reports
 from memaudit.render.markdown import GITHUB_LIMIT, render_markdown
 from memaudit.spec import CaseSpec
 from memaudit.units import fmt_delta

@@ -79,7 +79,7 @@ class _NoCap:
 # ---- TE ------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def te() -> Any:
-    from memaudit.targets.te_grouped_mlp import set_fused_env
+    from memaudit.te.target import set_fused_env
 
     try:
         set_fused_env(None)  # before TE's import (TE caches the fused-MLP switch)
@@ -89,7 +89,7 @@ def te() -> Any:
 
 
 def te_built(recipe: str) -> Any:
-    from memaudit.targets.te_grouped_mlp import TEGroupedMLPTarget
+    from memaudit.te.target import TEGroupedMLPTarget
 
     target = TEGroupedMLPTarget()
     spec = CaseSpec("te-grouped-mlp", recipe, 4, 2048, 256, 512, device="cuda")

@@ -1,4 +1,4 @@
-"""Scenario files (memaudit/scenario.py) and the shipped scenarios judged against TE-shaped reports."""
+"""Scenario files (memaudit/judge/scenario.py) and the shipped scenarios judged against TE-shaped reports."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from _budget_cases import blackwell_report, fp8_case, grouped_structural, h200_r
 
 from memaudit import exitcodes
 from memaudit.errors import UsageError
+from memaudit.judge.scenario import Scenario, evaluate, exit_code, load_scenario, parse_scenario
 from memaudit.report import Report
-from memaudit.scenario import Scenario, evaluate, exit_code, load_scenario, parse_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 GROUPED = ROOT / "scenarios" / "grouped_mlp.toml"

@@ -21,7 +21,7 @@ te = pytest.importorskip("transformer_engine.pytorch", reason="needs Transformer
 
 from memaudit.runner import run_case  # noqa: E402
 from memaudit.spec import CaseSpec  # noqa: E402
-from memaudit.targets.te_grouped_mlp import TEGroupedMLPTarget  # noqa: E402
+from memaudit.te.target import TEGroupedMLPTarget  # noqa: E402
 
 T, H, F = 2048, 256, 512
 TARGET = TEGroupedMLPTarget()

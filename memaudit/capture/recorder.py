@@ -448,7 +448,7 @@ def _live_graph_roots() -> list[Any]:
 def default_plugins() -> list[Plugin]:
     """TE's classifier joins only when the caller already imported TE (memaudit never does)."""
     if "transformer_engine.pytorch" in sys.modules:
-        from memaudit.classify import te
+        from memaudit.te import classify as te
 
         return [te.TEClassifier()]
     return []

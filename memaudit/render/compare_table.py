@@ -1,4 +1,4 @@
-"""Rich rendering of a :class:`~memaudit.baseline.Comparison` for the terminal and CI logs."""
+"""Rich rendering of a :class:`~memaudit.judge.baseline.Comparison` for the terminal and CI logs."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from memaudit.baseline import CaseDiff, Comparison, Finding, RowDiff
+from memaudit.judge.baseline import CaseDiff, Comparison, Finding, RowDiff
 from memaudit.report import Row
 from memaudit.units import fmt_bytes, fmt_delta
 

@@ -2,7 +2,7 @@
 
 Layout: line 1 is a hidden marker ``<!-- memaudit:NAME -->`` that CI uses to find the comment
 again; line 2 is a one-line verdict; then one ``<details>`` block per (target, recipe) with a table
-of its cases. With a :class:`~memaudit.baseline.Comparison` the table has baseline and delta
+of its cases. With a :class:`~memaudit.judge.baseline.Comparison` the table has baseline and delta
 columns and the block lists the findings; without one (``memaudit run --markdown``) it shows the
 current numbers only.
 
@@ -17,8 +17,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from memaudit.baseline import WORSE, CaseDiff, Comparison, Finding, kind_breakdown
 from memaudit.errors import UsageError
+from memaudit.judge.baseline import WORSE, CaseDiff, Comparison, Finding, kind_breakdown
 from memaudit.report import CaseReport, Report
 from memaudit.units import fmt_bytes, fmt_delta
 

@@ -8,7 +8,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from memaudit.budgets import Verdict, summary_line
+from memaudit.judge.budgets import Verdict, summary_line
 
 STYLE = {"pass": "green", "fail": "bold red", "xfail": "yellow", "XPASS": "bold red", "n/a": "dim"}
 

@@ -15,7 +15,7 @@ def get_target(name: str) -> Target:
 
         return ReferenceTarget()
     if name == "te-grouped-mlp":
-        from memaudit.targets.te_grouped_mlp import TEGroupedMLPTarget
+        from memaudit.te.target import TEGroupedMLPTarget
 
         return TEGroupedMLPTarget()
     if ":" in name:

@@ -56,7 +56,7 @@ def doctor_report() -> dict[str, Any]:
         info["te_error"] = "transformer_engine is not installed"
         _cudnn(info)
         return info
-    from memaudit.targets import te_grouped_mlp as tgm
+    from memaudit.te import target as tgm
 
     tgm.set_fused_env(None)
     te, why = tgm.import_te()

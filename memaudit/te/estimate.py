@@ -31,7 +31,7 @@ from typing import Any
 from memaudit.errors import UsageError
 from memaudit.report import CaseReport, Row, Totals, compute_totals
 from memaudit.spec import ALIGNMENT, RECIPES, CaseSpec, default_splits, validate_splits
-from memaudit.te_layout import BUFFER_SLOTS, GROUPED_SLOTS
+from memaudit.te.layout import BUFFER_SLOTS, GROUPED_SLOTS
 
 TARGET = "te-grouped-mlp"
 TE_VERSION = "2.20.2"
@@ -447,7 +447,7 @@ class _Acc:
             storage = self.storage(nbytes)
         kind, orient = SLOT_INFO[slot]
         if kind == "metadata":
-            fmt = PLAIN_FORMAT[dtype]  # as memaudit.classify.te: metadata keeps its dtype's format
+            fmt = PLAIN_FORMAT[dtype]  # as memaudit.te.classify: metadata keeps its dtype's format
         self.bufs.append(_Buf(operand, group, container, slot, fmt, kind,
                               orient, shape, dtype, nbytes, storage,
                               soff, nbytes if ideal is None else ideal, False, note, cref, False, prune))

@@ -186,14 +186,14 @@ def _run(
 
     loaded = None
     if scenario is not None:
-        from memaudit.scenario import load_scenario
+        from memaudit.judge.scenario import load_scenario
 
         loaded = load_scenario(scenario)
         target = loaded.target
     target = target or default_target_name()
     options: dict[str, Any] = {}
     if target == "te-grouped-mlp":
-        from memaudit.targets.te_grouped_mlp import ACTIVATIONS, set_fused_env
+        from memaudit.te.target import ACTIVATIONS, set_fused_env
 
         if activation not in ACTIVATIONS:
             raise UsageError(f"unknown activation {activation!r}; use one of {', '.join(ACTIVATIONS)}", key="--activation")
@@ -254,14 +254,14 @@ def _run(
     else:
         report = run_matrix(tgt, specs, backward=backward, verify_allocator=verify_allocator, on_case=show)
     if expected:
-        from memaudit.expected import attach_expected
+        from memaudit.te.expected import attach_expected
 
         for case in report.cases:
             attach_expected(case)
     code = exitcodes.CASE_ERROR if any(c.status == "error" for c in report.cases) else exitcodes.OK
     verdicts = None
     if loaded is not None:
-        from memaudit.scenario import evaluate, exit_code
+        from memaudit.judge.scenario import evaluate, exit_code
 
         verdicts = evaluate(report, loaded, source=str(scenario), allow_incomplete=allow_incomplete)
         code = exit_code(report, verdicts, loaded)
@@ -286,14 +286,14 @@ def _run(
 @app.command()
 def doctor() -> None:
     """GPU, versions, recipe availability, and which grouped-MLP path TE would take here."""
-    from memaudit.doctor import doctor_report, render_doctor
+    from memaudit.te.doctor import doctor_report, render_doctor
 
     console.print(render_doctor(doctor_report()))
 
 
 def _register_commands() -> None:
-    """Subcommands that live in memaudit/commands/: each module has ``register(app)``."""
-    from memaudit.commands import baseline, check, compare, estimate
+    """Subcommands that live in memaudit/cli/: each module has ``register(app)``."""
+    from memaudit.cli import baseline, check, compare, estimate
 
     compare.register(app)
     baseline.register(app)

@@ -34,10 +34,10 @@ def check(
     allow_incomplete: Annotated[bool, typer.Option("--allow-incomplete", help="Judge cases memaudit marked incomplete instead of failing them.")] = False,
 ) -> None:
     """Judge REPORT against the budgets of --scenario; exit 1 if a budget fails."""
-    from memaudit.budgets import te_version_of
+    from memaudit.judge.budgets import te_version_of
+    from memaudit.judge.scenario import evaluate, exit_code, load_scenario
     from memaudit.render.verdicts import render_failures, render_verdicts
     from memaudit.report import load_report, write_report
-    from memaudit.scenario import evaluate, exit_code, load_scenario
 
     out, err = consoles()
     try:

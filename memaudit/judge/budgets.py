@@ -3,7 +3,7 @@
 Each check is a small function that returns ``None`` or a :class:`Violation` that carries its own
 human-readable text (the pytest-memray pattern); :func:`evaluate_rule` wraps that into a
 :class:`Verdict` (``pass``, ``fail``, ``xfail``, ``XPASS`` or ``n/a``). Parsing rules from TOML
-or marker arguments lives in :mod:`memaudit.scenario`; nothing here imports torch or TE.
+or marker arguments lives in :mod:`memaudit.judge.scenario`; nothing here imports torch or TE.
 
 A rule that points at nothing (its operand pattern matches no row of an ok case, a ratio whose
 other case is missing, a path rule on a case without path info) raises :class:`UsageError`:

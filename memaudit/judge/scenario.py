@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from memaudit import exitcodes
-from memaudit.budgets import (
+from memaudit.errors import UsageError
+from memaudit.judge.budgets import (
     CHECKS,
     COUNT_OPS,
     COUNT_UNITS,
@@ -44,7 +45,6 @@ from memaudit.budgets import (
     te_version_of,
     validate_specifier,
 )
-from memaudit.errors import UsageError
 from memaudit.report import KINDS, ORIENTATIONS, Report, read_input
 from memaudit.spec import ALIGNMENT, DTYPES, RECIPES, CaseSpec, default_splits
 

@@ -13,7 +13,7 @@ import typer
 from rich.text import Text
 
 from memaudit import exitcodes
-from memaudit.commands.compare import usage_exit
+from memaudit.cli.compare import usage_exit
 from memaudit.errors import UsageError
 from memaudit.render.console import consoles
 
@@ -26,7 +26,7 @@ def update(
     prune: Annotated[bool, typer.Option(help="Drop baseline cases that the current report lacks (default: keep them).")] = False,
 ) -> None:
     """Write or refresh a baseline from CURRENT and print what changed."""
-    from memaudit.baseline import env_differences, update_baseline
+    from memaudit.judge.baseline import env_differences, update_baseline
     from memaudit.report import load_report, write_report
 
     out, err = consoles()

@@ -31,7 +31,7 @@ from transformer_engine.pytorch.tensor.storage.grouped_tensor_storage import Gro
 from memaudit.capture import hooks
 from memaudit.capture import tensors as tclass
 from memaudit.report import Row
-from memaudit.te_layout import BUFFER_SLOTS, GROUPED_SLOTS
+from memaudit.te.layout import BUFFER_SLOTS, GROUPED_SLOTS
 
 try:
     from transformer_engine.pytorch.tensor.grouped_tensor import GroupedTensor

@@ -37,7 +37,7 @@ def attach_expected(case: CaseReport) -> int | None:
     """
     if case.status != "ok":
         return None
-    from memaudit.estimate import expected_rows
+    from memaudit.te.estimate import expected_rows
 
     expected = expected_rows(spec_of(case))
     if expected is None:

@@ -46,7 +46,7 @@ def compare(
     verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Also show the rows (buffers) behind each change.")] = False,
 ) -> None:
     """Compare CURRENT against BASELINE; exit 1 on a regression."""
-    from memaudit.baseline import compare_reports, parse_tolerance
+    from memaudit.judge.baseline import compare_reports, parse_tolerance
     from memaudit.render.compare_table import print_comparison
     from memaudit.render.markdown import marker, render_markdown
     from memaudit.report import atomic_write_text, load_report

@@ -22,7 +22,10 @@ from rich.text import Text
 
 from memaudit import exitcodes
 from memaudit.errors import UsageError
-from memaudit.estimate import (
+from memaudit.render.console import consoles, usage_exit
+from memaudit.report import CaseReport, Report, Row, atomic_write_text, write_report
+from memaudit.spec import RECIPES
+from memaudit.te.estimate import (
     ARCHS,
     PATHS,
     TARGET,
@@ -37,9 +40,6 @@ from memaudit.estimate import (
     parse_range,
     resolve,
 )
-from memaudit.render.console import consoles, usage_exit
-from memaudit.report import CaseReport, Report, Row, atomic_write_text, write_report
-from memaudit.spec import RECIPES
 from memaudit.units import fmt_bytes, fmt_delta
 
 KIND_ORDER = ("data", "scale_inv", "amax", "scale", "metadata", "tensor")

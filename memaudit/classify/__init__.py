@@ -1,1 +1,0 @@
-"""Classification: what each saved buffer is. ``torch`` for plain tensors, ``te`` for TE storages."""

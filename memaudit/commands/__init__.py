@@ -1,1 +1,0 @@
-"""CLI subcommands beyond ``run`` and ``doctor``: one module each, with ``register(app)``."""
