@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import importlib
 import platform
-import sys
-from importlib import metadata
 from typing import Any
 
 import torch
 
 import memaudit
+
+LIBRARY_PROBES = ("memaudit.te.environment",)
+"""Modules whose ``probe()`` adds a library's versions (each imports its library only if already imported)."""
 
 
 def device_class(device: str) -> str:
@@ -18,13 +20,6 @@ def device_class(device: str) -> str:
         major, minor = torch.cuda.get_device_capability()
         return f"sm{major}{minor}"
     return "cpu"
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def environment(device: str) -> dict[str, Any]:
@@ -36,7 +31,6 @@ def environment(device: str) -> dict[str, Any]:
         "cuda": torch.version.cuda,
         "device": "cpu",
         "device_class": device_class(device),
-        "transformer_engine": None,
     }
     if device.startswith("cuda") and torch.cuda.is_available():
         env["device"] = torch.cuda.get_device_name()
@@ -44,10 +38,6 @@ def environment(device: str) -> dict[str, Any]:
             env["cudnn"] = torch.backends.cudnn.version()
         except RuntimeError:  # TE's wheel may load another cuDNN than torch's
             env["cudnn"] = None
-    if "transformer_engine.pytorch" in sys.modules:
-        from memaudit.te import classify as te
-
-        env.update(te.environment())
-    else:
-        env["transformer_engine"] = _version("transformer_engine")
+    for probe in LIBRARY_PROBES:
+        env.update(importlib.import_module(probe).probe())
     return env

@@ -16,7 +16,6 @@ pytest run in an environment where memaudit is installed.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -131,20 +130,10 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     return result
 
 
-def _te_version() -> str | None:
-    if "transformer_engine" not in sys.modules:
-        return None
-    from importlib import metadata
-
-    try:
-        return metadata.version("transformer_engine")
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def _judge(item: pytest.Item, rules: list[Any]) -> None:
     from memaudit.errors import UsageError
     from memaudit.judge.budgets import Context, evaluate_case, format_rows
+    from memaudit.te.environment import te_version
     from memaudit.units import fmt_bytes
 
     cap = getattr(item, "funcargs", {}).get(FIXTURE)
@@ -153,7 +142,7 @@ def _judge(item: pytest.Item, rules: list[Any]) -> None:
     case = cap.report(case_id=item.nodeid, include_freed=True)  # the test's graphs are gone by now
     try:
         allow = any(m.kwargs.get("allow_incomplete") is True for m in item.iter_markers(MARKER))
-        verdicts = evaluate_case(case, rules, Context(te_version=_te_version(), allow_incomplete=allow))
+        verdicts = evaluate_case(case, rules, Context(te_version=te_version(imported_only=True), allow_incomplete=allow))
     except UsageError as exc:
         problem = str(exc)
     else:

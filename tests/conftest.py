@@ -8,6 +8,11 @@ from pathlib import Path
 
 import pytest
 
+# pytester's in-process runs restore sys.modules afterwards: a torch first imported inside one
+# would be dropped and imported a second time by the next, and torch's C extension does not
+# survive that (a segfault). Importing it here keeps it in every snapshot.
+import torch  # noqa: F401, E402
+
 TESTS_DIR = Path(__file__).resolve().parent
 
 pytest_plugins = ["pytester"]

@@ -212,9 +212,9 @@ import pytest
 
 @pytest.fixture(autouse=True)
 def te_version(monkeypatch):
-    import memaudit.pytest_plugin as plugin
+    import memaudit.te.environment as te_env
 
-    monkeypatch.setattr(plugin, "_te_version", lambda: "2.20.2")
+    monkeypatch.setattr(te_env, "te_version", lambda **kwargs: "2.20.2")
 """
     )
     rule = '{"name": "tiny", "max_bytes": "%s", "known_failure": {"te": "<2.21", "reason": "known"}}'

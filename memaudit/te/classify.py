@@ -24,7 +24,6 @@ from functools import partial
 from typing import Any
 
 import torch
-import transformer_engine.pytorch as te  # noqa: E402,I001  (torch first: TE needs it loaded)
 from transformer_engine.pytorch.quantized_tensor import QuantizedTensor, QuantizedTensorStorage
 from transformer_engine.pytorch.tensor.storage.grouped_tensor_storage import GroupedTensorStorage
 
@@ -431,32 +430,3 @@ def _fused_layout(basic_ops: list[Any], ctxs: list[Any]) -> Callable[[int], list
         return roles
 
     return layout
-
-
-def te_version() -> str | None:
-    """The installed TE distribution's version (TE's Python modules carry none)."""
-    from importlib import metadata
-
-    try:
-        return metadata.version("transformer_engine")
-    except metadata.PackageNotFoundError:
-        return getattr(te, "__version__", None)
-
-
-def environment() -> dict[str, Any]:
-    """TE version and the library versions TE reports."""
-    env: dict[str, Any] = {"transformer_engine": te_version()}
-    try:
-        import transformer_engine_torch as tex
-
-        v = int(tex.get_cublasLt_version())
-        env["cublaslt"] = f"{v // 10000}.{v // 100 % 100}.{v % 100}"
-    except Exception:  # noqa: BLE001 - no CUDA driver on CPU machines
-        env["cublaslt"] = None
-    try:
-        from importlib import metadata
-
-        env["cudnn_frontend"] = metadata.version("nvidia-cudnn-frontend")
-    except Exception:  # noqa: BLE001
-        env["cudnn_frontend"] = None
-    return env

@@ -11,15 +11,7 @@ from rich.console import Group
 from rich.table import Table
 
 from memaudit.spec import RECIPES, CaseSpec
-
-
-def _te_version() -> str | None:
-    from importlib import metadata
-
-    try:
-        return metadata.version("transformer_engine")
-    except metadata.PackageNotFoundError:
-        return None
+from memaudit.te.environment import te_version
 
 
 def _cudnn(info: dict[str, Any]) -> None:
@@ -64,7 +56,7 @@ def doctor_report() -> dict[str, Any]:
     if te is None:
         info["te_error"] = why
         return info
-    info["transformer_engine"] = _te_version()
+    info["transformer_engine"] = te_version()
     info["cudnn_frontend"] = tgm.cudnn_frontend_version()
     info["cublaslt"] = tgm.fmt_cublaslt(tgm.cublaslt_version()) if torch.cuda.is_available() else None
     if not torch.cuda.is_available():

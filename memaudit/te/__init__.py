@@ -1,0 +1,7 @@
+"""Everything memaudit knows about TransformerEngine 2.20.x, in one place.
+
+``classify`` (TE storage objects and the fuser's roles), ``layout`` (buffer attributes and slot
+orders), ``target`` (the grouped-MLP target), ``estimate`` (saved bytes from shapes and layout
+rules), ``expected`` (the estimate beside measured rows), ``doctor`` and ``environment`` (probes).
+Importing this package imports nothing of TE; each module says whether it does.
+"""
