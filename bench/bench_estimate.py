@@ -22,10 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from memaudit.cli.estimate import _Point, sweep_lines  # noqa: E402
 from memaudit.errors import UsageError  # noqa: E402
+from memaudit.render.estimate import sweep_lines  # noqa: E402
 from memaudit.spec import RECIPES  # noqa: E402
-from memaudit.te.estimate import PATHS, estimate_config, estimate_totals, resolve  # noqa: E402
+from memaudit.te.estimate import PATHS, estimate_config, estimate_totals, resolve, sweep_point  # noqa: E402
 
 
 def grid() -> list[tuple[str, int, int, int, int, str | None]]:
@@ -72,12 +72,9 @@ def sweep_1000() -> float:
     pts = []
     for recipe in ("nvfp4", "mxfp8", "fp8-current", "bf16"):
         for t in range(1024, 256001, 1024):
-            p = _Point(recipe, t, 3072, 1536, 8)
-            p.config = resolve(recipe, t, 3072, 1536, 8)
-            p.totals = estimate_totals(p.config)
-            pts.append(p)
+            pts.append(sweep_point(recipe, t, 3072, 1536, 8))
     text = "\n".join(sweep_lines(pts, "te-2.20", None))
-    assert len(pts) == 1000 and text
+    assert len(pts) == 1000 and all(p.totals is not None for p in pts) and text
     return time.perf_counter() - start
 
 

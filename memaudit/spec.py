@@ -1,4 +1,7 @@
-"""Case specifications: what one cell of the matrix runs, its id, and its token splits."""
+"""Case specifications: what one cell of the matrix runs, its id, and its token splits.
+
+Recipe names and their alignment belong to the targets (``Target.recipes``, ``Target.alignment``).
+"""
 
 from __future__ import annotations
 
@@ -6,18 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memaudit.errors import UsageError
-
-RECIPES = ("bf16", "fp8-delayed", "fp8-current", "fp8-block", "mxfp8", "nvfp4")
-
-# Per-group token alignment: TE's quantized GEMMs need multiples of these (te-internals §5.3, issue #3).
-ALIGNMENT = {
-    "bf16": 16,
-    "fp8-delayed": 16,
-    "fp8-current": 16,
-    "fp8-block": 16,
-    "mxfp8": 32,
-    "nvfp4": 128,
-}
+from memaudit.te.recipes import ALIGNMENT, RECIPES  # noqa: F401  (transitional: importers move to memaudit.te.recipes)
 
 DTYPES = ("bf16", "fp32")
 
@@ -44,11 +36,17 @@ class CaseSpec:
         opts = ",".join(f"{k}={v}" for k, v in sorted(self.options.items()))
         return f"{base}/{opts}" if opts else base
 
+    def alignment(self) -> int:
+        """The per-group token alignment the target needs for this recipe."""
+        from memaudit.targets.registry import alignment
+
+        return alignment(self.target, self.recipe)
+
     def split_sizes(self) -> list[int]:
         """Explicit splits if given, else the default uneven splits."""
         if self.splits is not None:
             return list(self.splits)
-        return default_splits(self.tokens, self.groups, ALIGNMENT.get(self.recipe, 16))
+        return default_splits(self.tokens, self.groups, self.alignment())
 
 
 def default_splits(tokens: int, groups: int, align: int) -> list[int]:

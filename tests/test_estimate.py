@@ -26,6 +26,8 @@ from memaudit.te.estimate import (
     parse_range,
     resolve,
     scale_shape,
+    skipped_case,
+    sweep_point,
 )
 
 MiB = 1024**2
@@ -358,6 +360,18 @@ def test_parse_range() -> None:
         with pytest.raises(UsageError) as exc:
             parse_range(bad, "--tokens")
         assert exc.value.key == "--tokens"
+
+
+def test_sweep_point_totals_or_skip_reason() -> None:
+    p = sweep_point("nvfp4", 4096, 1024, 512, 4, "te-2.20", "pr3545")
+    assert p.config == resolve("nvfp4", 4096, 1024, 512, 4) and p.reason is None
+    assert p.totals == estimate_totals(p.config) and p.diff_totals == estimate_totals(p.config, "pr3545")
+    with pytest.raises(AttributeError):
+        p.totals = None  # type: ignore[misc]
+    bad = sweep_point("nvfp4", 1000, 1024, 512, 4)
+    assert bad.config is None and bad.totals is None and "--tokens" in (bad.reason or "")
+    case = skipped_case(bad, "te-2.20", None)
+    assert case.status == "skipped" and case.reason == bad.reason and case.tokens == 1000
 
 
 # ---- the report -------------------------------------------------------------------------------------

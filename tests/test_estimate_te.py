@@ -7,9 +7,9 @@ G in {1, 4, 8, 64}, uneven splits with a 0-token group):
 * ``get_scale_shape`` of the MXFP8, NVFP4 and block-FP8 quantizers;
 * ``make_empty`` + ``prepare_for_saving`` (buffers, slot order, dtypes) and ``update_usage``
   (what the split-quantize path keeps), against :func:`single_buffers` and the estimate's rows;
-* ``GroupedTensorStorage.make_grouped_tensor_with_shapes`` against :func:`grouped_buffers_py`,
-  and, where TE's C++ comment says per-group and totals sizing agree (128-aligned splits),
-  against :func:`grouped_buffers_cpp` and the fused/grouped-path rows.
+* ``GroupedTensorStorage.make_grouped_tensor_with_shapes``, where TE's C++ comment says per-group
+  and totals sizing agree (128-aligned splits), against :func:`grouped_buffers_cpp` and the
+  grouped-tensor inputs of the unfused-grouped and fused paths' rows.
 
 CPU shims (TE imports on CPU but some constructors touch CUDA; see the shared TE README):
 ``torch.cuda.current_device`` is patched to return ``"cpu"`` so ``NVFP4Quantizer()`` builds its
@@ -51,7 +51,6 @@ from memaudit.te.estimate import (  # noqa: E402
     SLOTS,
     estimate,
     grouped_buffers_cpp,
-    grouped_buffers_py,
     make_spec,
     scale_shape,
     single_buffers,
@@ -208,35 +207,13 @@ def _group_splits(groups: int, total_units: int, unit: int, rng: random.Random) 
     return [u * unit for u in units]
 
 
-GROUPED_CASES = [
-    ("bf16", 16, 1),
-    ("fp8-delayed", 16, 1),
-    ("fp8-current", 16, 1),
-    ("fp8-block", 16, 1),
-    ("fp8-block", 16, 2),
-    ("mxfp8", 32, 1),
-    ("nvfp4", 16, 1),
-]
-
-
-@pytest.mark.parametrize("recipe,unit,block_dim", GROUPED_CASES)
-@pytest.mark.parametrize("groups", [1, 4, 8, 64])
-def test_grouped_python_allocation_matches_te(cpu_shims, recipe: str, unit: int, block_dim: int, groups: int) -> None:
-    rng = random.Random(groups * 31 + unit)
-    for arch in ("sm90", "sm100") if recipe == "fp8-current" else ("sm90",):
-        cpu_shims(arch)
-        for k in (rng.choice([d for d in DIMS if d % unit == 0]), 8192 if unit <= 32 else 4096):
-            for units in (groups, groups * 3 + 1, max(groups, 8192 // unit)):
-                splits = _group_splits(groups, units, unit, rng)
-                shapes = [(m, k) for m in splits]
-                q = None if recipe == "bf16" else _quantizer(recipe, block_dim=block_dim)
-                gt = GroupedTensorStorage.make_grouped_tensor_with_shapes(
-                    groups, shapes, quantizer=q, device="cpu", dtype=torch.bfloat16)
-                saved, _ = gt.prepare_for_saving()
-                got = {slot: (t.numel(), str(t.dtype).removeprefix("torch."))
-                       for slot, t in zip(SLOTS["GroupedTensorStorage"], saved, strict=True) if t is not None}
-                want = grouped_buffers_py(recipe, shapes, arch=arch, block_dim=block_dim)
-                assert got == want, (recipe, arch, groups, k, splits)
+def _te_grouped(groups: int, shapes: list[tuple[int, int]], q) -> dict[str, tuple[int, str, int]]:
+    """``{slot: (numel, dtype, nbytes)}`` of TE's grouped allocation for ``shapes``, None slots left out."""
+    gt = GroupedTensorStorage.make_grouped_tensor_with_shapes(groups, shapes, quantizer=q, device="cpu",
+                                                              dtype=torch.bfloat16)
+    saved, _ = gt.prepare_for_saving()
+    return {slot: (t.numel(), str(t.dtype).removeprefix("torch."), t.numel() * t.element_size())
+            for slot, t in zip(SLOTS["GroupedTensorStorage"], saved, strict=True) if t is not None}
 
 
 @pytest.mark.parametrize("recipe,block_dim", [("mxfp8", 1), ("nvfp4", 1), ("fp8-block", 1)])
@@ -248,34 +225,37 @@ def test_cpp_totals_rule_equals_te_where_splits_are_128_aligned(cpu_shims, recip
     rng = random.Random(groups)
     for k in (128, 1536, 3072):
         splits = _group_splits(groups, 4 * groups + 3, 128, rng)
-        q = _quantizer(recipe, block_dim=block_dim)
-        gt = GroupedTensorStorage.make_grouped_tensor_with_shapes(
-            groups, [(m, k) for m in splits], quantizer=q, device="cpu", dtype=torch.bfloat16)
-        saved, _ = gt.prepare_for_saving()
-        got = {slot: (t.numel(), str(t.dtype).removeprefix("torch."))
-               for slot, t in zip(SLOTS["GroupedTensorStorage"], saved, strict=True) if t is not None}
+        got = {slot: v[:2] for slot, v in _te_grouped(groups, [(m, k) for m in splits],
+                                                       _quantizer(recipe, block_dim=block_dim)).items()}
         got.pop("first_dims", None)
         got.pop("tensor_offsets", None)
         assert got == grouped_buffers_cpp(recipe, sum(splits), k, groups, block_dim=block_dim)
 
 
-@pytest.mark.parametrize("recipe", ["mxfp8", "nvfp4"])
+GROUPED_INPUT_CASES = [("fused", r, "sm100", v) for r in ("mxfp8", "nvfp4") for v in ("te-2.20", "pr3545")]
+GROUPED_INPUT_CASES += [("unfused-grouped", r, a, "te-2.20") for r, a in (
+    ("bf16", "sm90"), ("fp8-current", "sm90"), ("fp8-current", "sm100"), ("fp8-block", "sm90"),
+    ("mxfp8", "sm100"), ("nvfp4", "sm100"))]
+
+
+@pytest.mark.parametrize("path,recipe,arch,variant", GROUPED_INPUT_CASES)
 @pytest.mark.parametrize("groups", [4, 8, 64])
-@pytest.mark.parametrize("variant", ["te-2.20", "pr3545"])
-def test_fused_grouped_input_rows_match_te(cpu_shims, recipe: str, groups: int, variant: str) -> None:
-    """Fused-path FC1 input rows (GroupedTensorStorage slots) = TE's grouped allocation, minus the prune."""
+def test_grouped_input_rows_match_te(cpu_shims, path: str, recipe: str, arch: str, variant: str,
+                                     groups: int) -> None:
+    """FC1 input rows (GroupedTensorStorage slots) = TE's grouped allocation, minus the rowwise prune.
+
+    The unfused-grouped path prunes the rowwise copy whenever a columnwise one exists; the fused path
+    does for MXFP8, and for NVFP4 only with PR #3545.
+    """
+    cpu_shims(arch)
     rng = random.Random(groups)
     splits = _group_splits(groups, 2 * groups + 5, 128, rng)
     tokens, hidden, ffn = sum(splits), 3072, 1536
-    case = estimate(make_spec(recipe, tokens, hidden, ffn, groups, splits), path="fused", variant=variant)
-    q = _quantizer(recipe)
-    gt = GroupedTensorStorage.make_grouped_tensor_with_shapes(
-        groups, [(m, hidden) for m in splits], quantizer=q, device="cpu", dtype=torch.bfloat16)
-    saved, _ = gt.prepare_for_saving()
-    te_rows = {slot: (t.numel(), str(t.dtype).removeprefix("torch."), t.numel() * t.element_size())
-               for slot, t in zip(SLOTS["GroupedTensorStorage"], saved, strict=True) if t is not None}
-    pruned = recipe == "mxfp8" or variant == "pr3545"
-    if pruned:
+    case = estimate(make_spec(recipe, tokens, hidden, ffn, groups, splits), path=path, arch=arch, variant=variant)
+    q = None if recipe == "bf16" else _quantizer(recipe)
+    te_rows = _te_grouped(groups, [(m, hidden) for m in splits], q)
+    pruned = path == "unfused-grouped" or recipe == "mxfp8" or variant == "pr3545"
+    if pruned and "columnwise_data" in te_rows:
         te_rows.pop("rowwise_data")
         te_rows.pop("scale_inv")
     rows = {r.slot: (r.shape[0], r.dtype, r.bytes) for r in case.rows if r.operand == "fc1.input"}

@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from memaudit.capture import capture
-from memaudit.spec import ALIGNMENT, CaseSpec, default_splits
+from memaudit.spec import CaseSpec, default_splits
 from memaudit.targets.reference import DTYPES, ReferenceGroupedMLP, ReferenceTarget, make_inputs
+from memaudit.te.recipes import ALIGNMENT
 
 T, H, F = 256, 64, 128
 I64 = 8

@@ -448,7 +448,10 @@ def describe_hook(pack: Callable[..., Any]) -> HookInfo:
     """Name a foreign pack function and give it a kind (``checkpoint``, or what a plugin says)."""
     name = getattr(pack, "__qualname__", None) or type(pack).__qualname__
     module = getattr(pack, "__module__", None) or ""
-    kind = "checkpoint" if getattr(pack, "_checkpoint_internal", False) else None
+    # Non-reentrant checkpoint's pair: marked ``_checkpoint_internal`` in recent torch; before that,
+    # known by its defining class (``_checkpoint_hook.__init__.<locals>.pack_hook``).
+    from_checkpoint = module == "torch.utils.checkpoint" and name.startswith("_checkpoint_hook.")
+    kind = "checkpoint" if getattr(pack, "_checkpoint_internal", False) or from_checkpoint else None
     if kind is None and module.startswith("torch.autograd.graph") and "save_on_cpu" in name:
         kind = "save_on_cpu"
     for namer in _hook_namers:

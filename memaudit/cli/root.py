@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from memaudit import exitcodes
 from memaudit.errors import UsageError
 from memaudit.render.console import make_console, usage_exit
-from memaudit.spec import ALIGNMENT, DTYPES, RECIPES, CaseSpec, validate_splits
+from memaudit.spec import DTYPES, CaseSpec, validate_splits
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok (every budget passes or is xfail); 1 a budget failed or XPASSed; "
@@ -48,14 +48,14 @@ def parse_int_list(text: str, flag: str) -> list[int]:
     return out
 
 
-def parse_recipes(text: str, supported: tuple[str, ...]) -> list[str]:
-    """'all', or names separated by commas."""
+def parse_recipes(text: str, supported: tuple[str, ...], known: tuple[str, ...]) -> list[str]:
+    """'all' (the ``supported`` ones), or names from ``known`` separated by commas."""
     if text == "all":
         return list(supported)
     names = [p.strip() for p in text.split(",") if p.strip()]
     for n in names:
-        if n not in RECIPES:
-            raise UsageError(f"unknown recipe {n!r}; use one of {', '.join(RECIPES)} or 'all'", key="--recipe")
+        if n not in known:
+            raise UsageError(f"unknown recipe {n!r}; use one of {', '.join(known)} or 'all'", key="--recipe")
     if not names:
         raise UsageError("no recipe given", key="--recipe")
     return names
@@ -64,13 +64,6 @@ def parse_recipes(text: str, supported: tuple[str, ...]) -> list[str]:
 def _positive(value: int | None, flag: str) -> None:
     if value is not None and value < 1:
         raise UsageError(f"must be >= 1, got {value}", key=flag)
-
-
-def default_target_name() -> str:
-    """The TE target where TE and a GPU are present, else the CPU reference target."""
-    from memaudit.targets.registry import te_and_gpu_present
-
-    return "te-grouped-mlp" if te_and_gpu_present() else "reference"
 
 
 def build_specs(
@@ -90,7 +83,7 @@ def build_specs(
     for value, flag in ((tokens, "--tokens"), (hidden, "--hidden"), (ffn, "--ffn")):
         _positive(value, flag)
     d = target.defaults
-    recipes = parse_recipes(recipe, target.supported_recipes) if recipe else list(target.default_recipes)
+    recipes = parse_recipes(recipe, target.supported_recipes, target.recipes) if recipe else list(target.default_recipes)
     group_list = parse_int_list(groups, "--groups") if groups else list(d["groups"])
     dtype = dtype or d["dtype"]
     if dtype not in DTYPES:
@@ -107,7 +100,7 @@ def build_specs(
                     values = [int(s) for s in splits.split(",")]
                 except ValueError:
                     raise UsageError(f"expected integers separated by commas, got {splits!r}", key="--splits") from None
-                validate_splits(values, t, g, ALIGNMENT[r], key="--splits")
+                validate_splits(values, t, g, target.alignment(r), key="--splits")
                 split_tuple = tuple(values)
             spec = CaseSpec(
                 target=target.name,
@@ -129,7 +122,7 @@ def build_specs(
 @app.command()
 def run(
     target: Annotated[str | None, typer.Option(help="reference | te-grouped-mlp | PKG.MOD:FACTORY. Default: te-grouped-mlp where TE and a GPU are present, else reference.")] = None,
-    recipe: Annotated[str | None, typer.Option(help=f"{' | '.join(RECIPES)} | all; comma-separated for several.")] = None,
+    recipe: Annotated[str | None, typer.Option(help="A recipe the target knows (te-grouped-mlp: bf16, fp8-delayed, fp8-current, fp8-block, mxfp8, nvfp4) | all; comma-separated for several.")] = None,
     groups: Annotated[str | None, typer.Option(help="Group (expert) counts, e.g. 1,4,8.")] = None,
     tokens: Annotated[int | None, typer.Option(help="Tokens T across all groups.")] = None,
     hidden: Annotated[int | None, typer.Option(help="Hidden size H.")] = None,
@@ -182,7 +175,7 @@ def _run(
 ) -> int:
     from memaudit.report import write_report
     from memaudit.runner import run_matrix
-    from memaudit.targets.registry import get_target
+    from memaudit.targets.registry import default_target_name, get_target
 
     loaded = None
     if scenario is not None:
@@ -191,19 +184,11 @@ def _run(
         loaded = load_scenario(scenario)
         target = loaded.target
     target = target or default_target_name()
-    options: dict[str, Any] = {}
-    if target == "te-grouped-mlp":
-        from memaudit.te.target import ACTIVATIONS, set_fused_env
-
-        if activation not in ACTIVATIONS:
-            raise UsageError(f"unknown activation {activation!r}; use one of {', '.join(ACTIVATIONS)}", key="--activation")
-        set_fused_env(fused)  # recorded per case by the target; an environment setting, not part of the id
-        if single_grouped_weight:
-            options["single_grouped_weight"] = True
-        if activation != "swiglu":
-            options["activation"] = activation
     tgt = get_target(target)
-    dev = device or ("cuda" if target == "te-grouped-mlp" else "cpu")
+    options: dict[str, Any] = tgt.configure(
+        {"fused": fused, "single_grouped_weight": single_grouped_weight, "activation": activation}
+    )
+    dev = device or tgt.default_device
     if verify_allocator:
         import torch
 

@@ -30,12 +30,35 @@ class Built:
 
 
 class Target(Protocol):
-    """What the runner needs from a target."""
+    """What the runner and the CLI need from a target: a target declares itself.
+
+    ``recipes`` are the names it understands (``--recipe`` is checked against them; a recipe it
+    cannot run here is a skipped cell), ``supported_recipes`` what ``--recipe all`` means,
+    ``default_recipes`` what runs without ``--recipe``; ``defaults`` its shape and groups;
+    ``default_device`` where it runs without ``--device``.
+    """
 
     name: str
+    recipes: tuple[str, ...]
     default_recipes: tuple[str, ...]
     supported_recipes: tuple[str, ...]
     defaults: dict[str, Any]
+    default_device: str
+
+    @staticmethod
+    def runs_here() -> bool:
+        """True when this machine can run the target's real code (chooses the default target)."""
+
+    @staticmethod
+    def alignment(recipe: str) -> int:
+        """Per-group token alignment the recipe needs."""
+
+    def configure(self, flags: dict[str, Any]) -> dict[str, Any]:
+        """Target options from the run flags it knows (``fused``, ``activation``, ...); UsageError on bad values.
+
+        Called before anything runs; may set process state the target needs before its library
+        is imported. Options become part of the case id.
+        """
 
     def skip_reason(self, spec: CaseSpec) -> str | None:
         """Why this case cannot run here (shown in the skipped cell), or None."""

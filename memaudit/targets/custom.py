@@ -34,9 +34,22 @@ def load_factory(ref: str) -> Any:
 class CustomTarget:
     """Wraps a user factory."""
 
+    recipes = ("bf16",)
     default_recipes = ("bf16",)
     supported_recipes = ("bf16",)
     defaults: dict[str, Any] = {"tokens": 1024, "hidden": 256, "ffn": 512, "groups": (1,), "dtype": "bf16"}
+    default_device = "cpu"
+
+    @staticmethod
+    def runs_here() -> bool:
+        return True
+
+    @staticmethod
+    def alignment(recipe: str) -> int:
+        return 16
+
+    def configure(self, flags: dict[str, Any]) -> dict[str, Any]:
+        return {}
 
     def __init__(self, ref: str) -> None:
         self.name = ref

@@ -18,6 +18,7 @@ import torch
 from memaudit.capture import Capture
 from memaudit.spec import CaseSpec
 from memaudit.targets.base import Built, backward_sum
+from memaudit.te.recipes import RECIPES, alignment
 
 Labeler = Callable[..., None]
 
@@ -121,9 +122,22 @@ class ReferenceTarget:
     """Target ``reference``: runs anywhere PyTorch runs."""
 
     name = "reference"
+    recipes = RECIPES  # TE's names: the reference runs bf16 and says why it skips the others
     default_recipes = ("bf16",)
     supported_recipes = ("bf16",)
     defaults: dict[str, Any] = {"tokens": 1024, "hidden": 256, "ffn": 512, "groups": (1, 4, 8), "dtype": "bf16"}
+    default_device = "cpu"
+
+    @staticmethod
+    def runs_here() -> bool:
+        return True
+
+    @staticmethod
+    def alignment(recipe: str) -> int:
+        return alignment(recipe)
+
+    def configure(self, flags: dict[str, Any]) -> dict[str, Any]:
+        return {}
 
     def skip_reason(self, spec: CaseSpec) -> str | None:
         if spec.recipe != "bf16":

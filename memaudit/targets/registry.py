@@ -1,23 +1,40 @@
-"""Name -> target. ``reference``, ``te-grouped-mlp`` or ``PKG.MOD:FACTORY``."""
+"""Name -> target: the built-in targets by name, or ``PKG.MOD:FACTORY``.
+
+Built-in targets are named here by module path only; each module is imported when its target is
+asked for, so naming the TE target imports nothing of TE.
+"""
 
 from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from memaudit.errors import UsageError
 from memaudit.targets.base import Target
 
-BUILTIN = ("reference", "te-grouped-mlp")
+BUILTIN = {
+    "reference": "memaudit.targets.reference:ReferenceTarget",
+    "te-grouped-mlp": "memaudit.te.target:TEGroupedMLPTarget",
+}
+"""Built-in target name -> ``module:class``; the first whose ``runs_here()`` is true is the default."""
+
+FALLBACK = "reference"
+
+
+def target_class(name: str) -> Any | None:
+    """The class of built-in target ``name``, or None."""
+    ref = BUILTIN.get(name)
+    if ref is None:
+        return None
+    module, _, cls = ref.partition(":")
+    return getattr(importlib.import_module(module), cls)
 
 
 def get_target(name: str) -> Target:
     """Resolve a target name; unknown names are a UsageError on --target."""
-    if name == "reference":
-        from memaudit.targets.reference import ReferenceTarget
-
-        return ReferenceTarget()
-    if name == "te-grouped-mlp":
-        from memaudit.te.target import TEGroupedMLPTarget
-
-        return TEGroupedMLPTarget()
+    cls = target_class(name)
+    if cls is not None:
+        return cls()
     if ":" in name:
         from memaudit.targets.custom import CustomTarget
 
@@ -25,10 +42,16 @@ def get_target(name: str) -> Target:
     raise UsageError(f"unknown target {name!r}; use one of {', '.join(BUILTIN)} or PKG.MOD:FACTORY", key="--target")
 
 
-def te_and_gpu_present() -> bool:
-    """True when the TE target can run: CUDA is available and TE imports."""
-    import importlib.util
+def default_target_name() -> str:
+    """The first built-in target that can run on this machine (the TE target with TE and a GPU)."""
+    for name in BUILTIN:
+        cls = target_class(name)
+        if name != FALLBACK and cls is not None and cls.runs_here():
+            return name
+    return FALLBACK
 
-    import torch
 
-    return torch.cuda.is_available() and importlib.util.find_spec("transformer_engine") is not None
+def alignment(target: str, recipe: str) -> int:
+    """Per-group token alignment of ``recipe`` on ``target`` (16 for targets that declare none)."""
+    cls = target_class(target)
+    return cls.alignment(recipe) if cls is not None else 16

@@ -10,8 +10,9 @@ import torch
 from rich.console import Group
 from rich.table import Table
 
-from memaudit.spec import RECIPES, CaseSpec
+from memaudit.spec import CaseSpec
 from memaudit.te.environment import te_version
+from memaudit.te.recipes import RECIPES
 
 
 def _cudnn(info: dict[str, Any]) -> None:

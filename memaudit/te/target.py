@@ -15,13 +15,14 @@ from typing import Any
 import torch
 
 from memaudit.capture import Capture
+from memaudit.errors import UsageError
 from memaudit.report import Row
 from memaudit.spec import CaseSpec
 from memaudit.targets.base import Built, backward_sum
+from memaudit.te.recipes import RECIPES, alignment
 
 FUSED_ENV = "NVTE_CUTEDSL_FUSED_GROUPED_MLP"
 ACTIVATIONS = ("swiglu", "clamped-qgeglu", "srelu")
-RECIPE_NAMES = ("bf16", "fp8-delayed", "fp8-current", "fp8-block", "mxfp8", "nvfp4")
 
 
 def set_fused_env(fused: bool | None) -> str:
@@ -212,9 +213,37 @@ class TEGroupedMLPTarget:
     """TE's grouped MLP; cases TE cannot run here are skipped with TE's reason."""
 
     name = "te-grouped-mlp"
-    default_recipes = RECIPE_NAMES
-    supported_recipes = RECIPE_NAMES
+    recipes = RECIPES
+    default_recipes = RECIPES
+    supported_recipes = RECIPES
     defaults: dict[str, Any] = {"tokens": 4096, "hidden": 1024, "ffn": 2048, "groups": (1, 4, 8), "dtype": "bf16"}
+    default_device = "cuda"
+
+    @staticmethod
+    def runs_here() -> bool:
+        """CUDA is available and TE is installed (not imported: the fused switch must come first)."""
+        import importlib.util
+
+        return torch.cuda.is_available() and importlib.util.find_spec("transformer_engine") is not None
+
+    @staticmethod
+    def alignment(recipe: str) -> int:
+        return alignment(recipe)
+
+    def configure(self, flags: dict[str, Any]) -> dict[str, Any]:
+        """``fused`` sets NVTE_CUTEDSL_FUSED_GROUPED_MLP before TE's import (an environment
+        setting, recorded per case, not part of the id); ``single_grouped_weight`` and a
+        non-default ``activation`` are options."""
+        activation = flags.get("activation", "swiglu")
+        if activation not in ACTIVATIONS:
+            raise UsageError(f"unknown activation {activation!r}; use one of {', '.join(ACTIVATIONS)}", key="--activation")
+        set_fused_env(flags.get("fused"))
+        options: dict[str, Any] = {}
+        if flags.get("single_grouped_weight"):
+            options["single_grouped_weight"] = True
+        if activation != "swiglu":
+            options["activation"] = activation
+        return options
 
     def skip_reason(self, spec: CaseSpec) -> str | None:
         if not spec.device.startswith("cuda") or not torch.cuda.is_available():

@@ -1,0 +1,161 @@
+"""Estimates as CaseReports: from a :class:`~.config.Config`, from a spec, and as ``run --expected`` rows."""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from memaudit.errors import UsageError
+from memaudit.report import CaseReport, Report, Row, compute_totals
+from memaudit.spec import CaseSpec
+from memaudit.te.estimate.buffers import finalize
+from memaudit.te.estimate.config import DEVICE, TARGET, TE_VERSION, VARIANTS, Config, resolve
+from memaudit.te.estimate.model import Model
+
+
+def case_id(c: Config) -> str:
+    """Stable id: the run-style id plus the estimate's path and arch. The variant is left out so
+    that ``memaudit compare`` matches the same case across two variants' reports."""
+    return f"{TARGET}/{c.recipe}/g{c.groups}/t{c.tokens}-h{c.hidden}-f{c.ffn}/{c.dtype}/estimate,path={c.path},arch={c.arch}"
+
+
+def estimate_config(c: Config, variant: str = "te-2.20") -> CaseReport:
+    """The saved set of a resolved :class:`Config` under ``variant`` as a CaseReport."""
+    if variant not in VARIANTS:
+        raise UsageError(f"unknown variant {variant!r}; use one of {', '.join(VARIANTS)}", key="--variant")
+    acc = Model(c).build()
+    rows, ideals = finalize(acc, c, variant)
+    padded = [
+        {"index": r.index, "ideal_bytes": ideal, "padded_bytes": r.bytes}
+        for r, ideal in zip(rows, ideals, strict=True)
+        if ideal != r.bytes
+    ]
+    slack = _bulk_slack(rows)
+    case = CaseReport(
+        id=case_id(c),
+        target=TARGET,
+        recipe=c.recipe,
+        groups=c.groups,
+        tokens=c.tokens,
+        hidden=c.hidden,
+        ffn=c.ffn,
+        dtype=c.dtype,
+        device=DEVICE,
+        splits=list(c.splits),
+        options={"estimate": True, "variant": variant, "path": c.path, "arch": c.arch, "te": TE_VERSION},
+        path={
+            "estimated": True,
+            "name": c.path,
+            "fused": c.fused,
+            "arch": c.arch,
+            "dense_single_group": c.fused and c.groups == 1 and c.dense_single_group,
+            "padding": {
+                "ideal_bytes": sum(ideals),
+                "padded_bytes": sum(r.bytes for r in rows),
+                "bulk_slack_bytes": slack,
+                "rows": padded,
+            },
+        },
+        rows=rows,
+    )
+    case.totals = compute_totals(rows)
+    return case
+
+
+def _bulk_slack(rows: list[Row]) -> int:
+    """Bytes of shared storages not covered by any view (alignment gaps and base-pointer slack)."""
+    used: dict[str, int] = {}
+    size: dict[str, int] = {}
+    for r in rows:
+        if r.storage is None or r.duplicate_of is not None:
+            continue
+        used[r.storage] = used.get(r.storage, 0) + r.bytes
+        size[r.storage] = r.storage_bytes
+    return sum(size[s] - used[s] for s in size if size[s] > used[s])
+
+
+def estimate(
+    spec: CaseSpec,
+    *,
+    path: str | None = None,
+    variant: str = "te-2.20",
+    arch: str | None = None,
+    dense_single_group: bool = True,
+    probs_dtype: str | None = None,
+    split_sizes_dtype: str | None = None,
+) -> CaseReport:
+    """Estimate the saved set of ``spec`` (a CaseSpec or anything with its fields) on ``path``.
+
+    ``probs_dtype`` / ``split_sizes_dtype`` default to ``spec.options`` keys of the same name,
+    else float32 probs and int64 split sizes (one tensor passed to FC1 and FC2).
+    """
+    options = getattr(spec, "options", None) or {}
+    splits = getattr(spec, "splits", None)
+    c = resolve(
+        spec.recipe,
+        spec.tokens,
+        spec.hidden,
+        spec.ffn,
+        spec.groups,
+        splits=splits,
+        path=path,
+        arch=arch,
+        dtype=getattr(spec, "dtype", "bf16"),
+        dense_single_group=dense_single_group,
+        probs_dtype=probs_dtype or options.get("probs_dtype", "float32"),
+        split_sizes_dtype=split_sizes_dtype or options.get("split_sizes_dtype", "int64"),
+    )
+    return estimate_config(c, variant)
+
+
+def make_spec(recipe: str, tokens: int, hidden: int, ffn: int, groups: int,
+              splits: Sequence[int] | None = None, **options: Any) -> CaseSpec:
+    """A CaseSpec for the TE grouped-MLP target (for callers without one)."""
+    return CaseSpec(target=TARGET, recipe=recipe, groups=groups, tokens=tokens, hidden=hidden, ffn=ffn,
+                    options=dict(options), splits=tuple(splits) if splits is not None else None)
+
+
+EXPECTED_RECIPES = ("bf16", "fp8-delayed", "fp8-current")
+
+
+def expected_rows(spec: CaseSpec) -> list[Row] | None:
+    """Rows the H200 (SM90, cuBLASLt < 13.4: split-quantize path) should measure for ``spec``.
+
+    None where the estimator does not cover the case: another target, recipe or activation, a
+    single grouped weight, or specs the estimator rejects. Assumes the target passes int64 split
+    sizes on the device (one tensor for FC1 and FC2) and float32 probs unless ``spec.options``
+    says otherwise (``split_sizes_dtype``, ``probs_dtype``).
+    """
+    if spec.target != TARGET or spec.recipe not in EXPECTED_RECIPES:
+        return None
+    opts = spec.options or {}
+    if opts.get("single_grouped_weight") or opts.get("activation", "swiglu") != "swiglu":
+        return None
+    try:
+        case = estimate(spec, path="unfused-split", arch="sm90")
+    except UsageError:
+        return None
+    device = spec.device if ":" in spec.device or spec.device == "cpu" else f"{spec.device}:0"
+    for r in case.rows:
+        r.device = device
+    return case.rows
+
+
+def estimate_report(cases: list[CaseReport]) -> Report:
+    """A memaudit report around estimated cases (environment: this memaudit, Python, the modelled TE)."""
+    import memaudit
+
+    return Report(
+        cases=cases,
+        environment={
+            "memaudit": memaudit.__version__,
+            "python": platform.python_version(),
+            "estimate": True,
+            "transformer_engine": TE_VERSION,
+            "device": "estimate",
+        },
+        memaudit=memaudit.__version__,
+        created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )
