@@ -1,6 +1,9 @@
-"""Errors that the CLI turns into exit codes."""
+"""Errors that the CLI turns into exit codes, and the hint their messages share."""
 
 from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
 
 
 class UsageError(Exception):
@@ -18,3 +21,12 @@ class UsageError(Exception):
         elif source or key:
             where = f"{source or key}: "
         super().__init__(where + message)
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """``" (did you mean 'x'?)"`` for the choice closest to ``word``, or ``""`` when none is close.
+
+    Meant to follow the bad value in a message: ``f"unknown key {k!r}{did_you_mean(k, allowed)}; ..."``.
+    """
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""

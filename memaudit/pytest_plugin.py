@@ -59,8 +59,8 @@ def saved_tensors() -> Iterator[Any]:
 
 def marker_rules(marks: list[pytest.Mark], *, source: str) -> list[Any]:
     """The marker arguments as budget rules; bad arguments raise UsageError naming them."""
-    from memaudit.errors import UsageError
-    from memaudit.judge.scenario import _did_you_mean, parse_rule
+    from memaudit.errors import UsageError, did_you_mean
+    from memaudit.judge.scenario import parse_rule
 
     rules = []
     for m in marks:
@@ -100,7 +100,7 @@ def marker_rules(marks: list[pytest.Mark], *, source: str) -> list[Any]:
                     rules.append(rule)
             else:
                 raise UsageError(
-                    f"unknown argument {k!r}{_did_you_mean(k, MARKER_KEYS)}; use {', '.join(MARKER_KEYS)}", source=source, key=key
+                    f"unknown argument {k!r}{did_you_mean(k, MARKER_KEYS)}; use {', '.join(MARKER_KEYS)}", source=source, key=key
                 )
     return rules
 

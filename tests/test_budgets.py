@@ -1,16 +1,17 @@
-"""The rule engine (memaudit/judge/budgets.py): selections, each check, verdicts, known failures."""
+"""The rule engine (memaudit/judge/): selections, each check, verdicts, known failures."""
 
 from __future__ import annotations
 
 import pytest
 from _budget_cases import Rows, bf16_case, fp8_case, fused_case, make_case
 
-from memaudit.errors import UsageError
-from memaudit.judge.budgets import (
+from memaudit.errors import UsageError, did_you_mean
+from memaudit.judge.budgets import evaluate_rule, summarize
+from memaudit.judge.checks import Context, Violation
+from memaudit.judge.rows import bytes_text, format_row, format_shape, is_indexed, operand_base
+from memaudit.judge.rules import (
     ByteExpr,
-    Context,
     Count,
-    CountViolation,
     ExactBytes,
     Forbid,
     KnownFailure,
@@ -19,14 +20,9 @@ from memaudit.judge.budgets import (
     Ratio,
     Rule,
     Selection,
-    evaluate_rule,
-    fallback_version_in,
-    format_row,
     operand_matches,
-    summarize,
-    te_version_of,
-    version_in,
 )
+from memaudit.judge.versions import fallback_version_in, te_version_of, version_in
 from memaudit.report import Row
 
 INPUTS = ("fc1.input", "fc2.input")
@@ -317,8 +313,48 @@ def test_verdict_dict_and_summary() -> None:
 
 
 def test_violation_text_is_its_own() -> None:
-    v = CountViolation("r", "== 1", "fc1.input[0]: 2", (1, 2), ("#1 a", "#2 b"), "failing: fc1.input[0]: 2", "kind=data")
+    v = Violation("r", "== 1", "fc1.input[0]: 2", (1, 2), ("#1 a", "#2 b"), "failing: fc1.input[0]: 2", "kind=data", "count")
     assert str(v) == "r: expected count == 1; fc1.input[0]: 2\nselection: kind=data\nfailing: fc1.input[0]: 2\n    #1 a\n    #2 b"
+
+
+@pytest.mark.parametrize(
+    ("kind", "headline"),
+    [
+        ("", "r: expected E, found A"),
+        ("count", "r: expected count E; A"),
+        ("forbid", "r: forbidden rows were saved (A); expected E"),
+        ("max_bytes", "r: A saved, expected E"),
+        ("exact_bytes", "r: A saved, expected E"),
+        ("ratio", "r: ratio A, expected E"),
+        ("path", "r: path was A, expected E"),
+    ],
+)
+def test_violation_headline_by_rule_kind(kind: str, headline: str) -> None:
+    assert str(Violation("r", "E", "A", kind=kind)) == headline
+
+
+def test_byte_checks_share_op_and_target() -> None:
+    case = bf16_case(4)
+    most, exact = MaxBytes(ByteExpr.parse("tokens * hidden * elt")), ExactBytes(ByteExpr.parse(0), "physical")
+    assert (most.kind, most.op, most.expr, most.expected()) == ("max_bytes", "<=", most.limit, "<= tokens * hidden * elt (saved)")
+    assert (exact.kind, exact.op, exact.expr, exact.expected()) == ("exact_bytes", "==", exact.value, "== 0 (physical)")
+    assert most.holds(3, 3) and not most.holds(4, 3) and exact.holds(0, 0) and not exact.holds(0, 1)
+    assert rule(most).byte_target(case) == case.tokens * case.hidden * 2
+    with pytest.raises(UsageError, match=r"s.toml: budget\[0\].exact_bytes: 'elt \* tokens': case .* 'elt' is unknown"):
+        rule(ExactBytes(ByteExpr.parse("elt * tokens"))).byte_target(make_case("bf16", 1, [], dtype="int8"))
+
+
+def test_row_text_helpers() -> None:
+    assert (format_shape([]), format_shape([7]), format_shape([2, 3])) == ("()", "(7,)", "(2, 3)")
+    assert (bytes_text(1023), bytes_text(1536)) == ("1023 B", "1.5 KiB (1536 B)")
+    assert is_indexed("fc1.weight[2]") and not is_indexed("fc1.input")
+    assert (operand_base("fc1.weight[12]"), operand_base("fc1.input")) == ("fc1.weight", "fc1.input")
+
+
+def test_did_you_mean() -> None:
+    assert did_you_mean("tokns", ("tokens", "hidden")) == " (did you mean 'tokens'?)"
+    assert did_you_mean("zzz", ("tokens", "hidden")) == ""
+    assert did_you_mean("x", iter(())) == ""
 
 
 # ---- versions ----------------------------------------------------------------------------------
@@ -362,7 +398,7 @@ def test_te_version_of_environment() -> None:
 
 @pytest.mark.parametrize("case", [bf16_case(4), fp8_case("fp8-current", 8), fused_case("nvfp4", 1, pruned=False)], ids=["bf16", "fp8", "nvfp4-dense"])
 def test_measures_of_all_rows_agree_with_the_totals(case) -> None:
-    from memaudit.judge.budgets import measure_bytes
+    from memaudit.judge.checks import measure_bytes
 
     t = case.totals
     assert measure_bytes(case.rows, "logical") == t.logical_bytes

@@ -10,18 +10,19 @@ The rule language is documented in docs/budgets.md.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
 import re
 import tomllib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from memaudit import exitcodes
-from memaudit.errors import UsageError
-from memaudit.judge.budgets import (
+from memaudit.errors import UsageError, did_you_mean
+from memaudit.judge.budgets import Verdict, evaluate_case
+from memaudit.judge.checks import Context
+from memaudit.judge.rules import (
     CHECKS,
     COUNT_OPS,
     COUNT_UNITS,
@@ -30,7 +31,6 @@ from memaudit.judge.budgets import (
     ByteExpr,
     CaseLike,
     Check,
-    Context,
     Count,
     ExactBytes,
     Forbid,
@@ -40,11 +40,8 @@ from memaudit.judge.budgets import (
     Ratio,
     Rule,
     Selection,
-    Verdict,
-    evaluate_case,
-    te_version_of,
-    validate_specifier,
 )
+from memaudit.judge.versions import te_version_of, validate_specifier
 from memaudit.report import KINDS, ORIENTATIONS, Report, read_input
 from memaudit.spec import ALIGNMENT, DTYPES, RECIPES, CaseSpec, default_splits
 
@@ -67,11 +64,6 @@ def _tname(v: Any) -> str:
     return {bool: "boolean", int: "integer", float: "float", str: "string", list: "array", dict: "table"}.get(
         type(v), type(v).__name__
     )
-
-
-def _did_you_mean(word: str, choices: Iterable[str]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _join(base: str, k: str | int) -> str:
@@ -98,7 +90,7 @@ class _Reader:
         for k in d:
             if k not in allowed:
                 raise self.fail(
-                    _join(key, k), f"unknown key {k!r}{_did_you_mean(k, allowed)}; allowed keys: {', '.join(allowed)}"
+                    _join(key, k), f"unknown key {k!r}{did_you_mean(k, allowed)}; allowed keys: {', '.join(allowed)}"
                 )
 
     def string(self, v: Any, key: str, *, choices: Sequence[str] | None = None) -> str:
@@ -107,7 +99,7 @@ class _Reader:
         if not v.strip():
             raise self.fail(key, f"expected a non-empty string, got {v!r}")
         if choices is not None and v not in choices:
-            raise self.fail(key, f"unknown value {v!r}{_did_you_mean(v, choices)}; use one of {', '.join(choices)}")
+            raise self.fail(key, f"unknown value {v!r}{did_you_mean(v, choices)}; use one of {', '.join(choices)}")
         return v
 
     def integer(self, v: Any, key: str, *, minimum: int = 1) -> int:
@@ -152,7 +144,7 @@ def _formats(r: _Reader, v: Any, key: str) -> tuple[str, ...]:
             if not any(rx.match(x) for x in FORMATS):
                 raise r.fail(k, f"format pattern {f!r} matches no known format; formats: {', '.join(FORMATS)}")
         elif f not in FORMATS:
-            raise r.fail(k, f"unknown format {f!r}{_did_you_mean(f, FORMATS)}; formats: {', '.join(FORMATS)}")
+            raise r.fail(k, f"unknown format {f!r}{did_you_mean(f, FORMATS)}; formats: {', '.join(FORMATS)}")
     return out
 
 
@@ -227,7 +219,7 @@ def parse_rule(d: Any, *, source: str, key: str) -> Rule:
         if "per" in d:
             per = r.string(d["per"], _join(key, "per")).replace(" ", "")
             if per not in PER:
-                raise r.fail(_join(key, "per"), f"unknown value {d['per']!r}{_did_you_mean(per, PER)}; use one of {', '.join(PER)}")
+                raise r.fail(_join(key, "per"), f"unknown value {d['per']!r}{did_you_mean(per, PER)}; use one of {', '.join(PER)}")
         unit = r.string(d["unit"], _join(key, "unit"), choices=COUNT_UNITS) if "unit" in d else "rows"
         check = Count(op, n, per, unit)
     elif kind == "forbid":
@@ -360,7 +352,7 @@ def parse_cases(d: Any, *, source: str, key: str) -> CaseBlock:
     if target not in BUILTIN_TARGETS and ":" not in target:
         raise r.fail(
             _join(key, "target"),
-            f"unknown target {target!r}{_did_you_mean(target, BUILTIN_TARGETS)}; use {' or '.join(BUILTIN_TARGETS)} or PKG.MOD:FACTORY",
+            f"unknown target {target!r}{did_you_mean(target, BUILTIN_TARGETS)}; use {' or '.join(BUILTIN_TARGETS)} or PKG.MOD:FACTORY",
         )
     if d["recipes"] == "all":
         recipes: tuple[str, ...] = RECIPES
