@@ -17,7 +17,11 @@ if [ "${2:-}" = "--bench" ]; then
 fi
 {
   echo "== doctor"; ma doctor
-  echo "== gpu tests"; python3 -m pytest -p no:cacheprovider -q -m gpu -rs tests/test_te_gpu.py tests/test_no_sync_gpu.py tests/test_capture_gpu.py
+  # PyTorch-only GPU tests in their own process: once TE has loaded its cuDNN, torch's cuDNN LSTM
+  # in the same process fails (seen on the H200), which says nothing about memaudit.
+  echo "== gpu tests (PyTorch)"; python3 -m pytest -p no:cacheprovider -q -m gpu -rs tests/test_capture_gpu.py
+  echo "== gpu tests (TE)"; python3 -m pytest -p no:cacheprovider -q -m gpu -rs tests/test_te_gpu.py tests/test_no_sync_gpu.py
+  echo "== dropped checkpoint graphs (probe)"; python3 bench/probe_checkpoint_leak.py --out "$OUT/probe-checkpoint.json"
   echo "== matrix"; ma run --target te-grouped-mlp --recipe all --groups 1,4,8 --quiet --json "$OUT/te-grouped-mlp.json"; echo "rc=$?"
   echo "== determinism (same matrix again, compared without 'created')"
   ma run --target te-grouped-mlp --recipe all --groups 1,4,8 --quiet --json /tmp/again.json > /dev/null; echo "rc=$?"

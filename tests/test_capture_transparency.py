@@ -237,6 +237,61 @@ def test_dropped_graph_is_freed_by_refcounting_alone() -> None:
     assert later.totals.freed_rows == len(rep.rows)
 
 
+def _checkpointed_blocks(x: torch.Tensor, blocks: nn.ModuleList, seen: list[weakref.ref[torch.Tensor]]) -> torch.Tensor:
+    h = x
+    for blk in blocks:
+        h = h + checkpoint(blk, h, use_reentrant=False)
+        seen.append(weakref.ref(h))  # the next block's checkpoint frame keeps this one
+    return h
+
+
+@pytest.mark.parametrize("hooked", ["bare", "capture"])
+def test_dropped_checkpoint_graph_is_freed_by_refcounting_alone(hooked: str) -> None:
+    """Non-reentrant checkpoint keeps its inputs in a SavedTensor that holds the enclosing pack and
+    unpack from C++, where gc cannot look: nothing memaudit puts there may reach back (a layer ->
+    pack -> layer cycle once kept every block's frame alive after the graph was dropped)."""
+    torch.manual_seed(0)
+    blocks = nn.ModuleList(nn.Sequential(nn.Linear(IN, 32), nn.GELU(), nn.Linear(32, IN)) for _ in range(3))
+    x = torch.randn(N, IN, requires_grad=True)
+    _checkpointed_blocks(x, blocks, []).sum().backward()  # checkpoint's first call keeps lazy state
+    seen: list[weakref.ref[torch.Tensor]] = []
+    gc.collect()
+    gc.disable()
+    try:
+        with capture() if hooked == "capture" else contextlib.nullcontext() as cap:
+            y = _checkpointed_blocks(x, blocks, seen)
+        if cap is not None:
+            assert cap.report(outputs=y).rows
+        ref_cap = weakref.ref(cap) if cap is not None else lambda: None
+        del y, cap
+        assert [r() is None for r in seen] == [True] * len(seen)
+        assert ref_cap() is None
+    finally:
+        gc.enable()
+
+
+def test_users_pair_holding_a_saved_tensor_does_not_keep_the_capture() -> None:
+    """A pair pushed inside a capture whose pack holds a SavedTensor made under the capture (what
+    checkpoint's frame does): once both are dropped, reference counting frees the capture."""
+    x = torch.randn(N, IN, requires_grad=True)
+    gc.disable()
+    try:
+        with capture() as cap:
+            saved = torch._C._autograd._make_saved_tensor(x, is_output=False)
+
+            def pack(t: torch.Tensor, keep: Any = saved) -> torch.Tensor:
+                return t
+
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                pass
+            del pack, saved
+        ref_cap = weakref.ref(cap)
+        del cap
+        assert ref_cap() is None
+    finally:
+        gc.enable()
+
+
 def test_deep_model_gradients_identical_with_and_without_capture() -> None:
     model = _deep_model()
     x = torch.randn(4, 256, generator=torch.Generator().manual_seed(3))

@@ -9,6 +9,7 @@ weight parameters themselves.
 from __future__ import annotations
 
 import collections
+import types
 
 import pytest
 import torch
@@ -138,34 +139,52 @@ def test_dropped_captured_graph_frees_all_its_memory(recipe: str) -> None:
         gc.enable()
 
 
+def _offloaded_by_te(built, cap=None) -> tuple[list[torch.Tensor], int, int]:
+    """Two layers (the same grouped MLP twice) under TE's CPU offload, layer 0 offloaded. Returns
+    the outputs and what TE itself took for offload from layer 0 (its ``fwd_gpu_tensor_group``,
+    cpu_offload.py:366-400): count and bytes."""
+    offload_ctx, sync = te.get_cpu_offload_context(enabled=True, num_layers=1, model_layers=2)
+    labels = cap if cap is not None else types.SimpleNamespace(label=lambda *_: None)
+    outs = []
+    taken: list[torch.Tensor] = []
+    for layer in range(2):
+        with offload_ctx:
+            out = built.forward(labels)
+        if layer == 0:
+            taken = list(offload_ctx.offload_synchronizer.layer_states[0].fwd_gpu_tensor_group.tensor_list)
+        outs.append(sync(out))
+    return outs, len(taken), sum(t.numel() * t.element_size() for t in taken)
+
+
 def test_te_cpu_offload_rows_reside_on_the_host() -> None:
-    """TE's CPU offload pair composes with capture(): its pack still runs, and the rows it moves
-    to the host say so (resides = host, host_bytes) instead of counting as device bytes."""
+    """TE's CPU offload pair composes with capture(): TE takes the same tensors as without a
+    capture (ground truth: TE's own offload list, from a run without memaudit), the rows it moves
+    to the host say so (resides = host, host_bytes) instead of counting as device bytes, and
+    backward through the offloaded layer gives the same gradients."""
     from memaudit.capture import capture
 
     spec = CaseSpec("te-grouped-mlp", "bf16", 4, T, H, F, device="cuda")
-    calls = []
-    offload_ctx, sync = te.get_cpu_offload_context(enabled=True, num_layers=1, model_layers=2)
-    push = offload_ctx.offload_synchronizer.push_tensor
-
-    def counting_push(t):
-        result = push(t)
-        calls.append(isinstance(result, int))
-        return result
-
-    offload_ctx.offload_synchronizer.push_tensor = counting_push
     built = TARGET.build(spec)
+    params = list(built.model.parameters())
+    assert params, "the target exposes no parameters: the gradient check would compare nothing"
+    outs, n_bare, bytes_bare = _offloaded_by_te(built)
+    built.backward(outs)
+    assert n_bare > 0, "TE offloaded nothing at this shape: the test checks nothing"
+    bare_grads = [p.grad.clone() for p in params if p.grad is not None]
+    for p in params:
+        p.grad = None
     with capture() as cap:
-        with offload_ctx:
-            out = built.forward(cap)
-        out = sync(out)
-    rep = cap.report(outputs=out)
-    assert calls and any(calls), "TE's offload pack did not run or offloaded nothing"
+        outs, n_cap, bytes_cap = _offloaded_by_te(built, cap)
+    rep = cap.report(outputs=outs)
+    assert (n_cap, bytes_cap) == (n_bare, bytes_bare)  # TE's pack still ran, on the same tensors
     host = [r for r in rep.rows if r.resides == "host"]
-    assert len(host) == sum(calls)
-    assert rep.totals.host_bytes == sum(r.bytes for r in host) > 0
+    assert len(host) == n_bare
+    assert rep.totals.host_bytes == sum(r.bytes for r in host) == bytes_bare
     assert all(r.storage is None for r in host)  # not counted as device storage
-    built.backward(out)
+    built.backward(outs)
+    cap_grads = [p.grad for p in params if p.grad is not None]
+    assert len(cap_grads) == len(bare_grads)
+    assert all(torch.equal(a, b) for a, b in zip(cap_grads, bare_grads, strict=True))
 
 
 def test_unavailable_recipes_are_skipped_with_te_reason() -> None:

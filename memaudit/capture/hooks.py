@@ -224,7 +224,13 @@ class Layer:
         self.hook = hook
         self.expand = expand
         self.state = _local.state
-        self.pack: Callable[[Any], Any] = self._pack if delegate is None else _ForwardingPack(self, delegate[0])
+
+    @property
+    def pack(self) -> Callable[[Any], Any]:
+        """The pack function to push. Made on each read and never stored on the layer: the graph
+        holds it from C++, where the garbage collector cannot see, so a layer -> pack -> layer
+        cycle would be freed only by later collections (and a dropped graph would linger)."""
+        return self._pack if self.delegate_pack is None else _ForwardingPack(self, self.delegate_pack)
 
     def _pack(self, t: Any) -> Any:
         """Pack under no foreign pair: keep ``t`` (or a detached alias), remember its version."""
@@ -504,7 +510,8 @@ def _label_checkpoint_inputs() -> None:
 
     frame = getattr(ckpt, "_CheckpointFrame", None)
     original = getattr(frame, "save_inputs", None)
-    if frame is None or original is None:  # another torch: those rows stay unnamed
+    if original is None:
+        _label_noop_save_inputs(ckpt)
         return
     original = getattr(original, "__wrapped__", original)  # an earlier import of memaudit wrapped it
 
@@ -516,6 +523,26 @@ def _label_checkpoint_inputs() -> None:
 
     save_inputs.__wrapped__ = original  # type: ignore[attr-defined]
     frame.save_inputs = save_inputs
+
+
+def _label_noop_save_inputs(ckpt: Any) -> None:
+    """Older torch (2.11 and before) saves the region's inputs in a ``_NoopSaveInputs`` node that
+    only the frame references, so the graph walk never meets it: name what its ``apply`` packs
+    (a 0-element dummy first, then the inputs)."""
+    noop = getattr(ckpt, "_NoopSaveInputs", None)
+    if noop is None:  # another torch: those rows stay unnamed
+        return
+    original = noop.apply
+    original = getattr(original, "_memaudit_original", original)  # an earlier import wrapped it
+
+    def apply(*args: Any, **kwargs: Any) -> Any:
+        if not _local.state.captures:
+            return original(*args, **kwargs)
+        with labelled("checkpoint", "inputs"):
+            return original(*args, **kwargs)
+
+    apply._memaudit_original = original  # type: ignore[attr-defined]
+    noop.apply = staticmethod(apply)
 
 
 ACTIVE: weakref.WeakSet[Capture] = weakref.WeakSet()
