@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from memaudit.errors import UsageError  # noqa: E402
 from memaudit.render.estimate import sweep_lines  # noqa: E402
-from memaudit.spec import RECIPES  # noqa: E402
 from memaudit.te.estimate import PATHS, estimate_config, estimate_totals, resolve, sweep_point  # noqa: E402
+from memaudit.te.recipes import RECIPES  # noqa: E402
 
 
 def grid() -> list[tuple[str, int, int, int, int, str | None]]:

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memaudit.errors import UsageError
-from memaudit.te.recipes import ALIGNMENT, RECIPES  # noqa: F401  (transitional: importers move to memaudit.te.recipes)
 
 DTYPES = ("bf16", "fp32")
 

@@ -9,7 +9,7 @@ import pytest
 
 from memaudit.errors import UsageError
 from memaudit.report import Report, compute_totals, load_report, write_report
-from memaudit.spec import ALIGNMENT, RECIPES, CaseSpec, default_splits
+from memaudit.spec import CaseSpec, default_splits
 from memaudit.te.estimate import (
     ARCHS,
     PATHS,
@@ -29,6 +29,7 @@ from memaudit.te.estimate import (
     skipped_case,
     sweep_point,
 )
+from memaudit.te.recipes import ALIGNMENT, RECIPES
 
 MiB = 1024**2
 

@@ -246,3 +246,13 @@ def test_missing_and_unreadable_files(tmp_path: Path) -> None:
     p.write_bytes(b'name = "\xe9"\n')
     with pytest.raises(UsageError, match="cannot read"):
         load_scenario(p)
+
+
+def test_case_recipes_are_checked_against_the_targets_own_recipes() -> None:
+    """A custom target declares bf16 only (its factory is not imported to find out): an FP8
+    recipe in its cases table is refused, naming the key; ``all`` means the target's own list."""
+    text = '[cases]\ntarget = "tests.custom_factory:make"\nrecipes = {r}\ngroups = [1]\ntokens = 64\nhidden = 8\nffn = 16\n'
+    with pytest.raises(UsageError) as info:
+        scenario(text.format(r='["fp8-current"]'))
+    assert info.value.key == "cases.recipes[0]" and "fp8-current" in str(info.value)
+    assert [s.recipe for s in scenario(text.format(r='"all"')).specs(device="cpu")] == ["bf16"]

@@ -30,7 +30,6 @@ from memaudit.render.estimate import (
     totals_line,
 )
 from memaudit.report import atomic_write_text, write_report
-from memaudit.spec import RECIPES
 from memaudit.te.estimate import (
     ARCHS,
     PATHS,
@@ -44,6 +43,7 @@ from memaudit.te.estimate import (
     skipped_case,
     sweep_point,
 )
+from memaudit.te.recipes import RECIPES
 
 ESTIMATE_HELP = (
     "Estimate what TE 2.20.2 saves for backward in the grouped MLP "

@@ -43,7 +43,8 @@ from memaudit.judge.rules import (
 )
 from memaudit.judge.versions import te_version_of, validate_specifier
 from memaudit.report import KINDS, ORIENTATIONS, Report, read_input
-from memaudit.spec import ALIGNMENT, DTYPES, RECIPES, CaseSpec, default_splits
+from memaudit.spec import DTYPES, CaseSpec, default_splits
+from memaudit.targets import registry
 
 ON_ERROR = ("fail", "warn")
 TOP_KEYS = ("name", "description", "on_error", "allow_incomplete", "cases", "budget")
@@ -56,7 +57,7 @@ FORMATS = (
     "bf16", "fp16", "fp32", "fp64", "int64", "int32", "int16", "int8", "uint8", "bool",
     "fp8", "fp8-block", "mxfp8", "nvfp4", "fp8_e4m3", "fp8_e5m2", "e8m0", "fp4_e2m1x2",
 )  # fmt: skip
-BUILTIN_TARGETS = ("reference", "te-grouped-mlp")
+BUILTIN_TARGETS = tuple(registry.BUILTIN)
 
 
 # ---- typed access with key paths ----------------------------------------------------------------
@@ -260,7 +261,7 @@ def parse_rule(d: Any, *, source: str, key: str) -> Rule:
         name=name,
         check=check,
         select=select,
-        recipes=frozenset(r.strings(d["recipes"], _join(key, "recipes"), choices=RECIPES)) if "recipes" in d else None,
+        recipes=frozenset(r.strings(d["recipes"], _join(key, "recipes"), choices=registry.all_recipes())) if "recipes" in d else None,
         groups=frozenset(r.integers(d["groups"], _join(key, "groups"))) if "groups" in d else None,
         known_failure=known,
         why=r.string(d["why"], _join(key, "why")) if "why" in d else None,
@@ -289,7 +290,7 @@ def _parse_against(r: _Reader, v: Any, key: str) -> tuple[tuple[str, Any], ...]:
     for k, x in d.items():
         kk = _join(key, k)
         if k == "recipe":
-            out.append((k, r.string(x, kk, choices=RECIPES)))
+            out.append((k, r.string(x, kk, choices=registry.all_recipes())))
         elif k == "dtype":
             out.append((k, r.string(x, kk, choices=DTYPES)))
         else:
@@ -354,10 +355,11 @@ def parse_cases(d: Any, *, source: str, key: str) -> CaseBlock:
             _join(key, "target"),
             f"unknown target {target!r}{did_you_mean(target, BUILTIN_TARGETS)}; use {' or '.join(BUILTIN_TARGETS)} or PKG.MOD:FACTORY",
         )
+    known = registry.recipes(target)
     if d["recipes"] == "all":
-        recipes: tuple[str, ...] = RECIPES
+        recipes: tuple[str, ...] = known
     else:
-        recipes = r.strings(d["recipes"], _join(key, "recipes"), choices=RECIPES)
+        recipes = r.strings(d["recipes"], _join(key, "recipes"), choices=known)
     groups = r.integers(d["groups"], _join(key, "groups"))
     for name, values in (("recipes", recipes), ("groups", groups)):
         dup = next((v for i, v in enumerate(values) if v in values[:i]), None)
@@ -372,7 +374,7 @@ def parse_cases(d: Any, *, source: str, key: str) -> CaseBlock:
         if not isinstance(v, str | int | float | bool):
             raise r.fail(_join(_join(key, "options"), k), f"option values must be strings, numbers or booleans, got {v!r} ({_tname(v)})")
     for rec in recipes:
-        align = ALIGNMENT[rec]
+        align = registry.alignment(target, rec)
         if tokens % align:
             raise r.fail(
                 _join(key, "tokens"),

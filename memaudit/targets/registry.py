@@ -51,6 +51,30 @@ def default_target_name() -> str:
     return FALLBACK
 
 
+def _class_of(name: str) -> Any:
+    """The class that would serve ``name``: a built-in, or the custom-target adapter (not loaded)."""
+    cls = target_class(name)
+    if cls is None and ":" in name:
+        from memaudit.targets.custom import CustomTarget
+
+        return CustomTarget
+    return cls
+
+
+def recipes(target: str) -> tuple[str, ...]:
+    """The recipe names ``target`` declares (a custom target's factory is not imported for this)."""
+    cls = _class_of(target)
+    return tuple(cls.recipes) if cls is not None else ()
+
+
+def all_recipes() -> tuple[str, ...]:
+    """Every recipe name any built-in target declares, in declaration order."""
+    out: dict[str, None] = {}
+    for name in BUILTIN:
+        out.update(dict.fromkeys(recipes(name)))
+    return tuple(out)
+
+
 def alignment(target: str, recipe: str) -> int:
     """Per-group token alignment of ``recipe`` on ``target`` (16 for targets that declare none)."""
     cls = target_class(target)

@@ -18,8 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from memaudit.errors import UsageError
-from memaudit.spec import ALIGNMENT, RECIPES, default_splits, validate_splits
+from memaudit.spec import default_splits, validate_splits
 from memaudit.te.estimate.shapes import HP_DTYPES
+from memaudit.te.recipes import ALIGNMENT, RECIPES
 
 TARGET = "te-grouped-mlp"
 TE_VERSION = "2.20.2"
