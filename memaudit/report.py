@@ -6,9 +6,11 @@ autograd saved) and :class:`Totals`. Nothing here imports torch or TE.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import tempfile
+from collections.abc import Iterator, Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -158,6 +160,46 @@ def compute_totals(rows: list[Row], freed: list[Row] | tuple[Row, ...] = ()) -> 
     )
 
 
+class PathInfo(Mapping[str, Any]):
+    """The code path a case took, as its target recorded it (``path`` in the JSON); read-only.
+
+    The core reads one key: ``fused`` (:attr:`fused`), whether the target's fused kernel ran. A
+    change of it is a gate finding, and ``path = "fused"`` rules test it. The other keys are the
+    target's own: rules filter on them with ``when``, and the target names the path for tables
+    (``Target.path_label``).
+    """
+
+    __slots__ = ("_fields",)
+
+    def __init__(self, fields: Mapping[str, Any] | None = None) -> None:
+        self._fields = dict(fields or {})
+
+    def __getitem__(self, key: str) -> Any:
+        return self._fields[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._fields)
+
+    def __len__(self) -> int:
+        return len(self._fields)
+
+    def __repr__(self) -> str:
+        return f"PathInfo({self._fields!r})"
+
+    @property
+    def fused(self) -> bool | None:
+        """True or False where the target records whether its fused kernel ran, else None."""
+        v = self._fields.get("fused")
+        return v if isinstance(v, bool) else None
+
+    def label(self) -> str | None:
+        """A target-neutral name: ``fused`` / ``unfused``, or None when the target records no flag."""
+        return None if self.fused is None else ("fused" if self.fused else "unfused")
+
+    def to_dict(self) -> dict[str, Any]:
+        return copy.deepcopy(self._fields)
+
+
 @dataclass
 class CaseReport:
     """One (target, recipe, group count, shape) cell of the matrix."""
@@ -175,7 +217,7 @@ class CaseReport:
     device: str = "cpu"
     splits: list[int] = field(default_factory=list)
     options: dict[str, Any] = field(default_factory=dict)
-    path: dict[str, Any] | None = None
+    path: PathInfo | None = None
     rows: list[Row] = field(default_factory=list)
     totals: Totals = field(default_factory=Totals)
     warnings: list[str] = field(default_factory=list)
@@ -188,12 +230,22 @@ class CaseReport:
     """The CUDA allocator cross-check (``--verify-allocator``): ``hidden_bytes`` and its inputs."""
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self) if f.name not in _NESTED}
+        out["rows"] = [asdict(r) for r in self.rows]
+        out["freed"] = [asdict(r) for r in self.freed]
+        out["totals"] = asdict(self.totals)
+        out["path"] = None if self.path is None else PathInfo(self.path).to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], *, source: str = "<report>") -> CaseReport:
         d = dict(d)
         where = f"cases[{d.get('id')}]"
+        path = d.get("path")
+        if path is not None:
+            if not isinstance(path, dict):
+                raise UsageError(f"expected an object or null, found {type(path).__name__}", source=source, key=f"{where}.path")
+            d["path"] = PathInfo(path)
         rows = [_from_dict(Row, r, source, f"{where}.rows[{i}]") for i, r in enumerate(d.pop("rows", []))]
         freed = [_from_dict(Row, r, source, f"{where}.freed[{i}]") for i, r in enumerate(d.pop("freed", []))]
         totals = _from_dict(Totals, d.pop("totals", {}), source, f"{where}.totals")
@@ -202,6 +254,9 @@ class CaseReport:
         case.freed = freed
         case.totals = totals
         return case
+
+
+_NESTED = ("rows", "freed", "totals", "path")
 
 
 @dataclass

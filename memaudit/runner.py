@@ -11,7 +11,7 @@ import torch
 import memaudit
 from memaudit.capture import capture
 from memaudit.environment import environment
-from memaudit.report import CaseReport, Report, compute_totals
+from memaudit.report import CaseReport, PathInfo, Report, compute_totals
 from memaudit.spec import CaseSpec
 from memaudit.targets.base import Target
 
@@ -64,7 +64,8 @@ def run_case(target: Target, spec: CaseSpec, *, backward: bool = True, verify_al
         with capture(verify_allocator=verify_allocator) as cap:
             outputs = built.forward(cap)
         measured = cap.report(outputs=outputs)
-        case.path = built.annotate(measured.rows, cap)
+        path = built.annotate(measured.rows, cap)
+        case.path = None if path is None else PathInfo(path)
         case.rows = measured.rows
         case.freed = measured.freed
         case.complete = measured.complete

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memaudit.errors import UsageError
-from memaudit.report import CaseReport, Report, Row
+from memaudit.report import CaseReport, PathInfo, Report, Row
 from memaudit.units import fmt_bytes, fmt_delta, parse_bytes
 
 FAIL_ON = ("increase", "change")
@@ -422,8 +422,7 @@ def _status_direction(before: str, after: str) -> str:
 
 
 def _fused(c: CaseReport) -> bool | None:
-    v = (c.path or {}).get("fused")
-    return v if isinstance(v, bool) else None
+    return PathInfo(c.path).fused if c.path is not None else None
 
 
 def _compare_bytes(diff: CaseDiff, base: CaseReport, cur: CaseReport, tol: Tolerance, strict: bool) -> None:

@@ -33,6 +33,8 @@ from memaudit.judge.rules import (
     nonempty_groups,
     operand_matches,
 )
+from memaudit.report import PathInfo
+from memaudit.targets import registry
 from memaudit.units import fmt_bytes
 
 # The first line of a violation's text, by the kind of the rule that failed ("" for a plain one).
@@ -320,18 +322,16 @@ def check_path(rule: Rule, case: CaseLike, ctx: Context) -> tuple[str, Violation
     """The fused op ran (``fused``) or did not (``unfused``)."""
     check = rule.check
     assert isinstance(check, PathCheck)
-    path = case.path
-    if not isinstance(path, dict) or not isinstance(path.get("fused"), bool):
+    path = PathInfo(case.path) if case.path is not None else None
+    if path is None or path.fused is None:
         raise rule.error(
             f"path = {check.expected()!r} cannot apply: case {case.id} records no path (no 'fused' flag; the target reports none)",
             subkey=".path",
         )
-    fused = path["fused"]
-    actual = "fused" if fused else "unfused"
-    if fused == check.fused:
+    actual = "fused" if path.fused else "unfused"
+    if path.fused == check.fused:
         return actual, None
-    ops = path.get("forward_ops")
-    detail = f"forward ops: {', '.join(map(str, ops))}" if isinstance(ops, list) and ops else ""
+    detail = registry.path_detail(case.target, path)
     return actual, Violation(rule.name, check.expected(), actual, (), (), detail, kind=rule.kind)
 
 

@@ -9,6 +9,7 @@ TOML or marker arguments in :mod:`memaudit.judge.scenario`. Nothing here imports
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
@@ -329,7 +330,7 @@ class Rule:
         """Why ``when`` excludes ``case`` (its path lacks or differs in a key), or None."""
         path = getattr(case, "path", None)
         for k, v in self.when:
-            have = path.get(k, _MISSING) if isinstance(path, dict) else _MISSING
+            have = path.get(k, _MISSING) if isinstance(path, Mapping) else _MISSING
             if have is _MISSING:
                 return f"rule applies when path.{k} = {v!r}; case records no path.{k}"
             if have != v:

@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from memaudit.report import CaseReport, Row
+from memaudit.targets import registry
 from memaudit.units import fmt_bytes
 
 _STATUS_STYLE = {"ok": "green", "skipped": "yellow", "error": "red"}
@@ -119,9 +120,7 @@ def summary_table(cases: Iterable[CaseReport]) -> Table:
     ):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     for c in cases:
-        path = ""
-        if c.path:
-            path = "fused" if c.path.get("fused") else (c.path.get("grouped_linear_path") or "unfused")
+        path = registry.path_label(c.target, c.path) or ""
         ok = c.status == "ok"
         status = f"[{_STATUS_STYLE.get(c.status, '')}]{c.status}[/]"
         if ok and not c.complete:

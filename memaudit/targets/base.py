@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from memaudit.capture import Capture, iter_tensors
-from memaudit.report import Row
+from memaudit.report import PathInfo, Row
 from memaudit.spec import CaseSpec
 
 
@@ -17,12 +17,12 @@ class Built:
 
     ``forward(cap)`` runs the forward pass inside ``capture()`` and returns the outputs;
     ``backward(outputs)`` runs backward afterwards; ``annotate(rows, cap)`` may name operands
-    and return the case's ``path`` dict.
+    and return the case's :class:`~memaudit.report.PathInfo`.
     """
 
     forward: Callable[[Capture], Any]
     backward: Callable[[Any], None]
-    annotate: Callable[[list[Row], Capture], dict[str, Any] | None] = lambda rows, cap: None
+    annotate: Callable[[list[Row], Capture], PathInfo | None] = lambda rows, cap: None
     options: dict[str, Any] = field(default_factory=dict)
     model: Any = None
     inputs: tuple[Any, ...] = ()
@@ -36,6 +36,10 @@ class Target(Protocol):
     cannot run here is a skipped cell), ``supported_recipes`` what ``--recipe all`` means,
     ``default_recipes`` what runs without ``--recipe``; ``defaults`` its shape and groups;
     ``default_device`` where it runs without ``--device``.
+
+    Optional static methods: ``path_label(path) -> str | None`` names the recorded path for
+    tables, and ``path_detail(path) -> str`` says more when a path rule fails (see
+    :func:`memaudit.targets.registry.path_label`); without them the core says fused / unfused.
     """
 
     name: str

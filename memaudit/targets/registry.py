@@ -10,6 +10,7 @@ import importlib
 from typing import Any
 
 from memaudit.errors import UsageError
+from memaudit.report import PathInfo
 from memaudit.targets.base import Target
 
 BUILTIN = {
@@ -79,3 +80,21 @@ def alignment(target: str, recipe: str) -> int:
     """Per-group token alignment of ``recipe`` on ``target`` (16 for targets that declare none)."""
     cls = target_class(target)
     return cls.alignment(recipe) if cls is not None else 16
+
+
+def path_label(target: str, path: PathInfo | None) -> str | None:
+    """A short name of the path a case of ``target`` took, for tables (the target's own words
+    where it declares ``path_label``; else fused / unfused, or None)."""
+    if path is None:
+        return None
+    path = PathInfo(path)
+    cls = _class_of(target)
+    name = getattr(cls, "path_label", None)
+    return name(path) if name is not None else path.label()
+
+
+def path_detail(target: str, path: PathInfo) -> str:
+    """What a target says about a path beyond its name (why a rule on it failed), or ''."""
+    cls = _class_of(target)
+    detail = getattr(cls, "path_detail", None)
+    return detail(PathInfo(path)) if detail is not None else ""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
@@ -16,7 +17,7 @@ import torch
 
 from memaudit.capture import Capture
 from memaudit.errors import UsageError
-from memaudit.report import Row
+from memaudit.report import PathInfo, Row
 from memaudit.spec import CaseSpec
 from memaudit.targets.base import Built, backward_sum
 from memaudit.te.recipes import RECIPES, alignment
@@ -209,6 +210,25 @@ def _grouped_path_reason(spec: CaseSpec, recipe: Any, grouped: bool) -> str:
     return f"recipe {spec.recipe} on compute capability {cc[0]}.{cc[1]}"
 
 
+@dataclass(frozen=True)
+class GroupedMLPPath:
+    """What the grouped MLP's ``path`` records (the JSON keys, in this order)."""
+
+    forward_ops: list[str]
+    fused: bool
+    fused_env: str
+    why_not_fused: str | None = None
+    grouped_linear_path: str | None = None
+    """``split-quantize`` or ``grouped-tensor``: which GroupedLinear path ran (unfused only)."""
+    grouped_linear_why: str | None = None
+
+    def info(self) -> PathInfo:
+        fields = dict(vars(self))
+        if self.fused:  # GroupedLinear's own path is not recorded when the fused op ran
+            del fields["grouped_linear_path"], fields["grouped_linear_why"]
+        return PathInfo(fields)
+
+
 class TEGroupedMLPTarget:
     """TE's grouped MLP; cases TE cannot run here are skipped with TE's reason."""
 
@@ -229,6 +249,22 @@ class TEGroupedMLPTarget:
     @staticmethod
     def alignment(recipe: str) -> int:
         return alignment(recipe)
+
+    @staticmethod
+    def path_label(path: PathInfo) -> str | None:
+        """``fused``, or GroupedLinear's path (``split-quantize`` / ``grouped-tensor``); estimates
+        name their modelled path."""
+        if path.get("estimated"):
+            return path.get("name")
+        if path.fused:
+            return "fused"
+        return path.get("grouped_linear_path") or path.label()
+
+    @staticmethod
+    def path_detail(path: PathInfo) -> str:
+        """The forward ops the fuser ran (what a path rule's failure shows)."""
+        ops = path.get("forward_ops")
+        return f"forward ops: {', '.join(map(str, ops))}" if isinstance(ops, list) and ops else ""
 
     def configure(self, flags: dict[str, Any]) -> dict[str, Any]:
         """``fused`` sets NVTE_CUTEDSL_FUSED_GROUPED_MLP before TE's import (an environment
@@ -297,20 +333,13 @@ class TEGroupedMLPTarget:
             inputs=(x, probs),
         )
 
-    def _path(self, model: Any, spec: CaseSpec, recipe: Any, rows: list[Row]) -> dict[str, Any]:
+    def _path(self, model: Any, spec: CaseSpec, recipe: Any, rows: list[Row]) -> PathInfo:
         forward_ops: list[str] = []
         for group in getattr(model, "_module_groups", None) or ():
             for op, _idxs in getattr(group, "_forward_ops", ()):
                 forward_ops.append(type(op).__name__)
         fused = any(name.startswith("GroupedMLP") for name in forward_ops)
-        path: dict[str, Any] = {
-            "forward_ops": forward_ops,
-            "fused": fused,
-            "fused_env": os.environ.get(FUSED_ENV, "0"),
-            "why_not_fused": None if fused else why_not_fused(spec, recipe),
-        }
-        if not fused:
-            name, why = grouped_linear_path(spec, recipe)
-            path["grouped_linear_path"] = name
-            path["grouped_linear_why"] = why
-        return path
+        if fused:
+            return GroupedMLPPath(forward_ops, True, os.environ.get(FUSED_ENV, "0")).info()
+        name, why = grouped_linear_path(spec, recipe)
+        return GroupedMLPPath(forward_ops, False, os.environ.get(FUSED_ENV, "0"), why_not_fused(spec, recipe), name, why).info()

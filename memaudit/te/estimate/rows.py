@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from memaudit.errors import UsageError
-from memaudit.report import CaseReport, Report, Row, compute_totals
+from memaudit.report import CaseReport, PathInfo, Report, Row, compute_totals
 from memaudit.spec import CaseSpec
 from memaudit.te.estimate.buffers import finalize
 from memaudit.te.estimate.config import DEVICE, TARGET, TE_VERSION, VARIANTS, Config, resolve
@@ -45,7 +45,7 @@ def estimate_config(c: Config, variant: str = "te-2.20") -> CaseReport:
         device=DEVICE,
         splits=list(c.splits),
         options={"estimate": True, "variant": variant, "path": c.path, "arch": c.arch, "te": TE_VERSION},
-        path={
+        path=PathInfo({
             "estimated": True,
             "name": c.path,
             "fused": c.fused,
@@ -57,7 +57,7 @@ def estimate_config(c: Config, variant: str = "te-2.20") -> CaseReport:
                 "bulk_slack_bytes": slack,
                 "rows": padded,
             },
-        },
+        }),
         rows=rows,
     )
     case.totals = compute_totals(rows)
