@@ -7,6 +7,7 @@ autograd saved) and :class:`Totals`. Nothing here imports torch or TE.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import tempfile
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from memaudit.errors import UsageError
+from memaudit.spec import CaseSpec
 
 SCHEMA = "memaudit.report/2"
 READABLE_SCHEMAS = ("memaudit.report/1", SCHEMA)
@@ -200,23 +202,23 @@ class PathInfo(Mapping[str, Any]):
         return copy.deepcopy(self._fields)
 
 
+_SPEC_KEYS = ("target", "recipe", "groups", "tokens", "hidden", "ffn", "dtype", "device", "splits", "options")
+"""The spec's fields, flat at the top of each case in the JSON."""
+
+
 @dataclass
 class CaseReport:
-    """One (target, recipe, group count, shape) cell of the matrix."""
+    """One (target, recipe, group count, shape) cell of the matrix: its spec and what it saved.
 
-    id: str
-    target: str
-    recipe: str
-    groups: int
-    tokens: int
-    hidden: int
-    ffn: int
-    dtype: str
+    The spec (with the token splits that ran) is held, not copied: ``case.recipe``,
+    ``case.groups`` and the rest read it. ``id`` is fixed when the case is made (options a
+    target adds while building, such as ``fused_env``, are recorded but not part of it).
+    """
+
+    spec: CaseSpec
+    id: str = ""
     status: str = "ok"
     reason: str | None = None
-    device: str = "cpu"
-    splits: list[int] = field(default_factory=list)
-    options: dict[str, Any] = field(default_factory=dict)
     path: PathInfo | None = None
     rows: list[Row] = field(default_factory=list)
     totals: Totals = field(default_factory=Totals)
@@ -229,8 +231,32 @@ class CaseReport:
     allocator: dict[str, Any] | None = None
     """The CUDA allocator cross-check (``--verify-allocator``): ``hidden_bytes`` and its inputs."""
 
+    def __post_init__(self) -> None:
+        if not self.id:
+            self.id = self.spec.id
+
+    # The spec's fields, read through.
+    target = property(lambda self: self.spec.target)
+    recipe = property(lambda self: self.spec.recipe)
+    groups = property(lambda self: self.spec.groups)
+    tokens = property(lambda self: self.spec.tokens)
+    hidden = property(lambda self: self.spec.hidden)
+    ffn = property(lambda self: self.spec.ffn)
+    dtype = property(lambda self: self.spec.dtype)
+    device = property(lambda self: self.spec.device)
+    splits = property(lambda self: list(self.spec.splits or ()))
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return self.spec.options
+
+    @options.setter
+    def options(self, value: dict[str, Any]) -> None:
+        self.spec = dataclasses.replace(self.spec, options=dict(value))
+
     def to_dict(self) -> dict[str, Any]:
-        out = {f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self) if f.name not in _NESTED}
+        out: dict[str, Any] = {k: copy.deepcopy(getattr(self, k)) for k in _SPEC_KEYS}
+        out.update({f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self) if f.name not in _NESTED})
         out["rows"] = [asdict(r) for r in self.rows]
         out["freed"] = [asdict(r) for r in self.freed]
         out["totals"] = asdict(self.totals)
@@ -249,14 +275,20 @@ class CaseReport:
         rows = [_from_dict(Row, r, source, f"{where}.rows[{i}]") for i, r in enumerate(d.pop("rows", []))]
         freed = [_from_dict(Row, r, source, f"{where}.freed[{i}]") for i, r in enumerate(d.pop("freed", []))]
         totals = _from_dict(Totals, d.pop("totals", {}), source, f"{where}.totals")
-        case = _from_dict(cls, d, source, where)
+        spec_fields = {k: d.pop(k) for k in _SPEC_KEYS if k in d}
+        if "splits" in spec_fields and isinstance(spec_fields["splits"], list):
+            spec_fields["splits"] = tuple(spec_fields["splits"])
+        spec = _from_dict(CaseSpec, spec_fields, source, where)
+        if "id" not in d:
+            raise UsageError("missing key(s) id", source=source, key=where)
+        case = _from_dict(cls, {**d, "spec": spec}, source, where)
         case.rows = rows
         case.freed = freed
         case.totals = totals
         return case
 
 
-_NESTED = ("rows", "freed", "totals", "path")
+_NESTED = ("spec", "rows", "freed", "totals", "path")
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
@@ -23,19 +24,7 @@ def _first_line(exc: BaseException) -> str:
 
 def empty_case(spec: CaseSpec) -> CaseReport:
     """A case report with the spec's fields and no rows yet."""
-    return CaseReport(
-        id=spec.id,
-        target=spec.target,
-        recipe=spec.recipe,
-        groups=spec.groups,
-        tokens=spec.tokens,
-        hidden=spec.hidden,
-        ffn=spec.ffn,
-        dtype=spec.dtype,
-        device=spec.device,
-        splits=spec.split_sizes(),
-        options=dict(spec.options),
-    )
+    return CaseReport(dataclasses.replace(spec, options=dict(spec.options), splits=tuple(spec.split_sizes())))
 
 
 def run_case(target: Target, spec: CaseSpec, *, backward: bool = True, verify_allocator: bool = False) -> CaseReport:
@@ -53,7 +42,7 @@ def run_case(target: Target, spec: CaseSpec, *, backward: bool = True, verify_al
     built = outputs = None
     try:
         built = target.build(spec)
-        case.options.update(built.options)
+        case.options = {**case.options, **built.options}
         if verify_allocator:
             with capture() as warm:
                 outputs = built.forward(warm)

@@ -108,14 +108,8 @@ def make_case(case_id: str, rows: list[Row] | None = None, *, status: str = "ok"
     t, h, f = (int(x[1:]) for x in shape.split("-"))
     rows = [] if status != "ok" else (rows if rows is not None else bf16_rows())
     return CaseReport(
+        CaseSpec(target, recipe, int(g[1:]), t, h, f, dtype, splits=()),
         id=case_id,
-        target=target,
-        recipe=recipe,
-        groups=int(g[1:]),
-        tokens=t,
-        hidden=h,
-        ffn=f,
-        dtype=dtype,
         status=status,
         reason=reason,
         path=path,

@@ -24,7 +24,10 @@ from memaudit.capture.hooks import Record
 from memaudit.capture.tensors import Buffer, buffer_of, storage_ref
 from memaudit.capture.verify import AllocatorCheck
 from memaudit.report import CaseReport, Row, compute_totals
+from memaudit.spec import CaseSpec
 
+CAPTURE_SPEC = CaseSpec("capture", "-", 0, 0, 0, 0, dtype="-", splits=())
+"""The spec of a bare ``capture()`` report: no target, recipe or shape."""
 
 class Plugin(Protocol):
     """A classifier that knows a library's tensor types (TE's is :class:`memaudit.te.classify.TEClassifier`)."""
@@ -240,14 +243,8 @@ class Capture:
                 "they are listed as freed, and the totals are 0"
             )
         case = CaseReport(
+            CAPTURE_SPEC,
             id=case_id,
-            target="capture",
-            recipe="-",
-            groups=0,
-            tokens=0,
-            hidden=0,
-            ffn=0,
-            dtype="-",
             rows=rows,
             freed=freed,
             totals=compute_totals(rows, freed),

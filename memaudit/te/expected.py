@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 
 from memaudit.report import CaseReport, Row
@@ -14,18 +15,11 @@ def _key(row: Row) -> tuple[object, ...]:
 
 
 def spec_of(case: CaseReport) -> CaseSpec:
-    """The CaseSpec a case report was run from."""
-    return CaseSpec(
-        target=case.target,
-        recipe=case.recipe,
-        groups=case.groups,
-        tokens=case.tokens,
-        hidden=case.hidden,
-        ffn=case.ffn,
-        dtype=case.dtype,
-        device=case.device,
+    """The CaseSpec a case report was run from (without ``fused_env``, an environment setting)."""
+    return dataclasses.replace(
+        case.spec,
         options={k: v for k, v in case.options.items() if k != "fused_env"},
-        splits=tuple(case.splits) if case.splits else None,
+        splits=case.spec.splits or None,
     )
 
 

@@ -33,18 +33,12 @@ def estimate_config(c: Config, variant: str = "te-2.20") -> CaseReport:
         if ideal != r.bytes
     ]
     slack = _bulk_slack(rows)
+    spec = CaseSpec(TARGET, c.recipe, c.groups, c.tokens, c.hidden, c.ffn, c.dtype, DEVICE,
+                    options={"estimate": True, "variant": variant, "path": c.path, "arch": c.arch, "te": TE_VERSION},
+                    splits=tuple(c.splits))
     case = CaseReport(
+        spec,
         id=case_id(c),
-        target=TARGET,
-        recipe=c.recipe,
-        groups=c.groups,
-        tokens=c.tokens,
-        hidden=c.hidden,
-        ffn=c.ffn,
-        dtype=c.dtype,
-        device=DEVICE,
-        splits=list(c.splits),
-        options={"estimate": True, "variant": variant, "path": c.path, "arch": c.arch, "te": TE_VERSION},
         path=PathInfo({
             "estimated": True,
             "name": c.path,

@@ -8,6 +8,7 @@ from typing import Any
 
 from memaudit.errors import UsageError
 from memaudit.report import CaseReport
+from memaudit.spec import CaseSpec
 from memaudit.te.estimate.closed_form import FastTotals, estimate_totals
 from memaudit.te.estimate.config import TARGET, Config, resolve
 
@@ -49,7 +50,7 @@ def sweep_point(recipe: str, tokens: int, hidden: int, ffn: int, groups: int, va
 
 def skipped_case(p: SweepPoint, variant: str, path: str | None) -> CaseReport:
     """The report entry of a skipped point: status ``skipped`` with its reason."""
-    return CaseReport(id=f"{TARGET}/{p.recipe}/g{p.groups}/t{p.tokens}-h{p.hidden}-f{p.ffn}/bf16/estimate",
-                      target=TARGET, recipe=p.recipe, groups=p.groups, tokens=p.tokens, hidden=p.hidden,
-                      ffn=p.ffn, dtype="bf16", status="skipped", reason=p.reason,
-                      options={"estimate": True, "variant": variant, "path": path})
+    spec = CaseSpec(TARGET, p.recipe, p.groups, p.tokens, p.hidden, p.ffn, "bf16",
+                    options={"estimate": True, "variant": variant, "path": path}, splits=())
+    return CaseReport(spec, id=f"{TARGET}/{p.recipe}/g{p.groups}/t{p.tokens}-h{p.hidden}-f{p.ffn}/bf16/estimate",
+                      status="skipped", reason=p.reason)
