@@ -11,8 +11,8 @@ import typer
 from _budget_cases import h200_report
 from typer.testing import CliRunner
 
-from memaudit import exitcodes
 from memaudit.cli import check as check_cmd
+from memaudit.cli import exitcodes
 from memaudit.report import Report, load_report, write_report
 
 ROOT = Path(__file__).resolve().parents[1]

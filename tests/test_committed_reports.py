@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from memaudit import exitcodes
-from memaudit.cli import app
+from memaudit.cli import app, exitcodes
 from memaudit.report import load_report
 from memaudit.te.expected import attach_expected
 

@@ -20,8 +20,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from memaudit import exitcodes
-from memaudit.cli import app
+from memaudit.cli import app, exitcodes
 from memaudit.report import load_report, write_report
 from memaudit.te.expected import attach_expected
 

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from _budget_cases import blackwell_report, fp8_case, grouped_structural, h200_report, make_case
 
-from memaudit import exitcodes
+from memaudit.cli import exitcodes
+from memaudit.cli.common import OUTCOME_CODES
 from memaudit.errors import UsageError
-from memaudit.judge.scenario import Scenario, evaluate, exit_code, load_scenario, parse_scenario
+from memaudit.judge.scenario import Scenario, evaluate, load_scenario, outcome, parse_scenario
 from memaudit.report import Report
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,9 +70,9 @@ def test_grouped_mlp_on_the_h200() -> None:
     assert {"unfused-path", "bf16-fc1-input-is-a-view", "bf16-inputs-share-one-storage", "bf16-weights-are-parameters",
             "fp8-one-scale-inv-per-group", "fp8-at-most-one-data-per-group", "fp8-no-rowwise-input"} <= passed
     assert all(v.verdict == "n/a" for v in verdicts if v.case_id.split("/")[1] in ("fp8-block", "mxfp8", "nvfp4"))
-    assert exit_code(report, verdicts, s) == exitcodes.CASE_ERROR  # on_error = "warn" and fp8-block errored
+    assert OUTCOME_CODES[outcome(report, verdicts, s)] == exitcodes.CASE_ERROR  # on_error = "warn" and fp8-block errored
     strict = Scenario(s.path, s.name, s.cases, s.rules, on_error="fail")
-    assert exit_code(report, verdicts, strict) == exitcodes.FAIL
+    assert OUTCOME_CODES[outcome(report, verdicts, strict)] == exitcodes.FAIL
 
 
 @pytest.mark.parametrize(
@@ -88,7 +89,7 @@ def test_grouped_mlp_catches_fp8_regressions(override, rules: list[str]) -> None
     verdicts = evaluate(report, s)
     failed = [(v.case_id, v.rule) for v in verdicts if v.failed]
     assert failed == [(override.id, rule) for rule in rules]
-    assert exit_code(report, verdicts, s) == exitcodes.FAIL
+    assert OUTCOME_CODES[outcome(report, verdicts, s)] == exitcodes.FAIL
 
 
 def test_grouped_mlp_on_blackwell_with_te_2_20_2_is_xfail() -> None:
@@ -102,7 +103,7 @@ def test_grouped_mlp_on_blackwell_with_te_2_20_2_is_xfail() -> None:
     assert {v.verdict for v in verdicts if v.rule == "nvfp4-inputs-vs-bf16" and v.verdict != "n/a"} == {"xfail"}
     assert {v.verdict for v in verdicts if v.rule.startswith("fused-")} == {"pass", "n/a"}
     assert not [v for v in verdicts if v.failed]
-    assert exit_code(report, verdicts, s) == exitcodes.OK
+    assert OUTCOME_CODES[outcome(report, verdicts, s)] == exitcodes.OK
 
 
 @pytest.mark.parametrize(
@@ -119,7 +120,7 @@ def test_grouped_mlp_nvfp4_after_the_fix(pruned: bool, te: str | None, nvfp4_ver
     report = blackwell_report(pruned=pruned, te=te)
     verdicts = evaluate(report, s)
     assert set(by_rule(verdicts, "nvfp4-no-rowwise-input").values()) == {"n/a", nvfp4_verdict}
-    assert exit_code(report, verdicts, s) == code
+    assert OUTCOME_CODES[outcome(report, verdicts, s)] == code
 
 
 def test_evaluate_fills_budgets_and_round_trips() -> None:
@@ -158,7 +159,7 @@ def test_reference_scenario_holds_for_the_reference_target() -> None:
     verdicts = evaluate(report, s)
     assert [c.status for c in report.cases] == ["ok"] * 3
     assert {v.verdict for v in verdicts} == {"pass"}, [v.message for v in verdicts if v.verdict != "pass"]
-    assert exit_code(report, verdicts, s) == exitcodes.OK
+    assert OUTCOME_CODES[outcome(report, verdicts, s)] == exitcodes.OK
     # and it notices a weight that is no longer the Parameter
     report.cases[1].rows[next(r.index for r in report.cases[1].rows if r.is_parameter)].is_parameter = False
     verdicts = evaluate(report, s)

@@ -12,8 +12,8 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from memaudit import exitcodes
-from memaudit.cli.compare import usage_exit
+from memaudit.cli import exitcodes
+from memaudit.cli.common import usage_exit
 from memaudit.errors import UsageError
 from memaudit.render.console import consoles
 

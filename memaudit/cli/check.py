@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from memaudit import exitcodes
+from memaudit.cli.common import OUTCOME_CODES, usage_exit
 from memaudit.errors import UsageError
 from memaudit.render.console import consoles
 
@@ -35,7 +35,7 @@ def check(
 ) -> None:
     """Judge REPORT against the budgets of --scenario; exit 1 if a budget fails."""
     from memaudit.judge.budgets import te_version_of
-    from memaudit.judge.scenario import evaluate, exit_code, load_scenario
+    from memaudit.judge.scenario import evaluate, load_scenario, outcome
     from memaudit.render.verdicts import render_failures, render_verdicts
     from memaudit.report import load_report, write_report
 
@@ -45,17 +45,14 @@ def check(
         rep = load_report(report)
         verdicts = evaluate(rep, loaded, source=str(report), allow_incomplete=allow_incomplete)
     except UsageError as exc:
-        msg = Text("error: ", style="bold red")
-        msg.append(str(exc))
-        err.print(msg, soft_wrap=True)
-        raise typer.Exit(exitcodes.USAGE) from None
+        raise usage_exit(err, exc) from None
 
     if te_version_of(rep.environment) is None and any(r.known_failure for r in loaded.rules):
         err.print(
             Text("warning: the report records no TransformerEngine version, so known_failure entries do not apply", style="yellow"),
             soft_wrap=True,
         )
-    code = exit_code(rep, verdicts, loaded)
+    code = OUTCOME_CODES[outcome(rep, verdicts, loaded)]
     out.print(render_failures(verdicts), soft_wrap=True)
     out.print(render_verdicts(verdicts, show_na=show_na))
     errored = [c.id for c in rep.cases if c.status == "error" and loaded.covers(c)]

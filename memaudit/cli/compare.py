@@ -14,9 +14,10 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from memaudit import exitcodes
+from memaudit.cli import exitcodes
+from memaudit.cli.common import usage_exit
 from memaudit.errors import UsageError
-from memaudit.render.console import consoles, usage_exit
+from memaudit.render.console import consoles
 
 COMPARE_HELP = (
     "Compare a report against a baseline, case by case; exact by default.\n\n"

@@ -16,9 +16,10 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from memaudit import exitcodes
+from memaudit.cli import exitcodes
+from memaudit.cli.common import exits, parse_recipes
 from memaudit.errors import UsageError
-from memaudit.render.console import consoles, usage_exit
+from memaudit.render.console import consoles
 from memaudit.render.estimate import (
     diff_table,
     markdown_single,
@@ -57,18 +58,6 @@ ESTIMATE_HELP = (
 )
 
 
-def _recipes(text: str) -> list[str]:
-    if text == "all":
-        return list(RECIPES)
-    names = [p.strip() for p in text.split(",") if p.strip()]
-    if not names:
-        raise UsageError("no recipe given", key="--recipe")
-    for n in names:
-        if n not in RECIPES:
-            raise UsageError(f"unknown recipe {n!r}; use one of {', '.join(RECIPES)} or 'all'", key="--recipe")
-    return names
-
-
 def _choice(value: str | None, allowed: tuple[str, ...], flag: str) -> None:
     if value is not None and value not in allowed:
         raise UsageError(f"unknown value {value!r}; use one of {', '.join(allowed)}", key=flag)
@@ -98,6 +87,7 @@ def _check_plot(plot: Path | None) -> None:
         ) from None
 
 
+@exits
 def estimate_cmd(
     recipe: Annotated[str, typer.Option(help=f"{' | '.join(RECIPES)} | all; comma-separated for several.")],
     tokens: Annotated[str, typer.Option(help="Tokens T: N, a list N1,N2 or a range FROM:TO:xK (multiply) / FROM:TO:+K (add).")],
@@ -113,27 +103,14 @@ def estimate_cmd(
     probs_dtype: Annotated[str, typer.Option(help="dtype of the routing probs the caller passes: float32 | bfloat16.")] = "float32",
     split_dtype: Annotated[str, typer.Option(help="dtype of the split sizes the caller passes: int64 (one tensor for FC1 and FC2) | int32.")] = "int64",
     padding: Annotated[bool, typer.Option(help="Show the per-buffer padding table (one configuration).")] = True,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the --variant estimate as a memaudit report (schema memaudit.report/1) here, atomically.")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the --variant estimate as a memaudit report (schema memaudit.report/2) here, atomically.")] = None,
     markdown: Annotated[Path | None, typer.Option(help="Write a markdown summary here.")] = None,
     plot: Annotated[Path | None, typer.Option(help="Draw saved bytes by kind vs tokens per recipe (needs matplotlib, the 'plot' extra).")] = None,
     quiet: Annotated[bool, typer.Option(help="Only the totals (one configuration) or nothing but the files (sweep).")] = False,
-) -> None:
-    out, err = consoles()
-    try:
-        code = _estimate(out, recipe=recipe, tokens=tokens, hidden=hidden, ffn=ffn, groups=groups, splits=splits,
-                         path=path, variant=variant, diff=diff, arch=arch, dense_single_group=dense_single_group,
-                         probs_dtype=probs_dtype, split_dtype=split_dtype, padding=padding, json_path=json_path,
-                         markdown=markdown, plot=plot, quiet=quiet)
-    except UsageError as exc:
-        raise usage_exit(err, exc) from None
-    raise typer.Exit(code)
-
-
-def _estimate(out: Console, *, recipe: str, tokens: str, hidden: str, ffn: str | None, groups: str,
-              splits: str | None, path: str | None, variant: str, diff: str | None, arch: str | None,
-              dense_single_group: bool, probs_dtype: str, split_dtype: str, padding: bool,
-              json_path: Path | None, markdown: Path | None, plot: Path | None, quiet: bool) -> int:
-    recipes = _recipes(recipe)
+) -> int:
+    """Estimate what TE 2.20.2 saves for backward, from shapes and its layout rules alone."""
+    out, _ = consoles()
+    recipes = parse_recipes(recipe, RECIPES, RECIPES)
     _choice(path, PATHS, "--path")
     _choice(variant, VARIANTS, "--variant")
     _choice(diff, VARIANTS, "--diff")

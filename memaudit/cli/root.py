@@ -10,9 +10,10 @@ from typing import Annotated, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from memaudit import exitcodes
+from memaudit.cli import exitcodes
+from memaudit.cli.common import OUTCOME_CODES, exits, parse_int_list, parse_recipes, usage_exit
 from memaudit.errors import UsageError
-from memaudit.render.console import make_console, usage_exit
+from memaudit.render.console import make_console
 from memaudit.spec import DTYPES, CaseSpec, validate_splits
 
 EXIT_CODES_HELP = (
@@ -29,36 +30,6 @@ app = typer.Typer(
 )
 console = make_console()
 err_console = make_console(stderr=True)
-
-
-def parse_int_list(text: str, flag: str) -> list[int]:
-    """'1,4,8' -> [1, 4, 8]; every value must be a positive integer."""
-    out = []
-    for part in text.split(","):
-        part = part.strip()
-        try:
-            value = int(part)
-        except ValueError:
-            raise UsageError(f"expected positive integers separated by commas, got {part!r} in {text!r}", key=flag) from None
-        if value < 1:
-            raise UsageError(f"must be >= 1, got {value}", key=flag)
-        out.append(value)
-    if not out:
-        raise UsageError("no value given", key=flag)
-    return out
-
-
-def parse_recipes(text: str, supported: tuple[str, ...], known: tuple[str, ...]) -> list[str]:
-    """'all' (the ``supported`` ones), or names from ``known`` separated by commas."""
-    if text == "all":
-        return list(supported)
-    names = [p.strip() for p in text.split(",") if p.strip()]
-    for n in names:
-        if n not in known:
-            raise UsageError(f"unknown recipe {n!r}; use one of {', '.join(known)} or 'all'", key="--recipe")
-    if not names:
-        raise UsageError("no recipe given", key="--recipe")
-    return names
 
 
 def _positive(value: int | None, flag: str) -> None:
@@ -120,6 +91,7 @@ def build_specs(
 
 
 @app.command()
+@exits
 def run(
     target: Annotated[str | None, typer.Option(help="reference | te-grouped-mlp | PKG.MOD:FACTORY. Default: te-grouped-mlp where TE and a GPU are present, else reference.")] = None,
     recipe: Annotated[str | None, typer.Option(help="A recipe the target knows (te-grouped-mlp: bf16, fp8-delayed, fp8-current, fp8-block, mxfp8, nvfp4) | all; comma-separated for several.")] = None,
@@ -141,38 +113,8 @@ def run(
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the JSON report here (atomically).")] = None,
     markdown: Annotated[Path | None, typer.Option(help="Write a markdown summary (PR comment) here.")] = None,
     quiet: Annotated[bool, typer.Option(help="Only the summary table.")] = False,
-) -> None:
-    """Run the target for each (recipe, group count) and report every saved tensor."""
-    try:
-        code = _run(**locals())
-    except UsageError as exc:
-        raise usage_exit(err_console, exc) from None
-    raise typer.Exit(code)
-
-
-def _run(
-    *,
-    target: str | None,
-    recipe: str | None,
-    groups: str | None,
-    tokens: int | None,
-    hidden: int | None,
-    ffn: int | None,
-    dtype: str | None,
-    device: str | None,
-    splits: str | None,
-    fused: bool | None,
-    single_grouped_weight: bool,
-    activation: str,
-    scenario: Path | None,
-    expected: bool,
-    backward: bool,
-    verify_allocator: bool,
-    allow_incomplete: bool,
-    json_path: Path | None,
-    markdown: Path | None,
-    quiet: bool,
 ) -> int:
+    """Run the target for each (recipe, group count) and report every saved tensor."""
     from memaudit.report import write_report
     from memaudit.runner import run_matrix
     from memaudit.targets.registry import default_target_name, get_target
@@ -246,10 +188,10 @@ def _run(
     code = exitcodes.CASE_ERROR if any(c.status == "error" for c in report.cases) else exitcodes.OK
     verdicts = None
     if loaded is not None:
-        from memaudit.judge.scenario import evaluate, exit_code
+        from memaudit.judge.scenario import evaluate, outcome
 
         verdicts = evaluate(report, loaded, source=str(scenario), allow_incomplete=allow_incomplete)
-        code = exit_code(report, verdicts, loaded)
+        code = OUTCOME_CODES[outcome(report, verdicts, loaded)]
     console.print(summary_table(report.cases))
     if verdicts is not None:
         from memaudit.render.verdicts import render_failures, render_verdicts

@@ -3,7 +3,7 @@
 :func:`load_scenario` reads and validates a file; every problem is a :class:`UsageError` that names
 the file, the key path and the bad value (exit 2, nothing written). :meth:`Scenario.specs` gives
 the CaseSpecs to run; :func:`evaluate` applies the budgets to a report (filling each case's
-``budgets``) and :func:`exit_code` turns the verdicts into the CLI's exit status.
+``budgets``) and :func:`outcome` sums the verdicts up (the CLI turns it into the exit status).
 The rule language is documented in docs/budgets.md.
 """
 
@@ -16,9 +16,8 @@ import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from memaudit import exitcodes
 from memaudit.errors import UsageError, did_you_mean
 from memaudit.judge.budgets import Verdict, evaluate_case
 from memaudit.judge.checks import Context
@@ -545,11 +544,15 @@ def evaluate(
     return verdicts
 
 
-def exit_code(report: Report, verdicts: Sequence[Verdict], scenario: Scenario) -> int:
-    """0 all pass/xfail; 1 a fail or XPASS (or an errored case with on_error = "fail");
-    3 an errored case with on_error = "warn" and nothing failed."""
+Outcome = Literal["ok", "fail", "case_error"]
+
+
+def outcome(report: Report, verdicts: Sequence[Verdict], scenario: Scenario) -> Outcome:
+    """``ok``: all pass or xfail; ``fail``: a fail or XPASS (or an errored case with
+    on_error = "fail"); ``case_error``: an errored case with on_error = "warn" and nothing failed.
+    The CLI turns it into the exit status."""
     if any(v.failed for v in verdicts):
-        return exitcodes.FAIL
+        return "fail"
     if any(c.status == "error" for c in report.cases if scenario.covers(c)):
-        return exitcodes.FAIL if scenario.on_error == "fail" else exitcodes.CASE_ERROR
-    return exitcodes.OK
+        return "fail" if scenario.on_error == "fail" else "case_error"
+    return "ok"

@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import typer
 from rich.console import Console
-from rich.text import Text
-
-from memaudit import exitcodes
-from memaudit.errors import UsageError
 
 LOG_WIDTH = 200
 
@@ -21,13 +16,3 @@ def make_console(*, stderr: bool = False) -> Console:
 def consoles() -> tuple[Console, Console]:
     """(stdout, stderr) consoles."""
     return make_console(), make_console(stderr=True)
-
-
-def usage_exit(err: Console, exc: UsageError, hint: str | None = None) -> typer.Exit:
-    """Print a usage error (no traceback, no markup) and return the Exit(2) to raise."""
-    msg = Text("error: ", style="bold red")
-    msg.append(str(exc))
-    if hint:
-        msg.append(f"\n  {hint}")
-    err.print(msg, soft_wrap=True)
-    return typer.Exit(exitcodes.USAGE)
