@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from memaudit.errors import UsageError
 
@@ -63,3 +64,8 @@ def fmt_delta(n: int) -> str:
     if n == 0:
         return "0 B"
     return ("+" if n > 0 else "") + fmt_bytes(n)
+
+
+def fmt_shape(shape: Sequence[int]) -> str:
+    """A shape as Python prints a tuple: ``(1024, 512)``, ``(8,)``, ``()``."""
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"

@@ -8,7 +8,7 @@ from _budget_cases import Rows, bf16_case, fp8_case, fused_case, make_case
 from memaudit.errors import UsageError, did_you_mean
 from memaudit.judge.budgets import evaluate_rule, summarize
 from memaudit.judge.checks import Context, Violation
-from memaudit.judge.rows import bytes_text, format_row, format_shape, is_indexed, operand_base
+from memaudit.judge.rows import bytes_text, format_row, is_indexed, operand_base
 from memaudit.judge.rules import (
     ByteExpr,
     Count,
@@ -24,6 +24,7 @@ from memaudit.judge.rules import (
 )
 from memaudit.judge.versions import fallback_version_in, te_version_of, version_in
 from memaudit.report import Row
+from memaudit.units import fmt_shape
 
 INPUTS = ("fc1.input", "fc2.input")
 
@@ -345,7 +346,7 @@ def test_byte_checks_share_op_and_target() -> None:
 
 
 def test_row_text_helpers() -> None:
-    assert (format_shape([]), format_shape([7]), format_shape([2, 3])) == ("()", "(7,)", "(2, 3)")
+    assert (fmt_shape([]), fmt_shape([7]), fmt_shape([2, 3])) == ("()", "(7,)", "(2, 3)")
     assert (bytes_text(1023), bytes_text(1536)) == ("1023 B", "1.5 KiB (1536 B)")
     assert is_indexed("fc1.weight[2]") and not is_indexed("fc1.input")
     assert (operand_base("fc1.weight[12]"), operand_base("fc1.input")) == ("fc1.weight", "fc1.input")

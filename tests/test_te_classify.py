@@ -523,7 +523,7 @@ def test_unknown_storage_class_is_tensor_rows_plus_warning() -> None:
 
 
 def all_storage_methods() -> dict[type, Any]:
-    return {cls: vars(cls)["prepare_for_saving"] for cls in tec._storage_classes()}
+    return {cls: vars(cls)["prepare_for_saving"] for cls in tec.storage_classes()}
 
 
 def test_prepare_for_saving_is_wrapped_once_and_inert_outside_capture() -> None:

@@ -46,7 +46,7 @@ class Plugin(Protocol):
 
 
 @dataclass
-class _Label:
+class Label:
     name: str
     group: int | None
     offset: int
@@ -77,7 +77,7 @@ class Capture:
         self.warnings: list[str] = []
         self.walk_nodes: list[Any] = []
         """Python-function nodes met by the graph walk; held only while ``report()`` runs."""
-        self._labels: dict[int, tuple[Any, list[_Label]]] = {}
+        self._labels: dict[int, tuple[Any, list[Label]]] = {}
         self._regions: list[list[int | None]] = []
         self._installed: list[Plugin] = []
         self._verify = verify_allocator
@@ -192,9 +192,10 @@ class Capture:
             return
         sref = info[0]
         entry = self._labels.setdefault(id(sref), (sref, []))
-        entry[1].append(_Label(name, group, tensor.storage_offset() * tensor.element_size(), tuple(tensor.shape)))
+        entry[1].append(Label(name, group, tensor.storage_offset() * tensor.element_size(), tuple(tensor.shape)))
 
-    def _label_for(self, buf: Buffer) -> _Label | None:
+    def label_for(self, buf: Buffer) -> Label | None:
+        """The label given to the storage of ``buf`` (the exact view first), or None."""
         entry = self._labels.get(id(buf.sref)) if buf.sref is not None else None
         if not entry:
             return None
@@ -296,7 +297,7 @@ class _RowBuilder:
             if fields.get("is_parameter") and live:
                 self._param_storages.add(id(buf.sref))
         if buf is not None:
-            label = self.cap._label_for(buf)
+            label = self.cap.label_for(buf)
             if label is not None and fields.get("operand") is None:
                 fields["operand"] = label.name
                 if fields.get("group") is None and label.offset == buf.offset and label.shape == buf.shape:

@@ -10,7 +10,7 @@ import re
 from collections.abc import Sequence
 from typing import Protocol
 
-from memaudit.units import fmt_bytes
+from memaudit.units import fmt_bytes, fmt_shape
 
 MAX_ROW_LINES = 12
 
@@ -60,9 +60,6 @@ def row_name(row: RowLike) -> str:
 
 
 # ---- lines ---------------------------------------------------------------------------------------
-def format_shape(shape: Sequence[int]) -> str:
-    """A shape as Python writes a tuple: ``(1024, 512)``, ``(7,)``, ``()``."""
-    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
 def bytes_text(n: int) -> str:
@@ -81,7 +78,7 @@ def format_row(row: RowLike) -> str:
         row.format,
         row.kind,
         row.orientation or "-",
-        format_shape(row.shape),
+        fmt_shape(row.shape),
         str(row.dtype).removeprefix("torch."),
         fmt_bytes(row.bytes),
     ]

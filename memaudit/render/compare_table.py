@@ -8,7 +8,7 @@ from rich.text import Text
 
 from memaudit.judge.baseline import CaseDiff, Comparison, Finding, RowDiff
 from memaudit.report import Row
-from memaudit.units import fmt_bytes, fmt_delta
+from memaudit.units import fmt_bytes, fmt_delta, fmt_shape
 
 VERDICT_STYLE = {
     "regression": "bold red",
@@ -69,7 +69,7 @@ def comparison_table(cmp: Comparison, *, title: str | None = None) -> Table:
 
 
 def _shape(r: Row | None) -> str:
-    return "-" if r is None else "(" + ", ".join(str(x) for x in r.shape) + ")"
+    return "-" if r is None else fmt_shape(r.shape)
 
 
 def rows_table(diff: CaseDiff) -> Table:

@@ -14,14 +14,12 @@ from rich.text import Text
 
 from memaudit.report import CaseReport, Row
 from memaudit.te.estimate import TE_VERSION, SweepPoint, bytes_by_kind, diff_cases
-from memaudit.units import fmt_bytes, fmt_delta
+from memaudit.units import fmt_bytes, fmt_delta, fmt_shape
 
 KIND_ORDER = ("data", "scale_inv", "amax", "scale", "metadata", "tensor")
 
 
 # ---- tables --------------------------------------------------------------------------------------
-def _shape(shape: list[int]) -> str:
-    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
 def _cells(*values: str) -> list[Text]:
@@ -43,7 +41,7 @@ def rows_table(case: CaseReport, variant: str) -> Table:
     for r in case.rows:
         notes = r.notes()
         t.add_row(*_cells(str(r.index), r.operand or "", "" if r.group is None else str(r.group), _where(r),
-                           r.format, r.kind, r.orientation or "", _shape(r.shape), r.dtype, fmt_bytes(r.bytes),
+                           r.format, r.kind, r.orientation or "", fmt_shape(r.shape), r.dtype, fmt_bytes(r.bytes),
                            r.storage or "", "; ".join(notes)))
     tt = case.totals
     t.caption = (f"rows {tt.rows} · logical {fmt_bytes(tt.logical_bytes)} · physical {fmt_bytes(tt.physical_bytes)} · "
@@ -82,7 +80,7 @@ def diff_table(a: CaseReport, b: CaseReport, va: str, vb: str) -> tuple[Table, s
     for e in entries:
         t.add_row(*_cells(e.operand or "", "" if e.group is None else str(e.group),
                            ".".join(p for p in (e.container, e.slot) if p), e.kind, e.orientation or "",
-                           _shape(e.shape), e.dtype, fmt_bytes(e.bytes_a), fmt_bytes(e.bytes_b), fmt_delta(e.delta),
+                           fmt_shape(e.shape), e.dtype, fmt_bytes(e.bytes_a), fmt_bytes(e.bytes_b), fmt_delta(e.delta),
                            e.note or ""))
     d = tb.saved_bytes - ta.saved_bytes
     pct = f" ({100.0 * d / ta.saved_bytes:+.1f}%)" if ta.saved_bytes else ""
@@ -209,7 +207,7 @@ def markdown_single(case: CaseReport, variant: str, diff: tuple[CaseReport, str]
             lines.append(
                 f"| {e.operand or ''} | {'' if e.group is None else e.group} | "
                 f"{'.'.join(p for p in (e.container, e.slot) if p)} | {e.kind} | {e.orientation or ''} | "
-                f"{_shape(e.shape)} {e.dtype} | {fmt_bytes(e.bytes_a)} | {fmt_bytes(e.bytes_b)} | {fmt_delta(e.delta)} | "
+                f"{fmt_shape(e.shape)} {e.dtype} | {fmt_bytes(e.bytes_a)} | {fmt_bytes(e.bytes_b)} | {fmt_delta(e.delta)} | "
                 f"{_md_escape(e.note or '')} |")
         lines.append("")
     lines += ["<details><summary>rows</summary>", "",
@@ -220,7 +218,7 @@ def markdown_single(case: CaseReport, variant: str, diff: tuple[CaseReport, str]
                                      (f"dup of #{r.duplicate_of}" if r.duplicate_of is not None else ""),
                                      r.note or "") if x)
         lines.append(f"| {r.index} | {r.operand or ''} | {'' if r.group is None else r.group} | {_where(r)} | {r.format} | "
-                     f"{r.kind} | {r.orientation or ''} | {_shape(r.shape)} | {r.dtype} | {fmt_bytes(r.bytes)} | "
+                     f"{r.kind} | {r.orientation or ''} | {fmt_shape(r.shape)} | {r.dtype} | {fmt_bytes(r.bytes)} | "
                      f"{r.storage or ''} | {_md_escape(note)} |")
     lines += ["", "</details>", ""]
     return "\n".join(lines)

@@ -10,13 +10,9 @@ from rich.text import Text
 
 from memaudit.report import CaseReport, Row
 from memaudit.targets import registry
-from memaudit.units import fmt_bytes
+from memaudit.units import fmt_bytes, fmt_shape
 
 _STATUS_STYLE = {"ok": "green", "skipped": "yellow", "error": "red"}
-
-
-def shape_str(row: Row) -> str:
-    return "(" + ", ".join(str(d) for d in row.shape) + ("," if len(row.shape) == 1 else "") + ")"
 
 
 def _sort_key(row: Row) -> tuple[str, int, int]:
@@ -58,7 +54,7 @@ def case_table(case: CaseReport, *, show_expected: bool = False) -> Table:
             str(row.index),
             operand,
             " ".join(p for p in (row.format, row.kind, row.orientation) if p),
-            f"{shape_str(row)} {row.dtype}",
+            f"{fmt_shape(row.shape)} {row.dtype}",
             fmt_bytes(row.bytes),
             where,
             " ".join(n for n in notes if n),

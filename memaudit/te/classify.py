@@ -158,7 +158,7 @@ def inner_buffers(obj: Any) -> list[tuple[str, torch.Tensor]]:
 
 
 @functools.lru_cache(maxsize=1)
-def _storage_classes() -> tuple[type, ...]:
+def storage_classes() -> tuple[type, ...]:
     """Every TE storage class that defines its own ``prepare_for_saving`` (they exist once TE imports)."""
     found: list[type] = []
     stack: list[type] = [QuantizedTensorStorage, GroupedTensorStorage]
@@ -229,7 +229,7 @@ def install_provenance() -> None:
     The wrappers are inert outside a capture (one thread-local check), so no capture pays for
     patching classes, and nested captures share one set of wrappers.
     """
-    for cls in _storage_classes():
+    for cls in storage_classes():
         if cls not in _INSTALLED:
             original = vars(cls)["prepare_for_saving"]
             _INSTALLED[cls] = original
