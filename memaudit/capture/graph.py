@@ -2,7 +2,7 @@
 
 Every node reachable from the roots that was created while the capture was active is visited in
 creation order. Its saved attributes (``_saved_*`` of C++ nodes, ``saved_tensors`` of Python
-``autograd.Function`` nodes) are read while :class:`~memaudit.capture.hooks.walking` is on, so
+``autograd.Function`` nodes) are read while :class:`~memaudit.capture.stack.walking` is on, so
 each read answers with the record it was packed as and no foreign unpack runs (no checkpoint
 recompute, no copy back from the host). A saved tensor that answers without a record was saved
 outside memaudit's hooks (another thread, hooks disabled, a pair pushed from C++): it becomes a row
@@ -20,7 +20,8 @@ from typing import Any
 import torch
 from torch.autograd.function import BackwardCFunction
 
-from memaudit.capture.hooks import Record, walking
+from memaudit.capture.hooks import Record
+from memaudit.capture.stack import walking
 from memaudit.capture.tensors import Buffer, buffer_of
 
 

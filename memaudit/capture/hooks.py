@@ -15,19 +15,20 @@ What makes a layer invisible:
   (``SavedVariable::unpack``). A layer that stands for no other pair records ``t._version`` when
   it packs and raises PyTorch's own error at unpack if the tensor was modified in place. Under a
   foreign pair PyTorch would not check either, so neither does memaudit.
-* **No cycles.** A tensor that requires grad and has a ``grad_fn`` is kept as a detached alias
-  (same storage, same version counter, no ``grad_fn``), so a saved output does not hold its own
-  node alive; autograd re-attaches the edge when it unpacks.
+* **No cycles.** An output of the node being built (tanh, relu, exp save their result) is kept as
+  a detached alias (same storage, same version counter, no ``grad_fn``), so it does not hold its
+  own node alive; autograd re-attaches the edge when it unpacks. A layer never stores its pack
+  function: the graph holds it from C++, where the garbage collector cannot look.
 * **No extra lifetime.** memaudit's records hold weak references only: to the object autograd
   keeps (which also tells when autograd released it) and to storages (which name them).
 * **Never raises.** A pack that memaudit cannot describe becomes a record with a warning.
 
-Nothing here reads tensor data or syncs a device.
+Nothing here reads tensor data or syncs a device. Pushing layers and routing foreign pairs
+through them is :mod:`memaudit.capture.stack`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import threading
 import weakref
@@ -50,6 +51,7 @@ from memaudit.capture.tensors import (
 
 if TYPE_CHECKING:
     from memaudit.capture.recorder import Capture
+    from memaudit.capture.stack import labelled
 
 _Tensor = torch.Tensor
 # The sequence number the next autograd node in this thread gets. Where torch does not expose it,
@@ -434,227 +436,9 @@ def version_error(value: torch.Tensor, rec: Record) -> str:
     return msg
 
 
-# ---- pushing layers ---------------------------------------------------------------------------
-_original_push = _autograd_c._push_saved_tensors_default_hooks
-_original_pop = _autograd_c._pop_saved_tensors_default_hooks
-_install_lock = threading.Lock()
-_installed = False
-_hook_namers: list[Callable[[Callable[..., Any]], str | None]] = []
-
-
 def layer_of(pack: Any) -> Layer | None:
     """The memaudit layer a pack function belongs to, or None for a foreign pack."""
     if isinstance(pack, _ForwardingPack):
         return pack.layer
     owner = getattr(pack, "__self__", None)
     return owner if isinstance(owner, Layer) else None
-
-
-def describe_hook(pack: Callable[..., Any]) -> HookInfo:
-    """Name a foreign pack function and give it a kind (``checkpoint``, or what a plugin says)."""
-    name = getattr(pack, "__qualname__", None) or type(pack).__qualname__
-    module = getattr(pack, "__module__", None) or ""
-    # Non-reentrant checkpoint's pair: marked ``_checkpoint_internal`` in recent torch; before that,
-    # known by its defining class (``_checkpoint_hook.__init__.<locals>.pack_hook``).
-    from_checkpoint = module == "torch.utils.checkpoint" and name.startswith("_checkpoint_hook.")
-    kind = "checkpoint" if getattr(pack, "_checkpoint_internal", False) or from_checkpoint else None
-    if kind is None and module.startswith("torch.autograd.graph") and "save_on_cpu" in name:
-        kind = "save_on_cpu"
-    for namer in _hook_namers:
-        kind = kind or namer(pack)
-    return HookInfo(f"{module}.{name}" if module else name, kind)
-
-
-def register_hook_namer(namer: Callable[[Callable[..., Any]], str | None]) -> None:
-    """Let a classifier give a kind to foreign pack functions it knows (TE's CPU offload)."""
-    if namer not in _hook_namers:
-        _hook_namers.append(namer)
-
-
-def _enter(self: torch.autograd.graph.saved_tensors_hooks) -> None:
-    """``saved_tensors_hooks.__enter__``, except that inside a capture the pair is pushed in a layer.
-
-    Every Python-level pair (``save_on_cpu``, checkpoint's, TE's CPU offload, a user's) enters
-    through this method; a pair pushed from C++ does not, and the graph walk reports what it hid.
-    """
-    st = _local.state
-    pack = self.pack_hook
-    if st.captures and layer_of(pack) is None:
-        caps = list(dict.fromkeys(st.captures))
-        layer = Layer(caps, (pack, self.unpack_hook), describe_hook(pack), st.captures[-1].expand)
-        _original_push(layer.pack, layer.unpack)
-    else:
-        _original_push(pack, self.unpack_hook)
-
-
-def install() -> None:
-    """Route hook pushes through memaudit (once per process; inert in threads without a capture).
-
-    Patches the Python class ``torch.autograd.graph.saved_tensors_hooks`` (its ``__exit__`` pops as
-    before), never torch's C module.
-    """
-    global _installed
-    with _install_lock:
-        if not _installed:
-            cls = torch.autograd.graph.saved_tensors_hooks
-            _enter.__wrapped__ = cls.__enter__  # type: ignore[attr-defined]
-            cls.__enter__ = _enter  # type: ignore[method-assign]
-            _label_checkpoint_inputs()
-            _watch_thread_starts()
-            _installed = True
-
-
-def _label_checkpoint_inputs() -> None:
-    """Name the inputs non-reentrant checkpoint saves through ``_CheckpointFrame.save_inputs``."""
-    from torch.utils import checkpoint as ckpt
-
-    frame = getattr(ckpt, "_CheckpointFrame", None)
-    original = getattr(frame, "save_inputs", None)
-    if original is None:
-        _label_noop_save_inputs(ckpt)
-        return
-    original = getattr(original, "__wrapped__", original)  # an earlier import of memaudit wrapped it
-
-    def save_inputs(self: Any, *args: Any) -> Any:
-        if not _local.state.captures:
-            return original(self, *args)
-        with labelled("checkpoint", "inputs"):
-            return original(self, *args)
-
-    save_inputs.__wrapped__ = original  # type: ignore[attr-defined]
-    frame.save_inputs = save_inputs
-
-
-def _label_noop_save_inputs(ckpt: Any) -> None:
-    """Older torch (2.11 and before) saves the region's inputs in a ``_NoopSaveInputs`` node that
-    only the frame references, so the graph walk never meets it: name what its ``apply`` packs
-    (a 0-element dummy first, then the inputs)."""
-    noop = getattr(ckpt, "_NoopSaveInputs", None)
-    if noop is None:  # another torch: those rows stay unnamed
-        return
-    original = noop.apply
-    original = getattr(original, "_memaudit_original", original)  # an earlier import wrapped it
-
-    def apply(*args: Any, **kwargs: Any) -> Any:
-        if not _local.state.captures:
-            return original(*args, **kwargs)
-        with labelled("checkpoint", "inputs"):
-            return original(*args, **kwargs)
-
-    apply._memaudit_original = original  # type: ignore[attr-defined]
-    noop.apply = staticmethod(apply)
-
-
-ACTIVE: weakref.WeakSet[Capture] = weakref.WeakSet()
-"""Captures active in any thread (a thread started while one is active may save unseen tensors)."""
-
-
-def _watch_thread_starts() -> None:
-    """Threads started inside a capture are captured too; other active captures are told.
-
-    A ``threading.Thread`` started while captures are active in the starting thread runs its
-    ``run()`` attached to them (:meth:`Capture.attach`): saved-tensor hooks are thread-local, and
-    without this a forward in a worker would be unseen. Captures active only in *other* threads
-    are told a thread started (their report then looks for unhooked saves outside their thread).
-    Threads that already ran when a capture started (pools) are not attached: call
-    ``cap.attach()`` in them.
-    """
-    original = threading.Thread.start
-    original = getattr(original, "__wrapped__", original)
-
-    def start(self: threading.Thread) -> None:
-        mine = [cap for cap in _local.state.captures if cap.active]
-        for cap in list(ACTIVE):
-            if cap not in mine:
-                cap.thread_started()
-        if mine:
-            run = self.run
-
-            def attached_run() -> None:
-                with contextlib.ExitStack() as stack:
-                    for cap in dict.fromkeys(mine):
-                        try:
-                            stack.enter_context(cap.attach())
-                        except RuntimeError:  # that capture ended before the thread got going
-                            pass
-                    run()
-
-            self.run = attached_run  # type: ignore[method-assign]
-        original(self)
-
-    start.__wrapped__ = original  # type: ignore[attr-defined]
-    threading.Thread.start = start  # type: ignore[method-assign]
-
-
-def push_capture(cap: Capture) -> Layer:
-    """Make ``cap`` record in this thread: push a layer over whatever pair is on top."""
-    install()
-    st = _local.state
-    if not st.captures:  # what earlier captures noted is stale now
-        st.provenance.clear()
-        st.decomposed.clear()
-    top = _autograd_c._top_saved_tensors_default_hooks(False)
-    below = layer_of(top[0]) if top is not None else None
-    if below is not None:  # a nested capture: share the pair below's delegate, record into both
-        delegate = None if below.delegate_pack is None else (below.delegate_pack, below.delegate_unpack)
-        hook = below.hook
-    else:
-        delegate = top
-        hook = describe_hook(top[0]) if top is not None else None
-    st.captures.append(cap)
-    layer = Layer(list(dict.fromkeys(st.captures)), delegate, hook, cap.expand)
-    try:
-        _original_push(layer.pack, layer.unpack)
-    except BaseException:
-        st.captures.remove(cap)
-        raise
-    return layer
-
-
-def pop_capture(cap: Capture) -> None:
-    """Undo :func:`push_capture` (the layer is on top again once inner contexts have exited)."""
-    st = _local.state
-    try:
-        _original_pop()
-    finally:
-        if cap in st.captures:
-            st.captures.remove(cap)
-        if not st.captures:
-            st.provenance.clear()  # noted for buffers no hook took; decomposed stays for report()
-
-
-class walking:
-    """While the graph walk reads saved attributes: unpacks answer without running any hook."""
-
-    def __init__(self) -> None:
-        self.seen: list[Record] = []
-
-    def __enter__(self) -> list[Record]:
-        self._prev = _local.state.walking
-        _local.state.walking = self.seen
-        return self.seen
-
-    def __exit__(self, *exc: object) -> None:
-        _local.state.walking = self._prev
-
-
-class labelled:
-    """Records packed inside are named ``(op, slot[k])``: saves that no graph node owns.
-
-    ``torch.utils.checkpoint`` (non-reentrant) keeps its region's inputs in a frame object, not in
-    a node; they are named ``checkpoint`` / ``inputs[k]``.
-    """
-
-    def __init__(self, op: str, slot: str) -> None:
-        self.op, self.slot, self.count = op, slot, 0
-
-    def next(self) -> tuple[str, str]:
-        k, self.count = self.count, self.count + 1
-        return self.op, f"{self.slot}[{k}]"
-
-    def __enter__(self) -> None:
-        self._prev = _local.state.context
-        _local.state.context = self
-
-    def __exit__(self, *exc: object) -> None:
-        _local.state.context = self._prev

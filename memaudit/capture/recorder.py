@@ -9,6 +9,7 @@ resides, names operands from labels, and computes the totals.
 from __future__ import annotations
 
 import gc
+import importlib
 import sys
 import threading
 import warnings as _warnings
@@ -19,7 +20,7 @@ from typing import Any, Protocol
 
 import torch
 
-from memaudit.capture import graph, hooks
+from memaudit.capture import graph, hooks, stack
 from memaudit.capture.hooks import Record
 from memaudit.capture.tensors import Buffer, buffer_of, storage_ref
 from memaudit.capture.verify import AllocatorCheck
@@ -95,7 +96,7 @@ class Capture:
             plugin.install()
             self._installed.append(plugin)
         self.active = True
-        hooks.ACTIVE.add(self)
+        stack.ACTIVE.add(self)
         try:
             self._push()
         except BaseException:
@@ -108,7 +109,7 @@ class Capture:
             self._pop()
         finally:
             self.active = False
-            hooks.ACTIVE.discard(self)
+            stack.ACTIVE.discard(self)
             while self._installed:
                 self._installed.pop().uninstall()
             if self._allocator is not None:
@@ -126,13 +127,13 @@ class Capture:
         self._regions.append([_probe_sequence_nr(), None])
         tid = threading.get_ident()
         self._threads.add(tid)
-        self._layers.setdefault(tid, []).append(hooks.push_capture(self))
+        self._layers.setdefault(tid, []).append(stack.push_capture(self))
         self._note_threads()
 
     def _pop(self) -> None:
         self._note_threads()
         try:
-            hooks.pop_capture(self)
+            stack.pop_capture(self)
         finally:
             layers = self._layers.get(threading.get_ident())
             if layers:
@@ -443,13 +444,20 @@ def _live_graph_roots() -> list[Any]:
     return roots
 
 
-def default_plugins() -> list[Plugin]:
-    """TE's classifier joins only when the caller already imported TE (memaudit never does)."""
-    if "transformer_engine.pytorch" in sys.modules:
-        from memaudit.te import classify as te
+PROVIDERS = ("memaudit.te",)
+"""Packages that offer a classifier: each declares ``PLUGIN = (library module, "pkg.mod:Class")``."""
 
-        return [te.TEClassifier()]
-    return []
+
+def default_plugins() -> list[Plugin]:
+    """The classifier of every provider whose library the caller already imported (memaudit never
+    imports one: TE's must be imported after its fused switch is set)."""
+    out: list[Plugin] = []
+    for provider in PROVIDERS:
+        library, ref = importlib.import_module(provider).PLUGIN
+        if library in sys.modules:
+            module, _, cls = ref.partition(":")
+            out.append(getattr(importlib.import_module(module), cls)())
+    return out
 
 
 @contextmanager

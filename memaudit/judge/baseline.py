@@ -23,6 +23,10 @@ the tolerance in either direction (decreases, new cases, status and fused-path c
 Byte metrics count non-parameter rows (what ``saved_bytes`` counts), logical bytes, each duplicate
 once. A percent tolerance is taken of the case's baseline ``saved_bytes``, for every byte metric of
 that case, so a new 100-byte buffer in a 1 GiB case passes under ``0.5%``.
+
+Why one file of about 600 lines: the comparison model (findings, per-case diffs), the byte
+metrics it compares and the baseline refresh share one notion of "the same buffer across runs"
+(:func:`row_key`) and one tolerance; split, each half would need the other's internals.
 """
 
 from __future__ import annotations

@@ -5,6 +5,10 @@ the file, the key path and the bad value (exit 2, nothing written). :meth:`Scena
 the CaseSpecs to run; :func:`evaluate` applies the budgets to a report (filling each case's
 ``budgets``) and :func:`outcome` sums the verdicts up (the CLI turns it into the exit status).
 The rule language is documented in docs/budgets.md.
+
+Why one file of about 550 lines: most of it is the validating reader, one function per table of
+the TOML schema, each naming the file, key path and value of what is wrong; it reads best in the
+order of the schema.
 """
 
 from __future__ import annotations

@@ -5,3 +5,7 @@ orders), ``target`` (the grouped-MLP target), ``estimate`` (saved bytes from sha
 rules), ``expected`` (the estimate beside measured rows), ``doctor`` and ``environment`` (probes).
 Importing this package imports nothing of TE; each module says whether it does.
 """
+
+PLUGIN = ("transformer_engine.pytorch", "memaudit.te.classify:TEClassifier")
+"""TE's classifier joins every capture once the caller has imported TE (see
+:func:`memaudit.capture.recorder.default_plugins`)."""

@@ -27,7 +27,7 @@ import torch
 from transformer_engine.pytorch.quantized_tensor import QuantizedTensor, QuantizedTensorStorage
 from transformer_engine.pytorch.tensor.storage.grouped_tensor_storage import GroupedTensorStorage
 
-from memaudit.capture import hooks
+from memaudit.capture import hooks, stack
 from memaudit.capture import tensors as tclass
 from memaudit.report import Row
 from memaudit.te.layout import BUFFER_SLOTS, GROUPED_SLOTS
@@ -254,7 +254,7 @@ class TEClassifier:
 
     def install(self) -> None:
         install_provenance()
-        hooks.register_hook_namer(_offload_hook_kind)
+        stack.register_hook_namer(_offload_hook_kind)
 
     def uninstall(self) -> None:
         """Nothing to undo: the wrappers are inert outside a capture."""
