@@ -34,9 +34,9 @@ VIA = ("hook", "ctx", "unhooked")
 sees those); a saved tensor the graph walk met that no memaudit hook packed."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Row:
-    """One saved buffer.
+    """One saved buffer; immutable (enrichment steps return new rows: ``dataclasses.replace``).
 
     ``bytes`` is numel x element size (logical). ``storage`` names the untyped storage the buffer
     lives in (``s0``, ``s1``, ... in first-seen order); ``op`` is the autograd node that saved it

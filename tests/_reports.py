@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -145,13 +146,12 @@ def resize_row(report: Report, case_id: str, index: int, by: int, *, storage: bo
     case = out.case(case_id)
     assert case is not None
     row = case.rows[index]
-    row.bytes += by
-    row.shape = [row.shape[0] + by] + row.shape[1:] if len(row.shape) == 1 else row.shape
+    shape = [row.shape[0] + by] + row.shape[1:] if len(row.shape) == 1 else row.shape
+    row = dataclasses.replace(row, bytes=row.bytes + by, shape=shape)
+    case.rows[index] = row
     if storage:
-        row.storage_bytes += by
-        for r in case.rows:
-            if r.storage == row.storage:
-                r.storage_bytes = row.storage_bytes
+        grown = row.storage_bytes + by
+        case.rows = [dataclasses.replace(r, storage_bytes=grown) if r.storage == row.storage else r for r in case.rows]
     case.totals = compute_totals(case.rows)
     return out
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from _reports import (
     REF_BF16,
@@ -250,8 +252,8 @@ def test_duplicates_and_parameters_do_not_count_as_saved_bytes() -> None:
     b = RowBuilder()
     b.rows = case.rows
     b.add("fc1.input", "tensor", nbytes=case.rows[0].bytes, duplicate_of=0)
-    case.rows[3].bytes *= 2  # the parameter (fc1.weight)
-    case.rows[3].storage_bytes *= 2
+    w = case.rows[3]  # the parameter (fc1.weight)
+    case.rows[3] = dataclasses.replace(w, bytes=w.bytes * 2, storage_bytes=w.storage_bytes * 2)
     case.totals = compute_totals(case.rows)
     cmp = compare_reports(base, cur)
     assert {f.label for f in cmp.findings} == {"rows"}

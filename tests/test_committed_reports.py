@@ -6,6 +6,7 @@ the baselines, so a change to any of them that disagrees with the measurement fa
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -46,8 +47,7 @@ def test_estimator_predicts_every_measured_h200_row(name: str) -> None:
     report = load_report(H200 / name)
     covered = 0
     for case in report.cases:
-        for row in case.rows:
-            row.expected_bytes = None
+        case.rows = [dataclasses.replace(row, expected_bytes=None) for row in case.rows]
         case.warnings = []
         mismatches = attach_expected(case)
         if mismatches is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import tomllib
 from pathlib import Path
@@ -161,7 +162,9 @@ def test_reference_scenario_holds_for_the_reference_target() -> None:
     assert {v.verdict for v in verdicts} == {"pass"}, [v.message for v in verdicts if v.verdict != "pass"]
     assert OUTCOME_CODES[outcome(report, verdicts, s)] == exitcodes.OK
     # and it notices a weight that is no longer the Parameter
-    report.cases[1].rows[next(r.index for r in report.cases[1].rows if r.is_parameter)].is_parameter = False
+    rows = report.cases[1].rows
+    i = next(r.index for r in rows if r.is_parameter)
+    rows[i] = dataclasses.replace(rows[i], is_parameter=False)
     verdicts = evaluate(report, s)
     assert [(v.case_id, v.rule) for v in verdicts if v.failed] == [(report.cases[1].id, "weights-are-parameters")]
 

@@ -8,6 +8,7 @@ resides, names operands from labels, and computes the totals.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import importlib
 import sys
@@ -42,8 +43,8 @@ class Plugin(Protocol):
     def expand(self, t: Any) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any], torch.Tensor]]] | None:
         """A container row and its ``(name, fields, buffer)`` list for an object saved whole, or None."""
 
-    def annotate(self, rows: list[Row], cap: Capture) -> None:
-        """Name operands of finished rows (``cap.walk_nodes`` holds the Python nodes walked)."""
+    def annotate(self, rows: list[Row], cap: Capture) -> list[Row]:
+        """The finished rows with operands named (``cap.walk_nodes`` holds the Python nodes walked)."""
 
 
 @dataclass
@@ -235,7 +236,7 @@ class Capture:
                 builder.add_found(found)
             rows, freed = builder.finish()
             for plugin in self.plugins:
-                plugin.annotate(rows, self)
+                rows = plugin.annotate(rows, self)
         finally:
             self.walk_nodes = []
         warnings = list(self.warnings) + builder.warnings + walked.warnings
@@ -383,16 +384,18 @@ class _RowBuilder:
 
     def finish(self) -> tuple[list[Row], list[Row]]:
         # Parameters by storage: a row that shares a parameter's storage is parameter memory.
-        for row, sref in zip(self.rows, self._row_sref, strict=True):
-            if sref is not None:
-                if id(sref) in self._param_storages:
-                    row.is_parameter = True
-                if id(sref) in self._outputs:
-                    row.aliases_output = True
-        for row in self.rows:
-            if row.container_index is not None and self.rows[row.container_index].is_parameter:
-                row.is_parameter = True
-        return self.rows, self.freed
+        rows = self.rows
+        for i, (row, sref) in enumerate(zip(rows, self._row_sref, strict=True)):
+            if sref is None:
+                continue
+            param = row.is_parameter or id(sref) in self._param_storages
+            output = row.aliases_output or id(sref) in self._outputs
+            if (param, output) != (row.is_parameter, row.aliases_output):
+                rows[i] = dataclasses.replace(row, is_parameter=param, aliases_output=output)
+        for i, row in enumerate(rows):
+            if row.container_index is not None and rows[row.container_index].is_parameter and not row.is_parameter:
+                rows[i] = dataclasses.replace(row, is_parameter=True)
+        return rows, self.freed
 
     def device_storages(self) -> dict[int, tuple[Any, int]]:
         """id -> (storage ref, nbytes) of every live device-resident storage the rows name."""

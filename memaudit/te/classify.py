@@ -18,6 +18,7 @@ Importing this module imports TE; memaudit imports it only when the caller alrea
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from functools import partial
@@ -288,10 +289,12 @@ class TEClassifier:
         return container, inner
 
     # -- roles from the fuser ------------------------------------------------------------------
-    def annotate(self, rows: list[Row], cap: Any) -> None:
+    def annotate(self, rows: list[Row], cap: Any) -> list[Row]:
+        rows = list(rows)
         for node in getattr(cap, "walk_nodes", ()):
             if hasattr(node, "basic_op_ctxs") and hasattr(node, "tensor_objects"):
                 label_fuser_rows(node, rows)
+        return rows
 
 
 def _entry_counts(tensor_objects: list[Any]) -> list[int]:
@@ -311,7 +314,8 @@ def _entry_counts(tensor_objects: list[Any]) -> list[int]:
 
 
 def label_fuser_rows(node: Any, rows: list[Row]) -> None:
-    """Name operands of the rows a TE ``OperationFuser`` saved (roles from te-internals §2.1/§2.4)."""
+    """Name operands of the rows a TE ``OperationFuser`` saved (roles from te-internals §2.1/§2.4):
+    the named rows replace the originals in ``rows`` (a row's ``index`` is its position)."""
     op_name = type(node).__name__
     counts = _entry_counts(list(node.tensor_objects))
     # flat position -> to_save entry index
@@ -360,9 +364,7 @@ def _set_role(row: Row, rows: list[Row], role: tuple[str, int | None]) -> None:
     if row.kind == "container":
         targets += [r for r in rows if r.container_index == row.index]
     for r in targets:
-        r.operand = operand
-        if group is not None:
-            r.group = group
+        rows[r.index] = dataclasses.replace(r, operand=operand, group=r.group if group is None else group)
 
 
 _GL_META = ("split_sizes", "base_split_offsets", "split_points", "input_offsets", "output_offsets")

@@ -24,7 +24,7 @@ def spec_of(case: CaseReport) -> CaseSpec:
 
 
 def attach_expected(case: CaseReport) -> int | None:
-    """Fill ``expected_bytes`` on matching rows; return the number of mismatches (None: not covered).
+    """Put ``expected_bytes`` on matching rows (the case gets new rows); return the number of mismatches (None: not covered).
 
     A row the estimator does not predict, or a predicted row that was not measured, is a mismatch
     and named in the case's warnings.
@@ -40,22 +40,25 @@ def attach_expected(case: CaseReport) -> int | None:
     for row in expected:
         queue[_key(row)].append(row)
     mismatches = 0
+    rows = []
     for row in case.rows:
         todo = queue.get(_key(row))
         if not todo:
             mismatches += 1
             case.warnings.append(f"expected: row #{row.index} ({row.operand} {row.slot}) not predicted")
+            rows.append(row)
             continue
         exp = todo.pop(0)
-        row.expected_bytes = exp.bytes
+        rows.append(dataclasses.replace(row, expected_bytes=exp.bytes))
         if exp.bytes != row.bytes or exp.shape != row.shape:
             mismatches += 1
             case.warnings.append(
                 f"expected: row #{row.index} ({row.operand} {row.slot}) measured {row.shape} {row.bytes} B, "
                 f"estimated {exp.shape} {exp.bytes} B"
             )
-    for rows in queue.values():
-        for exp in rows:
+    case.rows = rows
+    for left in queue.values():
+        for exp in left:
             mismatches += 1
             case.warnings.append(f"expected: predicted {exp.operand} {exp.slot} {exp.shape} was not measured")
     return mismatches

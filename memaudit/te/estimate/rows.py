@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import platform
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -132,9 +133,7 @@ def expected_rows(spec: CaseSpec) -> list[Row] | None:
     except UsageError:
         return None
     device = spec.device if ":" in spec.device or spec.device == "cpu" else f"{spec.device}:0"
-    for r in case.rows:
-        r.device = device
-    return case.rows
+    return [dataclasses.replace(r, device=device) for r in case.rows]
 
 
 def estimate_report(cases: list[CaseReport]) -> Report:
