@@ -1,21 +1,43 @@
-"""The environment a report was measured in: versions and device, nothing machine-specific."""
+"""The environment a report was measured in: versions and device, nothing machine-specific.
+
+Imports torch only when asked for an environment (the pytest plugin reads ``libraries()`` early).
+"""
 
 from __future__ import annotations
 
 import importlib
 import platform
+from dataclasses import dataclass
 from typing import Any
-
-import torch
 
 import memaudit
 
 LIBRARY_PROBES = ("memaudit.te.environment",)
-"""Modules whose ``probe()`` adds a library's versions (each imports its library only if already imported)."""
+"""Modules whose ``probe()`` adds a library's versions (each imports its library only if already
+imported) and whose ``LIBRARY`` names it."""
+
+
+@dataclass(frozen=True)
+class Library:
+    """A library whose version can change what is saved: how reports and comments name it."""
+
+    key: str
+    """Its key in a report's ``environment``."""
+    short: str
+    """Its name in one-line summaries (PR comment footers)."""
+    name: str
+    """Its name in sentences."""
+
+
+def libraries() -> tuple[Library, ...]:
+    """Every probed library, in probe order."""
+    return tuple(importlib.import_module(p).LIBRARY for p in LIBRARY_PROBES)
 
 
 def device_class(device: str) -> str:
     """'cpu', or 'sm90' / 'sm100' for a CUDA device."""
+    import torch
+
     if device.startswith("cuda") and torch.cuda.is_available():
         major, minor = torch.cuda.get_device_capability()
         return f"sm{major}{minor}"
@@ -23,7 +45,9 @@ def device_class(device: str) -> str:
 
 
 def environment(device: str) -> dict[str, Any]:
-    """Deterministic facts: versions, device name and class; TE details if TE is imported."""
+    """Deterministic facts: versions, device name and class; each probed library's details."""
+    import torch
+
     env: dict[str, Any] = {
         "memaudit": memaudit.__version__,
         "python": platform.python_version(),

@@ -102,7 +102,7 @@ def run(
     dtype: Annotated[str | None, typer.Option(help="bf16 | fp32")] = None,
     device: Annotated[str | None, typer.Option(help="cpu | cuda. Default: cuda for the TE target, else cpu.")] = None,
     splits: Annotated[str | None, typer.Option(help="Explicit token splits, e.g. 256,0,512,256 (one group count only).")] = None,
-    fused: Annotated[bool | None, typer.Option("--fused/--no-fused", help="Set NVTE_CUTEDSL_FUSED_GROUPED_MLP before TE is imported. Default: fused where TE can fuse (compute capability 10.x).")] = None,
+    fused: Annotated[bool | None, typer.Option("--fused/--no-fused", help="Use the target's fused kernel (TE target: set before TE is imported; see memaudit doctor). Default: fused where the target can fuse.")] = None,
     single_grouped_weight: Annotated[bool, typer.Option(help="TE target: one grouped weight parameter instead of discrete ones.")] = False,
     activation: Annotated[str, typer.Option(help="TE target activation: swiglu | clamped-qgeglu | srelu.")] = "swiglu",
     scenario: Annotated[Path | None, typer.Option(help="Scenario TOML: its cases and budgets replace the matrix flags.")] = None,

@@ -38,6 +38,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from memaudit.environment import libraries
 from memaudit.errors import UsageError
 from memaudit.report import CaseReport, PathInfo, Report, Row
 from memaudit.units import fmt_bytes, fmt_delta, parse_bytes
@@ -50,7 +51,7 @@ NEUTRAL = "neutral"
 
 # Environment keys whose difference can change saved bytes, with the words used to name them.
 ENV_KEYS = (
-    ("transformer_engine", "TransformerEngine version"),
+    *((lib.key, f"{lib.name} version") for lib in libraries()),
     ("device_class", "device class"),
     ("torch", "torch version"),
 )
@@ -311,7 +312,7 @@ def _env_value(env: dict[str, Any], key: str) -> Any:
 
 def _env_text(v: Any, key: str) -> str:
     if v is None:
-        return "not installed" if key == "transformer_engine" else "unknown"
+        return "not installed" if key in {lib.key for lib in libraries()} else "unknown"
     return str(v).upper() if key == "device_class" and str(v).lower().startswith("sm") else str(v)
 
 

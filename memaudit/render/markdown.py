@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from memaudit.environment import libraries
 from memaudit.errors import UsageError
 from memaudit.judge.baseline import WORSE, CaseDiff, Comparison, Finding, kind_breakdown
 from memaudit.report import CaseReport, PathInfo, Report
@@ -351,7 +352,8 @@ def _footer(report: Report, comparison: Comparison | None) -> str:
         bits += [f"tolerance {comparison.tolerance}", f"fail on {comparison.fail_on}"]
     if report.memaudit:
         bits.append(f"memaudit {report.memaudit}")
-    for key, name in (("device_class", None), ("torch", "torch"), ("transformer_engine", "TE"), ("cuda", "CUDA")):
+    named = [("device_class", None), ("torch", "torch"), *((lib.key, lib.short) for lib in libraries()), ("cuda", "CUDA")]
+    for key, name in named:
         v = env.get(key)
         if v:
             bits.append(f"{name} {v}" if name else str(v))

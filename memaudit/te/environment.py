@@ -9,7 +9,10 @@ import sys
 from importlib import metadata
 from typing import Any
 
+from memaudit.environment import Library
+
 DIST = "transformer_engine"
+LIBRARY = Library(key="transformer_engine", short="TE", name="TransformerEngine")
 
 
 def package_version(dist: str) -> str | None:

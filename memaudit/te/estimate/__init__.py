@@ -43,6 +43,18 @@ from memaudit.te.estimate.shapes import (
 )
 from memaudit.te.estimate.sweep import SweepPoint, skipped_case, sweep_point
 
+HELP = (  # memaudit estimate --help
+
+    "Estimate what TE 2.20.2 saves for backward in the grouped MLP "
+    "(GroupedLinear(G, H, 2F), ScaledSwiGLU, GroupedLinear(G, F, H)) from shapes and TE's layout rules alone.\n\n"
+    "Paths: fused (CuTeDSL fused op, sm100, MXFP8/NVFP4), unfused-grouped (graph-safe grouped tensors), "
+    "unfused-split (tex.split_quantize; what an H200 with cuBLASLt < 13.4 runs). Default: fused for mxfp8/nvfp4 "
+    "when hidden and ffn are multiples of 64 (else unfused-grouped); unfused-split for bf16 and FP8.\n\n"
+    "Variants: te-2.20 (what 2.20.2 saves), pr3545 (NVFP4 fused-path rowwise input data and scales pruned), "
+    "ideal (only what the backward GEMMs read)."
+)
+
+
 __all__ = [
     "ARCHS",
     "ITEMSIZE",
