@@ -22,7 +22,7 @@ import dataclasses
 import functools
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformer_engine.pytorch.quantized_tensor import QuantizedTensor, QuantizedTensorStorage
@@ -32,6 +32,9 @@ from memaudit.capture import hooks, stack
 from memaudit.capture import tensors as tclass
 from memaudit.report import Row
 from memaudit.te.layout import BUFFER_SLOTS, GROUPED_SLOTS
+
+if TYPE_CHECKING:
+    from memaudit.capture.recorder import Capture
 
 try:
     from transformer_engine.pytorch.tensor.grouped_tensor import GroupedTensor
@@ -289,9 +292,9 @@ class TEClassifier:
         return container, inner
 
     # -- roles from the fuser ------------------------------------------------------------------
-    def annotate(self, rows: list[Row], cap: Any) -> list[Row]:
+    def annotate(self, rows: list[Row], cap: Capture) -> list[Row]:
         rows = list(rows)
-        for node in getattr(cap, "walk_nodes", ()):
+        for node in cap.walk_nodes:
             if hasattr(node, "basic_op_ctxs") and hasattr(node, "tensor_objects"):
                 label_fuser_rows(node, rows)
         return rows
