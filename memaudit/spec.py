@@ -14,6 +14,21 @@ DTYPES = ("bf16", "fp32")
 
 
 @dataclass(frozen=True)
+class RunFlag:
+    """A ``memaudit run`` option a target declares; its value reaches ``Target.configure(flags)``.
+
+    ``annotation`` is the option's Python type, ``decls`` typer's declarations where the default
+    spelling (``--single-grouped-weight``) is not enough (``("--fused/--no-fused",)``).
+    """
+
+    name: str
+    annotation: Any
+    default: Any
+    help: str
+    decls: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class CaseSpec:
     """One cell: a target run at one recipe, group count and shape."""
 

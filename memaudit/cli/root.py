@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
+import typing
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -90,8 +92,6 @@ def build_specs(
     return specs
 
 
-@app.command()
-@exits
 def run(
     target: Annotated[str | None, typer.Option(help="reference | te-grouped-mlp | PKG.MOD:FACTORY. Default: te-grouped-mlp where TE and a GPU are present, else reference.")] = None,
     recipe: Annotated[str | None, typer.Option(help="A recipe the target knows (te-grouped-mlp: bf16, fp8-delayed, fp8-current, fp8-block, mxfp8, nvfp4) | all; comma-separated for several.")] = None,
@@ -102,9 +102,6 @@ def run(
     dtype: Annotated[str | None, typer.Option(help="bf16 | fp32")] = None,
     device: Annotated[str | None, typer.Option(help="cpu | cuda. Default: cuda for the TE target, else cpu.")] = None,
     splits: Annotated[str | None, typer.Option(help="Explicit token splits, e.g. 256,0,512,256 (one group count only).")] = None,
-    fused: Annotated[bool | None, typer.Option("--fused/--no-fused", help="Use the target's fused kernel (TE target: set before TE is imported; see memaudit doctor). Default: fused where the target can fuse.")] = None,
-    single_grouped_weight: Annotated[bool, typer.Option(help="TE target: one grouped weight parameter instead of discrete ones.")] = False,
-    activation: Annotated[str, typer.Option(help="TE target activation: swiglu | clamped-qgeglu | srelu.")] = "swiglu",
     scenario: Annotated[Path | None, typer.Option(help="Scenario TOML: its cases and budgets replace the matrix flags.")] = None,
     expected: Annotated[bool, typer.Option(help="Add the estimator's expected bytes per row and flag mismatches.")] = False,
     backward: Annotated[bool, typer.Option(help="Run backward after each captured forward.")] = True,
@@ -113,8 +110,12 @@ def run(
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the JSON report here (atomically).")] = None,
     markdown: Annotated[Path | None, typer.Option(help="Write a markdown summary (PR comment) here.")] = None,
     quiet: Annotated[bool, typer.Option(help="Only the summary table.")] = False,
+    **target_flags: Any,
 ) -> int:
-    """Run the target for each (recipe, group count) and report every saved tensor."""
+    """Run the target for each (recipe, group count) and report every saved tensor.
+
+    The targets' own options (``Target.flags``) are added to this signature below.
+    """
     from memaudit.report import write_report
     from memaudit.runner import run_matrix
     from memaudit.targets.registry import default_target_name, get_target
@@ -127,9 +128,7 @@ def run(
         target = loaded.target
     target = target or default_target_name()
     tgt = get_target(target)
-    options: dict[str, Any] = tgt.configure(
-        {"fused": fused, "single_grouped_weight": single_grouped_weight, "activation": activation}
-    )
+    options: dict[str, Any] = tgt.configure(target_flags)
     dev = device or tgt.default_device
     if verify_allocator:
         import torch
@@ -208,6 +207,28 @@ def run(
         atomic_write_text(markdown, render_markdown(report, None, name=target))
         console.print(f"wrote {markdown}", highlight=False)
     return code
+
+
+def _with_target_flags(fn: Any) -> Any:
+    """``fn`` with every built-in target's run options in its signature (typer reads it)."""
+    from memaudit.targets.registry import run_flags
+
+    sig = inspect.signature(fn)
+    hints = typing.get_type_hints(fn, include_extras=True)  # this module's annotations are strings
+    params = [
+        p.replace(annotation=hints.get(p.name, p.annotation))
+        for p in sig.parameters.values()
+        if p.kind is not inspect.Parameter.VAR_KEYWORD
+    ]
+    for flag in run_flags():
+        option = typer.Option(*flag.decls, help=flag.help)
+        params.append(inspect.Parameter(flag.name, inspect.Parameter.KEYWORD_ONLY, default=flag.default,
+                                        annotation=Annotated[flag.annotation, option]))
+    fn.__signature__ = sig.replace(parameters=params, return_annotation=hints.get("return", sig.return_annotation))
+    return fn
+
+
+app.command()(exits(_with_target_flags(run)))
 
 
 @app.command()

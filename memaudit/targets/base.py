@@ -37,7 +37,8 @@ class Target(Protocol):
     ``default_recipes`` what runs without ``--recipe``; ``defaults`` its shape and groups;
     ``default_device`` where it runs without ``--device``.
 
-    Optional static methods: ``path_label(path) -> str | None`` names the recorded path for
+    Optional: ``flags`` (:class:`~memaudit.spec.RunFlag` s: its own ``memaudit run`` options,
+    whose values reach ``configure``), and the static methods ``path_label(path) -> str | None`` names the recorded path for
     tables, and ``path_detail(path) -> str`` says more when a path rule fails (see
     :func:`memaudit.targets.registry.path_label`); without them the core says fused / unfused.
     """

@@ -11,6 +11,7 @@ from typing import Any
 
 from memaudit.errors import UsageError
 from memaudit.report import PathInfo
+from memaudit.spec import RunFlag
 from memaudit.targets.base import Target
 
 BUILTIN = {
@@ -98,3 +99,12 @@ def path_detail(target: str, path: PathInfo) -> str:
     cls = _class_of(target)
     detail = getattr(cls, "path_detail", None)
     return detail(PathInfo(path)) if detail is not None else ""
+
+
+def run_flags() -> tuple[RunFlag, ...]:
+    """The ``run`` options every built-in target declares (one per name, first declaration wins)."""
+    seen: dict[str, RunFlag] = {}
+    for name in BUILTIN:
+        for flag in getattr(target_class(name), "flags", ()):
+            seen.setdefault(flag.name, flag)
+    return tuple(seen.values())

@@ -18,7 +18,7 @@ import torch
 from memaudit.capture import Capture
 from memaudit.errors import UsageError
 from memaudit.report import PathInfo, Row
-from memaudit.spec import CaseSpec
+from memaudit.spec import CaseSpec, RunFlag
 from memaudit.targets.base import Built, backward_sum
 from memaudit.te.recipes import RECIPES, alignment
 
@@ -238,6 +238,13 @@ class TEGroupedMLPTarget:
     supported_recipes = RECIPES
     defaults: dict[str, Any] = {"tokens": 4096, "hidden": 1024, "ffn": 2048, "groups": (1, 4, 8), "dtype": "bf16"}
     default_device = "cuda"
+    flags = (
+        RunFlag("fused", bool | None, None,
+                f"TE target: set {FUSED_ENV} before TE is imported (see memaudit doctor). Default: fused where TE can fuse (compute capability 10.x).",
+                ("--fused/--no-fused",)),
+        RunFlag("single_grouped_weight", bool, False, "TE target: one grouped weight parameter instead of discrete ones."),
+        RunFlag("activation", str, "swiglu", f"TE target activation: {' | '.join(ACTIVATIONS)}."),
+    )
 
     @staticmethod
     def runs_here() -> bool:
