@@ -27,6 +27,8 @@ class Library:
     """Its name in one-line summaries (PR comment footers)."""
     name: str
     """Its name in sentences."""
+    rule_key: str | None = None
+    """The key of budget ``known_failure`` entries that match its version (``te``), if any."""
 
 
 def libraries() -> tuple[Library, ...]:

@@ -182,9 +182,8 @@ def recording() -> bool:
 def note_buffer(t: torch.Tensor, fields: Any) -> None:
     """A classifier learned what buffer ``t`` is before it reaches the hook (provenance).
 
-    One tensor can be handed over more than once (FP8 current scaling's grouped storage holds one
-    scale tensor as both ``scale_inv`` and ``columnwise_scale_inv``): the fields queue up, and each
-    pack of the tensor takes the next.
+    One tensor can be handed over more than once (a storage object may hold one tensor under two
+    attributes): the fields queue up, and each pack of the tensor takes the next.
     """
     prov = _local.state.provenance
     known = prov.get(id(t))

@@ -91,7 +91,7 @@ def estimate_cmd(
     variant: Annotated[str, typer.Option(help=f"{' | '.join(VARIANTS)}: which saved set.")] = "te-2.20",
     diff: Annotated[str | None, typer.Option(help="Also estimate this variant and show the difference (what a fix would save).")] = None,
     arch: Annotated[str | None, typer.Option(help=f"{' | '.join(ARCHS)}. Default: sm100 for fused/mxfp8/nvfp4, else sm90. Decides FP8 transpose vs single data copy.")] = None,
-    dense_single_group: Annotated[bool, typer.Option(help="Fused path, G=1: the single-group dense path (cuDNN frontend >= 1.27) saves a GroupedTensor whole.")] = True,
+    dense_single_group: Annotated[bool, typer.Option(help="Fused path, G=1: the single-group dense path (cuDNN frontend >= 1.27) saves a grouped tensor whole.")] = True,
     probs_dtype: Annotated[str, typer.Option(help="dtype of the routing probs the caller passes: float32 | bfloat16.")] = "float32",
     split_dtype: Annotated[str, typer.Option(help="dtype of the split sizes the caller passes: int64 (one tensor for FC1 and FC2) | int32.")] = "int64",
     padding: Annotated[bool, typer.Option(help="Show the per-buffer padding table (one configuration).")] = True,

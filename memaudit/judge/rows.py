@@ -70,7 +70,7 @@ def bytes_text(n: int) -> str:
 def format_row(row: RowLike) -> str:
     """One line per saved buffer, JAX ``print_saved_residuals`` style plus the role.
 
-    ``#7  fc1.input[2]  fp8  data  columnwise  (1024, 512)  uint8  512.0 KiB  [Float8TensorStorage._transpose]``
+    ``#7  fc1.input[2]  fp8  data  columnwise  (1024, 512)  uint8  512.0 KiB  [CONTAINER.SLOT]``
     """
     parts = [
         f"#{row.index}",

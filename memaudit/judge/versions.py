@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from memaudit.environment import libraries
+
 _CLAUSE = re.compile(r"^\s*(~=|===|==|!=|<=|>=|<|>)\s*([0-9][0-9A-Za-z.+*!-]*)\s*$")
 
 
@@ -88,8 +90,11 @@ def version_in(version: str, spec: str) -> bool:
 
 
 def te_version_of(environment: dict[str, Any] | None) -> str | None:
-    """``report.environment["transformer_engine"]``: a version string, a dict with one, or None."""
-    te = (environment or {}).get("transformer_engine")
+    """The version ``known_failure = { te = ... }`` is matched against: the entry in
+    ``report.environment`` of the library whose ``rule_key`` is ``te`` (a version string, or a dict
+    with one), or None."""
+    key = next((lib.key for lib in libraries() if lib.rule_key == "te"), None)
+    te = (environment or {}).get(key) if key is not None else None
     if isinstance(te, dict):
         te = te.get("version")
     return te if isinstance(te, str) and te else None

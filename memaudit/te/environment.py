@@ -12,7 +12,7 @@ from typing import Any
 from memaudit.environment import Library
 
 DIST = "transformer_engine"
-LIBRARY = Library(key="transformer_engine", short="TE", name="TransformerEngine")
+LIBRARY = Library(key="transformer_engine", short="TE", name="TransformerEngine", rule_key="te")
 
 
 def package_version(dist: str) -> str | None:
