@@ -2,7 +2,8 @@
 
 ``classify`` (TE storage objects and the fuser's roles), ``layout`` (buffer attributes and slot
 orders), ``target`` (the grouped-MLP target), ``estimate`` (saved bytes from shapes and layout
-rules), ``expected`` (the estimate beside measured rows), ``doctor`` and ``environment`` (probes).
+rules), ``expected`` (the estimate beside measured rows), ``doctor`` and ``environment`` (probes),
+``emulate`` (TE's real code on an emulated architecture: the capability gates so far).
 Importing this package imports nothing of TE; each module says whether it does.
 """
 

@@ -1,0 +1,63 @@
+"""TE 2.20.2's capability gates as an emulated architecture sees them.
+
+Inside :func:`emulated_arch`, every TE module that bound ``get_device_compute_capability``
+(``utils.py:159``, imported by name in ``quantization.py``, ``ops/basic/grouped_linear.py``,
+``ops/fused/grouped_mlp.py`` and others) sees the emulated compute capability, and TE's cached
+recipe-support answers (``quantization.py:50-53``) are recomputed by TE's own ``_compute_*``
+functions, so the reasons are TE's own strings. On exit (also when the block raises) every
+binding and cache is put back, including bindings made by modules imported inside the block.
+
+Only the gates: no kernel is replaced, and the fused grouped-MLP op's ``is_supported`` caches
+and import-time registration are not touched yet.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from memaudit.errors import UsageError
+
+ARCHS = {"sm90": (9, 0), "sm100": (10, 0)}
+"""Emulated architectures and their compute capability."""
+
+SUPPORT_CACHES = ("_FP8_SUPPORT", "_MXFP8_SUPPORT", "_NVFP4_SUPPORT", "_FP8_BLOCK_SCALING_SUPPORT")
+"""Module globals of ``transformer_engine.pytorch.quantization`` caching each recipe's (ok, reason)."""
+
+GATE_NAME = "get_device_compute_capability"
+
+
+def _te_modules() -> list[Any]:
+    return [m for name, m in list(sys.modules.items()) if m is not None and name.startswith("transformer_engine")]
+
+
+@contextmanager
+def emulated_arch(arch: str) -> Iterator[tuple[int, int]]:
+    """TE's gates answer as on ``arch`` (``sm90``, ``sm100``) inside the block; yields its capability."""
+    if arch not in ARCHS:
+        raise UsageError(f"unknown architecture {arch!r}; use one of {', '.join(ARCHS)}", key="--arch")
+    capability = ARCHS[arch]
+    import transformer_engine.pytorch.quantization as quantization
+    import transformer_engine.pytorch.utils as te_utils
+
+    original = getattr(te_utils, GATE_NAME)
+
+    def get_device_compute_capability() -> tuple[int, int]:
+        return capability
+
+    bound = [m for m in _te_modules() if getattr(m, GATE_NAME, None) is original]
+    caches = {name: getattr(quantization, name) for name in SUPPORT_CACHES}
+    try:
+        for module in bound:
+            setattr(module, GATE_NAME, get_device_compute_capability)
+        for name in SUPPORT_CACHES:
+            setattr(quantization, name, None)
+        yield capability
+    finally:
+        for module in _te_modules():  # also modules that bound the stand-in while inside
+            if getattr(module, GATE_NAME, None) is get_device_compute_capability:
+                setattr(module, GATE_NAME, original)
+        for name, value in caches.items():
+            setattr(quantization, name, value)
