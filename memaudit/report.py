@@ -247,6 +247,11 @@ class CaseReport:
     splits = property(lambda self: list(self.spec.splits or ()))
 
     @property
+    def fused(self) -> bool | None:
+        """``path.fused``: whether the target's fused kernel ran, or None where it records no path."""
+        return self.path.fused if self.path is not None else None
+
+    @property
     def options(self) -> dict[str, Any]:
         return self.spec.options
 
@@ -260,7 +265,7 @@ class CaseReport:
         out["rows"] = [asdict(r) for r in self.rows]
         out["freed"] = [asdict(r) for r in self.freed]
         out["totals"] = asdict(self.totals)
-        out["path"] = None if self.path is None else PathInfo(self.path).to_dict()
+        out["path"] = None if self.path is None else self.path.to_dict()
         return out
 
     @classmethod

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from memaudit.report import CaseReport, Report, Row, compute_totals
+from memaudit.report import CaseReport, PathInfo, Report, Row, compute_totals
 from memaudit.runner import empty_case
 from memaudit.spec import CaseSpec
 
@@ -77,7 +77,8 @@ def make_case(
     path: dict[str, Any] | None = None,
 ) -> CaseReport:
     case = empty_case(CaseSpec(target, recipe, groups, tokens, hidden, ffn, dtype))
-    case.status, case.reason, case.path = status, reason, path
+    case.status, case.reason = status, reason
+    case.path = PathInfo(path) if path is not None else None
     case.rows, case.totals = rows, compute_totals(rows)
     return case
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from memaudit.report import CaseReport, Report, Row, compute_totals, write_report
+from memaudit.report import CaseReport, PathInfo, Report, Row, compute_totals, write_report
 from memaudit.spec import CaseSpec
 
 ENV = {
@@ -113,7 +113,7 @@ def make_case(case_id: str, rows: list[Row] | None = None, *, status: str = "ok"
         id=case_id,
         status=status,
         reason=reason,
-        path=path,
+        path=PathInfo(path) if path is not None else None,
         rows=rows,
         totals=compute_totals(rows),
     )

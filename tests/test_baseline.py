@@ -27,7 +27,7 @@ from memaudit.judge.baseline import (
     parse_tolerance,
     update_baseline,
 )
-from memaudit.report import compute_totals
+from memaudit.report import PathInfo, compute_totals
 
 
 def failing_labels(cmp) -> set[tuple[str, str]]:
@@ -216,9 +216,9 @@ def test_missing_case_is_reported_and_fails_only_on_change() -> None:
 
 def test_fused_path_lost_is_a_regression() -> None:
     base = sample_report()
-    base.case(TE_BF16).path = {"fused": True}
+    base.case(TE_BF16).path = PathInfo({"fused": True})
     cur = copy_report(base)
-    cur.case(TE_BF16).path = {"fused": False}
+    cur.case(TE_BF16).path = PathInfo({"fused": False})
     cmp = compare_reports(base, cur)
     assert cmp.regressed
     assert failing_labels(cmp) == {(TE_BF16, "path.fused")}

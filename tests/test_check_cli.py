@@ -211,3 +211,25 @@ def test_judged_json_keeps_the_schema(reference_report: Path, tmp_path: Path) ->
     assert run(reference_report, "--scenario", scen, "--json", out).exit_code == 0
     data = json.loads(out.read_text())
     assert data["schema"] == "memaudit.report/2" and all(c["budgets"] == [] for c in data["cases"])
+
+
+def test_judging_a_report_imports_no_torch() -> None:
+    """``check`` runs where only reports are: loading a scenario (its targets' recipes included),
+    judging a report and naming paths import neither torch nor TE."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from memaudit.judge.scenario import evaluate, load_scenario\n"
+        "from memaudit.report import load_report\n"
+        "from memaudit.targets import registry\n"
+        "s = load_scenario('scenarios/grouped_mlp.toml')\n"
+        "r = load_report('reports/h200/te-grouped-mlp.json')\n"
+        "assert evaluate(r, s)\n"
+        "assert registry.path_label(r.cases[0].target, r.cases[0].path) == 'split-quantize'\n"
+        "print('torch' in sys.modules, 'transformer_engine' in sys.modules)\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root).stdout.split()
+    assert out == ["False", "False"]

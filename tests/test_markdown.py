@@ -24,6 +24,7 @@ from markdown_it.token import Token
 from memaudit.errors import UsageError
 from memaudit.judge.baseline import compare_reports
 from memaudit.render.markdown import GITHUB_LIMIT, render_markdown
+from memaudit.report import PathInfo
 from memaudit.spec import CaseSpec
 from memaudit.units import fmt_delta
 
@@ -216,9 +217,9 @@ def test_path_column_only_when_a_case_has_a_path() -> None:
     p = parse(render_markdown(rep, compare_reports(rep, copy_report(rep))))
     assert "path" not in p.blocks[0].tables[0][0]
     base = sample_report()
-    base.case(TE_FP8).path = {"fused": True}
+    base.case(TE_FP8).path = PathInfo({"fused": True})
     cur = copy_report(base)
-    cur.case(TE_FP8).path = {"fused": False}
+    cur.case(TE_FP8).path = PathInfo({"fused": False})
     p = parse(render_markdown(cur, compare_reports(base, cur)))
     assert p.blocks[0].tables[0][1][6] == "unfused (was fused)"
     assert any("fused path no longer used" in i for i in p.blocks[0].items)

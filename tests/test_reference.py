@@ -11,7 +11,8 @@ import torch
 
 from memaudit.capture import capture
 from memaudit.spec import CaseSpec, default_splits
-from memaudit.targets.reference import DTYPES, ReferenceGroupedMLP, ReferenceTarget, make_inputs
+from memaudit.targets.reference import ReferenceTarget
+from memaudit.targets.reference_model import DTYPES, ReferenceGroupedMLP, make_inputs
 from memaudit.te.recipes import ALIGNMENT
 
 T, H, F = 256, 64, 128

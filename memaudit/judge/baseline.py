@@ -40,7 +40,7 @@ from typing import Any
 
 from memaudit.environment import libraries
 from memaudit.errors import UsageError
-from memaudit.report import CaseReport, PathInfo, Report, Row
+from memaudit.report import CaseReport, Report, Row
 from memaudit.units import fmt_bytes, fmt_delta, parse_bytes
 
 FAIL_ON = ("increase", "change")
@@ -397,7 +397,7 @@ def _compare_case(
         add(Finding(cid, "status", "reason", base.reason, cur.reason, NEUTRAL, False,
                     f"still error, reason changed: {cur.reason}"))
 
-    bf, cf = _fused(base), _fused(cur)
+    bf, cf = base.fused, cur.fused
     if bf is not None and cf is not None and bf != cf:
         direction = WORSE if bf and not cf else BETTER
         text = "fused path no longer used (path.fused true -> false)" if bf else "fused path now used (path.fused false -> true)"
@@ -424,10 +424,6 @@ def _status_direction(before: str, after: str) -> str:
     if before == "error" and after == "skipped":
         return NEUTRAL
     return WORSE if rank.get(after, 2) > rank.get(before, 2) else BETTER
-
-
-def _fused(c: CaseReport) -> bool | None:
-    return PathInfo(c.path).fused if c.path is not None else None
 
 
 def _compare_bytes(diff: CaseDiff, base: CaseReport, cur: CaseReport, tol: Tolerance, strict: bool) -> None:

@@ -33,7 +33,6 @@ from memaudit.judge.rules import (
     nonempty_groups,
     operand_matches,
 )
-from memaudit.report import PathInfo
 from memaudit.targets import registry
 from memaudit.units import fmt_bytes
 
@@ -322,7 +321,7 @@ def check_path(rule: Rule, case: CaseLike, ctx: Context) -> tuple[str, Violation
     """The fused op ran (``fused``) or did not (``unfused``)."""
     check = rule.check
     assert isinstance(check, PathCheck)
-    path = PathInfo(case.path) if case.path is not None else None
+    path = case.path
     if path is None or path.fused is None:
         raise rule.error(
             f"path = {check.expected()!r} cannot apply: case {case.id} records no path (no 'fused' flag; the target reports none)",

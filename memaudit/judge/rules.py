@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Protocol
 from memaudit.errors import UsageError, did_you_mean
 from memaudit.judge.rows import RowLike, bytes_text, operand_base
 from memaudit.judge.versions import version_in
+from memaudit.report import PathInfo
 from memaudit.units import parse_bytes
 
 CHECKS = ("count", "forbid", "max_bytes", "exact_bytes", "ratio", "path")
@@ -42,7 +43,7 @@ class CaseLike(Protocol):
     ffn: int
     dtype: str
     splits: list[int]
-    path: dict[str, Any] | None
+    path: PathInfo | None
     rows: list[Any]
     totals: Any
 

@@ -20,7 +20,7 @@ from typing import Any
 from memaudit.environment import libraries
 from memaudit.errors import UsageError
 from memaudit.judge.baseline import WORSE, CaseDiff, Comparison, Finding, kind_breakdown
-from memaudit.report import CaseReport, PathInfo, Report
+from memaudit.report import CaseReport, Report
 from memaudit.units import fmt_bytes, fmt_delta
 
 GITHUB_LIMIT = 65536
@@ -184,13 +184,9 @@ def _kinds_cell(case: CaseReport, diff: CaseDiff | None) -> str:
     return ", ".join(parts) if parts else "-"
 
 
-def _fused(c: CaseReport | None) -> bool | None:
-    return PathInfo(c.path).fused if c is not None and c.path is not None else None
-
-
 def _path_cell(e: _Entry) -> str:
     def word(c: CaseReport | None) -> str | None:
-        return PathInfo(c.path).label() if c is not None and c.path is not None else None
+        return c.path.label() if c is not None and c.path is not None else None
 
     now = word(e.case if (e.diff is None or e.diff.state != "missing") else None)
     before = word(e.diff.baseline) if e.diff is not None else None
@@ -380,10 +376,10 @@ def render_markdown(
         head.append("")
     compare = comparison is not None
     groups = _groups(report, comparison)
-    show_path = any(_fused(e.case) is not None for g in groups for e in g.entries)
+    show_path = any(e.case.fused is not None for g in groups for e in g.entries)
     if comparison is not None:
         show_path = show_path or any(
-            d.baseline is not None and _fused(d.baseline) is not None for d in comparison.cases
+            d.baseline is not None and d.baseline.fused is not None for d in comparison.cases
         )
     footer = _footer(report, comparison)
     if not groups:

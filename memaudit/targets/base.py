@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from memaudit.capture import Capture, iter_tensors
 from memaudit.report import PathInfo, Row
 from memaudit.spec import CaseSpec
+
+if TYPE_CHECKING:
+    from memaudit.capture import Capture
 
 
 @dataclass
@@ -75,6 +77,8 @@ class Target(Protocol):
 def backward_sum(outputs: Any) -> None:
     """Backward through the sum of every floating output that requires grad."""
     loss = None
+    from memaudit.capture import iter_tensors
+
     for t in iter_tensors(outputs):
         if t.requires_grad and t.is_floating_point():
             s = t.float().sum()

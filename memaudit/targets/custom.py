@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from memaudit.capture import Capture
 from memaudit.errors import UsageError
 from memaudit.spec import CaseSpec
 from memaudit.targets.base import Built, backward_sum
+
+if TYPE_CHECKING:
+    from memaudit.capture import Capture
 
 
 def load_factory(ref: str) -> Any:

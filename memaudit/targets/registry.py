@@ -12,7 +12,7 @@ from typing import Any
 from memaudit.errors import UsageError
 from memaudit.report import PathInfo
 from memaudit.spec import RunFlag
-from memaudit.targets.base import Target
+from memaudit.targets.base import Target  # torch-free: the protocol only
 
 BUILTIN = {
     "reference": "memaudit.targets.reference:ReferenceTarget",
@@ -88,7 +88,6 @@ def path_label(target: str, path: PathInfo | None) -> str | None:
     where it declares ``path_label``; else fused / unfused, or None)."""
     if path is None:
         return None
-    path = PathInfo(path)
     cls = _class_of(target)
     name = getattr(cls, "path_label", None)
     return name(path) if name is not None else path.label()
@@ -98,7 +97,7 @@ def path_detail(target: str, path: PathInfo) -> str:
     """What a target says about a path beyond its name (why a rule on it failed), or ''."""
     cls = _class_of(target)
     detail = getattr(cls, "path_detail", None)
-    return detail(PathInfo(path)) if detail is not None else ""
+    return detail(path) if detail is not None else ""
 
 
 def run_flags() -> tuple[RunFlag, ...]:

@@ -11,16 +11,18 @@ import os
 import sys
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from memaudit.capture import Capture
 from memaudit.errors import UsageError
 from memaudit.report import PathInfo, Row
 from memaudit.spec import CaseSpec, RunFlag
 from memaudit.targets.base import Built, backward_sum
 from memaudit.te.recipes import RECIPES, alignment
+
+if TYPE_CHECKING:
+    import torch
+
+    from memaudit.capture import Capture
 
 FUSED_ENV = "NVTE_CUTEDSL_FUSED_GROUPED_MLP"
 ACTIVATIONS = ("swiglu", "clamped-qgeglu", "srelu")
@@ -31,6 +33,8 @@ def set_fused_env(fused: bool | None) -> str:
 
     ``None`` means fused where TE can fuse: compute capability 10.x.
     """
+    import torch
+
     if fused is None:
         can = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 10
         value = os.environ.get(FUSED_ENV, "1" if can else "0")
@@ -113,6 +117,8 @@ def _version_tuple(v: str) -> tuple[int, ...]:
 
 def why_fused_cannot_register() -> str | None:
     """The first failing condition of ``GroupedMLP_CuTeGEMMGLU.is_supported`` (te-internals §1.1)."""
+    import torch
+
     if int(os.environ.get(FUSED_ENV, "0") or 0) <= 0:
         return f"{FUSED_ENV} is not set to a positive value"
     if not torch.cuda.is_available():
@@ -137,6 +143,8 @@ def why_fused_cannot_register() -> str | None:
 
 def why_not_fused(spec: CaseSpec, recipe: Any) -> str | None:
     """Every failing fusion condition for this case, TE's check order first (te-internals §1.1-1.2)."""
+    import torch
+
     reasons = []
     registered = why_fused_cannot_register()
     if registered:
@@ -167,6 +175,7 @@ def why_not_fused(spec: CaseSpec, recipe: Any) -> str | None:
 
 def grouped_linear_path(spec: CaseSpec, recipe: Any) -> tuple[str, str]:
     """Which GroupedLinear path TE takes and why, using TE's own predicate (te-internals §1.5)."""
+    import torch
     from transformer_engine.pytorch.ops.basic.grouped_linear import is_op_fuser_grouped_tensor_path_supported
 
     dtype = torch.bfloat16 if spec.dtype == "bf16" else torch.float32
@@ -188,6 +197,8 @@ def fmt_cublaslt(v: int | None) -> str:
 
 
 def _grouped_path_reason(spec: CaseSpec, recipe: Any, grouped: bool) -> str:
+    import torch
+
     cc = torch.cuda.get_device_capability() if torch.cuda.is_available() else (0, 0)
     v = cublaslt_version() or 0
     lt = f"cuBLASLt {fmt_cublaslt(v)}"
@@ -251,6 +262,8 @@ class TEGroupedMLPTarget:
         """CUDA is available and TE is installed (not imported: the fused switch must come first)."""
         import importlib.util
 
+        import torch
+
         return torch.cuda.is_available() and importlib.util.find_spec("transformer_engine") is not None
 
     @staticmethod
@@ -289,6 +302,8 @@ class TEGroupedMLPTarget:
         return options
 
     def skip_reason(self, spec: CaseSpec) -> str | None:
+        import torch
+
         if not spec.device.startswith("cuda") or not torch.cuda.is_available():
             return "TransformerEngine runs on CUDA only (no CUDA device here)"
         te, why = import_te()
@@ -298,6 +313,8 @@ class TEGroupedMLPTarget:
         return None if ok else (reason or f"{spec.recipe} is not available on this GPU")
 
     def build(self, spec: CaseSpec) -> Built:
+        import torch
+
         te, why = import_te()
         if te is None:
             raise RuntimeError(why)
