@@ -28,7 +28,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=15)
     args = ap.parse_args()
     set_fused_env(None)
-    spec = CaseSpec("te-grouped-mlp", args.recipe, 8, args.tokens, 4096, 2048, device="cuda")
+    spec = CaseSpec.make("te-grouped-mlp", args.recipe, 8, tokens=args.tokens, hidden=4096, ffn=2048, device="cuda")
     built = TEGroupedMLPTarget().build(spec)
 
     def bare() -> None:

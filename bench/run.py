@@ -704,7 +704,7 @@ class Bench:
     def _spec(self, recipe: str, tokens: int, hidden: int, ffn: int, groups: int) -> Any:
         from memaudit.spec import CaseSpec
 
-        return CaseSpec(self.target.name, recipe, groups, tokens, hidden, ffn, dtype="bf16", device=self.device)
+        return CaseSpec.make(self.target.name, recipe, groups, tokens=tokens, hidden=hidden, ffn=ffn, dtype="bf16", device=self.device)
 
     def _measure(self, recipe: str, shape: dict[str, int], *, full: bool) -> dict[str, Any]:
         key = (recipe, shape["tokens"], shape["hidden"], shape["ffn"], shape["groups"])

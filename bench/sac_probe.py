@@ -52,7 +52,7 @@ def probe(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
     res: dict[str, Any] = {"target": name, "stage": "result"}
     target = _target(name)
-    spec = CaseSpec(target.name, "bf16", args.groups, args.tokens, args.hidden, args.ffn, device=args.device)
+    spec = CaseSpec.make(target.name, "bf16", args.groups, tokens=args.tokens, hidden=args.hidden, ffn=args.ffn, device=args.device)
     reason = target.skip_reason(spec)
     if reason:
         res["skipped"] = reason

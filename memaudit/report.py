@@ -202,8 +202,8 @@ class PathInfo(Mapping[str, Any]):
         return copy.deepcopy(self._fields)
 
 
-_SPEC_KEYS = ("target", "recipe", "groups", "tokens", "hidden", "ffn", "dtype", "device", "splits", "options")
-"""The spec's fields, flat at the top of each case in the JSON."""
+_SPEC_KEYS = ("target", "recipe", "groups", "shape", "dtype", "device", "splits", "options")
+"""The spec's fields, flat at the top of each case in the JSON (``shape`` as one key per dimension)."""
 
 
 @dataclass
@@ -239,12 +239,16 @@ class CaseReport:
     target = property(lambda self: self.spec.target)
     recipe = property(lambda self: self.spec.recipe)
     groups = property(lambda self: self.spec.groups)
-    tokens = property(lambda self: self.spec.tokens)
-    hidden = property(lambda self: self.spec.hidden)
-    ffn = property(lambda self: self.spec.ffn)
+    dims = property(lambda self: self.spec.dims)
     dtype = property(lambda self: self.spec.dtype)
     device = property(lambda self: self.spec.device)
     splits = property(lambda self: list(self.spec.splits or ()))
+
+    def __getattr__(self, name: str) -> int:
+        """A shape dimension of the spec (``case.tokens``)."""
+        if name.startswith("_") or name == "spec":
+            raise AttributeError(name)
+        return getattr(object.__getattribute__(self, "spec"), name)
 
     @property
     def fused(self) -> bool | None:
@@ -260,7 +264,12 @@ class CaseReport:
         self.spec = dataclasses.replace(self.spec, options=dict(value))
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {k: copy.deepcopy(getattr(self, k)) for k in _SPEC_KEYS}
+        out: dict[str, Any] = {}
+        for k in _SPEC_KEYS:
+            if k == "shape":
+                out.update(self.spec.shape)
+            else:
+                out[k] = copy.deepcopy(getattr(self, k))
         out.update({f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self) if f.name not in _NESTED})
         out["rows"] = [asdict(r) for r in self.rows]
         out["freed"] = [asdict(r) for r in self.freed]
@@ -280,7 +289,8 @@ class CaseReport:
         rows = [_from_dict(Row, r, source, f"{where}.rows[{i}]") for i, r in enumerate(d.pop("rows", []))]
         freed = [_from_dict(Row, r, source, f"{where}.freed[{i}]") for i, r in enumerate(d.pop("freed", []))]
         totals = _from_dict(Totals, d.pop("totals", {}), source, f"{where}.totals")
-        spec_fields = {k: d.pop(k) for k in _SPEC_KEYS if k in d}
+        spec_fields = {k: d.pop(k) for k in _SPEC_KEYS if k in d and k != "shape"}
+        spec_fields["shape"] = _shape_from(d)
         if "splits" in spec_fields and isinstance(spec_fields["splits"], list):
             spec_fields["splits"] = tuple(spec_fields["splits"])
         spec = _from_dict(CaseSpec, spec_fields, source, where)
@@ -294,6 +304,15 @@ class CaseReport:
 
 
 _NESTED = ("spec", "rows", "freed", "totals", "path")
+
+
+def _shape_from(d: dict[str, Any]) -> tuple[tuple[str, int], ...]:
+    """Pop a case's shape dimensions from ``d``: the integer keys that are neither spec nor report
+    fields (the report model reads no target declaration; reports are written with sorted keys,
+    so this order is not the target's: compare shapes as dicts)."""
+    known = {f.name for f in fields(CaseReport)} | set(_SPEC_KEYS)
+    names = [k for k, v in d.items() if k not in known and isinstance(v, int) and not isinstance(v, bool)]
+    return tuple((n, d.pop(n)) for n in names)
 
 
 @dataclass

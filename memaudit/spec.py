@@ -5,6 +5,7 @@ Recipe names and their alignment belong to the targets (``Target.recipes``, ``Ta
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,26 +30,77 @@ class RunFlag:
 
 
 @dataclass(frozen=True)
+class ShapeParam:
+    """A shape dimension a target declares: its name (``tokens``), its letter in case ids (``t``),
+    its ``memaudit run`` help, and whether group splits divide it (``split``)."""
+
+    name: str
+    letter: str
+    help: str
+    split: bool = False
+
+
+@dataclass(frozen=True)
 class CaseSpec:
-    """One cell: a target run at one recipe, group count and shape."""
+    """One cell: a target run at one recipe, group count and shape.
+
+    The matrix is recipes x group counts; ``shape`` holds the target's own dimensions
+    (``Target.shape``), in its declared order, and each reads as an attribute (``spec.tokens``).
+    Build one with :meth:`make`.
+    """
 
     target: str
     recipe: str
     groups: int
-    tokens: int
-    hidden: int
-    ffn: int
+    shape: tuple[tuple[str, int], ...] = ()
     dtype: str = "bf16"
     device: str = "cpu"
     options: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
     splits: tuple[int, ...] | None = None
 
+    @classmethod
+    def make(cls, target: str, recipe: str, groups: int, *, dtype: str = "bf16", device: str = "cpu",
+             options: dict[str, Any] | None = None, splits: tuple[int, ...] | None = None, **dims: int) -> CaseSpec:
+        """A spec with ``dims`` in the order ``target`` declares them (a dimension it does not
+        declare is a UsageError)."""
+        from memaudit.targets.registry import shape_params
+
+        declared = shape_params(target)
+        if declared is not None:
+            names = [p.name for p in declared]
+            unknown = sorted(set(dims) - set(names))
+            missing = [n for n in names if n not in dims]
+            if unknown or missing:
+                raise UsageError(f"target {target!r} has dimensions {', '.join(names)}; "
+                                 f"got {', '.join(dims) or 'none'}")
+            dims = {n: dims[n] for n in names}
+        return cls(target, recipe, groups, tuple(dims.items()), dtype, device, dict(options or {}), splits)
+
+    @property
+    def dims(self) -> dict[str, int]:
+        """The shape as a dict, in declared order."""
+        return dict(self.shape)
+
+    def __getattr__(self, name: str) -> int:
+        if not name.startswith("_") and name != "shape":
+            for key, value in object.__getattribute__(self, "shape"):
+                if key == name:
+                    return value
+        raise AttributeError(f"{type(self).__name__} has no attribute or dimension {name!r}")
+
+    def replace(self, **changes: Any) -> CaseSpec:
+        """A copy with fields or dimensions changed (``spec.replace(recipe="bf16", tokens=8192)``)."""
+        dims = {k: changes.pop(k) for k in list(changes) if k in self.dims}
+        shape = tuple((k, dims.get(k, v)) for k, v in self.shape)
+        return dataclasses.replace(self, shape=shape, **changes)
+
     @property
     def id(self) -> str:
-        """Stable case id: target/recipe/gG/tT-hH-fF/dtype (+ sorted options)."""
-        base = f"{self.target}/{self.recipe}/g{self.groups}/t{self.tokens}-h{self.hidden}-f{self.ffn}/{self.dtype}"
-        opts = ",".join(f"{k}={v}" for k, v in sorted(self.options.items()))
-        return f"{base}/{opts}" if opts else base
+        """Stable case id (the target's format; by default target/recipe/gG/tT-hH-fF/dtype
+        with the target's dimension letters, then the sorted options)."""
+        from memaudit.targets.registry import case_id
+
+        return case_id(self)
 
     def alignment(self) -> int:
         """The per-group token alignment the target needs for this recipe."""
@@ -57,27 +109,34 @@ class CaseSpec:
         return alignment(self.target, self.recipe)
 
     def split_sizes(self) -> list[int]:
-        """Explicit splits if given, else the default uneven splits."""
+        """Explicit splits if given, else the default uneven splits of the target's split dimension."""
         if self.splits is not None:
             return list(self.splits)
-        return default_splits(self.tokens, self.groups, self.alignment())
+        from memaudit.targets.registry import split_dim
+
+        dim = split_dim(self.target)
+        if dim is None:
+            return []
+        return default_splits(self.dims[dim], self.groups, self.alignment(), key=f"--{dim}")
 
 
-def default_splits(tokens: int, groups: int, align: int) -> list[int]:
-    """Uneven, deterministic splits, each a multiple of ``align``, summing to ``tokens``.
+def default_splits(tokens: int, groups: int, align: int, *, key: str = "--tokens") -> list[int]:
+    """Uneven, deterministic splits, each a multiple of ``align``, summing to ``tokens`` (the
+    target's split dimension, named by ``key`` in messages).
 
     As in TE's tests, one group (index 1) gets 0 tokens when there are 3 or more groups; the
     others get tokens in proportion 1, 2, 3, ... so real routing's imbalance is represented.
     """
     if groups < 1:
         raise UsageError(f"group count must be >= 1, got {groups}", key="--groups")
+    what = key.lstrip("-")
     if tokens < 1:
-        raise UsageError(f"tokens must be >= 1, got {tokens}", key="--tokens")
+        raise UsageError(f"{what} must be >= 1, got {tokens}", key=key)
     if tokens % align:
         raise UsageError(
-            f"{tokens} tokens cannot be split into groups of multiples of {align} "
+            f"{tokens} {what} cannot be split into groups of multiples of {align} "
             f"(the recipe's alignment); use a multiple of {align}",
-            key="--tokens",
+            key=key,
         )
     units = tokens // align
     if groups == 1:
@@ -87,9 +146,9 @@ def default_splits(tokens: int, groups: int, align: int) -> list[int]:
     live = sum(1 for w in weights if w)
     if units < live:
         raise UsageError(
-            f"{tokens} tokens are too few for {groups} groups at alignment {align} "
+            f"{tokens} {what} are too few for {groups} groups at alignment {align} "
             f"(need at least {live * align})",
-            key="--tokens",
+            key=key,
         )
     # Every live group gets one unit, the rest is shared by weight (largest remainder, stable).
     rest = units - live

@@ -46,7 +46,7 @@ def reference_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from memaudit.spec import CaseSpec
     from memaudit.targets.registry import get_target
 
-    specs = [CaseSpec("reference", "bf16", g, 256, 64, 128, "fp32") for g in (1, 4)]
+    specs = [CaseSpec.make("reference", "bf16", g, tokens=256, hidden=64, ffn=128, dtype="fp32") for g in (1, 4)]
     report = run_matrix(get_target("reference"), specs)
     assert [c.status for c in report.cases] == ["ok", "ok"]
     path = tmp_path_factory.mktemp("check") / "reference.json"

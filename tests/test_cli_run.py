@@ -14,7 +14,7 @@ from memaudit.report import SCHEMA, load_report
 from memaudit.spec import CaseSpec
 
 SHAPE = ["--tokens", "256", "--hidden", "64", "--ffn", "128"]
-REF_IDS = [CaseSpec("reference", "bf16", g, 256, 64, 128).id for g in (1, 4)]
+REF_IDS = [CaseSpec.make("reference", "bf16", g, tokens=256, hidden=64, ffn=128).id for g in (1, 4)]
 
 
 def floats_in(obj: Any, path: str = "$") -> list[str]:

@@ -92,7 +92,7 @@ def te_built(recipe: str) -> Any:
     from memaudit.te.target import TEGroupedMLPTarget
 
     target = TEGroupedMLPTarget()
-    spec = CaseSpec("te-grouped-mlp", recipe, 4, 2048, 256, 512, device="cuda")
+    spec = CaseSpec.make("te-grouped-mlp", recipe, 4, tokens=2048, hidden=256, ffn=512, device="cuda")
     reason = target.skip_reason(spec)
     if reason:
         pytest.skip(reason)

@@ -23,7 +23,7 @@ SW = "ScaledSwiGLUFunctionBackward"
 
 
 def spec_for(groups: int, dtype: str) -> CaseSpec:
-    return CaseSpec(target="reference", recipe="bf16", groups=groups, tokens=T, hidden=H, ffn=F, dtype=dtype)
+    return CaseSpec.make(target="reference", recipe="bf16", groups=groups, tokens=T, hidden=H, ffn=F, dtype=dtype)
 
 
 def captured(spec: CaseSpec):
@@ -178,6 +178,6 @@ def test_minimum_tokens_gives_each_live_group_one_unit() -> None:
 
 
 def test_reference_skips_quantized_recipes() -> None:
-    spec = CaseSpec(target="reference", recipe="mxfp8", groups=1, tokens=T, hidden=H, ffn=F)
+    spec = CaseSpec.make(target="reference", recipe="mxfp8", groups=1, tokens=T, hidden=H, ffn=F)
     assert "bf16" in (ReferenceTarget().skip_reason(spec) or "")
     assert ReferenceTarget().skip_reason(spec_for(1, "bf16")) is None

@@ -28,7 +28,7 @@ from memaudit.capture.verify import AllocatorCheck
 from memaudit.report import CaseReport, Row, compute_totals
 from memaudit.spec import CaseSpec
 
-CAPTURE_SPEC = CaseSpec("capture", "-", 0, 0, 0, 0, dtype="-", splits=())
+CAPTURE_SPEC = CaseSpec("capture", "-", 0, dtype="-", splits=())
 """The spec of a bare ``capture()`` report: no target, recipe or shape."""
 
 class Plugin(Protocol):

@@ -44,18 +44,24 @@ def build_specs(
     *,
     recipe: str | None,
     groups: str | None,
-    tokens: int | None,
-    hidden: int | None,
-    ffn: int | None,
+    dims: dict[str, int | None],
     dtype: str | None,
     device: str,
     options: dict[str, Any],
     splits: str | None = None,
 ) -> list[CaseSpec]:
-    """The matrix of CaseSpecs a ``run`` asks for, validated (UsageError on bad flags)."""
-    for value, flag in ((tokens, "--tokens"), (hidden, "--hidden"), (ffn, "--ffn")):
-        _positive(value, flag)
+    """The matrix of CaseSpecs a ``run`` asks for, validated (UsageError on bad flags).
+
+    ``dims`` are the shape options given (``--tokens`` ...; None where not given); the target's
+    declared dimensions take their defaults, and an option it does not declare is refused.
+    """
     d = target.defaults
+    names = [p.name for p in target.shape]
+    for name, value in dims.items():
+        flag = "--" + name.replace("_", "-")
+        if value is not None and name not in names:
+            raise UsageError(f"target {target.name!r} has no dimension {name!r} (it has {', '.join(names)})", key=flag)
+        _positive(value, flag)
     recipes = parse_recipes(recipe, target.supported_recipes, target.recipes) if recipe else list(target.default_recipes)
     group_list = parse_int_list(groups, "--groups") if groups else list(d["groups"])
     dtype = dtype or d["dtype"]
@@ -63,31 +69,23 @@ def build_specs(
         raise UsageError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}", key="--dtype")
     if not (device == "cpu" or device.startswith("cuda")):
         raise UsageError(f"unknown device {device!r}; use cpu or cuda", key="--device")
-    t = tokens or d["tokens"]
+    shape = {n: dims.get(n) or d[n] for n in names}
+    split = next((p.name for p in target.shape if p.split), None)
     specs = []
     for r in recipes:
         for g in group_list:
             split_tuple = None
             if splits:
+                if split is None:
+                    raise UsageError(f"target {target.name!r} has no dimension that groups split", key="--splits")
                 try:
                     values = [int(s) for s in splits.split(",")]
                 except ValueError:
                     raise UsageError(f"expected integers separated by commas, got {splits!r}", key="--splits") from None
-                validate_splits(values, t, g, target.alignment(r), key="--splits")
+                validate_splits(values, shape[split], g, target.alignment(r), key="--splits")
                 split_tuple = tuple(values)
-            spec = CaseSpec(
-                target=target.name,
-                recipe=r,
-                groups=g,
-                tokens=t,
-                hidden=hidden or d["hidden"],
-                ffn=ffn or d["ffn"],
-                dtype=dtype,
-                device=device,
-                options=dict(options),
-                splits=split_tuple,
-            )
-            spec.split_sizes()  # validates tokens vs groups vs alignment
+            spec = CaseSpec(target.name, r, g, tuple(shape.items()), dtype, device, dict(options), split_tuple)
+            spec.split_sizes()  # validates the split dimension vs groups vs alignment
             specs.append(spec)
     return specs
 
@@ -96,9 +94,6 @@ def run(
     target: Annotated[str | None, typer.Option(help="reference | te-grouped-mlp | PKG.MOD:FACTORY. Default: te-grouped-mlp where TE and a GPU are present, else reference.")] = None,
     recipe: Annotated[str | None, typer.Option(help="A recipe the target knows (te-grouped-mlp: bf16, fp8-delayed, fp8-current, fp8-block, mxfp8, nvfp4) | all; comma-separated for several.")] = None,
     groups: Annotated[str | None, typer.Option(help="Group (expert) counts, e.g. 1,4,8.")] = None,
-    tokens: Annotated[int | None, typer.Option(help="Tokens T across all groups.")] = None,
-    hidden: Annotated[int | None, typer.Option(help="Hidden size H.")] = None,
-    ffn: Annotated[int | None, typer.Option(help="FFN size F (FC1 has 2F outputs for SwiGLU).")] = None,
     dtype: Annotated[str | None, typer.Option(help="bf16 | fp32")] = None,
     device: Annotated[str | None, typer.Option(help="cpu | cuda. Default: cuda for the TE target, else cpu.")] = None,
     splits: Annotated[str | None, typer.Option(help="Explicit token splits, e.g. 256,0,512,256 (one group count only).")] = None,
@@ -114,8 +109,13 @@ def run(
 ) -> int:
     """Run the target for each (recipe, group count) and report every saved tensor.
 
-    The targets' own options (``Target.flags``) are added to this signature below.
+    \f
+    The targets' shape dimensions (``Target.shape``: ``--tokens`` ...) and own options
+    (``Target.flags``) are added to this signature below.
     """
+    from memaudit.targets.registry import all_shape_params
+
+    dims = {p.name: target_flags.pop(p.name, None) for p in all_shape_params()}
     from memaudit.report import write_report
     from memaudit.runner import run_matrix
     from memaudit.targets.registry import default_target_name, get_target
@@ -145,9 +145,7 @@ def run(
             tgt,
             recipe=recipe,
             groups=groups,
-            tokens=tokens,
-            hidden=hidden,
-            ffn=ffn,
+            dims=dims,
             dtype=dtype,
             device=dev,
             options=options,
@@ -210,8 +208,9 @@ def run(
 
 
 def _with_target_flags(fn: Any) -> Any:
-    """``fn`` with every built-in target's run options in its signature (typer reads it)."""
-    from memaudit.targets.registry import run_flags
+    """``fn`` with every built-in target's shape dimensions and run options in its signature
+    (typer reads it): dimensions right after ``--groups``, options at the end."""
+    from memaudit.targets.registry import all_shape_params, run_flags
 
     sig = inspect.signature(fn)
     hints = typing.get_type_hints(fn, include_extras=True)  # this module's annotations are strings
@@ -219,6 +218,12 @@ def _with_target_flags(fn: Any) -> Any:
         p.replace(annotation=hints.get(p.name, p.annotation))
         for p in sig.parameters.values()
         if p.kind is not inspect.Parameter.VAR_KEYWORD
+    ]
+    at = next(i for i, p in enumerate(params) if p.name == "groups") + 1
+    params[at:at] = [
+        inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
+                          annotation=Annotated[int | None, typer.Option(help=p.help)])
+        for p in all_shape_params()
     ]
     for flag in run_flags():
         option = typer.Option(*flag.decls, help=flag.help)

@@ -24,7 +24,8 @@ COUNT_OPS = ("==", "<=", ">=")
 COUNT_UNITS = ("rows", "storages")
 PER = ("case", "operand", "group", "operand,group")
 MEASURES = ("logical", "physical", "saved")
-VARIABLES = ("tokens", "hidden", "ffn", "groups", "elt")
+CASE_VARIABLES = ("groups", "elt")
+"""Byte-expression variables every case has; the target's shape dimensions come first."""
 ELEMENT_SIZE = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 _MISSING = object()
@@ -34,13 +35,12 @@ class CaseLike(Protocol):
     """What the engine reads from a case (memaudit.report.CaseReport satisfies it)."""
 
     id: str
+    spec: Any
     status: str
     reason: str | None
     recipe: str
     groups: int
-    tokens: int
-    hidden: int
-    ffn: int
+    dims: dict[str, int]
     dtype: str
     splits: list[int]
     path: PathInfo | None
@@ -48,17 +48,29 @@ class CaseLike(Protocol):
     totals: Any
 
 
+def default_dims() -> tuple[str, ...]:
+    """Every built-in target's dimension names (the variables where no target is named)."""
+    from memaudit.targets.registry import all_shape_params
+
+    return tuple(p.name for p in all_shape_params())
+
+
 # ---- byte expressions ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ByteExpr:
     """A byte quantity: ``"136 MiB"``, ``4096``, or a sum of products of quantities and case
-    variables (``tokens``, ``hidden``, ``ffn``, ``groups``, ``elt``): ``"tokens * hidden * elt"``."""
+    variables (the target's dimensions such as ``tokens``, then ``groups`` and ``elt``):
+    ``"tokens * hidden * elt"``."""
 
     text: str
     terms: tuple[tuple[int | str, ...], ...]
 
     @classmethod
-    def parse(cls, value: Any, *, source: str | None = None, key: str | None = None) -> ByteExpr:
+    def parse(cls, value: Any, *, source: str | None = None, key: str | None = None,
+              dims: tuple[str, ...] | None = None) -> ByteExpr:
+        """Parse ``value``; ``dims`` are the target's dimension names (default: every built-in
+        target's)."""
+        variables = (*(dims if dims is not None else default_dims()), *CASE_VARIABLES)
         if isinstance(value, bool) or not isinstance(value, int | str):
             raise UsageError(f"expected a byte quantity such as '136 MiB' or 4096, got {value!r}", source=source, key=key)
         if isinstance(value, int):
@@ -71,10 +83,10 @@ class ByteExpr:
             for part in product.split("*"):
                 part = part.strip()
                 if re.fullmatch(r"[A-Za-z_]\w*", part):
-                    if part not in VARIABLES:
+                    if part not in variables:
                         raise UsageError(
-                            f"unknown variable {part!r} in {value!r}{did_you_mean(part, VARIABLES)}; "
-                            f"variables are {', '.join(VARIABLES)}",
+                            f"unknown variable {part!r} in {value!r}{did_you_mean(part, variables)}; "
+                            f"variables are {', '.join(variables)}",
                             source=source,
                             key=key,
                         )
@@ -107,7 +119,7 @@ def _variable(case: CaseLike, name: str, text: str, source: str | None, key: str
         if size is None:
             raise UsageError(f"{text!r}: case {case.id} has dtype {case.dtype!r}, so 'elt' is unknown", source=source, key=key)
         return size
-    value = getattr(case, name, None)
+    value = case.groups if name == "groups" else case.dims.get(name)
     if not isinstance(value, int) or value < 1:
         raise UsageError(f"{text!r}: case {case.id} has no {name} (got {value!r})", source=source, key=key)
     return value

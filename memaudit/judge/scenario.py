@@ -13,7 +13,6 @@ order of the schema.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import tomllib
@@ -43,6 +42,7 @@ from memaudit.judge.rules import (
     Ratio,
     Rule,
     Selection,
+    default_dims,
 )
 from memaudit.judge.versions import te_version_of, validate_specifier
 from memaudit.report import KINDS, ORIENTATIONS, Report, read_input
@@ -51,16 +51,17 @@ from memaudit.targets import registry
 
 ON_ERROR = ("fail", "warn")
 TOP_KEYS = ("name", "description", "on_error", "allow_incomplete", "cases", "budget")
-CASE_KEYS = ("target", "recipes", "groups", "tokens", "hidden", "ffn", "dtype", "options")
+CASE_KEYS = ("target", "recipes", "groups", "dtype", "options")
+"""A cases table's keys besides the target's dimensions (``Target.shape``: tokens, hidden, ...)."""
 RULE_KEYS = ("name", "why", "recipes", "groups", "when", "select", "per", "unit", "measure", "against", "known_failure", *CHECKS)
 SELECT_KEYS = ("operand", "kind", "orientation", "format", "container", "slot", "group", "is_parameter", "duplicate")
 KNOWN_FAILURE_KEYS = ("te", "reason")
-AGAINST_KEYS = ("recipe", "groups", "tokens", "hidden", "ffn", "dtype")
+AGAINST_KEYS = ("recipe", "groups", "dtype")
+"""What ``against`` may change besides the target's dimensions."""
 FORMATS = (
     "bf16", "fp16", "fp32", "fp64", "int64", "int32", "int16", "int8", "uint8", "bool",
     "fp8", "fp8-block", "mxfp8", "nvfp4", "fp8_e4m3", "fp8_e5m2", "e8m0", "fp4_e2m1x2",
 )  # fmt: skip
-BUILTIN_TARGETS = tuple(registry.BUILTIN)
 
 
 # ---- typed access with key paths ----------------------------------------------------------------
@@ -192,8 +193,10 @@ def parse_count(v: Any, *, source: str, key: str) -> tuple[str, int]:
     return m.group(1) or "==", int(m.group(2))
 
 
-def parse_rule(d: Any, *, source: str, key: str) -> Rule:
-    """One budget table (or marker rule dict) into a :class:`Rule`."""
+def parse_rule(d: Any, *, source: str, key: str, dims: tuple[str, ...] | None = None) -> Rule:
+    """One budget table (or marker rule dict) into a :class:`Rule`; ``dims`` are the target's
+    dimension names (default: every built-in target's)."""
+    dims = dims if dims is not None else default_dims()
     r = _Reader(source)
     d = r.table(d, key)
     r.keys(d, RULE_KEYS, key)
@@ -233,7 +236,7 @@ def parse_rule(d: Any, *, source: str, key: str) -> Rule:
             raise r.fail(ck, f"budget {name!r}: forbid needs a 'select' table (forbidding every row is never meant)")
         check = Forbid()
     elif kind in ("max_bytes", "exact_bytes"):
-        expr = ByteExpr.parse(d[kind], source=source, key=ck)
+        expr = ByteExpr.parse(d[kind], source=source, key=ck, dims=dims)
         check = MaxBytes(expr, measure) if kind == "max_bytes" else ExactBytes(expr, measure)
     elif kind == "ratio":
         v = d["ratio"]
@@ -241,7 +244,7 @@ def parse_rule(d: Any, *, source: str, key: str) -> Rule:
             raise r.fail(ck, f"expected a positive number (the largest allowed ratio), got {v!r}")
         if "against" not in d:
             raise r.fail(_join(key, "against"), f"budget {name!r}: ratio needs 'against', e.g. against = {{ recipe = \"bf16\" }}")
-        check = Ratio(float(v), _parse_against(r, d["against"], _join(key, "against")), measure)
+        check = Ratio(float(v), _parse_against(r, d["against"], _join(key, "against"), dims), measure)
     else:
         check = PathCheck(r.string(d["path"], ck, choices=("fused", "unfused")) == "fused")
 
@@ -284,9 +287,9 @@ def _parse_when(r: _Reader, v: Any, key: str) -> tuple[tuple[str, Any], ...]:
     return tuple(d.items())
 
 
-def _parse_against(r: _Reader, v: Any, key: str) -> tuple[tuple[str, Any], ...]:
+def _parse_against(r: _Reader, v: Any, key: str, dims: tuple[str, ...]) -> tuple[tuple[str, Any], ...]:
     d = r.table(v, key)
-    r.keys(d, AGAINST_KEYS, key)
+    r.keys(d, (*AGAINST_KEYS[:2], *dims, *AGAINST_KEYS[2:]), key)
     if not d:
         raise r.fail(key, "empty table: name what differs in the other case, e.g. { recipe = \"bf16\" }")
     out: list[tuple[str, Any]] = []
@@ -309,26 +312,18 @@ class CaseBlock:
     target: str
     recipes: tuple[str, ...]
     groups: tuple[int, ...]
-    tokens: int
-    hidden: int
-    ffn: int
+    shape: tuple[tuple[str, int], ...]
     dtype: str = "bf16"
     options: dict[str, Any] = field(default_factory=dict, hash=False)
     key: str = "cases"
 
+    @property
+    def dims(self) -> dict[str, int]:
+        return dict(self.shape)
+
     def specs(self, device: str = "cpu", options: dict[str, Any] | None = None) -> list[CaseSpec]:
         return [
-            CaseSpec(
-                target=self.target,
-                recipe=rec,
-                groups=g,
-                tokens=self.tokens,
-                hidden=self.hidden,
-                ffn=self.ffn,
-                dtype=self.dtype,
-                device=device,
-                options={**(options or {}), **self.options},
-            )
+            CaseSpec(self.target, rec, g, self.shape, self.dtype, device, {**(options or {}), **self.options})
             for rec in self.recipes
             for g in self.groups
         ]
@@ -340,7 +335,7 @@ class CaseBlock:
             getattr(case, "target", None) == self.target
             and case.recipe in self.recipes
             and case.groups in self.groups
-            and (case.tokens, case.hidden, case.ffn, case.dtype) == (self.tokens, self.hidden, self.ffn, self.dtype)
+            and (case.dims, case.dtype) == (self.dims, self.dtype)
             and all(opts.get(k) == v for k, v in self.options.items())
         )
 
@@ -348,16 +343,21 @@ class CaseBlock:
 def parse_cases(d: Any, *, source: str, key: str) -> CaseBlock:
     r = _Reader(source)
     d = r.table(d, key)
-    r.keys(d, CASE_KEYS, key)
-    for k in ("target", "recipes", "groups", "tokens", "hidden", "ffn"):
-        if k not in d:
-            raise r.fail(_join(key, k), f"missing key {k!r}; a cases table needs {', '.join(CASE_KEYS[:6])}")
-    target = r.string(d["target"], _join(key, "target"))
-    if target not in BUILTIN_TARGETS and ":" not in target:
+    target = r.string(d["target"], _join(key, "target")) if "target" in d else None
+    builtin = tuple(registry.BUILTIN)
+    if target is not None and target not in builtin and ":" not in target:
         raise r.fail(
             _join(key, "target"),
-            f"unknown target {target!r}{did_you_mean(target, BUILTIN_TARGETS)}; use {' or '.join(BUILTIN_TARGETS)} or PKG.MOD:FACTORY",
+            f"unknown target {target!r}{did_you_mean(target, builtin)}; use {' or '.join(builtin)} or PKG.MOD:FACTORY",
         )
+    declared = registry.shape_params(target) if target is not None else registry.all_shape_params()
+    dims = tuple(p.name for p in declared or ())
+    r.keys(d, (*CASE_KEYS[:3], *dims, *CASE_KEYS[3:]), key)
+    required = ("target", "recipes", "groups", *dims)
+    for k in required:
+        if k not in d:
+            raise r.fail(_join(key, k), f"missing key {k!r}; a cases table needs {', '.join(required)}")
+    assert target is not None
     known = registry.recipes(target)
     if d["recipes"] == "all":
         recipes: tuple[str, ...] = known
@@ -368,36 +368,38 @@ def parse_cases(d: Any, *, source: str, key: str) -> CaseBlock:
         dup = next((v for i, v in enumerate(values) if v in values[:i]), None)
         if dup is not None:
             raise r.fail(_join(key, name), f"{dup!r} is listed twice")
-    tokens = r.integer(d["tokens"], _join(key, "tokens"))
-    hidden = r.integer(d["hidden"], _join(key, "hidden"))
-    ffn = r.integer(d["ffn"], _join(key, "ffn"))
+    shape = tuple((k, r.integer(d[k], _join(key, k))) for k in dims)
     dtype = r.string(d.get("dtype", "bf16"), _join(key, "dtype"), choices=DTYPES)
     options = r.table(d.get("options", {}), _join(key, "options"))
     for k, v in options.items():
         if not isinstance(v, str | int | float | bool):
             raise r.fail(_join(_join(key, "options"), k), f"option values must be strings, numbers or booleans, got {v!r} ({_tname(v)})")
+    split = registry.split_dim(target)
     for rec in recipes:
+        if split is None:
+            break
         align = registry.alignment(target, rec)
-        if tokens % align:
+        size = dict(shape)[split]
+        if size % align:
             raise r.fail(
-                _join(key, "tokens"),
-                f"{tokens} tokens cannot be split into groups of multiples of {align} (the alignment of recipe {rec!r}); use a multiple of {align}",
+                _join(key, split),
+                f"{size} {split} cannot be split into groups of multiples of {align} (the alignment of recipe {rec!r}); use a multiple of {align}",
             )
         for i, g in enumerate(groups):
             try:
-                default_splits(tokens, g, align)
+                default_splits(size, g, align)
             except UsageError as exc:
                 detail = str(exc).removeprefix(f"{exc.key}: ") if exc.key else str(exc)
                 raise r.fail(_join(_join(key, "groups"), i), f"group count {g} with recipe {rec!r}: {detail}") from None
-    return CaseBlock(target, recipes, groups, tokens, hidden, ffn, dtype, dict(options), key)
+    return CaseBlock(target, recipes, groups, shape, dtype, dict(options), key)
 
 
 # ---- scenario -----------------------------------------------------------------------------------
-_SPEC_FIELDS = ("target", "recipe", "groups", "tokens", "hidden", "ffn", "dtype")
+_SPEC_FIELDS = ("target", "recipe", "groups", "dims", "dtype")
 
 
 def _fields(x: Any) -> tuple[Any, ...]:
-    return tuple(getattr(x, f, None) for f in _SPEC_FIELDS)
+    return tuple(frozenset(x.dims.items()) if f == "dims" else getattr(x, f, None) for f in _SPEC_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -437,7 +439,7 @@ def parse_scenario(data: Any, *, source: str) -> Scenario:
     on_error = r.string(data.get("on_error", "warn"), "on_error", choices=ON_ERROR)
     allow_incomplete = r.boolean(data.get("allow_incomplete", False), "allow_incomplete")
     if "cases" not in data:
-        raise r.fail("cases", "missing [cases] table: name the target, recipes, groups, tokens, hidden and ffn")
+        raise r.fail("cases", "missing [cases] table: name the target, recipes, groups and the target's dimensions (tokens, hidden, ffn for the built-in targets)")
     raw = data["cases"]
     if isinstance(raw, list):
         if not raw:
@@ -458,7 +460,8 @@ def parse_scenario(data: Any, *, source: str) -> Scenario:
     raw_rules = data.get("budget", [])
     if not isinstance(raw_rules, list):
         raise r.fail("budget", f"expected an array of tables ([[budget]]), got {_tname(raw_rules)}")
-    rules = tuple(parse_rule(d, source=source, key=f"budget[{i}]") for i, d in enumerate(raw_rules))
+    dims = tuple(blocks[0].dims)
+    rules = tuple(parse_rule(d, source=source, key=f"budget[{i}]", dims=dims) for i, d in enumerate(raw_rules))
     names: dict[str, int] = {}
     for i, rule in enumerate(rules):
         if rule.name in names:
@@ -478,14 +481,13 @@ def parse_scenario(data: Any, *, source: str) -> Scenario:
         if isinstance(rule.check, Ratio):
             have = {_fields(s) for s in specs}
             for s in applies:
-                want = _fields(dataclasses.replace(s, **dict(rule.check.against)))
-                if want not in have:
-                    other = dict(zip(_SPEC_FIELDS, want, strict=True))
+                other = s.replace(**dict(rule.check.against))
+                if _fields(other) not in have:
+                    shape = ", ".join(f"{k} {v}" for k, v in other.shape)
                     raise r.fail(
                         f"budget[{i}].against",
                         f"budget {rule.name!r}: against = {dict(rule.check.against)!r} points at a case the scenario "
-                        f"does not run ({other['recipe']}, groups {other['groups']}, tokens {other['tokens']}, "
-                        f"hidden {other['hidden']}, ffn {other['ffn']}, {other['dtype']}) for {s.id}",
+                        f"does not run ({other.recipe}, groups {other.groups}, {shape}, {other.dtype}) for {s.id}",
                     )
     return Scenario(source, name, blocks, rules, description, on_error, allow_incomplete)
 
@@ -532,8 +534,8 @@ def evaluate(
             )
 
     def find_case(case: CaseLike, ratio: Ratio) -> CaseLike | None:
-        want = dict(zip(_SPEC_FIELDS, _fields(case), strict=True)) | dict(ratio.against)
-        return next((c for c in covered if _fields(c) == tuple(want[f] for f in _SPEC_FIELDS)), None)
+        want = _fields(case.spec.replace(**dict(ratio.against)))
+        return next((c for c in covered if _fields(c) == want), None)
 
     ctx = Context(
         te_version=te_version_of(report.environment),

@@ -7,10 +7,18 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from memaudit.report import PathInfo, Row
-from memaudit.spec import CaseSpec
+from memaudit.spec import CaseSpec, ShapeParam
 
 if TYPE_CHECKING:
     from memaudit.capture import Capture
+
+
+MLP_SHAPE = (
+    ShapeParam("tokens", "t", "Tokens T across all groups.", split=True),
+    ShapeParam("hidden", "h", "Hidden size H."),
+    ShapeParam("ffn", "f", "FFN size F (FC1 has 2F outputs for SwiGLU)."),
+)
+"""The dimensions of a grouped MLP (the built-in targets'); a target of another shape declares its own."""
 
 
 @dataclass
@@ -36,11 +44,14 @@ class Target(Protocol):
 
     ``recipes`` are the names it understands (``--recipe`` is checked against them; a recipe it
     cannot run here is a skipped cell), ``supported_recipes`` what ``--recipe all`` means,
-    ``default_recipes`` what runs without ``--recipe``; ``defaults`` its shape and groups;
+    ``default_recipes`` what runs without ``--recipe``; ``shape`` its dimensions
+    (:class:`~memaudit.spec.ShapeParam` s: ``run`` options, scenario keys, byte-expression
+    variables, case-id letters); ``defaults`` their values, the group counts and the dtype;
     ``default_device`` where it runs without ``--device``.
 
     Optional: ``flags`` (:class:`~memaudit.spec.RunFlag` s: its own ``memaudit run`` options,
-    whose values reach ``configure``), and the static methods ``path_label(path) -> str | None`` names the recorded path for
+    whose values reach ``configure``), ``case_id(spec) -> str`` (its own case-id format; see
+    :func:`memaudit.targets.registry.case_id` for the default), and the static methods ``path_label(path) -> str | None`` names the recorded path for
     tables, and ``path_detail(path) -> str`` says more when a path rule fails (see
     :func:`memaudit.targets.registry.path_label`); without them the core says fused / unfused.
     """
@@ -49,6 +60,7 @@ class Target(Protocol):
     recipes: tuple[str, ...]
     default_recipes: tuple[str, ...]
     supported_recipes: tuple[str, ...]
+    shape: tuple[ShapeParam, ...]
     defaults: dict[str, Any]
     default_device: str
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from memaudit.errors import UsageError
 from memaudit.spec import CaseSpec
-from memaudit.targets.base import Built, backward_sum
+from memaudit.targets.base import MLP_SHAPE, Built, backward_sum
 
 if TYPE_CHECKING:
     from memaudit.capture import Capture
@@ -39,6 +39,7 @@ class CustomTarget:
     recipes = ("bf16",)
     default_recipes = ("bf16",)
     supported_recipes = ("bf16",)
+    shape = MLP_SHAPE
     defaults: dict[str, Any] = {"tokens": 1024, "hidden": 256, "ffn": 512, "groups": (1,), "dtype": "bf16"}
     default_device = "cpu"
 

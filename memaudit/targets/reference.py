@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from memaudit.spec import CaseSpec
-from memaudit.targets.base import Built, backward_sum
+from memaudit.targets.base import MLP_SHAPE, Built, backward_sum
 from memaudit.te.recipes import RECIPES, alignment
 
 if TYPE_CHECKING:
@@ -23,6 +23,7 @@ class ReferenceTarget:
     recipes = RECIPES  # TE's names: the reference runs bf16 and says why it skips the others
     default_recipes = ("bf16",)
     supported_recipes = ("bf16",)
+    shape = MLP_SHAPE
     defaults: dict[str, Any] = {"tokens": 1024, "hidden": 256, "ffn": 512, "groups": (1, 4, 8), "dtype": "bf16"}
     default_device = "cpu"
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from memaudit.errors import UsageError
 from memaudit.report import PathInfo
-from memaudit.spec import RunFlag
+from memaudit.spec import CaseSpec, RunFlag, ShapeParam
 from memaudit.targets.base import Target  # torch-free: the protocol only
 
 BUILTIN = {
@@ -106,4 +106,39 @@ def run_flags() -> tuple[RunFlag, ...]:
     for name in BUILTIN:
         for flag in getattr(target_class(name), "flags", ()):
             seen.setdefault(flag.name, flag)
+    return tuple(seen.values())
+
+
+def shape_params(target: str) -> tuple[ShapeParam, ...] | None:
+    """The shape dimensions ``target`` declares (``Target.shape``), or None for a name no target serves."""
+    cls = _class_of(target)
+    return tuple(cls.shape) if cls is not None else None
+
+
+def split_dim(target: str) -> str | None:
+    """The dimension group splits divide (``ShapeParam.split``), or None."""
+    return next((p.name for p in shape_params(target) or () if p.split), None)
+
+
+def case_id(spec: CaseSpec) -> str:
+    """The id of ``spec``: the target's ``case_id(spec)`` where it declares one, else
+    ``target/recipe/gG/<letter><value>-.../dtype`` with its dimension letters, then the sorted options."""
+    cls = _class_of(spec.target)
+    own = getattr(cls, "case_id", None)
+    if own is not None:
+        return own(spec)
+    letters = {p.name: p.letter for p in shape_params(spec.target) or ()}
+    dims = "-".join(f"{letters.get(k, k)}{v}" for k, v in spec.shape)
+    base = f"{spec.target}/{spec.recipe}/g{spec.groups}/{dims}/{spec.dtype}"
+    opts = ",".join(f"{k}={v}" for k, v in sorted(spec.options.items()))
+    return f"{base}/{opts}" if opts else base
+
+
+def all_shape_params() -> tuple[ShapeParam, ...]:
+    """The shape dimensions of every built-in target (one per name, first declaration wins): the
+    ``run`` options ``--tokens`` and the like, and the scenario's case keys."""
+    seen: dict[str, ShapeParam] = {}
+    for name in BUILTIN:
+        for p in target_class(name).shape:
+            seen.setdefault(p.name, p)
     return tuple(seen.values())

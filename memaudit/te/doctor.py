@@ -69,7 +69,7 @@ def doctor_report() -> dict[str, Any]:
     info["fused"] = why_reg is None
     info["fused_why_not"] = why_reg
     for name in RECIPES:
-        spec = CaseSpec("te-grouped-mlp", name, 4, 4096, 1024, 2048, device="cuda")
+        spec = CaseSpec.make("te-grouped-mlp", name, 4, tokens=4096, hidden=1024, ffn=2048, device="cuda")
         try:
             path, why = tgm.grouped_linear_path(spec, tgm.make_recipe(name))
         except Exception as exc:  # noqa: BLE001 - report, don't crash

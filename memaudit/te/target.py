@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from memaudit.errors import UsageError
 from memaudit.report import PathInfo, Row
 from memaudit.spec import CaseSpec, RunFlag
-from memaudit.targets.base import Built, backward_sum
+from memaudit.targets.base import MLP_SHAPE, Built, backward_sum
 from memaudit.te.recipes import RECIPES, alignment
 
 if TYPE_CHECKING:
@@ -247,6 +247,7 @@ class TEGroupedMLPTarget:
     recipes = RECIPES
     default_recipes = RECIPES
     supported_recipes = RECIPES
+    shape = MLP_SHAPE
     defaults: dict[str, Any] = {"tokens": 4096, "hidden": 1024, "ffn": 2048, "groups": (1, 4, 8), "dtype": "bf16"}
     default_device = "cuda"
     flags = (

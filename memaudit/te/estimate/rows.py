@@ -34,7 +34,7 @@ def estimate_config(c: Config, variant: str = "te-2.20") -> CaseReport:
         if ideal != r.bytes
     ]
     slack = _bulk_slack(rows)
-    spec = CaseSpec(TARGET, c.recipe, c.groups, c.tokens, c.hidden, c.ffn, c.dtype, DEVICE,
+    spec = CaseSpec.make(TARGET, c.recipe, c.groups, tokens=c.tokens, hidden=c.hidden, ffn=c.ffn, dtype=c.dtype, device=DEVICE,
                     options={"estimate": True, "variant": variant, "path": c.path, "arch": c.arch, "te": TE_VERSION},
                     splits=tuple(c.splits))
     case = CaseReport(
@@ -108,7 +108,7 @@ def estimate(
 def make_spec(recipe: str, tokens: int, hidden: int, ffn: int, groups: int,
               splits: Sequence[int] | None = None, **options: Any) -> CaseSpec:
     """A CaseSpec for the TE grouped-MLP target (for callers without one)."""
-    return CaseSpec(target=TARGET, recipe=recipe, groups=groups, tokens=tokens, hidden=hidden, ffn=ffn,
+    return CaseSpec.make(TARGET, recipe, groups, tokens=tokens, hidden=hidden, ffn=ffn,
                     options=dict(options), splits=tuple(splits) if splits is not None else None)
 
 
