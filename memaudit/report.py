@@ -202,6 +202,21 @@ class PathInfo(Mapping[str, Any]):
         return copy.deepcopy(self._fields)
 
 
+@dataclass(frozen=True)
+class Emulation:
+    """How an emulated case ran: the target's real code on an emulated machine, with kernel
+    stand-ins (``execution: "emulated"`` in the JSON; measured cases carry neither key)."""
+
+    machine: dict[str, str]
+    """The emulated machine (``arch`` and the library versions its gates read)."""
+    standins: list[str]
+    """Kernel entry points the forward called that were stand-ins."""
+    real: list[str]
+    """Kernel entry points the forward called that ran for real."""
+    fusions: list[str] = field(default_factory=list)
+    """Fusions registered for the emulated machine."""
+
+
 _SPEC_KEYS = ("target", "recipe", "groups", "shape", "dtype", "device", "splits", "options")
 """The spec's fields, flat at the top of each case in the JSON (``shape`` as one key per dimension)."""
 
@@ -230,6 +245,8 @@ class CaseReport:
     """Rows autograd released before ``report()`` ran (after backward): not in the totals."""
     allocator: dict[str, Any] | None = None
     """The CUDA allocator cross-check (``--verify-allocator``): ``hidden_bytes`` and its inputs."""
+    emulation: Emulation | None = None
+    """Set when the case ran emulated kernels (see :class:`Emulation`); None when measured."""
 
     def __post_init__(self) -> None:
         if not self.id:
@@ -249,6 +266,11 @@ class CaseReport:
         if name.startswith("_") or name == "spec":
             raise AttributeError(name)
         return getattr(object.__getattribute__(self, "spec"), name)
+
+    @property
+    def execution(self) -> str:
+        """``emulated`` (stand-in kernels on an emulated machine) or ``measured``."""
+        return "measured" if self.emulation is None else "emulated"
 
     @property
     def fused(self) -> bool | None:
@@ -275,6 +297,9 @@ class CaseReport:
         out["freed"] = [asdict(r) for r in self.freed]
         out["totals"] = asdict(self.totals)
         out["path"] = None if self.path is None else self.path.to_dict()
+        if self.emulation is not None:  # measured cases carry neither key (reports stay as they were)
+            out["execution"] = "emulated"
+            out["emulation"] = asdict(self.emulation)
         return out
 
     @classmethod
@@ -289,6 +314,13 @@ class CaseReport:
         rows = [_from_dict(Row, r, source, f"{where}.rows[{i}]") for i, r in enumerate(d.pop("rows", []))]
         freed = [_from_dict(Row, r, source, f"{where}.freed[{i}]") for i, r in enumerate(d.pop("freed", []))]
         totals = _from_dict(Totals, d.pop("totals", {}), source, f"{where}.totals")
+        execution = d.pop("execution", "measured")
+        emulation = d.pop("emulation", None)
+        if execution not in ("measured", "emulated") or (execution == "emulated") != (emulation is not None):
+            raise UsageError(f"execution {execution!r} with emulation {emulation!r}: an emulated case has both, a measured case neither",
+                             source=source, key=f"{where}.execution")
+        if emulation is not None:
+            d["emulation"] = _from_dict(Emulation, emulation, source, f"{where}.emulation")
         spec_fields = {k: d.pop(k) for k in _SPEC_KEYS if k in d and k != "shape"}
         spec_fields["shape"] = _shape_from(d)
         if "splits" in spec_fields and isinstance(spec_fields["splits"], list):
@@ -303,7 +335,7 @@ class CaseReport:
         return case
 
 
-_NESTED = ("spec", "rows", "freed", "totals", "path")
+_NESTED = ("spec", "rows", "freed", "totals", "path", "emulation")
 
 
 def _shape_from(d: dict[str, Any]) -> tuple[tuple[str, int], ...]:

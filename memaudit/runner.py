@@ -68,6 +68,8 @@ def run_case(target: Target, spec: CaseSpec, *, backward: bool = True, verify_al
     except Exception as exc:  # noqa: BLE001 - one cell's fault is that cell's error
         case.status, case.reason = "error", _first_line(exc)
     finally:
+        if built is not None:
+            case.emulation = built.emulation()
         del built, outputs
         gc.collect()
         if torch.cuda.is_available():

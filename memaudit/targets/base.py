@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from memaudit.report import PathInfo, Row
+from memaudit.report import Emulation, PathInfo, Row
 from memaudit.spec import CaseSpec, ShapeParam
 
 if TYPE_CHECKING:
@@ -27,7 +27,9 @@ class Built:
 
     ``forward(cap)`` runs the forward pass inside ``capture()`` and returns the outputs;
     ``backward(outputs)`` runs backward afterwards; ``annotate(rows, cap)`` may name operands
-    and return the case's :class:`~memaudit.report.PathInfo`.
+    and return the case's :class:`~memaudit.report.PathInfo`; ``emulation()`` says how an
+    emulated forward ran (:class:`~memaudit.report.Emulation`, read after forward, also after an
+    error), None for real kernels.
     """
 
     forward: Callable[[Capture], Any]
@@ -37,6 +39,7 @@ class Built:
     model: Any = None
     inputs: tuple[Any, ...] = ()
     warnings: list[str] = field(default_factory=list)
+    emulation: Callable[[], Emulation | None] = lambda: None
 
 
 class Target(Protocol):

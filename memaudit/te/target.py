@@ -115,8 +115,9 @@ def _version_tuple(v: str) -> tuple[int, ...]:
     return tuple(int(p) for p in v.split(".")[:3] if p.isdigit())
 
 
-def why_fused_cannot_register() -> str | None:
-    """The first failing condition of ``GroupedMLP_CuTeGEMMGLU.is_supported`` (te-internals §1.1)."""
+def why_fused_cannot_register(frontend: str | None = None) -> str | None:
+    """The first failing condition of ``GroupedMLP_CuTeGEMMGLU.is_supported`` (te-internals §1.1);
+    ``frontend`` is the cuDNN-frontend version to assume (an emulated machine's), else the installed one."""
     import torch
 
     if int(os.environ.get(FUSED_ENV, "0") or 0) <= 0:
@@ -126,7 +127,7 @@ def why_fused_cannot_register() -> str | None:
     major, minor = torch.cuda.get_device_capability()
     if major != 10:
         return f"compute capability {major}.{minor} is not 10.x (the fused CuTeDSL op needs Blackwell)"
-    fe = cudnn_frontend_version()
+    fe = frontend or cudnn_frontend_version()
     if fe is None:
         return "nvidia-cudnn-frontend is not installed (needs >= 1.23.0)"
     if _version_tuple(fe) < (1, 23, 0):
@@ -141,12 +142,12 @@ def why_fused_cannot_register() -> str | None:
     return None
 
 
-def why_not_fused(spec: CaseSpec, recipe: Any) -> str | None:
+def why_not_fused(spec: CaseSpec, recipe: Any, frontend: str | None = None) -> str | None:
     """Every failing fusion condition for this case, TE's check order first (te-internals §1.1-1.2)."""
     import torch
 
     reasons = []
-    registered = why_fused_cannot_register()
+    registered = why_fused_cannot_register(frontend)
     if registered:
         reasons.append(registered)
         if registered.startswith(FUSED_ENV) and torch.cuda.is_available():
@@ -198,8 +199,9 @@ def fmt_cublaslt(v: int | None) -> str:
 
 def _grouped_path_reason(spec: CaseSpec, recipe: Any, grouped: bool) -> str:
     import torch
+    import transformer_engine.pytorch.utils as te_utils
 
-    cc = torch.cuda.get_device_capability() if torch.cuda.is_available() else (0, 0)
+    cc = te_utils.get_device_compute_capability() if torch.cuda.is_available() else (0, 0)
     v = cublaslt_version() or 0
     lt = f"cuBLASLt {fmt_cublaslt(v)}"
     if spec.dtype != "bf16":

@@ -1,0 +1,164 @@
+"""One context for TE's real forward on an emulated machine: gates, versions, fusion, kernels.
+
+Inside :func:`emulation`:
+
+- TE's capability gates answer for the emulated architecture (:func:`.gates.emulated_arch`);
+- ``tex.get_cublasLt_version`` and the cuDNN-frontend version TE reads from package metadata
+  (``ops/fused/grouped_mlp.py:66-72``) report the emulated machine's (:class:`Machine`);
+- a ``cudnn`` module with the cuDNN-frontend ``grouped_gemm_*_wrapper_sm100`` stand-ins is in
+  ``sys.modules`` (the fused op imports its kernels from it, ``grouped_mlp.py:1058``, ``2760``);
+- every ``lru_cache`` in ``grouped_mlp.py`` is cleared on entry and on exit, and the fused
+  grouped-MLP fusions TE registers at import time only when ``is_supported()`` said yes
+  (``grouped_mlp.py``, last lines) are registered when they say yes now, and removed on exit;
+- ``torch.cuda.get_device_capability``, which ``general_grouped_gemm_for_grouped_tensor`` reads
+  directly (``cpp_extensions/gemm.py:676``), reports the emulated capability;
+- every ``tex`` entry point is a stand-in, a real kernel or an error naming it
+  (:func:`.kernels.kernel_table`).
+
+Everything is put back on exit, also when the block raises.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import types
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from memaudit.te.emulate.gates import ARCHS, emulated_arch
+from memaudit.te.emulate.kernels import KernelLog, kernel_table
+
+
+@dataclass(frozen=True)
+class Machine:
+    """The emulated machine: architecture and the library versions TE's gates read."""
+
+    arch: str = "sm100"
+    cublaslt: int = 130600
+    """``tex.get_cublasLt_version()``: 13.6.0, the newest any TE 2.20.2 gate asks for."""
+    cudnn_frontend: str = "1.28.0"
+    """The nvidia-cudnn-frontend version: the newest any 2.20.2 feature check asks for."""
+
+    def describe(self) -> dict[str, str]:
+        v = self.cublaslt
+        return {"arch": self.arch, "cublaslt": f"{v // 10000}.{v // 100 % 100}.{v % 100}", "cudnn_frontend": self.cudnn_frontend}
+
+
+@dataclass
+class EmulationLog:
+    """What ran inside one :func:`emulation`: the kernel log and the fusions registered."""
+
+    machine: Machine
+    kernels: KernelLog = field(default_factory=KernelLog)
+    fusions: list[str] = field(default_factory=list)
+
+
+def _clear_caches(module: Any) -> None:
+    """``cache_clear`` every lru_cache in ``module``: functions and classmethods of its classes."""
+    for value in list(vars(module).values()):
+        if hasattr(value, "cache_clear"):
+            value.cache_clear()
+        if isinstance(value, type) and value.__module__ == module.__name__:
+            for attr in vars(value).values():
+                fn = getattr(attr, "__func__", attr)
+                if hasattr(fn, "cache_clear"):
+                    fn.cache_clear()
+
+
+@contextmanager
+def _cudnn_module(wrappers: dict[str, Callable[..., Any]]) -> Iterator[types.ModuleType]:
+    saved = sys.modules.get("cudnn", None)
+    had = "cudnn" in sys.modules
+    fake = types.ModuleType("cudnn", "memaudit: cuDNN-frontend kernel stand-ins (emulated kernels)")
+    for name, fn in wrappers.items():
+        setattr(fake, name, fn)
+    sys.modules["cudnn"] = fake
+    try:
+        yield fake
+    finally:
+        if had:
+            sys.modules["cudnn"] = saved  # type: ignore[assignment]
+        else:
+            sys.modules.pop("cudnn", None)
+
+
+@contextmanager
+def _patched(obj: Any, name: str, value: Any) -> Iterator[None]:
+    old = getattr(obj, name)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        setattr(obj, name, old)
+
+
+@contextmanager
+def _fusions(gm: Any, log: EmulationLog) -> Iterator[None]:
+    """Register the fused grouped-MLP fusions TE would have registered on this machine."""
+    from transformer_engine.pytorch.ops.fuser import OperationFuser
+
+    table = OperationFuser.forward_backward_fusion_functions
+    added = []
+    for cls_name, func_name in (("GroupedMLP_CuTeGEMMGLU", "fuse_glu_ops"), ("GroupedMLP_CuTeGEMMUnary", "fuse_unary_activation_ops")):
+        func = getattr(gm, func_name)
+        if getattr(gm, cls_name).is_supported() and func not in table:
+            gm.register_forward_backward_fusion(func, prepend=True)
+            added.append(func)
+            log.fusions.append(cls_name)
+    try:
+        yield
+    finally:
+        for func in added:
+            if func in table:
+                table.remove(func)
+
+
+@contextmanager
+def emulation(
+    machine: Machine,
+    standins: dict[str, Callable[..., Any]],
+    cudnn: dict[str, Callable[..., Any]],
+    real: frozenset[str] = frozenset(),
+) -> Iterator[EmulationLog]:
+    """TE's real Python on ``machine`` with ``standins`` for ``tex`` and ``cudnn`` for the
+    cuDNN-frontend kernels; ``real`` names the ``tex`` kernels to run for real."""
+    import torch
+    import transformer_engine.pytorch.ops.fused.grouped_mlp as gm
+
+    capability = ARCHS[machine.arch]
+    log = EmulationLog(machine)
+    version = PkgVersionAnswer(machine.cudnn_frontend)
+    with ExitStack() as stack:
+        stack.enter_context(emulated_arch(machine.arch))
+        stack.callback(_clear_caches, gm)  # runs last on exit: TE's caches forget the emulation
+        stack.enter_context(_patched(gm, "_cudnn_frontend_version_at_least", version))
+        stack.enter_context(_patched(torch.cuda, "get_device_capability", lambda device=None: capability))
+        stack.enter_context(_cudnn_module(cudnn))
+        table = {**standins, "get_cublasLt_version": lambda: machine.cublaslt}
+        log.kernels = stack.enter_context(kernel_table(table, real))
+        _clear_caches(gm)
+        stack.enter_context(_fusions(gm, log))
+        yield log
+
+
+class PkgVersionAnswer:
+    """``_cudnn_frontend_version_at_least(v)`` for the emulated cuDNN-frontend version (TE's own
+    comparison, ``packaging.version``; lru-cached as TE's is)."""
+
+    def __init__(self, have: str) -> None:
+        self.have = have
+        self.__wrapped__ = functools.lru_cache(maxsize=None)(self._at_least)
+
+    def _at_least(self, min_version: str) -> bool:
+        from packaging.version import Version
+
+        return Version(self.have) >= Version(min_version)
+
+    def __call__(self, min_version: str) -> bool:
+        return self.__wrapped__(min_version)
+
+    def cache_clear(self) -> None:
+        self.__wrapped__.cache_clear()
