@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 FUSED_ENV = "NVTE_CUTEDSL_FUSED_GROUPED_MLP"
 ACTIVATIONS = ("swiglu", "clamped-qgeglu", "srelu")
+KERNELS = ("real", "emulated", "standins")
 
 
 def set_fused_env(fused: bool | None) -> str:
@@ -224,6 +225,17 @@ def _grouped_path_reason(spec: CaseSpec, recipe: Any, grouped: bool) -> str:
 
 
 @dataclass(frozen=True)
+class Emulated:
+    """``--kernels emulated|standins``: the kernel policy, the emulated architecture, and
+    whether the fused switch is on inside the emulation."""
+
+    kernels: str
+    arch: str
+    fused: bool
+    cublaslt: int | None = None
+
+
+@dataclass(frozen=True)
 class GroupedMLPPath:
     """What the grouped MLP's ``path`` records (the JSON keys, in this order)."""
 
@@ -258,6 +270,13 @@ class TEGroupedMLPTarget:
                 ("--fused/--no-fused",)),
         RunFlag("single_grouped_weight", bool, False, "TE target: one grouped weight parameter instead of discrete ones."),
         RunFlag("activation", str, "swiglu", f"TE target activation: {' | '.join(ACTIVATIONS)}."),
+        RunFlag("kernels", str, "real",
+                f"TE target: {' | '.join(KERNELS)}. emulated runs TE's real forward (no backward) on an emulated "
+                "machine (--arch) with kernel stand-ins that allocate as TE's C++ does, real kernels only where this "
+                "GPU is that architecture; standins replaces every kernel."),
+        RunFlag("arch", str, "sm100", "TE target with --kernels emulated|standins: the emulated architecture, sm90 | sm100."),
+        RunFlag("cublaslt", str | None, None, "TE target with --kernels emulated|standins: the emulated cuBLASLt version "
+                "(e.g. 13.1.0; TE's path choice reads it). Default: this GPU's when it is --arch, else 13.6.0."),
     )
 
     @staticmethod
@@ -296,7 +315,31 @@ class TEGroupedMLPTarget:
         activation = flags.get("activation", "swiglu")
         if activation not in ACTIVATIONS:
             raise UsageError(f"unknown activation {activation!r}; use one of {', '.join(ACTIVATIONS)}", key="--activation")
-        set_fused_env(flags.get("fused"))
+        kernels = flags.get("kernels", "real")
+        if kernels not in KERNELS:
+            raise UsageError(f"unknown kernels {kernels!r}; use one of {', '.join(KERNELS)}", key="--kernels")
+        arch = flags.get("arch", "sm100")
+        from memaudit.te.emulate.gates import ARCHS
+
+        if arch not in ARCHS:
+            raise UsageError(f"unknown architecture {arch!r}; use one of {', '.join(ARCHS)}", key="--arch")
+        if kernels == "real":
+            set_fused_env(flags.get("fused"))
+            self.emulated = None
+        else:
+            # TE reads the fused switch at import (and its import-time check needs a GPU of that
+            # architecture), so it stays off for the import and is set inside each emulated forward.
+            set_fused_env(False)
+            fused = flags.get("fused")
+            lt = flags.get("cublaslt")
+            if lt is not None:
+                from memaudit.te.emulate.run import parse_cublaslt
+
+                try:
+                    lt = parse_cublaslt(lt)
+                except ValueError:
+                    raise UsageError(f"expected a version such as 13.6.0, got {lt!r}", key="--cublaslt") from None
+            self.emulated = Emulated(kernels, arch, fused if fused is not None else arch == "sm100", lt)
         options: dict[str, Any] = {}
         if flags.get("single_grouped_weight"):
             options["single_grouped_weight"] = True
@@ -304,15 +347,29 @@ class TEGroupedMLPTarget:
             options["activation"] = activation
         return options
 
+    emulated: Emulated | None = None
+    """Set by ``configure`` for ``--kernels emulated|standins``."""
+
     def skip_reason(self, spec: CaseSpec) -> str | None:
         import torch
 
         if not spec.device.startswith("cuda") or not torch.cuda.is_available():
+            if self.emulated is not None:
+                return ("emulated kernels need a CUDA device: TE's forward itself uses CUDA outside any kernel "
+                        "(cpp_extensions/gemm.py:408 _empty_tensor() = torch.Tensor().cuda(); gemm.py:658 "
+                        "'alpha and beta must be CUDA tensors'; ops/fused/grouped_mlp.py:1508 torch.cuda.current_stream; "
+                        "tensor/nvfp4_tensor.py:175 torch.cuda.current_device() in NVFP4Quantizer)")
             return "TransformerEngine runs on CUDA only (no CUDA device here)"
         te, why = import_te()
         if te is None:
             return why
-        ok, reason = recipe_availability(te)[spec.recipe]
+        if self.emulated is not None:
+            from memaudit.te.emulate.gates import emulated_arch
+
+            with emulated_arch(self.emulated.arch):
+                ok, reason = recipe_availability(te)[spec.recipe]
+        else:
+            ok, reason = recipe_availability(te)[spec.recipe]
         return None if ok else (reason or f"{spec.recipe} is not available on this GPU")
 
     def build(self, spec: CaseSpec) -> Built:
@@ -341,16 +398,21 @@ class TEGroupedMLPTarget:
         split_sizes = torch.tensor(spec.split_sizes(), dtype=torch.int64, device=spec.device)
         probs = torch.rand(spec.tokens, generator=gen).to(spec.device).requires_grad_()
 
+        def run_model() -> torch.Tensor:
+            with te.autocast(enabled=recipe is not None, recipe=recipe):
+                return model(x, split_sizes, probs, split_sizes)
+
         def forward(cap: Capture) -> torch.Tensor:
             cap.label(x, "fc1.input")
             cap.label(split_sizes, "fc1.split_sizes")
             cap.label(probs, "activation.scales")
-            with te.autocast(enabled=recipe is not None, recipe=recipe):
-                return model(x, split_sizes, probs, split_sizes)
+            return run_model()
 
-        def annotate(rows: list[Row], cap: Capture) -> dict[str, Any]:
-            return self._path(model, spec, recipe, rows)
+        def annotate(rows: list[Row], cap: Capture) -> PathInfo:
+            return self._path(model, spec, recipe)
 
+        if self.emulated is not None:
+            return self._emulated_built(spec, recipe, model, (x, probs), forward, run_model)
         return Built(
             forward=forward,
             backward=backward_sum,
@@ -360,7 +422,34 @@ class TEGroupedMLPTarget:
             inputs=(x, probs),
         )
 
-    def _path(self, model: Any, spec: CaseSpec, recipe: Any, rows: list[Row]) -> PathInfo:
+    def _emulated_built(self, spec: CaseSpec, recipe: Any, model: Any, inputs: tuple[Any, ...],
+                        forward: Any, run_model: Any) -> Built:
+        """The forward inside the emulation (TE's real Python, stand-in kernels); no backward."""
+        from memaudit.te.emulate.run import EmulatedRun
+
+        assert self.emulated is not None
+        run = EmulatedRun(self.emulated.kernels, self.emulated.arch, self.emulated.fused, spec.recipe, self.emulated.cublaslt)
+        paths: list[PathInfo] = []
+
+        def emulated_forward(cap: Capture) -> Any:
+            with run.active():
+                out = forward(cap)
+                paths.append(self._path(model, spec, recipe, frontend=run.machine.cudnn_frontend))
+            return out
+
+        return Built(
+            forward=emulated_forward,
+            backward=lambda outputs: None,
+            annotate=lambda rows, cap: paths[-1] if paths else None,
+            options={"fused_env": "1" if self.emulated.fused else "0"},
+            model=model,
+            inputs=inputs,
+            warnings=["emulated kernels: forward only (what the forward saved for backward is complete; backward "
+                      "did not run, and no values are meaningful)"],
+            emulation=run.describe,
+        )
+
+    def _path(self, model: Any, spec: CaseSpec, recipe: Any, frontend: str | None = None) -> PathInfo:
         forward_ops: list[str] = []
         for group in getattr(model, "_module_groups", None) or ():
             for op, _idxs in getattr(group, "_forward_ops", ()):
@@ -369,4 +458,4 @@ class TEGroupedMLPTarget:
         if fused:
             return GroupedMLPPath(forward_ops, True, os.environ.get(FUSED_ENV, "0")).info()
         name, why = grouped_linear_path(spec, recipe)
-        return GroupedMLPPath(forward_ops, False, os.environ.get(FUSED_ENV, "0"), why_not_fused(spec, recipe), name, why).info()
+        return GroupedMLPPath(forward_ops, False, os.environ.get(FUSED_ENV, "0"), why_not_fused(spec, recipe, frontend), name, why).info()

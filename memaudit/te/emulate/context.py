@@ -7,7 +7,8 @@ Inside :func:`emulation`:
   (``ops/fused/grouped_mlp.py:66-72``) report the emulated machine's (:class:`Machine`);
 - a ``cudnn`` module with the cuDNN-frontend ``grouped_gemm_*_wrapper_sm100`` stand-ins is in
   ``sys.modules`` (the fused op imports its kernels from it, ``grouped_mlp.py:1058``, ``2760``);
-- every ``lru_cache`` in ``grouped_mlp.py`` is cleared on entry and on exit, and the fused
+- every ``lru_cache`` in ``grouped_mlp.py`` and ``utils.py`` (``is_non_tn_fp8_gemm_supported``
+  reads the capability once) is cleared on entry and on exit, and the fused
   grouped-MLP fusions TE registers at import time only when ``is_supported()`` said yes
   (``grouped_mlp.py``, last lines) are registered when they say yes now, and removed on exit;
 - ``torch.cuda.get_device_capability``, which ``general_grouped_gemm_for_grouped_tensor`` reads
@@ -85,6 +86,15 @@ def _cudnn_module(wrappers: dict[str, Callable[..., Any]]) -> Iterator[types.Mod
             sys.modules.pop("cudnn", None)
 
 
+def _noted(log: EmulationLog, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        log.kernels.note("standins", f"cudnn.{name}")
+        return fn(*args, **kwargs)
+
+    call.__name__ = name
+    return call
+
+
 @contextmanager
 def _patched(obj: Any, name: str, value: Any) -> Iterator[None]:
     old = getattr(obj, name)
@@ -127,19 +137,22 @@ def emulation(
     cuDNN-frontend kernels; ``real`` names the ``tex`` kernels to run for real."""
     import torch
     import transformer_engine.pytorch.ops.fused.grouped_mlp as gm
+    import transformer_engine.pytorch.utils as te_utils
 
     capability = ARCHS[machine.arch]
     log = EmulationLog(machine)
     version = PkgVersionAnswer(machine.cudnn_frontend)
     with ExitStack() as stack:
         stack.enter_context(emulated_arch(machine.arch))
-        stack.callback(_clear_caches, gm)  # runs last on exit: TE's caches forget the emulation
+        stack.callback(_clear_caches, gm)  # run last on exit: TE's caches forget the emulation
+        stack.callback(_clear_caches, te_utils)  # is_non_tn_fp8_gemm_supported and the like
         stack.enter_context(_patched(gm, "_cudnn_frontend_version_at_least", version))
         stack.enter_context(_patched(torch.cuda, "get_device_capability", lambda device=None: capability))
-        stack.enter_context(_cudnn_module(cudnn))
         table = {**standins, "get_cublasLt_version": lambda: machine.cublaslt}
         log.kernels = stack.enter_context(kernel_table(table, real))
+        stack.enter_context(_cudnn_module({name: _noted(log, name, fn) for name, fn in cudnn.items()}))
         _clear_caches(gm)
+        _clear_caches(te_utils)
         stack.enter_context(_fusions(gm, log))
         yield log
 

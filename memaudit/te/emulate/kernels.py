@@ -35,7 +35,8 @@ class MissingStandIn(RuntimeError):
     """The forward reached a TE kernel entry point that has no stand-in here."""
 
     def __init__(self, name: str) -> None:
-        super().__init__(f"TE kernel entry point tex.{name} has no stand-in (emulated kernels); it was not run")
+        where = name if "." in name else f"tex.{name}"
+        super().__init__(f"TE kernel entry point {where} has no stand-in (emulated kernels); it was not run")
         self.entry_point = name
 
 
@@ -54,11 +55,29 @@ class KernelLog:
         book[name] = book.get(name, 0) + 1
 
 
+def _is_function(f: Any) -> bool:
+    return isinstance(f, types.BuiltinFunctionType | types.FunctionType)
+
+
 def tex_functions() -> dict[str, Any]:
-    """``tex``'s functions by name (pybind functions; its classes and enums are left alone)."""
+    """``tex``'s functions by name, those of its submodules as ``sub.name``
+    (``grouped_mlp_experimental.swizzle_scales_and_pack_ptrs_for_discrete_weights``); its
+    classes and enums are left alone."""
+    return {name: getattr(owner, attr) for name, (owner, attr) in _owners().items()}
+
+
+def _owners() -> dict[str, tuple[Any, str]]:
     import transformer_engine_torch as tex
 
-    return {n: f for n, f in vars(tex).items() if isinstance(f, types.BuiltinFunctionType | types.FunctionType) and not n.startswith("_")}
+    out: dict[str, tuple[Any, str]] = {}
+    for n, f in vars(tex).items():
+        if n.startswith("_"):
+            continue
+        if _is_function(f):
+            out[n] = (tex, n)
+        elif isinstance(f, types.ModuleType):
+            out.update({f"{n}.{m}": (f, m) for m, g in vars(f).items() if _is_function(g) and not m.startswith("_")})
+    return out
 
 
 def _te_modules() -> list[Any]:
@@ -69,16 +88,18 @@ def _te_modules() -> list[Any]:
 @contextmanager
 def kernel_table(standins: dict[str, Callable[..., Any]], real: frozenset[str] = frozenset()) -> Iterator[KernelLog]:
     """Guard every ``tex`` function for the block (see the module docstring); yields the log."""
-    originals = tex_functions()
+    owners = _owners()
+    originals = {name: getattr(owner, attr) for name, (owner, attr) in owners.items()}
     unknown = sorted((set(standins) | set(real)) - set(originals))
     if unknown:
         raise ValueError(f"not tex functions: {', '.join(unknown)}")
     log = KernelLog()
-    guards: dict[int, Any] = {}  # id(original) -> guard
-    for name, fn in originals.items():
-        guards[id(fn)] = _guard(name, fn, standins.get(name), name in real or name in QUERIES, log)
+    guards = {id(fn): _guard(name, fn, standins.get(name), name in real or name in QUERIES, log) for name, fn in originals.items()}
     patched: list[tuple[Any, str, Any]] = []
-    for module in _te_modules():
+    for name, (owner, attr) in owners.items():
+        patched.append((owner, attr, originals[name]))
+        setattr(owner, attr, guards[id(originals[name])])
+    for module in _te_modules():  # bindings by name (cpp_extensions star-imports tex)
         for attr, value in list(vars(module).items()):
             guard = guards.get(id(value))
             if guard is not None and value is originals[guard.entry_point]:
@@ -92,7 +113,7 @@ def kernel_table(standins: dict[str, Callable[..., Any]], real: frozenset[str] =
             for attr, value in list(vars(module).items()):
                 if id(value) in by_guard:
                     setattr(module, attr, by_guard[id(value)])
-        for module, attr, value in patched:
+        for module, attr, value in reversed(patched):
             setattr(module, attr, value)
 
 

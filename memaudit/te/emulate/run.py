@@ -1,0 +1,89 @@
+"""One emulated case: which kernels are stand-ins, the context around its forward, its label."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from memaudit.report import Emulation
+from memaudit.te.emulate.context import EmulationLog, Machine, emulation
+from memaudit.te.emulate.cudnn import CUDNN_STANDINS
+from memaudit.te.emulate.gates import ARCHS
+from memaudit.te.emulate.standins import NEVER_REAL, STANDINS
+
+FUSED_ENV = "NVTE_CUTEDSL_FUSED_GROUPED_MLP"
+
+
+def here_arch() -> str | None:
+    """The architecture name of this machine's GPU, or None (no GPU, or one not in ARCHS)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    cc = torch.cuda.get_device_capability()
+    return next((name for name, v in ARCHS.items() if v == cc), None)
+
+
+def default_cublaslt(arch: str) -> int:
+    """This GPU's cuBLASLt when it is ``arch`` (so emulating the machine at hand takes its
+    paths), else 13.6.0 (:class:`Machine`)."""
+    if here_arch() == arch:
+        import transformer_engine_torch as tex
+
+        return int(tex.get_cublasLt_version())
+    return Machine().cublaslt
+
+
+def parse_cublaslt(text: str) -> int:
+    """``13.6.0`` (or ``130600``) -> 130600; ValueError otherwise."""
+    if text.isdigit():
+        return int(text)
+    major, minor, *patch = (int(p) for p in text.split("."))
+    return major * 10000 + minor * 100 + (patch[0] if patch else 0)
+
+
+class EmulatedRun:
+    """``kernels`` is ``emulated`` (real kernels where this GPU is the emulated architecture,
+    GEMMs and cuDNN-frontend kernels always stand-ins) or ``standins`` (every kernel)."""
+
+    def __init__(self, kernels: str, arch: str, fused: bool, recipe: str, cublaslt: int | None = None) -> None:
+        self.kernels = kernels
+        self.machine = Machine(arch, cublaslt if cublaslt is not None else default_cublaslt(arch))
+        self.fused = fused
+        self.recipe = recipe
+        self.log: EmulationLog | None = None
+
+    def real(self) -> frozenset[str]:
+        if self.kernels != "emulated" or here_arch() != self.machine.arch:
+            return frozenset()
+        return frozenset(STANDINS) - NEVER_REAL
+
+    @contextmanager
+    def active(self) -> Iterator[EmulationLog]:
+        """The emulation around one forward, with the fused switch this case asks for."""
+        old = os.environ.get(FUSED_ENV)
+        os.environ[FUSED_ENV] = "1" if self.fused else "0"
+        real = self.real()
+        table = {k: v for k, v in STANDINS.items() if k not in real}
+        try:
+            with emulation(self.machine, table, CUDNN_STANDINS, real=real) as log:
+                self.log = log
+                yield log
+        finally:
+            if old is None:
+                os.environ.pop(FUSED_ENV, None)
+            else:
+                os.environ[FUSED_ENV] = old
+
+    def describe(self) -> Emulation:
+        """The case's label: machine, the stand-ins and real kernels its forward called."""
+        log = self.log
+        kernels: Any = log.kernels if log is not None else None
+        return Emulation(
+            machine={**self.machine.describe(), "kernels": self.kernels},
+            standins=sorted(kernels.standins) if kernels else [],
+            real=sorted(kernels.real) if kernels else [],
+            fusions=list(log.fusions) if log is not None else [],
+        )
