@@ -216,6 +216,10 @@ class Emulation:
     fusions: list[str] = field(default_factory=list)
     """Fusions registered for the emulated machine."""
 
+    def label(self) -> str:
+        """``emulated sm100`` (what tables and PR comments show beside the status)."""
+        return f"emulated {self.machine.get('arch', '?')}"
+
 
 _SPEC_KEYS = ("target", "recipe", "groups", "shape", "dtype", "device", "splits", "options")
 """The spec's fields, flat at the top of each case in the JSON (``shape`` as one key per dimension)."""

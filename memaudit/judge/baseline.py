@@ -328,11 +328,14 @@ def compare_reports(
     fail_on: str = "increase",
     strict_env: bool = False,
     allow_incomplete: bool = False,
+    allow_emulated: bool = False,
 ) -> Comparison:
     """Compare ``current`` against ``baseline`` case by case (matched by id).
 
     A case memaudit marked incomplete (in either report) fails unless ``allow_incomplete``: its
-    saved bytes are a partial count, so "no growth" would mean nothing.
+    saved bytes are a partial count, so "no growth" would mean nothing. An emulated case matched
+    with a measured one is a UsageError unless ``allow_emulated`` (then an environment warning):
+    stand-in kernels on an emulated machine are not the same evidence as a measurement.
     """
     tol = parse_tolerance(tolerance)
     if fail_on not in FAIL_ON:
@@ -340,6 +343,15 @@ def compare_reports(
     base_cases = _by_id(baseline, "baseline")
     cur_cases = _by_id(current, "current")
     strict = fail_on == "change"
+    mixed = [cid for cid, cur in cur_cases.items() if cid in base_cases and base_cases[cid].execution != cur.execution]
+    mixed_warnings = []
+    if mixed:
+        first = mixed[0]
+        what = (f"{len(mixed)} case(s) are emulated in one report and measured in the other "
+                f"(first: {first}, baseline {base_cases[first].execution}, current {cur_cases[first].execution})")
+        if not allow_emulated:
+            raise UsageError(f"{what}; pass --allow-emulated to compare them anyway", key="cases")
+        mixed_warnings.append(what)
 
     diffs: list[CaseDiff] = []
     for cid, cur in cur_cases.items():
@@ -351,7 +363,7 @@ def compare_reports(
             diffs.append(_compare_case(cid, base, None, tol, strict))
     return Comparison(
         cases=diffs,
-        env_warnings=env_differences(baseline.environment, current.environment),
+        env_warnings=mixed_warnings + env_differences(baseline.environment, current.environment),
         tolerance=tol,
         fail_on=fail_on,
         strict_env=strict_env,

@@ -50,7 +50,7 @@ from memaudit.spec import DTYPES, CaseSpec, default_splits
 from memaudit.targets import registry
 
 ON_ERROR = ("fail", "warn")
-TOP_KEYS = ("name", "description", "on_error", "allow_incomplete", "cases", "budget")
+TOP_KEYS = ("name", "description", "on_error", "allow_incomplete", "require_measured", "cases", "budget")
 CASE_KEYS = ("target", "recipes", "groups", "dtype", "options")
 """A cases table's keys besides the target's dimensions (``Target.shape``: tokens, hidden, ...)."""
 RULE_KEYS = ("name", "why", "recipes", "groups", "when", "select", "per", "unit", "measure", "against", "known_failure", *CHECKS)
@@ -414,6 +414,8 @@ class Scenario:
     on_error: str = "warn"
     allow_incomplete: bool = False
     """Judge cases memaudit marked incomplete instead of failing them."""
+    require_measured: bool = False
+    """Fail every case that ran emulated kernels (``--kernels emulated``) instead of judging it."""
 
     @property
     def target(self) -> str:
@@ -438,6 +440,7 @@ def parse_scenario(data: Any, *, source: str) -> Scenario:
     description = r.string(data["description"], "description") if "description" in data else ""
     on_error = r.string(data.get("on_error", "warn"), "on_error", choices=ON_ERROR)
     allow_incomplete = r.boolean(data.get("allow_incomplete", False), "allow_incomplete")
+    require_measured = r.boolean(data.get("require_measured", False), "require_measured")
     if "cases" not in data:
         raise r.fail("cases", "missing [cases] table: name the target, recipes, groups and the target's dimensions (tokens, hidden, ffn for the built-in targets)")
     raw = data["cases"]
@@ -489,7 +492,7 @@ def parse_scenario(data: Any, *, source: str) -> Scenario:
                         f"budget {rule.name!r}: against = {dict(rule.check.against)!r} points at a case the scenario "
                         f"does not run ({other.recipe}, groups {other.groups}, {shape}, {other.dtype}) for {s.id}",
                     )
-    return Scenario(source, name, blocks, rules, description, on_error, allow_incomplete)
+    return Scenario(source, name, blocks, rules, description, on_error, allow_incomplete, require_measured)
 
 
 _LINE = re.compile(r"\(at line (\d+), column (\d+)\)")
@@ -544,7 +547,13 @@ def evaluate(
     )
     verdicts: list[Verdict] = []
     for case in covered:
-        mine = evaluate_case(case, scenario.rules, ctx)
+        emulation = getattr(case, "emulation", None)
+        if scenario.require_measured and emulation is not None:
+            mine = [Verdict(case.id, "require_measured", "execution", "fail", "measured", emulation.label(),
+                            "the scenario requires measured cases (require_measured = true); this case ran TE's "
+                            "real Python with stand-in kernels, so its budgets are not judged")]
+        else:
+            mine = evaluate_case(case, scenario.rules, ctx)
         case.budgets = [v.to_dict() for v in mine]
         verdicts.extend(mine)
     return verdicts

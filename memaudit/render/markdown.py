@@ -133,6 +133,11 @@ def _label(case: CaseReport) -> str:
 
 
 def _status_cell(e: _Entry) -> str:
+    text = _status_text(e)
+    return f"{text} · {md_escape(e.case.emulation.label())}" if e.case.emulation is not None else text
+
+
+def _status_text(e: _Entry) -> str:
     d, c = e.diff, e.case
     if e.failing:
         icon = "❌"
@@ -348,6 +353,10 @@ def _footer(report: Report, comparison: Comparison | None) -> str:
         bits += [f"tolerance {comparison.tolerance}", f"fail on {comparison.fail_on}"]
     if report.memaudit:
         bits.append(f"memaudit {report.memaudit}")
+    emulated = [c for c in report.cases if c.emulation is not None]
+    if emulated:
+        archs = sorted({c.emulation.label() for c in emulated if c.emulation is not None})
+        bits.append(f"{len(emulated)} of {len(report.cases)} cases {', '.join(archs)} (TE's real Python with stand-in kernels; not measured)")
     named = [("device_class", None), ("torch", "torch"), *((lib.key, lib.short) for lib in libraries()), ("cuda", "CUDA")]
     for key, name in named:
         v = env.get(key)

@@ -24,6 +24,10 @@ def case_table(case: CaseReport, *, show_expected: bool = False) -> Table:
     title = f"{escape(case.id)}  [{_STATUS_STYLE.get(case.status, '')}]{case.status}[/]"
     if not case.complete:
         title += "  [bold red]INCOMPLETE[/]"
+    if case.emulation is not None:
+        e = case.emulation
+        title += (f"  [bold magenta]{escape(e.label())}[/] (TE's real Python, stand-in kernels: "
+                  f"{escape(', '.join(e.standins) or 'none')})")
     table = Table(title=title, title_justify="left", show_lines=False, header_style="bold")
     for col, justify in (
         ("#", "right"),
@@ -121,6 +125,8 @@ def summary_table(cases: Iterable[CaseReport]) -> Table:
         status = f"[{_STATUS_STYLE.get(c.status, '')}]{c.status}[/]"
         if ok and not c.complete:
             status += " [bold red]incomplete[/]"
+        if c.emulation is not None:
+            status += f" [magenta]{escape(c.emulation.label())}[/]"
         table.add_row(
             Text(c.id),  # type: ignore[arg-type]
             status,
