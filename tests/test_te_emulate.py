@@ -172,6 +172,9 @@ def test_current_scaling_group_quantize_shares_one_scale_inv() -> None:
         g = si.group_quantize(torch.empty(512, 128, dtype=torch.bfloat16), q, 4, torch.tensor([128, 0, 256, 128]))
     assert g.scale_inv is g.columnwise_scale_inv and g.scale_inv.shape == (4,)
     assert g.tensor_offsets.tolist() == [0, 16384, 16384, 49152, 65536]  # splits_to_offsets(first_dims, L1)
+    with emulation(Machine("sm100"), {}, {}):  # non-TN: rowwise data only, so no columnwise scale either
+        b = si.group_quantize(torch.empty(512, 128, dtype=torch.bfloat16), q, 4, torch.tensor([128, 0, 256, 128]))
+    assert b.columnwise_data is None and b.columnwise_scale_inv is None and b.scale_inv.shape == (4,)
 
 
 def test_offsets_are_computed_as_the_kernel_computes_them() -> None:

@@ -233,6 +233,7 @@ class Emulated:
     arch: str
     fused: bool
     cublaslt: int | None = None
+    cudnn_frontend: str = "1.28.0"
 
 
 @dataclass(frozen=True)
@@ -277,6 +278,8 @@ class TEGroupedMLPTarget:
         RunFlag("arch", str, "sm100", "TE target with --kernels emulated|standins: the emulated architecture, sm90 | sm100."),
         RunFlag("cublaslt", str | None, None, "TE target with --kernels emulated|standins: the emulated cuBLASLt version "
                 "(e.g. 13.1.0; TE's path choice reads it). Default: this GPU's when it is --arch, else 13.6.0."),
+        RunFlag("cudnn_frontend", str, "1.28.0", "TE target with --kernels emulated|standins: the emulated nvidia-cudnn-frontend "
+                "version (TE's fused-op feature checks read it; below 1.27 a single group takes the grouped path)."),
     )
 
     @staticmethod
@@ -339,7 +342,14 @@ class TEGroupedMLPTarget:
                     lt = parse_cublaslt(lt)
                 except ValueError:
                     raise UsageError(f"expected a version such as 13.6.0, got {lt!r}", key="--cublaslt") from None
-            self.emulated = Emulated(kernels, arch, fused if fused is not None else arch == "sm100", lt)
+            fe = flags.get("cudnn_frontend", "1.28.0")
+            from packaging.version import InvalidVersion, Version
+
+            try:
+                Version(fe)
+            except InvalidVersion:
+                raise UsageError(f"expected a version such as 1.28.0, got {fe!r}", key="--cudnn-frontend") from None
+            self.emulated = Emulated(kernels, arch, fused if fused is not None else arch == "sm100", lt, fe)
         options: dict[str, Any] = {}
         if flags.get("single_grouped_weight"):
             options["single_grouped_weight"] = True
@@ -428,7 +438,8 @@ class TEGroupedMLPTarget:
         from memaudit.te.emulate.run import EmulatedRun
 
         assert self.emulated is not None
-        run = EmulatedRun(self.emulated.kernels, self.emulated.arch, self.emulated.fused, spec.recipe, self.emulated.cublaslt)
+        e = self.emulated
+        run = EmulatedRun(e.kernels, e.arch, e.fused, spec.recipe, e.cublaslt, e.cudnn_frontend)
         paths: list[PathInfo] = []
 
         def emulated_forward(cap: Capture) -> Any:

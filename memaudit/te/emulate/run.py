@@ -48,9 +48,10 @@ class EmulatedRun:
     """``kernels`` is ``emulated`` (real kernels where this GPU is the emulated architecture,
     GEMMs and cuDNN-frontend kernels always stand-ins) or ``standins`` (every kernel)."""
 
-    def __init__(self, kernels: str, arch: str, fused: bool, recipe: str, cublaslt: int | None = None) -> None:
+    def __init__(self, kernels: str, arch: str, fused: bool, recipe: str, cublaslt: int | None = None,
+                 cudnn_frontend: str = Machine.cudnn_frontend) -> None:
         self.kernels = kernels
-        self.machine = Machine(arch, cublaslt if cublaslt is not None else default_cublaslt(arch))
+        self.machine = Machine(arch, cublaslt if cublaslt is not None else default_cublaslt(arch), cudnn_frontend)
         self.fused = fused
         self.recipe = recipe
         self.log: EmulationLog | None = None

@@ -202,7 +202,8 @@ def group_quantize(tensor: torch.Tensor, quantizer: Any, num_tensors: int, first
 
 def grouped_empty(tensor: torch.Tensor, q: Any, g: int, first_dims: torch.Tensor | None,
                   last_dims: torch.Tensor | None, tensor_offsets: torch.Tensor | None) -> Any:
-    """``Quantizer::create_grouped_tensor`` for current scaling (quantizer.cpp:770-873), block
+    """``Quantizer::create_grouped_tensor`` for current scaling (quantizer.cpp:770-873: one fp32
+    [G] scale_inv, set as the scale of each usage that has data, 798-814), block
     scaling (1170-1280), MXFP8 (1615-1723) and NVFP4 (2129-2244)."""
     from transformer_engine.pytorch.tensor.float8_blockwise_tensor import Float8BlockQuantizer
     from transformer_engine.pytorch.tensor.float8_tensor import Float8CurrentScalingQuantizer
@@ -227,12 +228,12 @@ def grouped_empty(tensor: torch.Tensor, q: Any, g: int, first_dims: torch.Tensor
     if isinstance(q, Float8CurrentScalingQuantizer):
         non_tn = is_non_tn_fp8_gemm_supported()
         bufs["scale"], bufs["amax"] = empty(g, torch.float32), empty(g, torch.float32)
-        shared = empty(g, torch.float32)  # one tensor as both scale_inv and columnwise_scale_inv
-        if row or non_tn:
-            bufs["data"] = empty(total, torch.uint8)
-        if col and not non_tn:
-            bufs["columnwise_data"] = empty(total, torch.uint8)
-        bufs["scale_inv"] = bufs["columnwise_scale_inv"] = shared
+        with_row, with_col = row or non_tn, col and not non_tn
+        shared = empty(g, torch.float32) if with_row or with_col else None  # one tensor for both usages
+        if with_row:
+            bufs["data"], bufs["scale_inv"] = empty(total, torch.uint8), shared
+        if with_col:
+            bufs["columnwise_data"], bufs["columnwise_scale_inv"] = empty(total, torch.uint8), shared
     elif isinstance(q, Float8BlockQuantizer):
         if row:
             bufs["data"] = empty(total, torch.uint8)

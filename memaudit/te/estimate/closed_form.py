@@ -14,7 +14,6 @@ from memaudit.te.estimate.shapes import (
     HP_DTYPES,
     ITEMSIZE,
     SLOT_INFO,
-    bulk_layout,
     grouped_buffers_cpp,
     prod,
     rup,
@@ -99,9 +98,8 @@ def estimate_totals(c: Config, variant: str = "te-2.20") -> FastTotals:
         add("metadata", 8 * g, 0, dup=True)  # first_dims
         add("metadata", 8 * (g + 1), 0, dup=True)  # tensor_offsets
 
-    def offsets(n_int64: int) -> None:
-        _, base = bulk_layout([(4 * g, 16)] + [(8 * (g + 1), 16)] * n_int64)
-        add("metadata", 4 * g + 8 * (g + 1) * n_int64, base)
+    def offsets(n_int64: int) -> None:  # from_blob views: each its own storage, no slack
+        add("metadata", 4 * g + 8 * (g + 1) * n_int64)
 
     def split_sizes(second: bool) -> None:
         if second and c.split_sizes_dtype == "int64":
@@ -139,12 +137,10 @@ def estimate_totals(c: Config, variant: str = "te-2.20") -> FastTotals:
                 else:
                     scales = rup(k, 128) * s_scale
                 amax = 4 * g if recipe == "nvfp4" else 0
-                amax_region = 16 * (g - 1) + 4 if amax else 0
-                add("data", data, 0)
-                add("scale_inv", scales, 0)
+                add("data", data)  # bulk_allocate views: from_blob storages of exactly their bytes
+                add("scale_inv", scales)
                 if amax:
-                    add("amax", amax, 0)
-                physical += data + scales + amax_region + 256
+                    add("amax", amax)
             weights(n, k, rowwise=False)
             if op == "fc1":
                 activation()

@@ -16,7 +16,6 @@ from memaudit.te.estimate.shapes import (
     ITEMSIZE,
     SINGLE_CONTAINER,
     SLOTS,
-    bulk_layout,
     grouped_buffers_cpp,
     prod,
     scale_shape,
@@ -76,10 +75,17 @@ class Model:
         return self.acc.bufs[-1].storage  # type: ignore[return-value]
 
     def weights(self, op: str, n: int, k: int, *, rowwise: bool, note: str) -> None:
-        """Each group's (N, K) weight: the BF16 Parameter itself, else a quantized copy (columnwise kept)."""
+        """Each group's (N, K) weight: the BF16 Parameter itself, else a quantized copy (columnwise kept).
+
+        The BF16 Parameters are views of one packed (G, N, K) buffer (``reset_parameters``,
+        ops/basic/grouped_linear.py:443-450), so they share one storage."""
+        packed = None
+        if self.c.recipe == "bf16":
+            packed = self.acc.storage(self.c.groups * n * k * ITEMSIZE[self.hp])
         for g in range(self.c.groups):
             if self.c.recipe == "bf16":
-                self.acc.plain(f"{op}.weight[{g}]", (n, k), self.hp, param=True, group=g, note=_SRC["param_w"])
+                self.acc.plain(f"{op}.weight[{g}]", (n, k), self.hp, storage=packed, soff=g * n * k * ITEMSIZE[self.hp],
+                               param=True, group=g, note=_SRC["param_w"])
             else:
                 self.quantized_single(f"{op}.weight[{g}]", g, n, k, rowwise=rowwise, columnwise=True, block_dim=2,
                                       note=note)
@@ -133,39 +139,26 @@ class Model:
         c, acc = self.c, self.acc
         per_group = [single_buffers(c.recipe, m, k, rowwise=False, columnwise=True, arch=c.arch, block_dim=1)
                      for m in c.splits]
-        nslots = len(per_group[0])
-        items: list[tuple[int, int]] = []
-        for j in range(nslots):  # layout: all data, then all scales (then all amaxes)
-            align = 256 if j == 0 else 16
-            for bufs in per_group:
-                _, shape, dtype = bufs[j]
-                items.append((prod(shape) * ITEMSIZE[dtype], align))
-        offs, base = bulk_layout(items)
-        bulk = acc.storage(base)
+        # bulk_allocate (csrc/extensions/allocate.cpp:24-90) hands out each view through
+        # ``from_blob``: a Storage of its own, exactly the view's bytes (as the H200's real
+        # splits_to_offsets_multi and split_quantize results show, reports/emulated/standin-diff.json).
         cont = SINGLE_CONTAINER[c.recipe]
         for g, bufs in enumerate(per_group):
             m = c.splits[g]
-            for j, (slot, shape, dtype) in enumerate(bufs):
-                i = j * c.groups + g
-                nbytes = items[i][0]
+            for slot, shape, dtype in bufs:
                 ideal = None
                 if "scale_inv" in slot:
                     ideal = unpadded_scale_elems(c.recipe, m, k, True) * ITEMSIZE[dtype]
-                if nbytes == 0:  # bulk_allocate gives empty views their own at::empty
-                    acc.te(operand, g, cont, slot, self.fmt, shape, dtype, ideal=ideal, note=_SRC["split_bulk_x"])
-                else:
-                    acc.te(operand, g, cont, slot, self.fmt, shape, dtype, storage=bulk, soff=offs[i], ideal=ideal,
-                           note=_SRC["split_bulk_x"])
+                acc.te(operand, g, cont, slot, self.fmt, shape, dtype, ideal=ideal, note=_SRC["split_bulk_x"])
 
     # ---- unfused-grouped -----------------------------------------------------------------------
     def offsets_bulk(self, names: Sequence[str]) -> dict[str, tuple[int, int]]:
-        """splits_to_offsets_multi views: split_points int32 (G), the rest int64 (G+1), 16-B aligned."""
+        """splits_to_offsets_multi views: split_points int32 (G), the rest int64 (G+1); bulk-allocated
+        16-B aligned (misc.cpp:63-75), each view a ``from_blob`` Storage of its own."""
         c, acc = self.c, self.acc
         g = c.groups
         sizes = [4 * g] + [8 * (g + 1)] * (len(names) - 1)
-        offs, base = bulk_layout([(s, 16) for s in sizes])
-        bulk = acc.storage(base)
-        return {n: (bulk, o) for n, o in zip(names, offs, strict=True)}
+        return {n: (acc.storage(size), 0) for n, size in zip(names, sizes, strict=True)}
 
     def grouped_input(self, operand: str, k: int, x_storage: int | None, sizes_storage: int,
                       offsets: tuple[int, int], *, fused: bool, prune_rowwise: bool, prune_note: str) -> None:

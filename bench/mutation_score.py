@@ -1,0 +1,70 @@
+"""Mutation score of ``memaudit compare`` on emulated TE cases (GPU; writes markdown).
+
+Runs each injected regression of ``tests/_emulated.py`` (a run-time patch of TE's save path) on
+an emulated sm100 beside the unpatched case, and records whether ``compare`` fails and what it
+names. Usage: python bench/mutation_score.py --out reports/emulated/mutation.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from memaudit.judge.baseline import compare_reports  # noqa: E402
+from memaudit.units import fmt_delta  # noqa: E402
+from tests._emulated import MUTATIONS, emulated_case, report_of, saving  # noqa: E402
+
+SHAPE = {"tokens": 2048, "hidden": 512, "ffn": 512}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    lines = [
+        "# Mutation score: injected saved-state regressions in TE 2.20.2's forward",
+        "",
+        "Each mutation is a run-time patch of TE's save path (`OperationContext.save_for_backward`, "
+        "`tests/_emulated.py`), run with emulated kernels on sm100 "
+        f"(T={SHAPE['tokens']}, H={SHAPE['hidden']}, F={SHAPE['ffn']}, G=4) beside the unpatched case, then "
+        "`compare` (fail on increase; on change for a decrease). Caught = compare fails and names an "
+        "operand, the kind and the orientation the mutation changed.",
+        "",
+        "| mutation | recipe | path | caught | saved bytes | compare names |",
+        "|---|---|---|---|---|---|",
+    ]
+    caught = 0
+    base_cache = {}
+    for m in MUTATIONS:
+        key = (m.recipe, m.groups, m.fused)
+        if key not in base_cache:
+            base_cache[key] = emulated_case(m.recipe, m.groups, fused=m.fused, **SHAPE)
+        base = base_cache[key]
+        with saving(m.mutate):
+            cur = emulated_case(m.recipe, m.groups, fused=m.fused, **SHAPE)
+        ok = base.status == cur.status == "ok"
+        labels: list[str] = []
+        hit = False
+        delta = ""
+        if ok:
+            cmp = compare_reports(report_of(base), report_of(cur), fail_on="increase" if m.grows else "change")
+            failing = [f for d in cmp.cases for f in d.findings if f.failing]
+            labels = sorted({f.label for f in failing})
+            hit = (cmp.regressed and any(x.startswith("operand ") for x in labels) and f"kind {m.kind}" in labels
+                   and (m.orientation is None or f"orientation {m.orientation}" in labels))
+            delta = fmt_delta(cur.totals.saved_bytes - base.totals.saved_bytes)
+        caught += hit
+        path = "fused" if base.fused else (base.path.get("grouped_linear_path") if base.path else "?")
+        what = ", ".join(labels) if ok else f"error: {base.reason or cur.reason}"
+        lines.append(f"| {m.name} | {m.recipe} | {path} | {'yes' if hit else '**no**'} | {delta} | {what} |")
+        print(m.name, "caught" if hit else "NOT CAUGHT", labels, flush=True)
+    lines += ["", f"**Score: {caught} of {len(MUTATIONS)} caught.**", ""]
+    Path(args.out).write_text("\n".join(lines), encoding="utf-8")
+    print(f"score {caught}/{len(MUTATIONS)}")
+
+
+if __name__ == "__main__":
+    main()
