@@ -108,7 +108,7 @@ def _grouped_whole(tensors: list[Any]) -> list[Any]:
     out = []
     for t in tensors:
         if _grouped(t) and not isinstance(t, GroupedTensor) and t.quantizer is not None:
-            kw = {k: getattr(t, k) for k in ("data", "columnwise_data", "scale_inv", "columnwise_scale_inv", "amax",
+            kw = {k: getattr(t, k) for k in ("columnwise_data", "scale_inv", "columnwise_scale_inv", "amax",
                                              "columnwise_amax", "scale", "first_dims", "last_dims", "tensor_offsets")}
             kw["data"] = t.rowwise_data
             t = GroupedTensor(shape=tuple(t.logical_shape), dtype=torch.bfloat16, num_tensors=t.num_tensors,
