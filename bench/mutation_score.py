@@ -53,8 +53,10 @@ def main() -> None:
             cmp = compare_reports(report_of(base), report_of(cur), fail_on="increase" if m.grows else "change")
             failing = [f for d in cmp.cases for f in d.findings if f.failing]
             labels = sorted({f.label for f in failing})
-            hit = (cmp.regressed and any(x.startswith("operand ") for x in labels) and f"kind {m.kind}" in labels
-                   and (m.orientation is None or f"orientation {m.orientation}" in labels))
+            named = set(labels)
+            hit = (cmp.regressed and any(x.startswith("operand ") for x in labels)
+                   and bool({f"kind {m.kind}", f"kind {m.kind} rows"} & named)
+                   and (m.orientation is None or bool({f"orientation {m.orientation}", f"orientation {m.orientation} rows"} & named)))
             delta = fmt_delta(cur.totals.saved_bytes - base.totals.saved_bytes)
         caught += hit
         path = "fused" if base.fused else (base.path.get("grouped_linear_path") if base.path else "?")

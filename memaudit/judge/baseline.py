@@ -459,10 +459,15 @@ def _compare_bytes(diff: CaseDiff, base: CaseReport, cur: CaseReport, tol: Toler
         diff.findings.append(Finding(cid, metric, key, b, c, direction, failing, text))
 
     number("saved_bytes", None, ref, cur.totals.saved_bytes, allowed, "bytes")
+    rows_allowed = tol.allowed_rows(base.totals.rows or len(base.rows))
     for metric, fn in (("operand", _operand_key), ("kind", _kind_key), ("orientation", _orientation_key)):
         bm, cm = breakdown(base.rows, fn), breakdown(cur.rows, fn)
-        for key in _ordered_keys(bm, cm):
-            number(metric, key, bm.get(key, 0), cm.get(key, 0), allowed, "bytes")
+        bn, cn = _counts(base.rows, fn), _counts(cur.rows, fn)
+        for key in _ordered_keys({**bm, **bn}, {**cm, **cn}):
+            if bm.get(key, 0) != cm.get(key, 0):
+                number(metric, key, bm.get(key, 0), cm.get(key, 0), allowed, "bytes")
+            else:  # same bytes, other buffers (a container saved whole, a 0-byte view): the rows say so
+                number(metric, f"{key} rows", bn.get(key, 0), cn.get(key, 0), rows_allowed, "count")
     number("rows", None, base.totals.rows or len(base.rows), cur.totals.rows or len(cur.rows),
            tol.allowed_rows(base.totals.rows or len(base.rows)), "count")
     diff.row_diffs = row_diffs(base.rows, cur.rows)
@@ -487,6 +492,15 @@ def _orientation_key(r: Row) -> str | None:
 def counted_rows(rows: Iterable[Row]) -> list[Row]:
     """Rows that hold saved memory: not parameters, not duplicates of an earlier row."""
     return [r for r in rows if not r.is_parameter and r.duplicate_of is None]
+
+
+def _counts(rows: Iterable[Row], key_fn: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in counted_rows(rows):
+        k = key_fn(r)
+        if k is not None:
+            out[k] = out.get(k, 0) + 1
+    return out
 
 
 def breakdown(rows: Iterable[Row], key_fn: Any) -> dict[str, int]:
