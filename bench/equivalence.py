@@ -107,6 +107,30 @@ def main() -> None:
                        f"{len(c.rows)} | {'identical' if ok else '**differs**'} |")
     out += errors
     out += ["", f"**{same} of {compared} cases identical.**", ""]
+    out += ["### The error cells", "",
+            "NVFP4 with one group on the fused path takes TE's dense single-group branch when the cuDNN frontend is "
+            "1.27 or newer (`_cudnn_frontend_supports_single_group_runtime_offsets`, grouped_mlp.py:235-245). There "
+            "TE 2.20.2's Python views the swizzled FC1 weight scales as "
+            "`(1, ceil_div(N, 128), ceil_div(K, k_sf_divisor), 32, 4, 4)` with `k_sf_divisor = 32` for NVFP4 "
+            "(grouped_mlp.py:1458, 1662-1671), twice the `(ru(N,128), ru(K/16,4))` scale tensor that "
+            "`NVFP4Quantizer::create_tensor` allocates (quantizer.cpp:2024-2040), while the input path divides the "
+            "packed K (`K/2`) by the same divisor (grouped_mlp.py:1476-1481). The view fails inside TE's own code. "
+            "Either this branch of TE 2.20.2 fails on Blackwell too or the real swizzle returns a larger tensor than "
+            "the C++ source says; telling them apart needs a Blackwell GPU. With cuDNN frontend 1.26 "
+            "(`--cudnn-frontend 1.26.0`) the single group takes the grouped branch, and those cells are above.", ""]
+    sw = [("sm100-single-weight-fused", "fused"), ("sm100-single-weight-unfused", "unfused")]
+    out += ["## 3. A single grouped weight (emulated only)", "",
+            "`--single-grouped-weight` is reachable under emulation; the estimator does not model it, so these cases "
+            "have nothing to be compared with. Note that TE 2.20.2 ignores it unless `NVTE_GROUPED_LINEAR_SINGLE_PARAM` "
+            "is set (its UserWarning: it falls back to per-expert parameters), so the rows equal the discrete-weight "
+            "cases.", "", "| report | case | status | path | saved |", "|---|---|---|---|---|"]
+    for name, _ in sw:
+        if not (d / f"{name}.json").exists():
+            continue
+        for c in load_report(d / f"{name}.json").cases:
+            path = "" if c.path is None else ("fused" if c.fused else c.path.get("grouped_linear_path"))
+            out.append(f"| {name} | {c.id} | {c.status} | {path} | {c.totals.saved_bytes:,} |")
+    out.append("")
     (d / "equivalence.md").write_text("\n".join(out) + "\n", encoding="utf-8")
     print(f"emulated vs real: {total_diffs} differences; emulated vs estimate: {same}/{compared} identical; {len(errors)} error cells")
 

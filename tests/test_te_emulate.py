@@ -279,3 +279,26 @@ def test_a_scenario_can_require_measured_cases(tmp_path) -> None:
     path.write_text(body, encoding="utf-8")
     assert [(v.rule, v.verdict) for v in evaluate(_emulated_report(), load_scenario(path))] == [("small", "pass")]
     assert dataclasses.is_dataclass(EMU)
+
+
+def test_a_scenario_can_ask_for_emulated_kernels(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from memaudit.judge.scenario import load_scenario
+
+    body = '[cases]\ntarget = "te-grouped-mlp"\nrecipes = ["nvfp4"]\ngroups = [1]\ntokens = 256\nhidden = 128\nffn = 128\n'
+    path = tmp_path / "s.toml"
+    path.write_text('[flags]\nkernels = "emulated"\narch = "sm100"\n' + body, encoding="utf-8")
+    assert load_scenario(path).flags == {"kernels": "emulated", "arch": "sm100"}
+    path.write_text('[flags]\nkernel = "emulated"\n' + body, encoding="utf-8")
+    with pytest.raises(UsageError) as exc:
+        load_scenario(path)
+    assert exc.value.key == "flags.kernel" and "did you mean 'kernels'" in str(exc.value)
+    # through the CLI: the scenario's flags reach the target (on CPU the cell says why it cannot run)
+    from typer.testing import CliRunner
+
+    from memaudit.cli import app
+
+    path.write_text('[flags]\nkernels = "emulated"\n' + body, encoding="utf-8")
+    out = tmp_path / "r.json"
+    result = CliRunner().invoke(app, ["run", "--scenario", str(path), "--device", "cpu", "--json", str(out)])
+    if not torch.cuda.is_available():
+        assert "emulated kernels need a CUDA device" in out.read_text(encoding="utf-8"), result.output

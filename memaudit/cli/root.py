@@ -128,6 +128,13 @@ def run(
         target = loaded.target
     target = target or default_target_name()
     tgt = get_target(target)
+    if loaded is not None:  # the scenario's [flags], where the command line left the default
+        from memaudit.targets.registry import run_flags
+
+        defaults = {f.name: f.default for f in run_flags()}
+        for name, value in loaded.flags.items():
+            if target_flags.get(name, defaults[name]) == defaults[name]:
+                target_flags[name] = value
     options: dict[str, Any] = tgt.configure(target_flags)
     dev = device or tgt.default_device
     if verify_allocator:

@@ -50,7 +50,7 @@ from memaudit.spec import DTYPES, CaseSpec, default_splits
 from memaudit.targets import registry
 
 ON_ERROR = ("fail", "warn")
-TOP_KEYS = ("name", "description", "on_error", "allow_incomplete", "require_measured", "cases", "budget")
+TOP_KEYS = ("name", "description", "on_error", "allow_incomplete", "require_measured", "flags", "cases", "budget")
 CASE_KEYS = ("target", "recipes", "groups", "dtype", "options")
 """A cases table's keys besides the target's dimensions (``Target.shape``: tokens, hidden, ...)."""
 RULE_KEYS = ("name", "why", "recipes", "groups", "when", "select", "per", "unit", "measure", "against", "known_failure", *CHECKS)
@@ -416,6 +416,9 @@ class Scenario:
     """Judge cases memaudit marked incomplete instead of failing them."""
     require_measured: bool = False
     """Fail every case that ran emulated kernels (``--kernels emulated``) instead of judging it."""
+    flags: dict[str, Any] = field(default_factory=dict, hash=False)
+    """The target's ``run`` options (``Target.flags``, e.g. ``kernels = "emulated"``); a flag given on
+    the command line wins."""
 
     @property
     def target(self) -> str:
@@ -441,6 +444,14 @@ def parse_scenario(data: Any, *, source: str) -> Scenario:
     on_error = r.string(data.get("on_error", "warn"), "on_error", choices=ON_ERROR)
     allow_incomplete = r.boolean(data.get("allow_incomplete", False), "allow_incomplete")
     require_measured = r.boolean(data.get("require_measured", False), "require_measured")
+    flags = r.table(data.get("flags", {}), "flags")
+    known_flags = {f.name: f for f in registry.run_flags()}
+    for k, v in flags.items():
+        if k not in known_flags:
+            raise r.fail(_join("flags", k), f"unknown run flag {k!r}{did_you_mean(k, tuple(known_flags))}; "
+                                            f"the targets' flags are {', '.join(known_flags)}")
+        if not isinstance(v, str | int | bool):
+            raise r.fail(_join("flags", k), f"expected a string, integer or boolean, got {v!r} ({_tname(v)})")
     if "cases" not in data:
         raise r.fail("cases", "missing [cases] table: name the target, recipes, groups and the target's dimensions (tokens, hidden, ffn for the built-in targets)")
     raw = data["cases"]
@@ -492,7 +503,7 @@ def parse_scenario(data: Any, *, source: str) -> Scenario:
                         f"budget {rule.name!r}: against = {dict(rule.check.against)!r} points at a case the scenario "
                         f"does not run ({other.recipe}, groups {other.groups}, {shape}, {other.dtype}) for {s.id}",
                     )
-    return Scenario(source, name, blocks, rules, description, on_error, allow_incomplete, require_measured)
+    return Scenario(source, name, blocks, rules, description, on_error, allow_incomplete, require_measured, dict(flags))
 
 
 _LINE = re.compile(r"\(at line (\d+), column (\d+)\)")

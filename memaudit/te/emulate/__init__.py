@@ -1,5 +1,8 @@
-"""Running TE's real Python code with an emulated architecture (the emulated-kernels issue).
+"""TE's real Python code on an emulated machine, with kernel stand-ins (``--kernels emulated``).
 
-So far: :mod:`~memaudit.te.emulate.gates`, the capability gates as an emulated architecture sees
-them. Kernel stand-ins are not built yet; nothing here replaces a kernel.
+``gates`` (the capability gates as an emulated architecture sees them), ``kernels`` (every
+``tex`` entry point guarded: a stand-in, a real kernel or an error naming it), ``standins`` and
+``cudnn`` (what TE's C++ and the cuDNN-frontend wrappers allocate), ``context`` (all of it around
+one forward: versions, the ``cudnn`` module, the fused op's caches and registration) and ``run``
+(one case: the kernel policy and its :class:`~memaudit.report.Emulation` label).
 """
