@@ -12,13 +12,13 @@ Usage: python bench/standin_diff.py --out diff.json
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from collections import Counter
 from typing import Any
 
 import torch
+from _grouped_mlp import forward, start  # bench/ is on sys.path when run as a script
 
 SKIP = {"te_general_grouped_gemm", "te_general_grouped_gemm_for_discrete_in", "te_general_grouped_gemm_for_grouped_tensor",
         "generic_gemm", "swizzle_scales_for_gemm_", "grouped_swizzle_for_gemm", "fused_amax_and_scale_update_after_reduction"}
@@ -66,15 +66,12 @@ def diff(a: Any, b: Any, path: str = "$") -> list[str]:
 
 
 def run_cell(recipe_name: str, arch: str, fused: bool, groups: int, tokens: int, hidden: int, ffn: int) -> dict[str, Any]:
-    import transformer_engine.pytorch as te
 
-    from memaudit.spec import CaseSpec
     from memaudit.te.emulate.context import Machine, emulation
     from memaudit.te.emulate.cudnn import CUDNN_STANDINS
     from memaudit.te.emulate.kernels import tex_functions
     from memaudit.te.emulate.run import default_cublaslt
     from memaudit.te.emulate.standins import STANDINS
-    from memaudit.te.target import make_recipe
 
     originals = tex_functions()
     report: dict[str, Any] = {"recipe": recipe_name, "arch": arch, "fused": fused, "groups": groups,
@@ -97,20 +94,10 @@ def run_cell(recipe_name: str, arch: str, fused: bool, groups: int, tokens: int,
         return call
 
     table = {n: checked(n, originals[n], f) for n, f in STANDINS.items()}
-    spec = CaseSpec.make("te-grouped-mlp", recipe_name, groups, tokens=tokens, hidden=hidden, ffn=ffn, device="cuda")
-    recipe = make_recipe(recipe_name)
     os.environ["NVTE_CUTEDSL_FUSED_GROUPED_MLP"] = "1" if fused else "0"
     try:
         with emulation(Machine(arch, default_cublaslt(arch)), table, CUDNN_STANDINS):
-            fc1 = te.ops.GroupedLinear(groups, hidden, 2 * ffn, bias=False, device="cuda", dtype=torch.bfloat16)
-            fc2 = te.ops.GroupedLinear(groups, ffn, hidden, bias=False, device="cuda", dtype=torch.bfloat16)
-            model = te.ops.Sequential(fc1, te.ops.ScaledSwiGLU(glu_interleave_size=32), fc2)
-            x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-            split = torch.tensor(spec.split_sizes(), dtype=torch.int64, device="cuda")
-            probs = torch.rand(tokens, device="cuda", requires_grad=True)
-            with te.autocast(enabled=recipe is not None, recipe=recipe):
-                model(x, split, probs, split)
-            torch.cuda.synchronize()
+            forward(recipe_name, groups, tokens, hidden, ffn)
             report["status"] = "completed"
     except Exception as exc:  # noqa: BLE001 - a probe reports every failure
         report["status"] = f"{type(exc).__name__}: {str(exc)[:300]}"
@@ -123,11 +110,7 @@ def run_cell(recipe_name: str, arch: str, fused: bool, groups: int, tokens: int,
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    args = ap.parse_args()
-    os.environ["NVTE_CUTEDSL_FUSED_GROUPED_MLP"] = "0"
-    import transformer_engine.pytorch  # noqa: F401
+    args = start(__doc__)
 
     cells = []
     for arch, recipes in (("sm90", ("bf16", "fp8-delayed", "fp8-current", "fp8-block")),

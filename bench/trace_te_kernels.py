@@ -13,13 +13,13 @@ Usage: python bench/trace_te_kernels.py --out trace.json
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import traceback
 from typing import Any
 
 import torch
+from _grouped_mlp import forward, start  # bench/ is on sys.path when run as a script
 
 GEMM_NOOPS = {
     # TE's Python preallocates the outputs (grouped_linear.py:1253-1257, 1415-1425); the return
@@ -70,12 +70,10 @@ def summarize(x: Any, storages: dict[int, int], depth: int = 0) -> Any:
 
 
 def run_cell(recipe_name: str, arch: str, cublaslt: int, fused: bool, groups: int, tokens: int, hidden: int, ffn: int) -> dict[str, Any]:
-    import transformer_engine.pytorch as te
 
     from memaudit.spec import CaseSpec
     from memaudit.te.emulate.context import Machine, emulation
     from memaudit.te.emulate.kernels import tex_functions
-    from memaudit.te.target import make_recipe
 
     calls: list[dict[str, Any]] = []
     storages: dict[int, int] = {}
@@ -103,20 +101,11 @@ def run_cell(recipe_name: str, arch: str, cublaslt: int, fused: bool, groups: in
         "grouped_gemm_glu_wrapper_sm100", "grouped_gemm_dglu_wrapper_sm100", "grouped_gemm_quant_wrapper_sm100",
         "grouped_gemm_wgrad_wrapper_sm100", "grouped_gemm_srelu_wrapper_sm100", "grouped_gemm_dsrelu_wrapper_sm100")}
     spec = CaseSpec.make("te-grouped-mlp", recipe_name, groups, tokens=tokens, hidden=hidden, ffn=ffn, device="cuda")
-    recipe = make_recipe(recipe_name)
     out: dict[str, Any] = {"recipe": recipe_name, "arch": arch, "cublaslt": cublaslt, "fused": fused, "groups": groups, "splits": spec.split_sizes()}
     os.environ["NVTE_CUTEDSL_FUSED_GROUPED_MLP"] = "1" if fused else "0"
     try:
         with emulation(Machine(arch, cublaslt), standins, cudnn) as log:
-            fc1 = te.ops.GroupedLinear(groups, hidden, 2 * ffn, bias=False, device="cuda", dtype=torch.bfloat16)
-            fc2 = te.ops.GroupedLinear(groups, ffn, hidden, bias=False, device="cuda", dtype=torch.bfloat16)
-            model = te.ops.Sequential(fc1, te.ops.ScaledSwiGLU(glu_interleave_size=32), fc2)
-            x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-            split = torch.tensor(spec.split_sizes(), dtype=torch.int64, device="cuda")
-            probs = torch.rand(tokens, device="cuda", requires_grad=True)
-            with te.autocast(enabled=recipe is not None, recipe=recipe):
-                model(x, split, probs, split)
-            torch.cuda.synchronize()
+            model = forward(recipe_name, groups, tokens, hidden, ffn)
             out["status"] = "completed"
             out["fusions"] = log.fusions
             out["forward_ops"] = [type(op).__name__ for g in getattr(model, "_module_groups", ()) for op, _ in getattr(g, "_forward_ops", ())]
@@ -132,11 +121,7 @@ def run_cell(recipe_name: str, arch: str, cublaslt: int, fused: bool, groups: in
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    args = ap.parse_args()
-    os.environ["NVTE_CUTEDSL_FUSED_GROUPED_MLP"] = "0"
-    import transformer_engine.pytorch  # noqa: F401
+    args = start(__doc__)
 
     cells = []
     for arch, lt in (("sm90", 130100), ("sm90", 130600), ("sm100", 130600)):
