@@ -41,7 +41,8 @@ class Machine:
     cublaslt: int = 130600
     """``tex.get_cublasLt_version()``: 13.6.0, the newest any TE 2.20.2 gate asks for."""
     cudnn_frontend: str = "1.28.0"
-    """The nvidia-cudnn-frontend version: the newest any 2.20.2 feature check asks for."""
+    """The nvidia-cudnn-frontend version: the newest any 2.20.2 feature check asks for (its wheel
+    requires >= 1.29.0, which takes the same paths)."""
 
     def describe(self) -> dict[str, str]:
         v = self.cublaslt
