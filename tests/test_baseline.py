@@ -167,9 +167,9 @@ def test_bad_fail_on() -> None:
     ],
 )
 def test_status_changes(before, after, regressed, direction) -> None:
-    def rep(status: str):
+    def rep(status: str):  # with a case ok in both, so that something is compared
         reason = None if status == "ok" else f"{status} because of reasons"
-        return make_report([make_case(REF_BF16, status=status, reason=reason)])
+        return make_report([make_case(REF_BF16, status=status, reason=reason), make_case(TE_BF16)])
 
     cmp = compare_reports(rep(before), rep(after))
     assert cmp.regressed is regressed
@@ -202,16 +202,25 @@ def test_new_ok_case_is_a_note_unless_fail_on_change() -> None:
     assert compare_reports(base, cur, fail_on="change").regressed
 
 
-def test_missing_case_is_reported_and_fails_only_on_change() -> None:
+def test_missing_case_fails_unless_allowed() -> None:
     base = sample_report()
     cur = copy_report(base)
     cur.cases = [c for c in cur.cases if c.id != TE_BF16]
     cmp = compare_reports(base, cur)
-    assert not cmp.regressed
+    assert cmp.regressed
     diff = cmp.case(TE_BF16)
-    assert diff.state == "missing"
+    assert diff.state == "missing" and diff.regressed
     assert "missing" in diff.findings[0].text
-    assert compare_reports(base, cur, fail_on="change").regressed
+    assert not compare_reports(base, cur, allow_missing=True).regressed
+    assert compare_reports(base, cur, allow_missing=True, fail_on="change").regressed
+
+
+def test_a_comparison_of_nothing_fails() -> None:
+    base = sample_report()
+    other = make_report([make_case(REF_BF16.replace("t256", "t512"))])  # other shapes: no id in common
+    cmp = compare_reports(base, other, allow_missing=True)
+    assert cmp.compared == [] and cmp.nothing_compared and cmp.regressed
+    assert not compare_reports(base, copy_report(base)).nothing_compared
 
 
 def test_fused_path_lost_is_a_regression() -> None:
@@ -311,7 +320,7 @@ def test_update_baseline_merges_keeps_and_prunes() -> None:
     assert merged.environment["torch"] == "2.15.0"
     assert merged.case(TE_FP8).totals.saved_bytes == cur.case(TE_FP8).totals.saved_bytes
     # The merged baseline compares clean against the current report (the kept case is only "missing").
-    assert not compare_reports(merged, cur).regressed
+    assert not compare_reports(merged, cur, allow_missing=True).regressed
 
     pruned, changes = update_baseline(cur, old, prune=True)
     assert [c.id for c in pruned.cases] == [TE_FP8, TE_NVFP4, REF_BF16, new_id]

@@ -113,13 +113,25 @@ def test_ok_to_error_fails(tmp_path: Path, base_path: Path) -> None:
     assert f"{TE_FP8}: status ok -> error (cublas_gemm: Assertion failed)" in r.stdout
 
 
-def test_missing_case_passes_by_default(tmp_path: Path, base_path: Path) -> None:
+def test_missing_case_fails_unless_allowed(tmp_path: Path, base_path: Path) -> None:
     rep = sample_report()
     rep.cases = rep.cases[1:]
     cur = write(rep, tmp_path / "current.json")
     r = invoke("compare", base_path, cur)
-    assert r.exit_code == 0 and "missing" in r.stdout
-    assert invoke("compare", base_path, cur, "--fail-on", "change").exit_code == 1
+    assert r.exit_code == 1 and "missing" in r.stdout
+    assert invoke("compare", base_path, cur, "--allow-missing").exit_code == 0
+    assert invoke("compare", base_path, cur, "--allow-missing", "--fail-on", "change").exit_code == 1
+
+
+def test_compare_of_disjoint_reports_fails(tmp_path: Path, base_path: Path) -> None:
+    rep = sample_report()
+    for c in rep.cases:
+        c.id = c.id + "/renamed"
+    cur = write(rep, tmp_path / "current.json")
+    md = tmp_path / "comment.md"
+    r = invoke("compare", base_path, cur, "--allow-missing", "--markdown", md)
+    assert r.exit_code == 1 and "nothing was compared" in r.stdout
+    assert "nothing compared" in md.read_text(encoding="utf-8") and "✅" not in md.read_text(encoding="utf-8").splitlines()[1]
 
 
 @pytest.mark.parametrize(
@@ -226,7 +238,7 @@ def test_baseline_update_writes_keeps_and_prunes(tmp_path: Path) -> None:
     assert f"kept {TE_BF16}; not in the current report" in r.stdout
     merged = load_report(into)
     assert [c.id for c in merged.cases] == [c.id for c in sample_report().cases]
-    assert invoke("compare", into, second).exit_code == 0  # the refreshed baseline accepts the change
+    assert invoke("compare", into, second, "--allow-missing").exit_code == 0  # the refreshed baseline accepts the change
 
     r = invoke("baseline", "update", second, "--into", into, "--prune")
     assert r.exit_code == 0 and f"removed {TE_BF16}" in r.stdout

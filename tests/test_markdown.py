@@ -177,7 +177,7 @@ def test_skipped_error_and_missing_cells_show_their_reasons() -> None:
     skipped = rows["te-grouped-mlp · nvfp4"]
     assert skipped[1].startswith("⏭️ skipped: Device compute capability 10.0")
     missing = rows["reference · bf16"]
-    assert missing[1] == "❔ missing from the current report" and missing[2] == "-" and missing[3] == "224.0 KiB"
+    assert missing[1] == "❌ missing from the current report" and missing[2] == "-" and missing[3] == "224.0 KiB"
 
 
 def test_cells_are_escaped() -> None:

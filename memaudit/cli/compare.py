@@ -42,6 +42,7 @@ def compare(
     fail_on: Annotated[str, typer.Option(help="increase: only growth fails; change: any change beyond the tolerance fails, missing cases too.")] = "increase",
     strict_env: Annotated[bool, typer.Option("--strict-env", help="Fail when the environments differ (TE version, device class, torch version).")] = False,
     allow_incomplete: Annotated[bool, typer.Option("--allow-incomplete", help="Compare cases memaudit marked incomplete instead of failing them.")] = False,
+    allow_missing: Annotated[bool, typer.Option("--allow-missing", help="Let baseline cases be missing from the current report (they fail the gate by default).")] = False,
     allow_emulated: Annotated[bool, typer.Option("--allow-emulated", help="Compare emulated cases (--kernels emulated) with measured ones instead of refusing (exit 2).")] = False,
     markdown: Annotated[Path | None, typer.Option(help="Write a PR comment (GitHub markdown) here, atomically.")] = None,
     name: Annotated[str | None, typer.Option(help="Name in the comment's hidden marker <!-- memaudit:NAME -->. Default: the baseline file's stem.")] = None,
@@ -60,7 +61,7 @@ def compare(
         marker(comment_name)
         base_report = load_report(baseline)
         cur_report = load_report(current)
-        cmp = compare_reports(base_report, cur_report, tolerance=tol, fail_on=fail_on, strict_env=strict_env, allow_incomplete=allow_incomplete, allow_emulated=allow_emulated)
+        cmp = compare_reports(base_report, cur_report, tolerance=tol, fail_on=fail_on, strict_env=strict_env, allow_incomplete=allow_incomplete, allow_emulated=allow_emulated, allow_missing=allow_missing)
     except UsageError as exc:
         raise usage_exit(err, exc) from None
 

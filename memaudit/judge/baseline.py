@@ -265,8 +265,13 @@ class Comparison:
         return self.strict_env and bool(self.env_warnings)
 
     @property
+    def nothing_compared(self) -> bool:
+        """No case was ok in both reports: a gate that compared nothing does not pass."""
+        return not self.compared
+
+    @property
     def regressed(self) -> bool:
-        return self.env_failed or bool(self.failures)
+        return self.env_failed or bool(self.failures) or self.nothing_compared
 
     @property
     def compared(self) -> list[CaseDiff]:
@@ -329,13 +334,16 @@ def compare_reports(
     strict_env: bool = False,
     allow_incomplete: bool = False,
     allow_emulated: bool = False,
+    allow_missing: bool = False,
 ) -> Comparison:
     """Compare ``current`` against ``baseline`` case by case (matched by id).
 
     A case memaudit marked incomplete (in either report) fails unless ``allow_incomplete``: its
     saved bytes are a partial count, so "no growth" would mean nothing. An emulated case matched
     with a measured one is a UsageError unless ``allow_emulated`` (then an environment warning):
-    stand-in kernels on an emulated machine are not the same evidence as a measurement.
+    stand-in kernels on an emulated machine are not the same evidence as a measurement. A baseline
+    case missing from the current report fails unless ``allow_missing``, and a comparison in which
+    no case was ok in both reports fails (``Comparison.nothing_compared``).
     """
     tol = parse_tolerance(tolerance)
     if fail_on not in FAIL_ON:
@@ -360,7 +368,7 @@ def compare_reports(
             _flag_incomplete(diffs[-1], base_cases.get(cid), cur)
     for cid, base in base_cases.items():
         if cid not in cur_cases:
-            diffs.append(_compare_case(cid, base, None, tol, strict))
+            diffs.append(_compare_case(cid, base, None, tol, strict or not allow_missing))
     return Comparison(
         cases=diffs,
         env_warnings=mixed_warnings + env_differences(baseline.environment, current.environment),

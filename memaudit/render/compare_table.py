@@ -120,6 +120,8 @@ def verdict_line(cmp: Comparison) -> Text:
         )
         if cmp.env_failed:
             what += ", environment differs (--strict-env)"
+        if cmp.nothing_compared:
+            what = f"no case is ok in both reports, so nothing was compared ({len(cmp.cases)} case ids seen)"
         return Text(f"FAIL: {what}; {total}; {rules}", style="bold red")
     imp = len(cmp.improvements)
     extra = f", {imp} improvement{'s' if imp != 1 else ''}" if imp else ""

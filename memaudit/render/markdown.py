@@ -338,6 +338,8 @@ def _verdict(report: Report, comparison: Comparison | None) -> str:
         head = f"{cases} case{'s' if cases != 1 else ''} regressed ({fails} finding{'s' if fails != 1 else ''})"
         if not fails:
             head = "environment differs from the baseline (strict)"
+        if cmp.nothing_compared:
+            head = "nothing compared: no case is ok in both reports"
         return f"❌ **memaudit: {head}** · {delta} {over}"
     text = f"✅ **memaudit: no regression** · {delta} {over}"
     imp = len(cmp.improvements)
