@@ -441,11 +441,51 @@ def load_report(path: str | os.PathLike[str]) -> Report:
     return Report.from_dict(data, source=src)
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``path`` through a temp file in the same folder and a rename."""
+def check_output(path: str | os.PathLike[str], key: str) -> Path:
+    """Fail now (UsageError naming ``key`` and the path), before any work, if ``path`` cannot be
+    written: a directory, a path under a file, a folder memaudit may not write. Returns the path
+    a write goes to (a symlink's target: the link stays a link)."""
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    if p.is_symlink():
+        p = p.resolve()
+    if p.is_dir():
+        raise UsageError(f"{str(path)!r} is a directory; name a file", key=key)
+    if p.exists() and not p.is_file():
+        raise UsageError(f"{str(path)!r} exists and is not a regular file", key=key)
+    parent = p.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UsageError(f"cannot write {str(path)!r}: {str(parent)!r} is a file, not a folder", key=key)
+    if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise UsageError(f"cannot write {str(path)!r}: no permission to write in {str(parent)!r}", key=key)
+    return p
+
+
+def check_outputs(outputs: dict[str, str | os.PathLike[str] | None]) -> None:
+    """:func:`check_output` for each given ``{key: path}``, and no file named twice."""
+    seen: dict[Path, str] = {}
+    for key, path in outputs.items():
+        if path is None:
+            continue
+        p = check_output(path, key).absolute()
+        if p in seen:
+            raise UsageError(f"{str(path)!r} is also given to {seen[p]}; name two files", key=key)
+        seen[p] = key
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` through a temp file in the same folder and a rename (through a
+    symlink to its target). An OSError is a UsageError naming the path; the temp file is removed
+    also on KeyboardInterrupt and SystemExit (the CLI turns SIGTERM into one)."""
+    p = Path(path)
+    if p.is_symlink():
+        p = p.resolve()
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    except OSError as exc:
+        raise UsageError(f"cannot write: {exc.strerror or exc}", source=str(path)) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
@@ -455,11 +495,13 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
         os.replace(tmp, p)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(exc, OSError):
+            raise UsageError(f"cannot write: {exc.strerror or exc}", source=str(path)) from None
         raise
 
 

@@ -16,6 +16,7 @@ from memaudit.cli import exitcodes
 from memaudit.cli.common import usage_exit
 from memaudit.errors import UsageError
 from memaudit.render.console import consoles
+from memaudit.report import check_outputs
 
 BASELINE_DIR = Path("reports") / "baseline"
 
@@ -32,6 +33,7 @@ def update(
     out, err = consoles()
     target = into if into is not None else BASELINE_DIR / f"{current.stem}.json"
     try:
+        check_outputs({"--into": target})
         cur = load_report(current)
     except UsageError as exc:
         raise usage_exit(err, exc) from None

@@ -16,6 +16,7 @@ from rich.text import Text
 from memaudit.cli.common import OUTCOME_CODES, usage_exit
 from memaudit.errors import UsageError
 from memaudit.render.console import consoles
+from memaudit.report import check_outputs
 
 CHECK_HELP = (
     "Evaluate a scenario's budgets against an existing JSON report, without re-running.\n\n"
@@ -41,6 +42,7 @@ def check(
 
     out, err = consoles()
     try:
+        check_outputs({"--json": json_path})
         loaded = load_scenario(scenario)
         rep = load_report(report)
         verdicts = evaluate(rep, loaded, source=str(report), allow_incomplete=allow_incomplete)

@@ -47,16 +47,23 @@ def exits(fn: Callable[..., int | None]) -> Callable[..., None]:
 
 
 def parse_int_list(text: str, flag: str) -> list[int]:
-    """'1,4,8' -> [1, 4, 8]; every value must be a positive integer."""
+    """'1,4,8' -> [1, 4, 8]; every value must be a positive integer, each given once, at most
+    ``MAX_INT`` (a bound on every quantity: no overflow further on)."""
     out = []
+    if len(text) > 10_000:
+        raise UsageError(f"{len(text)} characters is too long for a list of integers", key=flag)
     for part in text.split(","):
         part = part.strip()
+        if not part.isdigit() or len(part) > 12:
+            raise UsageError(f"expected positive integers separated by commas, got {part!r} in {text!r}", key=flag)
         try:
             value = int(part)
         except ValueError:
             raise UsageError(f"expected positive integers separated by commas, got {part!r} in {text!r}", key=flag) from None
         if value < 1:
             raise UsageError(f"must be >= 1, got {value}", key=flag)
+        if value in out:
+            raise UsageError(f"{value} is listed twice in {text!r} (each value once: the cases would share an id)", key=flag)
         out.append(value)
     if not out:
         raise UsageError("no value given", key=flag)
@@ -70,7 +77,9 @@ def parse_recipes(text: str, supported: Sequence[str], known: Sequence[str]) -> 
     names = [p.strip() for p in text.split(",") if p.strip()]
     if not names:
         raise UsageError("no recipe given", key="--recipe")
-    for n in names:
+    for i, n in enumerate(names):
         if n not in known:
             raise UsageError(f"unknown recipe {n!r}; use one of {', '.join(known)} or 'all'", key="--recipe")
+        if n in names[:i]:
+            raise UsageError(f"{n!r} is listed twice in {text!r} (each recipe once: the cases would share an id)", key="--recipe")
     return names

@@ -18,6 +18,7 @@ from memaudit.cli import exitcodes
 from memaudit.cli.common import usage_exit
 from memaudit.errors import UsageError
 from memaudit.render.console import consoles
+from memaudit.report import check_outputs
 
 COMPARE_HELP = (
     "Compare a report against a baseline, case by case; exact by default.\n\n"
@@ -56,6 +57,7 @@ def compare(
 
     out, err = consoles()
     try:
+        check_outputs({"--markdown": markdown})
         tol = parse_tolerance(tolerance)
         comment_name = name if name is not None else default_comment_name(baseline)
         marker(comment_name)

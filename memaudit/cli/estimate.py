@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from memaudit.cli import exitcodes
 from memaudit.cli.common import exits, parse_recipes
@@ -30,7 +31,7 @@ from memaudit.render.estimate import (
     sweep_lines,
     totals_line,
 )
-from memaudit.report import atomic_write_text, write_report
+from memaudit.report import atomic_write_text, check_outputs, write_report
 from memaudit.te.estimate import (
     ARCHS,
     HELP,
@@ -102,6 +103,7 @@ def estimate_cmd(
 ) -> int:
     """Estimate what TE 2.20.2 saves for backward, from shapes and its layout rules alone."""
     out, _ = consoles()
+    check_outputs({"--json": json_path, "--markdown": markdown, "--plot": plot})
     recipes = parse_recipes(recipe, RECIPES, RECIPES)
     _choice(path, PATHS, "--path")
     _choice(variant, VARIANTS, "--variant")
@@ -133,13 +135,13 @@ def estimate_cmd(
         cases = [estimate_config(p.config, variant) if p.config is not None else skipped_case(p, variant, path)
                  for p in points]
         write_report(estimate_report(cases), json_path)
-        out.print(f"wrote {json_path}", highlight=False)
+        out.print(Text(f"wrote {json_path}"), soft_wrap=True)
     if markdown is not None:
         atomic_write_text(markdown, markdown_sweep(points, variant, diff))
-        out.print(f"wrote {markdown}", highlight=False)
+        out.print(Text(f"wrote {markdown}"), soft_wrap=True)
     if plot is not None:
         plot_sweep(points, plot, variant)
-        out.print(f"wrote {plot}", highlight=False)
+        out.print(Text(f"wrote {plot}"), soft_wrap=True)
     return exitcodes.OK
 
 
@@ -159,13 +161,13 @@ def _single(out: Console, c: Config, variant: str, diff: str | None, padding: bo
     out.print(totals_line(case, variant), highlight=False)
     if json_path is not None:
         write_report(estimate_report([case]), json_path)
-        out.print(f"wrote {json_path}", highlight=False)
+        out.print(Text(f"wrote {json_path}"), soft_wrap=True)
     if markdown is not None:
         atomic_write_text(markdown, markdown_single(case, variant, (other, diff) if other is not None and diff else None))
-        out.print(f"wrote {markdown}", highlight=False)
+        out.print(Text(f"wrote {markdown}"), soft_wrap=True)
     if plot is not None:
         plot_sweep([SweepPoint.from_config(c, variant)], plot, variant)
-        out.print(f"wrote {plot}", highlight=False)
+        out.print(Text(f"wrote {plot}"), soft_wrap=True)
     return exitcodes.OK
 
 

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from memaudit.cli import exitcodes
 from memaudit.cli.common import OUTCOME_CODES, exits, parse_int_list, parse_recipes, usage_exit
@@ -63,7 +64,7 @@ def build_specs(
             raise UsageError(f"target {target.name!r} has no dimension {name!r} (it has {', '.join(names)})", key=flag)
         _positive(value, flag)
     recipes = parse_recipes(recipe, target.supported_recipes, target.recipes) if recipe else list(target.default_recipes)
-    group_list = parse_int_list(groups, "--groups") if groups else list(d["groups"])
+    group_list = parse_int_list(groups, "--groups") if groups is not None else list(d["groups"])
     dtype = dtype or d["dtype"]
     if dtype not in DTYPES:
         raise UsageError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}", key="--dtype")
@@ -116,10 +117,11 @@ def run(
     from memaudit.targets.registry import all_shape_params
 
     dims = {p.name: target_flags.pop(p.name, None) for p in all_shape_params()}
-    from memaudit.report import write_report
+    from memaudit.report import check_outputs, write_report
     from memaudit.runner import run_matrix
     from memaudit.targets.registry import default_target_name, get_target
 
+    check_outputs({"--json": json_path, "--markdown": markdown})
     loaded = None
     if scenario is not None:
         from memaudit.judge.scenario import load_scenario
@@ -164,7 +166,9 @@ def run(
         if not quiet and case.status == "ok":
             console.print(case_table(case, show_expected=expected))
         elif not quiet:
-            console.print(f"[bold]{case.id}[/]: {case.status}: {case.reason}", highlight=False)
+            line = Text(case.id, style="bold")
+            line.append(f": {case.status}: {case.reason}", style="")
+            console.print(line, soft_wrap=True)
 
     if len(specs) > 1:
         with Progress(
@@ -204,13 +208,13 @@ def run(
         console.print(render_verdicts(verdicts))
     if json_path is not None:
         write_report(report, json_path)
-        console.print(f"wrote {json_path}", highlight=False)
+        console.print(Text(f"wrote {json_path}"), soft_wrap=True)
     if markdown is not None:
         from memaudit.render.markdown import render_markdown
         from memaudit.report import atomic_write_text
 
         atomic_write_text(markdown, render_markdown(report, None, name=target))
-        console.print(f"wrote {markdown}", highlight=False)
+        console.print(Text(f"wrote {markdown}"), soft_wrap=True)
     return code
 
 
@@ -264,8 +268,16 @@ def _register_commands() -> None:
 _register_commands()
 
 
+def _terminate(signum: int, frame: Any) -> None:
+    """SIGTERM as SystemExit, so that a write in progress removes its temp file."""
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
     """Console-script entry point."""
+    import signal
+
+    signal.signal(signal.SIGTERM, _terminate)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     try:
         app()

@@ -72,7 +72,7 @@ def padding_table(case: CaseReport) -> Table:
 def diff_table(a: CaseReport, b: CaseReport, va: str, vb: str) -> tuple[Table, str]:
     """Buffers that differ between two variants, and a one-line summary of the saved bytes."""
     entries, ta, tb = diff_cases(a, b)
-    t = Table(title=f"{va} -> {vb}: what the change saves", title_justify="left", header_style="bold")
+    t = Table(title=Text(f"{va} -> {vb}: what the change saves"), title_justify="left", header_style="bold")
     for col, j in (("operand", "left"), ("g", "right"), ("container.slot", "left"), ("kind", "left"),
                    ("orient.", "left"), ("shape", "left"), ("dtype", "left"), (va, "right"), (vb, "right"),
                    ("delta", "right"), ("source", "left")):

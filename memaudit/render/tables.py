@@ -70,7 +70,7 @@ def case_table(case: CaseReport, *, show_expected: bool = False) -> Table:
                 cells.append(Text(fmt_bytes(row.expected_bytes), style="green"))  # type: ignore[arg-type]
             else:
                 cells.append(Text(f"{fmt_bytes(row.expected_bytes)} ≠", style="bold red"))  # type: ignore[arg-type]
-        table.add_row(*cells)
+        table.add_row(*(Text(c) if isinstance(c, str) else c for c in cells))  # operands and notes are not markup
     table.caption = totals_line(case)
     table.caption_justify = "left"
     return table

@@ -38,13 +38,13 @@ def render_verdicts(verdicts: Iterable[Verdict], *, show_na: bool = False) -> Ta
         by_case.setdefault(v.case_id, []).append(v)
     for case_id, mine in by_case.items():
         if _case_na(mine):
-            table.add_row(case_id, "(all)", Text("n/a", style=STYLE["n/a"]), "", mine[0].message)
+            table.add_row(Text(case_id), "(all)", Text("n/a", style=STYLE["n/a"]), "", Text(mine[0].message))
             continue
         for v in mine:
             if v.verdict == "n/a" and not show_na:
                 continue
             actual = v.actual if v.verdict != "n/a" else v.message
-            table.add_row(case_id, v.rule, Text(v.verdict, style=STYLE[v.verdict]), v.expected, actual)
+            table.add_row(Text(case_id), Text(v.rule), Text(v.verdict, style=STYLE[v.verdict]), Text(v.expected), Text(actual))
     return table
 
 
