@@ -10,6 +10,7 @@ import copy
 import dataclasses
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields
@@ -431,14 +432,55 @@ def load_report(path: str | os.PathLike[str]) -> Report:
     """Read and validate a report file; every problem is a UsageError naming the file."""
     src = str(path)
     text = read_input(path)
+    check_depth(text, src)
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise UsageError(
             f"not valid JSON (truncated or corrupted?): {exc.msg} at line {exc.lineno} column {exc.colno}",
             source=src,
         ) from exc
+    except ValueError as exc:  # NaN / Infinity, or an integer too long to parse
+        raise UsageError(f"not a valid report: {exc}", source=src) from None
     return Report.from_dict(data, source=src)
+
+
+MAX_DEPTH = 64
+"""Nesting deeper than this in a report or scenario file is refused (a report nests 5 deep)."""
+
+
+_SPECIAL = re.compile(r'[\[\]{}"\\]')
+
+
+def check_depth(text: str, source: str) -> None:
+    """Refuse JSON/TOML nested deeper than :data:`MAX_DEPTH` before a recursive parser sees it
+    (strings in double quotes are skipped; only the bracket, brace, quote and backslash
+    characters are visited)."""
+    depth = worst = 0
+    in_str = esc = False
+    for m in _SPECIAL.finditer(text):
+        ch = m.group()
+        if in_str:
+            if esc:
+                esc = False  # (a backslash escapes only the next character, adjacent or not: close enough)
+            elif ch == "\\":
+                esc = m.end() == len(text) or text[m.end()] in '"\\'
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            depth += 1
+            if depth > worst:
+                worst = depth
+        elif ch in "]}":
+            depth -= 1
+    if worst > MAX_DEPTH:
+        raise UsageError(f"nested {worst} levels deep (at most {MAX_DEPTH})", source=source)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number a report may hold")
 
 
 def check_output(path: str | os.PathLike[str], key: str) -> Path:
@@ -459,6 +501,11 @@ def check_output(path: str | os.PathLike[str], key: str) -> Path:
         raise UsageError(f"cannot write {str(path)!r}: {str(parent)!r} is a file, not a folder", key=key)
     if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise UsageError(f"cannot write {str(path)!r}: no permission to write in {str(parent)!r}", key=key)
+    try:  # the permission bits do not tell everything (root, /proc, read-only mounts): try it
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as exc:
+        raise UsageError(f"cannot write {str(path)!r}: {exc.strerror or exc} in {str(parent)!r}", key=key) from None
     return p
 
 

@@ -256,7 +256,23 @@ def test_case_recipes_are_checked_against_the_targets_own_recipes() -> None:
     """A custom target declares bf16 only (its factory is not imported to find out): an FP8
     recipe in its cases table is refused, naming the key; ``all`` means the target's own list."""
     text = '[cases]\ntarget = "tests.custom_factory:make"\nrecipes = {r}\ngroups = [1]\ntokens = 64\nhidden = 8\nffn = 16\n'
+    allow = ("tests.custom_factory:make",)
     with pytest.raises(UsageError) as info:
-        scenario(text.format(r='["fp8-current"]'))
+        parse_scenario(tomllib.loads(text.format(r='["fp8-current"]')), source="s.toml", allow_targets=allow)
     assert info.value.key == "cases.recipes[0]" and "fp8-current" in str(info.value)
-    assert [s.recipe for s in scenario(text.format(r='"all"')).specs(device="cpu")] == ["bf16"]
+    ok = parse_scenario(tomllib.loads(text.format(r='"all"')), source="s.toml", allow_targets=allow)
+    assert [s.recipe for s in ok.specs(device="cpu")] == ["bf16"]
+
+
+@pytest.mark.parametrize("target", ["os:abort", "sys:exit", "tests.custom_factory:make", "builtins:print"])
+def test_a_scenario_names_no_factory_the_user_did_not_allow(target: str, tmp_path) -> None:
+    """A scenario file is data: naming a callable it may not import is exit 2, before any import."""
+    text = f'[cases]\ntarget = "{target}"\nrecipes = ["bf16"]\ngroups = [1]\ntokens = 64\nhidden = 8\nffn = 16\n'
+    with pytest.raises(UsageError) as info:
+        scenario(text)
+    assert info.value.key == "cases.target" and "--allow-target" in str(info.value)
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(f'[tool.memaudit]\nallow-targets = ["{target}"]\n', encoding="utf-8")
+    from memaudit.judge.scenario import allowed_targets
+
+    assert allowed_targets(("x:y",), pyproject) == ("x:y", target)

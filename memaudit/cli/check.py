@@ -30,20 +30,21 @@ CHECK_HELP = (
 def check(
     report: Annotated[Path, typer.Argument(help="A JSON report from memaudit run --json.", show_default=False)],
     scenario: Annotated[Path, typer.Option("--scenario", help="The scenario TOML whose budgets judge the report.", show_default=False)],
+    allow_target: Annotated[list[str] | None, typer.Option("--allow-target", help="A PKG.MOD:FACTORY target the scenario may name (repeatable; also [tool.memaudit] allow-targets in pyproject.toml).")] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the report with each case's budgets filled in here (atomically).")] = None,
     show_na: Annotated[bool, typer.Option("--show-na", help="Also list rules that do not apply to a case.")] = False,
     allow_incomplete: Annotated[bool, typer.Option("--allow-incomplete", help="Judge cases memaudit marked incomplete instead of failing them.")] = False,
 ) -> None:
     """Judge REPORT against the budgets of --scenario; exit 1 if a budget fails."""
     from memaudit.judge.budgets import te_version_of
-    from memaudit.judge.scenario import evaluate, load_scenario, outcome
+    from memaudit.judge.scenario import allowed_targets, evaluate, load_scenario, outcome
     from memaudit.render.verdicts import render_failures, render_verdicts
     from memaudit.report import load_report, write_report
 
     out, err = consoles()
     try:
         check_outputs({"--json": json_path})
-        loaded = load_scenario(scenario)
+        loaded = load_scenario(scenario, allowed_targets(tuple(allow_target or ())))
         rep = load_report(report)
         verdicts = evaluate(rep, loaded, source=str(report), allow_incomplete=allow_incomplete)
     except UsageError as exc:

@@ -99,6 +99,7 @@ def run(
     device: Annotated[str | None, typer.Option(help="cpu | cuda. Default: cuda for the TE target, else cpu.")] = None,
     splits: Annotated[str | None, typer.Option(help="Explicit token splits, e.g. 256,0,512,256 (one group count only).")] = None,
     scenario: Annotated[Path | None, typer.Option(help="Scenario TOML: its cases and budgets replace the matrix flags.")] = None,
+    allow_target: Annotated[list[str] | None, typer.Option("--allow-target", help="A PKG.MOD:FACTORY target the scenario may name (repeatable; also [tool.memaudit] allow-targets in pyproject.toml).")] = None,
     expected: Annotated[bool, typer.Option(help="Add the estimator's expected bytes per row and flag mismatches.")] = False,
     backward: Annotated[bool, typer.Option(help="Run backward after each captured forward.")] = True,
     verify_allocator: Annotated[bool, typer.Option("--verify-allocator", help="CUDA: check the rows against the caching allocator's growth over the captured forward (hidden_bytes per case).")] = False,
@@ -124,9 +125,9 @@ def run(
     check_outputs({"--json": json_path, "--markdown": markdown})
     loaded = None
     if scenario is not None:
-        from memaudit.judge.scenario import load_scenario
+        from memaudit.judge.scenario import allowed_targets, load_scenario
 
-        loaded = load_scenario(scenario)
+        loaded = load_scenario(scenario, allowed_targets(tuple(allow_target or ())))
         target = loaded.target
     target = target or default_target_name()
     tgt = get_target(target)

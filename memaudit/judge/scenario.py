@@ -45,7 +45,7 @@ from memaudit.judge.rules import (
     default_dims,
 )
 from memaudit.judge.versions import te_version_of, validate_specifier
-from memaudit.report import KINDS, ORIENTATIONS, Report, read_input
+from memaudit.report import KINDS, ORIENTATIONS, Report, check_depth, read_input
 from memaudit.spec import DTYPES, CaseSpec, default_splits
 from memaudit.targets import registry
 
@@ -340,7 +340,7 @@ class CaseBlock:
         )
 
 
-def parse_cases(d: Any, *, source: str, key: str) -> CaseBlock:
+def parse_cases(d: Any, *, source: str, key: str, allow_targets: tuple[str, ...] = ()) -> CaseBlock:
     r = _Reader(source)
     d = r.table(d, key)
     target = r.string(d["target"], _join(key, "target")) if "target" in d else None
@@ -349,6 +349,13 @@ def parse_cases(d: Any, *, source: str, key: str) -> CaseBlock:
         raise r.fail(
             _join(key, "target"),
             f"unknown target {target!r}{did_you_mean(target, builtin)}; use {' or '.join(builtin)} or PKG.MOD:FACTORY",
+        )
+    if target is not None and ":" in target and target not in allow_targets:
+        # A scenario is data: it may not make memaudit import and call any callable it names.
+        raise r.fail(
+            _join(key, "target"),
+            f"a scenario file names only {' or '.join(builtin)}, or a factory the user allowed: pass "
+            f"--allow-target {target} or list it under [tool.memaudit] allow-targets in pyproject.toml",
         )
     declared = registry.shape_params(target) if target is not None else registry.all_shape_params()
     dims = tuple(p.name for p in declared or ())
@@ -434,8 +441,9 @@ class Scenario:
         return any(b.covers(case) for b in self.cases)
 
 
-def parse_scenario(data: Any, *, source: str) -> Scenario:
-    """Validate a decoded TOML document."""
+def parse_scenario(data: Any, *, source: str, allow_targets: tuple[str, ...] = ()) -> Scenario:
+    """Validate a decoded TOML document; ``allow_targets`` are the ``PKG.MOD:FACTORY`` targets the
+    user allowed (a scenario may name no other factory)."""
     r = _Reader(source)
     data = r.table(data, "")
     r.keys(data, TOP_KEYS, "")
@@ -458,9 +466,9 @@ def parse_scenario(data: Any, *, source: str) -> Scenario:
     if isinstance(raw, list):
         if not raw:
             raise r.fail("cases", "empty array of cases")
-        blocks = tuple(parse_cases(b, source=source, key=f"cases[{i}]") for i, b in enumerate(raw))
+        blocks = tuple(parse_cases(b, source=source, key=f"cases[{i}]", allow_targets=allow_targets) for i, b in enumerate(raw))
     else:
-        blocks = (parse_cases(raw, source=source, key="cases"),)
+        blocks = (parse_cases(raw, source=source, key="cases", allow_targets=allow_targets),)
     for b in blocks[1:]:
         if b.target != blocks[0].target:
             raise r.fail(_join(b.key, "target"), f"target {b.target!r} differs from {blocks[0].target!r}; one target per scenario")
@@ -509,10 +517,25 @@ def parse_scenario(data: Any, *, source: str) -> Scenario:
 _LINE = re.compile(r"\(at line (\d+), column (\d+)\)")
 
 
-def load_scenario(path: str | os.PathLike[str]) -> Scenario:
+def allowed_targets(extra: tuple[str, ...] = (), pyproject: str | os.PathLike[str] = "pyproject.toml") -> tuple[str, ...]:
+    """``extra`` (``--allow-target``) and ``[tool.memaudit] allow-targets`` of ``pyproject`` (if it exists)."""
+    p = Path(pyproject)
+    listed: list[str] = []
+    if p.is_file():
+        try:
+            listed = tomllib.loads(p.read_text(encoding="utf-8")).get("tool", {}).get("memaudit", {}).get("allow-targets", [])
+        except (OSError, tomllib.TOMLDecodeError, AttributeError) as exc:
+            raise UsageError(f"cannot read [tool.memaudit]: {exc}", source=str(p)) from None
+        if not isinstance(listed, list) or not all(isinstance(t, str) for t in listed):
+            raise UsageError(f"expected an array of PKG.MOD:FACTORY strings, got {listed!r}", source=str(p), key="tool.memaudit.allow-targets")
+    return (*extra, *listed)
+
+
+def load_scenario(path: str | os.PathLike[str], allow_targets: tuple[str, ...] = ()) -> Scenario:
     """Read and validate a scenario file. Every problem is a UsageError naming file, key and value."""
     src = str(path)
     text = read_input(path, "scenario file")
+    check_depth(text, src)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -524,7 +547,7 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
             shown = lines[n - 1].strip() if 0 < n <= len(lines) else ""
             raise UsageError(f"TOML syntax error: {msg}: {shown!r}", source=src, key=f"line {n}") from None
         raise UsageError(f"TOML syntax error: {msg}", source=src) from None
-    return parse_scenario(data, source=src)
+    return parse_scenario(data, source=src, allow_targets=allow_targets)
 
 
 # ---- evaluation ---------------------------------------------------------------------------------
