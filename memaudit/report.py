@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -316,6 +317,9 @@ class CaseReport:
             if not isinstance(path, dict):
                 raise UsageError(f"expected an object or null, found {type(path).__name__}", source=source, key=f"{where}.path")
             d["path"] = PathInfo(path)
+        for k in ("rows", "freed"):
+            if not isinstance(d.get(k, []), list):
+                raise UsageError(f"expected a list of rows, got {_short(d[k])}", source=source, key=f"{where}.{k}")
         rows = [_from_dict(Row, r, source, f"{where}.rows[{i}]") for i, r in enumerate(d.pop("rows", []))]
         freed = [_from_dict(Row, r, source, f"{where}.freed[{i}]") for i, r in enumerate(d.pop("freed", []))]
         totals = _from_dict(Totals, d.pop("totals", {}), source, f"{where}.totals")
@@ -333,6 +337,7 @@ class CaseReport:
         spec = _from_dict(CaseSpec, spec_fields, source, where)
         if "id" not in d:
             raise UsageError("missing key(s) id", source=source, key=where)
+        _check_case_fields(d, source, where)
         case = _from_dict(cls, {**d, "spec": spec}, source, where)
         case.rows = rows
         case.freed = freed
@@ -341,6 +346,26 @@ class CaseReport:
 
 
 _NESTED = ("spec", "rows", "freed", "totals", "path", "emulation")
+
+
+STATUSES = ("ok", "skipped", "error")
+
+_CASE_TYPES: dict[str, tuple[type, ...]] = {
+    "id": (str,), "status": (str,), "reason": (str, type(None)), "warnings": (list,), "budgets": (list,),
+    "complete": (bool,), "allocator": (dict, type(None)),
+}
+
+
+def _check_case_fields(d: dict[str, Any], source: str, where: str) -> None:
+    """The case's own scalar fields: types and the status vocabulary (rows and totals go through
+    the strict schema)."""
+    for k, types in _CASE_TYPES.items():
+        if k in d and (not isinstance(d[k], types) or (bool not in types and isinstance(d[k], bool))):
+            raise UsageError(f"expected {' or '.join(t.__name__ for t in types)}, got {d[k]!r}", source=source, key=f"{where}.{k}")
+    if d.get("status", "ok") not in STATUSES:
+        raise UsageError(f"unknown status {d['status']!r}; a case is {', '.join(STATUSES)}", source=source, key=f"{where}.status")
+    if any(not isinstance(w, str) for w in d.get("warnings", [])):
+        raise UsageError("warnings must be strings", source=source, key=f"{where}.warnings")
 
 
 def _shape_from(d: dict[str, Any]) -> tuple[tuple[str, int], ...]:
@@ -392,12 +417,52 @@ class Report:
             if not isinstance(c, dict):
                 raise UsageError(f"expected an object, found {type(c).__name__}", source=source, key=f"cases[{i}]")
             parsed.append(CaseReport.from_dict(c, source=source))
+        for k, t in (("environment", dict), ("memaudit", str), ("created", str)):
+            if k in d and not isinstance(d[k], t):
+                raise UsageError(f"expected {'an object' if t is dict else 'a string'}, got {d[k]!r}", source=source, key=k)
         return cls(
             cases=parsed,
             environment=d.get("environment") or {},
             memaudit=d.get("memaudit", ""),
             created=d.get("created", ""),
         )
+
+
+MAX_INT = 2**63 - 1
+"""No count or byte number in a report is larger (what a signed 64-bit counter holds)."""
+
+_STRICT = (Row, Totals)
+"""Leaf records validated by pydantic in strict mode (no coercion: ``"12"`` is not 12, 1.5 is
+not an integer, ``"no"`` is not a boolean)."""
+
+
+@functools.cache
+def _adapter(cls: type) -> Any:
+    """A strict pydantic model with ``cls``'s fields (the dataclass stays the in-memory type)."""
+    import typing
+
+    from pydantic import ConfigDict, TypeAdapter, create_model
+
+    hints = typing.get_type_hints(cls)
+    spec = {f.name: (hints[f.name], ... if f.default is MISSING and f.default_factory is MISSING
+                     else (f.default if f.default is not MISSING else f.default_factory()))
+            for f in fields(cls)}
+    model = create_model(cls.__name__, __config__=ConfigDict(strict=True, extra="forbid"), **spec)
+    return TypeAdapter(model)
+
+
+def _short(v: Any) -> str:
+    """``repr(v)``, cut to 60 characters (a 5000-digit integer is named, not printed)."""
+    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 64:
+        return f"an integer of {v.bit_length()} bits"
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def schema() -> dict[str, Any]:
+    """The JSON Schema of a report's leaf records (``memaudit schema``): rows and totals."""
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": SCHEMA,
+            "$defs": {c.__name__: _adapter(c).json_schema() for c in _STRICT}}
 
 
 def _from_dict(cls: type, d: Any, source: str, key: str) -> Any:
@@ -411,6 +476,21 @@ def _from_dict(cls: type, d: Any, source: str, key: str) -> Any:
     unknown = sorted(d.keys() - names)
     if unknown:
         raise UsageError(f"unknown key(s) {', '.join(unknown)}", source=source, key=key)
+    if cls in _STRICT:
+        from pydantic import ValidationError
+
+        try:
+            obj = cls(**dict(_adapter(cls).validate_python(d)))
+        except ValidationError as exc:
+            e = exc.errors()[0]
+            where = ".".join(str(p) for p in e["loc"])
+            raise UsageError(f"{e['msg'].lower()}, got {_short(e.get('input'))}", source=source,
+                             key=f"{key}.{where}" if where else key) from None
+        for f in fields(cls):
+            v = getattr(obj, f.name)
+            if isinstance(v, int) and not isinstance(v, bool) and not 0 <= v <= MAX_INT and f.name != "group":
+                raise UsageError(f"must be between 0 and 2**63-1, got {_short(v)}", source=source, key=f"{key}.{f.name}")
+        return obj
     try:
         return cls(**d)
     except TypeError as exc:  # pragma: no cover - guarded by the checks above

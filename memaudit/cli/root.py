@@ -249,6 +249,16 @@ app.command()(exits(_with_target_flags(run)))
 
 
 @app.command()
+def schema() -> None:
+    """Print the JSON Schema every report's rows and totals are validated against on read."""
+    import json
+
+    from memaudit.report import schema as report_schema
+
+    sys.stdout.write(json.dumps(report_schema(), indent=1, sort_keys=True) + "\n")
+
+
+@app.command()
 def doctor() -> None:
     """GPU, versions, recipe availability, and which grouped-MLP path TE would take here."""
     from memaudit.te.doctor import doctor_report, render_doctor
