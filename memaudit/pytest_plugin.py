@@ -140,6 +140,9 @@ def _judge(item: pytest.Item, rules: list[Any]) -> None:
     if cap is None:
         pytest.fail(f"@pytest.mark.{MARKER} needs the {FIXTURE} fixture, which this test did not get", pytrace=False)
     case = cap.report(case_id=item.nodeid, include_freed=True)  # the test's graphs are gone by now
+    if not case.rows and not case.freed:
+        pytest.fail(f"@pytest.mark.{MARKER}: the test saved no tensor for backward inside {FIXTURE}, so the "
+                    "budget checked nothing (run the forward inside the fixture's capture)", pytrace=False)
     try:
         allow = any(m.kwargs.get("allow_incomplete") is True for m in item.iter_markers(MARKER))
         verdicts = evaluate_case(case, rules, Context(te_version=te_version(imported_only=True), allow_incomplete=allow))

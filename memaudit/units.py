@@ -22,6 +22,10 @@ _UNITS = {
 _RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
+MAX_BYTES = 2**63 - 1
+"""The largest byte quantity anything in memaudit holds."""
+
+
 def parse_bytes(value: str | int, *, source: str | None = None, key: str | None = None) -> int:
     """Parse a byte quantity; ints pass through. Raises UsageError naming source/key/value."""
     if isinstance(value, bool):
@@ -29,6 +33,8 @@ def parse_bytes(value: str | int, *, source: str | None = None, key: str | None 
     if isinstance(value, int):
         if value < 0:
             raise UsageError(f"byte quantity must be >= 0, got {value}", source=source, key=key)
+        if value > MAX_BYTES:
+            raise UsageError(f"byte quantity must be at most 2**63-1, got an integer of {value.bit_length()} bits", source=source, key=key)
         return value
     if not isinstance(value, str):
         raise UsageError(f"expected a byte quantity, got {value!r}", source=source, key=key)
@@ -40,18 +46,24 @@ def parse_bytes(value: str | int, *, source: str | None = None, key: str | None 
             key=key,
         )
     number, unit = m.group(1), m.group(2).lower()
+    if len(number) > 24:
+        raise UsageError(f"byte quantity {value[:40]!r}... has {len(number)} digits; at most 2**63-1 bytes", source=source, key=key)
     scaled = float(number) * _UNITS[unit] if "." in number else int(number) * _UNITS[unit]
+    if scaled > MAX_BYTES:
+        raise UsageError(f"byte quantity {value!r} is more than 2**63-1 bytes", source=source, key=key)
     return int(round(scaled))
 
 
 def fmt_bytes(n: int | None) -> str:
-    """Binary-unit human form, e.g. '63.5 MiB'; exact integers below 1 KiB."""
+    """Binary-unit human form, e.g. '63.5 MiB'; exact integers below 1 KiB; any integer."""
     if n is None:
         return "-"
     sign = "-" if n < 0 else ""
     n = abs(n)
     if n < 1024:
         return f"{sign}{n} B"
+    if n >= 1024**5:  # beyond float's comfort: whole TiB, in integer arithmetic
+        return f"{sign}{n // 1024**4} TiB"
     for unit in ("KiB", "MiB", "GiB", "TiB"):
         n /= 1024
         if n < 1024 or unit == "TiB":

@@ -254,11 +254,15 @@ def test_baseline_update_default_path(tmp_path: Path, monkeypatch: pytest.Monkey
     assert (tmp_path / "reports" / "baseline" / "h200-te-grouped-mlp.json").is_file()
 
 
-def test_baseline_update_warns_about_another_environment(tmp_path: Path, base_path: Path) -> None:
+def test_baseline_update_refuses_another_environment_unless_forced(tmp_path: Path, base_path: Path) -> None:
     rep = copy_report(sample_report())
     rep.environment["torch"] = "2.15.0"
     rep.cases = rep.cases[:1]
+    before = base_path.read_bytes()
     r = invoke("baseline", "update", write(rep, tmp_path / "cur.json"), "--into", base_path)
+    assert r.exit_code == 2 and "another environment" in r.stderr and "--force" in r.stderr
+    assert base_path.read_bytes() == before
+    r = invoke("baseline", "update", tmp_path / "cur.json", "--into", base_path, "--force")
     assert r.exit_code == 0
     assert "torch version differs: baseline 2.14.1, current 2.15.0" in r.stderr
     assert "3 kept case(s) were measured in the old environment" in r.stderr
@@ -281,3 +285,22 @@ def test_baseline_update_bad_current(tmp_path: Path) -> None:
     other.write_text(json.dumps({"schema": "something.else/2", "cases": []}), encoding="utf-8")
     assert_clean_usage_error(invoke("baseline", "update", other, "--into", into), "unsupported schema 'something.else/2'")
     assert not into.exists()
+
+
+def test_concurrent_baseline_updates_keep_every_case(tmp_path: Path) -> None:
+    """Two processes updating one baseline at once: the folder lock makes them merge in turn."""
+    import subprocess
+    import sys
+
+    into = tmp_path / "gate.json"
+    reps = []
+    for i, case in enumerate(sample_report().cases[:2]):
+        rep = sample_report()
+        rep.cases = [case]
+        reps.append(write(rep, tmp_path / f"r{i}.json"))
+    for _ in range(5):
+        into.unlink(missing_ok=True)
+        procs = [subprocess.Popen([sys.executable, "-c", "import memaudit.cli as c; c.main()", "baseline", "update", str(r),
+                                   "--into", str(into)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for r in reps]
+        assert [p.wait() for p in procs] == [0, 0]
+        assert len(load_report(into).cases) == 2

@@ -275,3 +275,16 @@ def test_sub(saved_tensors):
     result = pytester.runpytest_subprocess(*args, "-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
     assert "saved-tensor budget failed" in result.stdout.str()
+
+
+def test_a_budget_on_a_test_that_saved_nothing_fails(pytester: pytest.Pytester) -> None:
+    result = run_inner(
+        pytester,
+        """
+@pytest.mark.saved_budget(max_bytes="1 MiB")
+def test_saves_nothing(saved_tensors):
+    torch.ones(3) * 2  # no autograd graph: nothing is saved
+""",
+    )
+    assert "saved no tensor for backward" in result.stdout.str()
+    result.assert_outcomes(failed=1)

@@ -6,8 +6,11 @@ that its diff in the PR shows exactly what the change accepts.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.text import Text
@@ -25,30 +28,54 @@ def update(
     current: Annotated[Path, typer.Argument(help="The report to accept (from memaudit run --json).", show_default=False)],
     into: Annotated[Path | None, typer.Option(help="Baseline file to write or refresh. Default: reports/baseline/<CURRENT's name>.json.")] = None,
     prune: Annotated[bool, typer.Option(help="Drop baseline cases that the current report lacks (default: keep them).")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Merge a report from another environment (device class, TE or torch version) into the baseline.")] = False,
 ) -> None:
-    """Write or refresh a baseline from CURRENT and print what changed."""
-    from memaudit.judge.baseline import env_differences, update_baseline
-    from memaudit.report import load_report, write_report
+    """Write or refresh a baseline from CURRENT and print what changed.
 
+    Runs under a lock on the baseline's folder, so concurrent updates of one file merge in turn.
+    """
     out, err = consoles()
     target = into if into is not None else BASELINE_DIR / f"{current.stem}.json"
     try:
         check_outputs({"--into": target})
-        cur = load_report(current)
+        with folder_lock(target.parent):
+            _update(current, target, prune, force, out, err)
     except UsageError as exc:
         raise usage_exit(err, exc) from None
+    raise typer.Exit(exitcodes.OK)
+
+
+@contextmanager
+def folder_lock(folder: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``folder`` (created if missing) for the block; no lock file."""
+    import fcntl
+
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _update(current: Path, target: Path, prune: bool, force: bool, out: Any, err: Any) -> None:
+    from memaudit.judge.baseline import env_differences, update_baseline
+    from memaudit.report import load_report, write_report
+
+    cur = load_report(current)
     existing = None
     if target.exists():
         try:
             existing = load_report(target)
         except UsageError as exc:
-            raise usage_exit(err, exc, "the existing baseline was left as it is; fix or remove it, then run again") from None
-    try:
-        merged, changes = update_baseline(cur, existing, prune=prune)
-    except UsageError as exc:
-        raise usage_exit(err, exc) from None
-
+            raise UsageError(f"{exc}; the existing baseline was left as it is: fix or remove it, then run again") from None
     env_diff = env_differences(existing.environment, cur.environment) if existing is not None else []
+    if env_diff and existing is not None and existing.cases and not force:
+        raise UsageError(f"the current report comes from another environment than {target}: {'; '.join(env_diff)}; "
+                         "--force merges it anyway (or write another baseline with --into)", source=str(current))
+    merged, changes = update_baseline(cur, existing, prune=prune)
+
     kept = [c for c in changes if c.action == "kept"]
     for w in env_diff:
         err.print(Text(f"warning: the current report comes from another environment: {w}", style="yellow"), soft_wrap=True)
@@ -76,11 +103,10 @@ def update(
     )
     if up_to_date:
         out.print(Text(f"{target} is up to date; not rewritten"), soft_wrap=True)
-        raise typer.Exit(exitcodes.OK)
+        return
     write_report(merged, target)
     verb = "refreshed" if existing is not None else "wrote"
     out.print(Text(f"{verb} {target} ({len(merged.cases)} case{'s' if len(merged.cases) != 1 else ''})"), soft_wrap=True)
-    raise typer.Exit(exitcodes.OK)
 
 
 def register(app: typer.Typer) -> None:

@@ -13,6 +13,7 @@ order of the schema.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tomllib
@@ -193,7 +194,8 @@ def parse_count(v: Any, *, source: str, key: str) -> tuple[str, int]:
     return m.group(1) or "==", int(m.group(2))
 
 
-def parse_rule(d: Any, *, source: str, key: str, dims: tuple[str, ...] | None = None) -> Rule:
+def parse_rule(d: Any, *, source: str, key: str, dims: tuple[str, ...] | None = None,
+               path_keys: tuple[str, ...] | None = None) -> Rule:
     """One budget table (or marker rule dict) into a :class:`Rule`; ``dims`` are the target's
     dimension names (default: every built-in target's)."""
     dims = dims if dims is not None else default_dims()
@@ -240,8 +242,8 @@ def parse_rule(d: Any, *, source: str, key: str, dims: tuple[str, ...] | None = 
         check = MaxBytes(expr, measure) if kind == "max_bytes" else ExactBytes(expr, measure)
     elif kind == "ratio":
         v = d["ratio"]
-        if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
-            raise r.fail(ck, f"expected a positive number (the largest allowed ratio), got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v <= 0 or v > 1e12:
+            raise r.fail(ck, f"expected a positive, finite number (the largest allowed ratio), got {v!r}")
         if "against" not in d:
             raise r.fail(_join(key, "against"), f"budget {name!r}: ratio needs 'against', e.g. against = {{ recipe = \"bf16\" }}")
         check = Ratio(float(v), _parse_against(r, d["against"], _join(key, "against"), dims), measure)
@@ -271,14 +273,18 @@ def parse_rule(d: Any, *, source: str, key: str, dims: tuple[str, ...] | None = 
         groups=frozenset(r.integers(d["groups"], _join(key, "groups"))) if "groups" in d else None,
         known_failure=known,
         why=r.string(d["why"], _join(key, "why")) if "why" in d else None,
-        when=_parse_when(r, d["when"], _join(key, "when")) if "when" in d else (),
+        when=_parse_when(r, d["when"], _join(key, "when"), path_keys) if "when" in d else (),
         source=source,
         key=key,
     )
 
 
-def _parse_when(r: _Reader, v: Any, key: str) -> tuple[tuple[str, Any], ...]:
+def _parse_when(r: _Reader, v: Any, key: str, path_keys: tuple[str, ...] | None = None) -> tuple[tuple[str, Any], ...]:
     d = r.table(v, key)
+    for k in d:
+        if path_keys is not None and k not in path_keys:
+            raise r.fail(_join(key, k), f"unknown path key {k!r}{did_you_mean(k, path_keys)}; the target's cases record "
+                                        f"{', '.join(path_keys)}")
     if not d:
         raise r.fail(key, "empty table: name path keys and values, e.g. { grouped_linear_path = \"split-quantize\" }")
     for k, x in d.items():
@@ -483,7 +489,8 @@ def parse_scenario(data: Any, *, source: str, allow_targets: tuple[str, ...] = (
     if not isinstance(raw_rules, list):
         raise r.fail("budget", f"expected an array of tables ([[budget]]), got {_tname(raw_rules)}")
     dims = tuple(blocks[0].dims)
-    rules = tuple(parse_rule(d, source=source, key=f"budget[{i}]", dims=dims) for i, d in enumerate(raw_rules))
+    pkeys = registry.path_keys(blocks[0].target)
+    rules = tuple(parse_rule(d, source=source, key=f"budget[{i}]", dims=dims, path_keys=pkeys) for i, d in enumerate(raw_rules))
     names: dict[str, int] = {}
     for i, rule in enumerate(rules):
         if rule.name in names:

@@ -142,3 +142,9 @@ def all_shape_params() -> tuple[ShapeParam, ...]:
         for p in target_class(name).shape:
             seen.setdefault(p.name, p)
     return tuple(seen.values())
+
+
+def path_keys(target: str) -> tuple[str, ...] | None:
+    """The ``path`` keys ``target`` declares (``Target.path_keys``), or None where it declares none."""
+    keys = getattr(_class_of(target), "path_keys", None)
+    return tuple(keys) if keys is not None else None
