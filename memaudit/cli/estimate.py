@@ -100,6 +100,7 @@ def estimate_cmd(
     markdown: Annotated[Path | None, typer.Option(help="Write a markdown summary here.")] = None,
     plot: Annotated[Path | None, typer.Option(help="Draw saved bytes by kind vs tokens per recipe (needs matplotlib, the 'plot' extra).")] = None,
     quiet: Annotated[bool, typer.Option(help="Only the totals (one configuration) or nothing but the files (sweep).")] = False,
+    max_points: Annotated[int, typer.Option(help="Refuse a sweep of more configurations than this (recipes x T x H x F x G).")] = 100_000,
 ) -> int:
     """Estimate what TE 2.20.2 saves for backward, from shapes and its layout rules alone."""
     out, _ = consoles()
@@ -117,6 +118,12 @@ def estimate_cmd(
     split_list = _splits(splits) if splits is not None else None
     if split_list is not None and (len(t_list) != 1 or len(g_list) != 1):
         raise UsageError("explicit splits need exactly one --tokens and one --groups value", key="--splits")
+    n_points = len(recipes) * len(t_list) * len(h_list) * len(g_list) * (len(f_list) if f_list is not None else 1)
+    if max_points < 1:
+        raise UsageError(f"must be >= 1, got {max_points}", key="--max-points")
+    if n_points > max_points:
+        raise UsageError(f"the sweep has {n_points:,} configurations, more than --max-points {max_points:,}; "
+                         "narrow a range or raise --max-points", key="--max-points")
     combos = [(r, t, h, f, g) for r, t, h, g in itertools.product(recipes, t_list, h_list, g_list)
               for f in (f_list if f_list is not None else [h])]
     kwargs: dict[str, Any] = dict(path=path, arch=arch, dense_single_group=dense_single_group,

@@ -185,6 +185,8 @@ def parse_range(text: str, flag: str) -> list[int]:
     if ":" not in text:
         out = []
         for part in text.split(","):
+            if len(part.strip()) > 15:
+                raise UsageError(f"{part.strip()[:20]!r}...: numbers of more than 15 digits", key=flag)
             try:
                 v = int(part.strip())
             except ValueError:
@@ -198,6 +200,8 @@ def parse_range(text: str, flag: str) -> list[int]:
     bad = UsageError(f"malformed range {text!r}; use A:B:xK (multiply) or A:B:+K (add)", key=flag)
     if len(parts) != 3 or len(parts[2]) < 2 or parts[2][0] not in "x+":
         raise bad
+    if any(len(p) > 16 for p in parts):
+        raise UsageError(f"range {text!r}: numbers of more than 15 digits", key=flag)
     try:
         a, b, k = int(parts[0]), int(parts[1]), int(parts[2][1:])
     except ValueError:
