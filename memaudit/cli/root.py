@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 import sys
 import typing
 from pathlib import Path
@@ -35,6 +36,10 @@ console = make_console()
 err_console = make_console(stderr=True)
 
 
+MAX_DIM = 2**40
+"""The largest shape dimension a run accepts (larger ones overflow the libraries below)."""
+
+
 def _positive(value: int | None, flag: str) -> None:
     if value is not None and value < 1:
         raise UsageError(f"must be >= 1, got {value}", key=flag)
@@ -63,12 +68,14 @@ def build_specs(
         if value is not None and name not in names:
             raise UsageError(f"target {target.name!r} has no dimension {name!r} (it has {', '.join(names)})", key=flag)
         _positive(value, flag)
-    recipes = parse_recipes(recipe, target.supported_recipes, target.recipes) if recipe else list(target.default_recipes)
+        if value is not None and value > MAX_DIM:
+            raise UsageError(f"must be at most 2**40, got an integer of {value.bit_length()} bits", key=flag)
+    recipes = parse_recipes(recipe, target.supported_recipes, target.recipes) if recipe is not None else list(target.default_recipes)
     group_list = parse_int_list(groups, "--groups") if groups is not None else list(d["groups"])
-    dtype = dtype or d["dtype"]
+    dtype = dtype if dtype is not None else d["dtype"]
     if dtype not in DTYPES:
         raise UsageError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}", key="--dtype")
-    if not (device == "cpu" or device.startswith("cuda")):
+    if not re.fullmatch(r"cpu|cuda(:\d{1,3})?", device):
         raise UsageError(f"unknown device {device!r}; use cpu or cuda", key="--device")
     shape = {n: dims.get(n) or d[n] for n in names}
     split = next((p.name for p in target.shape if p.split), None)
@@ -139,7 +146,7 @@ def run(
             if target_flags.get(name, defaults[name]) == defaults[name]:
                 target_flags[name] = value
     options: dict[str, Any] = tgt.configure(target_flags)
-    dev = device or tgt.default_device
+    dev = device if device is not None else tgt.default_device
     if verify_allocator:
         import torch
 

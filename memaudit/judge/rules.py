@@ -74,9 +74,7 @@ class ByteExpr:
         if isinstance(value, bool) or not isinstance(value, int | str):
             raise UsageError(f"expected a byte quantity such as '136 MiB' or 4096, got {value!r}", source=source, key=key)
         if isinstance(value, int):
-            if value < 0:
-                raise UsageError(f"byte quantity must be >= 0, got {value}", source=source, key=key)
-            return cls(str(value), ((value,),))
+            return cls(str(value), ((parse_bytes(value, source=source, key=key),),))
         terms = []
         for product in value.split("+"):
             factors: list[int | str] = []

@@ -51,6 +51,8 @@ from memaudit.spec import DTYPES, CaseSpec, default_splits
 from memaudit.targets import registry
 
 ON_ERROR = ("fail", "warn")
+MAX_DIM = 2**40
+"""The largest shape dimension or group count a scenario may name."""
 TOP_KEYS = ("name", "description", "on_error", "allow_incomplete", "require_measured", "flags", "cases", "budget")
 CASE_KEYS = ("target", "recipes", "groups", "dtype", "options")
 """A cases table's keys besides the target's dimensions (``Target.shape``: tokens, hidden, ...)."""
@@ -113,6 +115,8 @@ class _Reader:
             raise self.fail(key, f"expected an integer, got {v!r} ({_tname(v)})")
         if v < minimum:
             raise self.fail(key, f"must be >= {minimum}, got {v}")
+        if v > MAX_DIM:
+            raise self.fail(key, f"must be at most 2**40, got an integer of {v.bit_length()} bits")
         return v
 
     def boolean(self, v: Any, key: str) -> bool:
