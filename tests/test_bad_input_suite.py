@@ -285,3 +285,14 @@ def test_bad_input_keeps_every_promise(case: Case, tmp_path: Path, monkeypatch: 
 
 def test_the_suite_is_big_enough() -> None:
     assert len(CASES) >= 250, len(CASES)
+
+
+def test_a_budget_that_applied_to_no_case_is_a_warning_and_fails_under_strict(tmp_path: Path) -> None:
+    (tmp_path / "good.json").write_text(json.dumps(REPORT), encoding="utf-8")
+    text = SCENARIO.replace("tokens = 64", "tokens = 1024").replace("hidden = 16", "hidden = 256").replace("ffn = 32", "ffn = 512")
+    text = text.replace('max_bytes = "1 GiB"', 'max_bytes = "1 GiB"\nwhen = { fused = true }')
+    (tmp_path / "s.toml").write_text(text, encoding="utf-8")
+    argv = ["check", str(tmp_path / "good.json"), "--scenario", str(tmp_path / "s.toml")]
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 0 and "applied to no case" in result.stderr
+    assert CliRunner().invoke(app, [*argv, "--strict"]).exit_code == 1

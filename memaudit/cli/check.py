@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
+from memaudit.cli import exitcodes
 from memaudit.cli.common import OUTCOME_CODES, usage_exit
 from memaudit.errors import UsageError
 from memaudit.render.console import consoles
@@ -34,6 +35,7 @@ def check(
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the report with each case's budgets filled in here (atomically).")] = None,
     show_na: Annotated[bool, typer.Option("--show-na", help="Also list rules that do not apply to a case.")] = False,
     allow_incomplete: Annotated[bool, typer.Option("--allow-incomplete", help="Judge cases memaudit marked incomplete instead of failing them.")] = False,
+    strict: Annotated[bool, typer.Option("--strict", help="Fail (exit 1) when a budget applied to no case (n/a everywhere).")] = False,
 ) -> None:
     """Judge REPORT against the budgets of --scenario; exit 1 if a budget fails."""
     from memaudit.judge.budgets import te_version_of
@@ -58,6 +60,12 @@ def check(
     code = OUTCOME_CODES[outcome(rep, verdicts, loaded)]
     out.print(render_failures(verdicts), soft_wrap=True)
     out.print(render_verdicts(verdicts, show_na=show_na))
+    unused = [r.name for r in loaded.rules if all(v.verdict == "n/a" for v in verdicts if v.rule == r.name)]
+    for name in unused:
+        err.print(Text(f"{'error' if strict else 'warning'}: budget {name!r} applied to no case (n/a everywhere): it checked nothing",
+                       style="red" if strict else "yellow"), soft_wrap=True)
+    if unused and strict and code == exitcodes.OK:
+        code = exitcodes.FAIL
     errored = [c.id for c in rep.cases if c.status == "error" and loaded.covers(c)]
     if errored:
         label = "error" if loaded.on_error == "fail" else "warning"
