@@ -296,3 +296,13 @@ def test_a_budget_that_applied_to_no_case_is_a_warning_and_fails_under_strict(tm
     result = CliRunner().invoke(app, argv)
     assert result.exit_code == 0 and "applied to no case" in result.stderr
     assert CliRunner().invoke(app, [*argv, "--strict"]).exit_code == 1
+
+
+def test_a_huge_verdict_table_is_capped_failures_first() -> None:
+    from memaudit.judge.budgets import Verdict
+    from memaudit.render.verdicts import render_verdicts
+
+    vs = [Verdict(f"c{i % 10}", f"r{i}", "max_bytes", "fail" if i == 999 else "pass", "1 B", "0 B") for i in range(1000)]
+    table = render_verdicts(vs, max_rows=10)
+    assert table.row_count == 10 and "only the first 10 rows" in str(table.caption)
+    assert "fail" in [c.plain for c in table.columns[2]._cells]  # the one failure is shown
