@@ -60,7 +60,8 @@ def check(
     code = OUTCOME_CODES[outcome(rep, verdicts, loaded)]
     out.print(render_failures(verdicts), soft_wrap=True)
     out.print(render_verdicts(verdicts, show_na=show_na))
-    unused = [r.name for r in loaded.rules if all(v.verdict == "n/a" for v in verdicts if v.rule == r.name)]
+    applied = {v.rule for v in verdicts if v.verdict != "n/a"}
+    unused = [r.name for r in loaded.rules if r.name not in applied]
     for name in unused:
         err.print(Text(f"{'error' if strict else 'warning'}: budget {name!r} applied to no case (n/a everywhere): it checked nothing",
                        style="red" if strict else "yellow"), soft_wrap=True)
