@@ -14,7 +14,6 @@ from memaudit.te.estimate import (
     ARCHS,
     PATHS,
     VARIANTS,
-    bulk_layout,
     bytes_by_kind,
     default_path,
     diff_cases,
@@ -163,13 +162,6 @@ def test_expected_rows_none_where_not_covered(spec: CaseSpec) -> None:
 
 
 # ---- allocation rules ---------------------------------------------------------------------------
-def test_bulk_layout_alignment_and_slack() -> None:
-    offs, base = bulk_layout([(4, 16), (24, 16), (24, 16)])
-    assert offs == [0, 16, 48] and base == 72 + 16
-    offs, base = bulk_layout([(300, 256), (0, 256), (10, 16), (0, 16)])
-    assert offs == [0, 512, 512, 528] and base == 528 + 256  # an empty view still rounds the end up
-
-
 def test_fused_offsets_are_from_blob_views_each_its_own_storage() -> None:
     # bulk_allocate hands out from_blob views: the H200's real splits_to_offsets_multi gave four
     # storages of exactly 16, 40, 40 and 40 B for G=4 (reports/emulated/standin-diff.json)

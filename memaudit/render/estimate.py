@@ -63,8 +63,7 @@ def padding_table(case: CaseReport) -> Table:
         t.add_row(*_cells(str(r.index), r.operand or "", "" if r.group is None else str(r.group), _where(r),
                            fmt_bytes(p["padded_bytes"]), fmt_bytes(p["ideal_bytes"]),
                            fmt_bytes(p["padded_bytes"] - p["ideal_bytes"])))
-    t.caption = (f"all rows: padded {fmt_bytes(pad.get('padded_bytes'))} · ideal {fmt_bytes(pad.get('ideal_bytes'))} · "
-                 f"bulk-allocation slack {fmt_bytes(pad.get('bulk_slack_bytes'))}")
+    t.caption = f"all rows: padded {fmt_bytes(pad.get('padded_bytes'))} · ideal {fmt_bytes(pad.get('ideal_bytes'))}"
     t.caption_justify = "left"
     return t
 

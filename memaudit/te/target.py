@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
@@ -263,8 +263,7 @@ class TEGroupedMLPTarget:
     default_recipes = RECIPES
     supported_recipes = RECIPES
     shape = MLP_SHAPE
-    path_keys = ("forward_ops", "fused", "fused_env", "why_not_fused", "grouped_linear_path", "grouped_linear_why",
-                 "estimated", "name", "arch", "dense_single_group", "padding")
+    path_keys = (*(f.name for f in fields(GroupedMLPPath)), "estimated", "name", "arch", "dense_single_group", "padding")
     """What a case's ``path`` may hold (:class:`GroupedMLPPath`, and the estimator's keys): a
     scenario's ``when`` keys are checked against it."""
     defaults: dict[str, Any] = {"tokens": 4096, "hidden": 1024, "ffn": 2048, "groups": (1, 4, 8), "dtype": "bf16"}

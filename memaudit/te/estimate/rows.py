@@ -33,7 +33,6 @@ def estimate_config(c: Config, variant: str = "te-2.20") -> CaseReport:
         for r, ideal in zip(rows, ideals, strict=True)
         if ideal != r.bytes
     ]
-    slack = _bulk_slack(rows)
     spec = CaseSpec.make(TARGET, c.recipe, c.groups, tokens=c.tokens, hidden=c.hidden, ffn=c.ffn, dtype=c.dtype, device=DEVICE,
                     options={"estimate": True, "variant": variant, "path": c.path, "arch": c.arch, "te": TE_VERSION},
                     splits=tuple(c.splits))
@@ -49,7 +48,6 @@ def estimate_config(c: Config, variant: str = "te-2.20") -> CaseReport:
             "padding": {
                 "ideal_bytes": sum(ideals),
                 "padded_bytes": sum(r.bytes for r in rows),
-                "bulk_slack_bytes": slack,
                 "rows": padded,
             },
         }),
@@ -57,18 +55,6 @@ def estimate_config(c: Config, variant: str = "te-2.20") -> CaseReport:
     )
     case.totals = compute_totals(rows)
     return case
-
-
-def _bulk_slack(rows: list[Row]) -> int:
-    """Bytes of shared storages not covered by any view (alignment gaps and base-pointer slack)."""
-    used: dict[str, int] = {}
-    size: dict[str, int] = {}
-    for r in rows:
-        if r.storage is None or r.duplicate_of is not None:
-            continue
-        used[r.storage] = used.get(r.storage, 0) + r.bytes
-        size[r.storage] = r.storage_bytes
-    return sum(size[s] - used[s] for s in size if size[s] > used[s])
 
 
 def estimate(

@@ -7,7 +7,7 @@ of ``bulk_allocate``. ``tests/test_estimate_te.py`` checks them against TE's own
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from memaudit.te.layout import BUFFER_SLOTS, GROUPED_SLOTS
 
@@ -210,24 +210,6 @@ def grouped_buffers_cpp(
         out["scale"] = (groups, "float32")
         return out
     raise ValueError(f"recipe {recipe!r} has no grouped-quantize allocation modelled")
-
-
-def bulk_layout(items: Sequence[tuple[int, int]]) -> tuple[list[int], int]:
-    """Byte offsets and base size of TE's ``bulk_allocate`` (``csrc/extensions/allocate.cpp``).
-
-    ``items`` are ``(nbytes, alignment)``. Each view starts at the running size rounded up to its
-    alignment; the base buffer adds the largest alignment as slack for an unaligned base pointer.
-    """
-    offs: list[int] = []
-    end = 0
-    align = 1
-    for nbytes, a in items:
-        o = -(-end // a) * a
-        offs.append(o)
-        end = o + nbytes
-        if a > align:
-            align = a
-    return offs, end + (align if align > 1 else 0)
 
 
 def prod(shape: Iterable[int]) -> int:
