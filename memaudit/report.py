@@ -13,10 +13,10 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from memaudit.errors import UsageError
 from memaudit.spec import CaseSpec
@@ -602,9 +602,14 @@ def check_outputs(outputs: dict[str, str | os.PathLike[str] | None]) -> None:
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``path`` through a temp file in the same folder and a rename (through a
-    symlink to its target). An OSError is a UsageError naming the path; the temp file is removed
-    also on KeyboardInterrupt and SystemExit (the CLI turns SIGTERM into one)."""
+    """Write ``text`` to ``path`` atomically (see ``atomic_write``)."""
+    atomic_write(path, lambda f: f.write(text))
+
+
+def atomic_write(path: str | os.PathLike[str], write: Callable[[TextIO], object]) -> None:
+    """Call ``write(file)`` on a temp file in the same folder, then rename it to ``path``
+    (through a symlink to its target). An OSError is a UsageError naming the path; the temp file
+    is removed also on KeyboardInterrupt and SystemExit (the CLI turns SIGTERM into one)."""
     p = Path(path)
     if p.is_symlink():
         p = p.resolve()
@@ -615,7 +620,7 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
         raise UsageError(f"cannot write: {exc.strerror or exc}", source=str(path)) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         umask = os.umask(0)
@@ -635,3 +640,28 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
 def write_report(report: Report, path: str | os.PathLike[str]) -> None:
     """Write the report as JSON, atomically."""
     atomic_write_text(path, report.to_json())
+
+
+def write_report_streaming(header: Report, cases: Iterable[CaseReport], path: str | os.PathLike[str]) -> int:
+    """Write ``header`` (environment, version, created; its own ``cases`` are ignored) with
+    ``cases`` as they are produced, atomically, holding one case in memory at a time. The bytes
+    equal ``write_report`` of the same report. Returns the number of cases written."""
+    head = dataclasses.replace(header, cases=[]).to_json()
+    marker = '"cases": []'
+    assert head.startswith("{\n " + marker), "sort_keys puts cases first"
+    rest = head[len("{\n " + marker):]
+    count = 0
+
+    def write(f: TextIO) -> None:
+        nonlocal count
+        f.write('{\n "cases": [')
+        for case in cases:
+            text = json.dumps(case.to_dict(), sort_keys=True, indent=1, ensure_ascii=False)
+            del case  # released before the next one is made
+            f.write(("\n" if count == 0 else ",\n") + "\n".join("  " + line for line in text.split("\n")))
+            count += 1
+        f.write("\n ]" if count else "]")
+        f.write(rest)
+
+    atomic_write(path, write)
+    return count

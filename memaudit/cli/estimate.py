@@ -31,7 +31,7 @@ from memaudit.render.estimate import (
     sweep_lines,
     totals_line,
 )
-from memaudit.report import atomic_write_text, check_outputs, write_report
+from memaudit.report import atomic_write_text, check_outputs, write_report, write_report_streaming
 from memaudit.te.estimate import (
     ARCHS,
     HELP,
@@ -139,9 +139,9 @@ def estimate_cmd(
     if not quiet:
         typer.echo("\n".join(sweep_lines(points, variant, diff)))
     if json_path is not None:
-        cases = [estimate_config(p.config, variant) if p.config is not None else skipped_case(p, variant, path)
-                 for p in points]
-        write_report(estimate_report(cases), json_path)
+        cases = (estimate_config(p.config, variant) if p.config is not None else skipped_case(p, variant, path)
+                 for p in points)  # one case in memory at a time
+        write_report_streaming(estimate_report([]), cases, json_path)
         out.print(Text(f"wrote {json_path}"), soft_wrap=True)
     if markdown is not None:
         atomic_write_text(markdown, markdown_sweep(points, variant, diff))
