@@ -275,8 +275,23 @@ class CaseReport:
 
     @property
     def execution(self) -> str:
-        """``emulated`` (stand-in kernels on an emulated machine) or ``measured``."""
-        return "measured" if self.emulation is None else "emulated"
+        """``measured`` (real kernels), ``emulated`` (the target's real code with stand-in kernels
+        on an emulated machine) or ``estimated`` (TE's layout rules, no code ran: ``path.estimated``)."""
+        if self.emulation is not None:
+            return "emulated"
+        if self.path is not None and self.path.get("estimated"):
+            return "estimated"
+        return "measured"
+
+    def execution_label(self) -> str | None:
+        """What tables and PR comments show beside the status (``emulated sm100``, ``estimated
+        sm100``); None for a measured case."""
+        if self.emulation is not None:
+            return self.emulation.label()
+        if self.execution == "estimated":
+            arch = self.path.get("arch") if self.path is not None else None
+            return f"estimated {arch}" if arch else "estimated"
+        return None
 
     @property
     def fused(self) -> bool | None:

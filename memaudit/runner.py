@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 
 import torch
@@ -14,7 +14,7 @@ from memaudit.capture import capture
 from memaudit.environment import environment
 from memaudit.report import CaseReport, PathInfo, Report, compute_totals
 from memaudit.spec import CaseSpec
-from memaudit.targets.base import Target
+from memaudit.targets.base import Fallback, Target
 
 
 def _first_line(exc: BaseException) -> str:
@@ -77,6 +77,30 @@ def run_case(target: Target, spec: CaseSpec, *, backward: bool = True, verify_al
     return case
 
 
+def plan_fallbacks(target: Target, specs: Sequence[CaseSpec], mode: str, *, backward: bool = True) -> list[Fallback | None]:
+    """For each spec the target cannot run on real kernels here, its best available answer
+    (:class:`~memaudit.targets.base.Fallback`: emulated or estimated), else None. ``mode`` is one
+    of :data:`~memaudit.targets.base.FALLBACKS`; ``none`` (or a target without ``fallback``)
+    plans nothing, and those cases stay skipped."""
+    hook = getattr(target, "fallback", None)
+    if mode == "none" or hook is None:
+        return [None] * len(specs)
+    out: list[Fallback | None] = []
+    for spec in specs:
+        reason = target.skip_reason(spec)
+        out.append(hook(spec, reason, mode, backward=backward) if reason else None)
+    return out
+
+
+def _run_fallback(fallback: Fallback, spec: CaseSpec) -> CaseReport:
+    try:
+        return fallback.run()
+    except Exception as exc:  # noqa: BLE001 - one cell's fault is that cell's error
+        case = empty_case(spec)
+        case.status, case.reason = "error", f"{fallback.execution} fallback: {_first_line(exc)}"
+        return case
+
+
 def run_matrix(
     target: Target,
     specs: Iterable[CaseSpec],
@@ -84,13 +108,19 @@ def run_matrix(
     backward: bool = True,
     verify_allocator: bool = False,
     on_case: Callable[[CaseReport], None] | None = None,
+    fallbacks: Sequence[Fallback | None] | None = None,
 ) -> Report:
-    """Run every spec in order and collect a Report."""
+    """Run every spec in order and collect a Report; where ``fallbacks`` (from
+    :func:`plan_fallbacks`) names an answer for a spec, that answer replaces the skipped cell."""
     specs = list(specs)
     device = specs[0].device if specs else "cpu"
     cases = []
-    for spec in specs:
-        case = run_case(target, spec, backward=backward, verify_allocator=verify_allocator)
+    for i, spec in enumerate(specs):
+        fallback = fallbacks[i] if fallbacks is not None else None
+        if fallback is not None:
+            case = _run_fallback(fallback, spec)
+        else:
+            case = run_case(target, spec, backward=backward, verify_allocator=verify_allocator)
         cases.append(case)
         if on_case is not None:
             on_case(case)

@@ -7,6 +7,7 @@ import os
 import re
 import sys
 import typing
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,7 +23,8 @@ from memaudit.spec import DTYPES, CaseSpec, validate_splits
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok (every budget passes or is xfail); 1 a budget failed or XPASSed; "
-    "2 bad usage or input (nothing written); 3 a case ended in error and no budget failed."
+    "2 bad usage or input (nothing written); 3 a case ended in error and no budget failed; "
+    "4 (run) nothing was measured or emulated (only estimates or skipped cells)."
 )
 
 app = typer.Typer(
@@ -55,11 +57,13 @@ def build_specs(
     device: str,
     options: dict[str, Any],
     splits: str | None = None,
+    all_recipes: tuple[str, ...] | None = None,
 ) -> list[CaseSpec]:
     """The matrix of CaseSpecs a ``run`` asks for, validated (UsageError on bad flags).
 
     ``dims`` are the shape options given (``--tokens`` ...; None where not given); the target's
     declared dimensions take their defaults, and an option it does not declare is refused.
+    ``all_recipes`` is what ``--recipe all`` means (default: the target's supported recipes).
     """
     d = target.defaults
     names = [p.name for p in target.shape]
@@ -70,7 +74,8 @@ def build_specs(
         _positive(value, flag)
         if value is not None and value > MAX_DIM:
             raise UsageError(f"must be at most 2**40, got an integer of {value.bit_length()} bits", key=flag)
-    recipes = parse_recipes(recipe, target.supported_recipes, target.recipes) if recipe is not None else list(target.default_recipes)
+    supported = all_recipes if all_recipes is not None else target.supported_recipes
+    recipes = parse_recipes(recipe, supported, target.recipes) if recipe is not None else list(target.default_recipes)
     group_list = parse_int_list(groups, "--groups") if groups is not None else list(d["groups"])
     dtype = dtype if dtype is not None else d["dtype"]
     if dtype not in DTYPES:
@@ -107,6 +112,7 @@ def run(
     splits: Annotated[str | None, typer.Option(help="Explicit token splits, e.g. 256,0,512,256 (one group count only).")] = None,
     scenario: Annotated[Path | None, typer.Option(help="Scenario TOML: its cases and budgets replace the matrix flags.")] = None,
     allow_target: Annotated[list[str] | None, typer.Option("--allow-target", help="A PKG.MOD:FACTORY target the scenario may name (repeatable; also [tool.memaudit] allow-targets in pyproject.toml).")] = None,
+    fallback: Annotated[FallbackMode | None, typer.Option(help="What answers a case that cannot run on real kernels here (the grouped-MLP targets): auto = TE's real forward with emulated sm100 kernels where TE and a GPU are present, else the estimate; emulate; estimate; none = a skipped cell. Default: auto; none with --scenario.")] = None,
     expected: Annotated[bool, typer.Option(help="Add the estimator's expected bytes per row and flag mismatches.")] = False,
     backward: Annotated[bool, typer.Option(help="Run backward after each captured forward.")] = True,
     verify_allocator: Annotated[bool, typer.Option("--verify-allocator", help="CUDA: check the rows against the caching allocator's growth over the captured forward (hidden_bytes per case).")] = False,
@@ -155,6 +161,7 @@ def run(
                 f"needs --device cuda and a CUDA GPU (device {dev!r}, CUDA available: {torch.cuda.is_available()})",
                 key="--verify-allocator",
             )
+    mode = fallback.value if fallback is not None else ("none" if loaded is not None else "auto")
     if loaded is not None:
         specs = loaded.specs(device=dev)
     else:
@@ -167,7 +174,13 @@ def run(
             device=dev,
             options=options,
             splits=splits,
+            all_recipes=getattr(tgt, "fallback_recipes", None) if mode != "none" else None,
         )
+    from memaudit.runner import plan_fallbacks
+
+    fallbacks = plan_fallbacks(tgt, specs, mode, backward=backward)
+    for line in fallback_notes(tgt, specs, fallbacks, mode):
+        err_console.print(line, soft_wrap=True)
     from memaudit.render.tables import case_table, summary_table
 
     def show(case: Any) -> None:
@@ -193,9 +206,11 @@ def run(
                 progress.update(task, advance=1, description=case.id)
                 show(case)
 
-            report = run_matrix(tgt, specs, backward=backward, verify_allocator=verify_allocator, on_case=on_case)
+            report = run_matrix(tgt, specs, backward=backward, verify_allocator=verify_allocator, on_case=on_case,
+                                fallbacks=fallbacks)
     else:
-        report = run_matrix(tgt, specs, backward=backward, verify_allocator=verify_allocator, on_case=show)
+        report = run_matrix(tgt, specs, backward=backward, verify_allocator=verify_allocator, on_case=show,
+                            fallbacks=fallbacks)
     if expected:
         from memaudit.te.expected import attach_expected
 
@@ -223,7 +238,61 @@ def run(
 
         atomic_write_text(markdown, render_markdown(report, None, name=target))
         console.print(Text(f"wrote {markdown}"), soft_wrap=True)
+    answered = [c for c in report.cases if c.status == "ok" and c.execution in ("measured", "emulated")]
+    if not answered and code == exitcodes.OK:
+        counts = {s: sum(1 for c in report.cases if (c.execution if c.status == "ok" else c.status) == s)
+                  for s in ("estimated", "skipped", "error")}
+        err_console.print(Text("nothing was measured or emulated: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+                               + f" (exit {exitcodes.NOTHING_MEASURED})"), soft_wrap=True)
+        code = exitcodes.NOTHING_MEASURED
     return code
+
+
+def _all_groups(command: str, groups: str) -> str:
+    """``command`` (made for one case) with ``--groups`` naming every group count of the recipe."""
+    return re.sub(r"--groups \d+", f"--groups {groups}", command, count=1)
+
+
+class FallbackMode(StrEnum):
+    """``run --fallback`` (memaudit.targets.base.FALLBACKS)."""
+
+    auto = "auto"
+    emulate = "emulate"
+    estimate = "estimate"
+    none = "none"
+
+
+def fallback_notes(target: Any, specs: list[CaseSpec], fallbacks: list[Any], mode: str) -> list[Text]:
+    """Said before anything runs: each recipe that cannot run on real kernels here, why (the
+    target's or TE's own words), and what answers it instead, with the command that gives it."""
+    notes: list[Text] = []
+    seen: dict[tuple[str, str, str], list[CaseSpec]] = {}
+    for spec, fb in zip(specs, fallbacks, strict=True):
+        if fb is not None:
+            seen.setdefault((spec.recipe, fb.execution, fb.reason), []).append(spec)
+        elif mode == "none" or not hasattr(target, "fallback"):
+            reason = target.skip_reason(spec)
+            if reason:
+                seen.setdefault((spec.recipe, "skipped", reason), []).append(spec)
+    for (recipe, execution, reason), group in seen.items():
+        groups = ",".join(dict.fromkeys(str(s.groups) for s in group))
+        line = Text("note: ", style="bold yellow")
+        line.append(f"{recipe} cannot run on real kernels here: {reason}\n")
+        if execution == "skipped":
+            offer = getattr(target, "fallback", None)
+            best = offer(group[0], reason, "auto", backward=False) if offer is not None else None
+            line.append("  it will be a skipped cell")
+            line.append(f"; the best available answer: {_all_groups(best.command, groups)}" if best is not None else "")
+        else:
+            fb = next(f for s, f in zip(specs, fallbacks, strict=True) if s is group[0])
+            what = ("TE's real forward with emulated kernels (stand-ins that allocate what TE's C++ allocates)"
+                    if execution == "emulated" else "TE 2.20.2's layout rules (no kernel and no TE code runs)")
+            line.append(f"  answering {len(group)} case(s) with {what}, labelled {execution}; on its own: "
+                        f"{_all_groups(fb.command, groups)}")
+            if fb.better:
+                line.append(f"\n  {_all_groups(fb.better, groups)}")
+        notes.append(line)
+    return notes
 
 
 def _with_target_flags(fn: Any) -> Any:

@@ -592,11 +592,13 @@ def evaluate(
     )
     verdicts: list[Verdict] = []
     for case in covered:
-        emulation = getattr(case, "emulation", None)
-        if scenario.require_measured and emulation is not None:
-            mine = [Verdict(case.id, "require_measured", "execution", "fail", "measured", emulation.label(),
-                            "the scenario requires measured cases (require_measured = true); this case ran TE's "
-                            "real Python with stand-in kernels, so its budgets are not judged")]
+        execution = getattr(case, "execution", "measured")
+        if scenario.require_measured and execution != "measured":
+            how = ("ran TE's real Python with stand-in kernels" if execution == "emulated"
+                   else "was estimated from TE's layout rules (no kernel ran)")
+            mine = [Verdict(case.id, "require_measured", "execution", "fail", "measured", getattr(case, "execution_label", lambda: None)() or execution,
+                            f"the scenario requires measured cases (require_measured = true); this case {how}, "
+                            "so its budgets are not judged")]
         else:
             mine = evaluate_case(case, scenario.rules, ctx)
         case.budgets = [v.to_dict() for v in mine]

@@ -28,6 +28,8 @@ def case_table(case: CaseReport, *, show_expected: bool = False) -> Table:
         e = case.emulation
         title += (f"  [bold magenta]{escape(e.label())}[/] (TE's real Python, stand-in kernels: "
                   f"{escape(', '.join(e.standins) or 'none')})")
+    elif case.execution == "estimated":
+        title += f"  [bold cyan]{escape(case.execution_label() or 'estimated')}[/] (TE's layout rules; no kernel or TE code ran)"
     table = Table(title=title, title_justify="left", show_lines=False, header_style="bold")
     for col, justify in (
         ("#", "right"),
@@ -125,8 +127,9 @@ def summary_table(cases: Iterable[CaseReport]) -> Table:
         status = f"[{_STATUS_STYLE.get(c.status, '')}]{c.status}[/]"
         if ok and not c.complete:
             status += " [bold red]incomplete[/]"
-        if c.emulation is not None:
-            status += f" [magenta]{escape(c.emulation.label())}[/]"
+        label = c.execution_label()
+        if label is not None:
+            status += f" [{'magenta' if c.emulation is not None else 'cyan'}]{escape(label)}[/]"
         table.add_row(
             Text(c.id),  # type: ignore[arg-type]
             status,

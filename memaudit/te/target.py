@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from memaudit.errors import UsageError
 from memaudit.report import PathInfo, Row
 from memaudit.spec import CaseSpec, RunFlag
-from memaudit.targets.base import MLP_SHAPE, Built, backward_sum
+from memaudit.targets.base import MLP_SHAPE, Built, Fallback, backward_sum
 from memaudit.te.recipes import RECIPES, alignment
 
 if TYPE_CHECKING:
@@ -81,8 +81,8 @@ def make_recipe(name: str) -> Any:
     raise ValueError(f"unknown recipe {name!r}")
 
 
-def recipe_availability(te: Any) -> dict[str, tuple[bool, str | None]]:
-    """TE's own answer, with its reason string, for every recipe (te-internals §4)."""
+def recipe_gate(te: Any, name: str) -> tuple[bool, str | None]:
+    """TE's own answer, with its reason string, for one recipe (te-internals §4)."""
     checks = {
         "bf16": getattr(te, "is_bf16_available", None),
         "fp8-delayed": te.is_fp8_available,
@@ -91,18 +91,20 @@ def recipe_availability(te: Any) -> dict[str, tuple[bool, str | None]]:
         "mxfp8": te.is_mxfp8_available,
         "nvfp4": te.is_nvfp4_available,
     }
-    out: dict[str, tuple[bool, str | None]] = {}
-    for name, fn in checks.items():
-        if fn is None:
-            out[name] = (True, None)
-            continue
-        try:
-            res = fn(return_reason=True)
-        except TypeError:
-            res = (fn(), None)
-        ok, reason = res if isinstance(res, tuple) else (bool(res), None)
-        out[name] = (bool(ok), reason or None)
-    return out
+    fn = checks[name]
+    if fn is None:
+        return True, None
+    try:
+        res = fn(return_reason=True)
+    except TypeError:
+        res = (fn(), None)
+    ok, reason = res if isinstance(res, tuple) else (bool(res), None)
+    return bool(ok), reason or None
+
+
+def recipe_availability(te: Any) -> dict[str, tuple[bool, str | None]]:
+    """TE's own answer, with its reason string, for every recipe (te-internals §4)."""
+    return {name: recipe_gate(te, name) for name in RECIPES}
 
 
 def cudnn_frontend_version() -> str | None:
@@ -318,6 +320,7 @@ class TEGroupedMLPTarget:
         """``fused`` sets NVTE_CUTEDSL_FUSED_GROUPED_MLP before TE's import (an environment
         setting, recorded per case, not part of the id); ``single_grouped_weight`` and a
         non-default ``activation`` are options."""
+        self.flags_given = dict(flags)
         activation = flags.get("activation", "swiglu")
         if activation not in ACTIVATIONS:
             raise UsageError(f"unknown activation {activation!r}; use one of {', '.join(ACTIVATIONS)}", key="--activation")
@@ -362,6 +365,19 @@ class TEGroupedMLPTarget:
 
     emulated: Emulated | None = None
     """Set by ``configure`` for ``--kernels emulated|standins``."""
+    flags_given: dict[str, Any] = {}
+    """The run flags ``configure`` was given (an emulated fallback keeps them)."""
+    fallback_recipes = RECIPES
+
+    def fallback(self, spec: CaseSpec, reason: str, mode: str, *, backward: bool = True) -> Fallback | None:
+        """A case TE refuses on real kernels here: TE's real forward with emulated kernels where a
+        GPU is present, else TE's layout rules (:mod:`memaudit.te.fallback`). None with
+        ``--kernels emulated|standins``: the user chose the machine."""
+        if self.emulated is not None:
+            return None
+        from memaudit.te.fallback import grouped_mlp_fallback
+
+        return grouped_mlp_fallback(spec, reason, mode, self.flags_given, backward=backward)
 
     def skip_reason(self, spec: CaseSpec) -> str | None:
         import torch
