@@ -246,6 +246,14 @@ for bad in sorted((ROOT / "tests" / "data" / "bad_scenarios").glob("*.toml")):
     CASES.append(Case(f"run --scenario: {bad.stem}", lambda t: ["run", "--scenario", str(t / "s.toml"), "--device", "cpu", "--json", str(t / "o.json")],
                       setup=bsetup))
 
+# ---- scenarios by name: a bare name that ships with memaudit runs, any other is refused ------------
+BAD_NAMES = ["refrence", "grouped-mlp", "GROUPED_MLP", "nope", "[bold]x", "-", "reference.", "grouped_mlp ", "x" * 300]
+for name in BAD_NAMES:
+    CASES.append(Case(f"check --scenario name {name[:20]!r}", lambda t, n=name: ["check", str(t / "good.json"), "--scenario", n],
+                      setup=lambda t: _report(t, "good.json"), needle="shipped scenarios: grouped_mlp, reference"))
+    CASES.append(Case(f"run --scenario name {name[:20]!r}", lambda t, n=name: ["run", "--scenario", n, "--json", str(t / "o.json")],
+                      needle="shipped scenarios: grouped_mlp, reference"))
+
 # ---- hostile but valid: the promise is no crash, and the gate's own answer -----------------------
 CASES += [
     Case("run --json with markup in its name", lambda t: ["run", *SMALL, "--json", str(t / "[/x].json")], code=0, writes=("[/x].json",)),
