@@ -119,6 +119,7 @@ COMMANDS = {
     "estimate --markdown": lambda t, p: ["estimate", "--recipe", "bf16", "--tokens", "64", "--hidden", "64", "--markdown", p],
     "check --json": lambda t, p: ["check", str(t / "base.json"), "--scenario", str(t / "s.toml"), "--json", p],
     "compare --markdown": lambda t, p: ["compare", str(t / "base.json"), str(t / "base.json"), "--markdown", p],
+    "compare --benchmark-json": lambda t, p: ["compare", str(t / "base.json"), str(t / "base.json"), "--benchmark-json", p],
     "baseline update --into": lambda t, p: ["baseline", "update", str(t / "base.json"), "--into", p],
 }
 for cname, cmd in COMMANDS.items():
@@ -127,6 +128,9 @@ for cname, cmd in COMMANDS.items():
 CASES.append(Case("run --json and --markdown the same file", lambda t: ["run", *SMALL, "--json", str(t / "x"), "--markdown", str(t / "x")]))
 CASES.append(Case("estimate --json and --markdown the same file", lambda t: [
     "estimate", "--recipe", "bf16", "--tokens", "64", "--hidden", "64", "--json", str(t / "x"), "--markdown", str(t / "x")]))
+CASES.append(Case("compare --benchmark-json and --markdown the same file", lambda t: [
+    "compare", str(t / "base.json"), str(t / "base.json"), "--markdown", str(t / "x"), "--benchmark-json", str(t / "x")],
+    setup=_outputs))
 # a bad flag after a valid output: nothing written
 CASES.append(Case("run: bad --markdown folder after a good --json", lambda t: [
     "run", *SMALL, "--json", str(t / "old.json"), "--markdown", "/proc/x/p.md"]))

@@ -1,7 +1,7 @@
 """memaudit outside a clone: shipped scenarios by name, the wheel's contents, and the wheel in a
 fresh venv (the ``wheel`` test: built from this checkout, installed outside the repo, then
-``memaudit --help``, ``run``, ``check --scenario reference`` and the README's Python snippet run
-from a folder outside the repo).
+``memaudit --help``, ``run``, ``check --scenario reference``, ``compare --benchmark-json`` and the
+README's Python snippet run from a folder outside the repo).
 
 The fresh venv gets only the wheel (``--no-deps``); torch, TransformerEngine, rich, typer and
 pydantic come from the test interpreter's site-packages through a ``.pth`` file that lists those
@@ -285,6 +285,9 @@ def test_the_wheel_works_in_a_fresh_venv_outside_the_repo(wheel: Path, tmp_path:
     assert {c["target"] for c in plain["cases"]} == {"reference"} and all(c["status"] == "ok" for c in plain["cases"])
     sh(exe, "run", "--scenario", "reference", "--quiet", "--json", "reference.json")
     assert " 0 fail" in sh(exe, "check", "reference.json", "--scenario", "reference")
+    sh(exe, "compare", "plain.json", "plain.json", "--benchmark-json", "bench.json")
+    bench = json.loads((work / "bench.json").read_text(encoding="utf-8"))
+    assert [b["value"] for b in bench] == [c["totals"]["saved_bytes"] for c in plain["cases"]]
     (work / "snippet.py").write_text(_readme_snippet(), encoding="utf-8")
     assert int(sh(py, "snippet.py").split()[-1]) > 0
     print(f"fresh-venv wheel test: {time.perf_counter() - start:.1f} s")
