@@ -144,6 +144,7 @@ COMMANDS = {
     "estimate --markdown": lambda t, p: ["estimate", "--recipe", "bf16", "--tokens", "64", "--hidden", "64", "--markdown", p],
     "check --json": lambda t, p: ["check", str(t / "base.json"), "--scenario", str(t / "s.toml"), "--json", p],
     "compare --markdown": lambda t, p: ["compare", str(t / "base.json"), str(t / "base.json"), "--markdown", p],
+    "compare --benchmark-json": lambda t, p: ["compare", str(t / "base.json"), str(t / "base.json"), "--benchmark-json", p],
     "baseline update --into": lambda t, p: ["baseline", "update", str(t / "base.json"), "--into", p],
 }
 for cname, cmd in COMMANDS.items():
@@ -152,6 +153,9 @@ for cname, cmd in COMMANDS.items():
 CASES.append(Case("run --json and --markdown the same file", lambda t: ["run", *SMALL, "--json", str(t / "x"), "--markdown", str(t / "x")]))
 CASES.append(Case("estimate --json and --markdown the same file", lambda t: [
     "estimate", "--recipe", "bf16", "--tokens", "64", "--hidden", "64", "--json", str(t / "x"), "--markdown", str(t / "x")]))
+CASES.append(Case("compare --benchmark-json and --markdown the same file", lambda t: [
+    "compare", str(t / "base.json"), str(t / "base.json"), "--markdown", str(t / "x"), "--benchmark-json", str(t / "x")],
+    setup=_outputs))
 # a bad flag after a valid output: nothing written
 CASES.append(Case("run: bad --markdown folder after a good --json", lambda t: [
     "run", *SMALL, "--json", str(t / "old.json"), "--markdown", "/proc/x/p.md"]))
@@ -270,6 +274,14 @@ for bad in sorted((ROOT / "tests" / "data" / "bad_scenarios").glob("*.toml")):
         _report(t, "good.json")
     CASES.append(Case(f"run --scenario: {bad.stem}", lambda t: ["run", "--scenario", str(t / "s.toml"), "--device", "cpu", "--json", str(t / "o.json")],
                       setup=bsetup))
+
+# ---- scenarios by name: a bare name that ships with memaudit runs, any other is refused ------------
+BAD_NAMES = ["refrence", "grouped-mlp", "GROUPED_MLP", "nope", "[bold]x", "-", "reference.", "grouped_mlp ", "x" * 300]
+for name in BAD_NAMES:
+    CASES.append(Case(f"check --scenario name {name[:20]!r}", lambda t, n=name: ["check", str(t / "good.json"), "--scenario", n],
+                      setup=lambda t: _report(t, "good.json"), needle="shipped scenarios: grouped_mlp, reference"))
+    CASES.append(Case(f"run --scenario name {name[:20]!r}", lambda t, n=name: ["run", "--scenario", n, "--json", str(t / "o.json")],
+                      needle="shipped scenarios: grouped_mlp, reference"))
 
 # ---- hostile but valid: the promise is no crash, and the gate's own answer -----------------------
 CASES += [

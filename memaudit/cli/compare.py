@@ -46,6 +46,7 @@ def compare(
     allow_missing: Annotated[bool, typer.Option("--allow-missing", help="Let baseline cases be missing from the current report (they fail the gate by default).")] = False,
     allow_emulated: Annotated[bool, typer.Option("--allow-emulated", help="Compare emulated cases (--kernels emulated) with measured ones instead of refusing (exit 2).")] = False,
     markdown: Annotated[Path | None, typer.Option(help="Write a PR comment (GitHub markdown) here, atomically.")] = None,
+    benchmark_json: Annotated[Path | None, typer.Option("--benchmark-json", help="Write saved bytes per case for github-action-benchmark (tool: customSmallerIsBetter) here, atomically.")] = None,
     name: Annotated[str | None, typer.Option(help="Name in the comment's hidden marker <!-- memaudit:NAME -->. Default: the baseline file's stem.")] = None,
     verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Also show the rows (buffers) behind each change.")] = False,
 ) -> None:
@@ -57,7 +58,7 @@ def compare(
 
     out, err = consoles()
     try:
-        check_outputs({"--markdown": markdown})
+        check_outputs({"--markdown": markdown, "--benchmark-json": benchmark_json})
         tol = parse_tolerance(tolerance)
         comment_name = name if name is not None else default_comment_name(baseline)
         marker(comment_name)
@@ -78,6 +79,11 @@ def compare(
     if markdown is not None:
         atomic_write_text(markdown, render_markdown(cur_report, cmp, name=comment_name))
         out.print(Text(f"wrote {markdown}"), soft_wrap=True)
+    if benchmark_json is not None:
+        from memaudit.render.benchmark import render_benchmark_json
+
+        atomic_write_text(benchmark_json, render_benchmark_json(cur_report, cmp))
+        out.print(Text(f"wrote {benchmark_json}"), soft_wrap=True)
     raise typer.Exit(exitcodes.FAIL if cmp.regressed else exitcodes.OK)
 
 

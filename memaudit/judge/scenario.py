@@ -1,7 +1,8 @@
 """Scenario files: the cases to run and the budgets that judge them (``scenarios/*.toml``).
 
-:func:`load_scenario` reads and validates a file; every problem is a :class:`UsageError` that names
-the file, the key path and the bad value (exit 2, nothing written). :meth:`Scenario.specs` gives
+:func:`load_scenario` reads and validates a file, or a scenario shipped with memaudit given by name
+(``grouped_mlp``: :func:`resolve_scenario`); every problem is a :class:`UsageError` that names the
+file, the key path and the bad value (exit 2, nothing written). :meth:`Scenario.specs` gives
 the CaseSpecs to run; :func:`evaluate` applies the budgets to a report (filling each case's
 ``budgets``) and :func:`outcome` sums the verdicts up (the CLI turns it into the exit status).
 The rule language is documented in docs/budgets.md.
@@ -45,8 +46,9 @@ from memaudit.judge.rules import (
     Selection,
     default_dims,
 )
+from memaudit.judge.shipped import SHIPPED, resolve_scenario
 from memaudit.judge.versions import te_version_of, validate_specifier
-from memaudit.report import KINDS, ORIENTATIONS, Report, check_depth, read_input
+from memaudit.report import KINDS, ORIENTATIONS, Report, check_depth
 from memaudit.spec import DTYPES, CaseSpec, default_splits
 from memaudit.targets import registry
 
@@ -457,7 +459,7 @@ def parse_scenario(data: Any, *, source: str, allow_targets: tuple[str, ...] = (
     r = _Reader(source)
     data = r.table(data, "")
     r.keys(data, TOP_KEYS, "")
-    name = r.string(data["name"], "name") if "name" in data else Path(source).stem
+    name = r.string(data["name"], "name") if "name" in data else Path(source.removesuffix(SHIPPED)).stem
     description = r.string(data["description"], "description") if "description" in data else ""
     on_error = r.string(data.get("on_error", "warn"), "on_error", choices=ON_ERROR)
     allow_incomplete = r.boolean(data.get("allow_incomplete", False), "allow_incomplete")
@@ -543,9 +545,9 @@ def allowed_targets(extra: tuple[str, ...] = (), pyproject: str | os.PathLike[st
 
 
 def load_scenario(path: str | os.PathLike[str], allow_targets: tuple[str, ...] = ()) -> Scenario:
-    """Read and validate a scenario file. Every problem is a UsageError naming file, key and value."""
-    src = str(path)
-    text = read_input(path, "scenario file")
+    """Read and validate a scenario: a file, or a shipped one by name (:func:`resolve_scenario`).
+    Every problem is a UsageError naming file, key and value."""
+    src, text = resolve_scenario(path)
     check_depth(text, src)
     try:
         data = tomllib.loads(text)
