@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch.autograd.function import BackwardCFunction
 
-from memaudit.capture.hooks import Record
+from memaudit.capture.hooks import Record, state
 from memaudit.capture.stack import walking
 from memaudit.capture.tensors import Buffer, buffer_of
 
@@ -49,6 +49,10 @@ def saved_attributes(node_type: type) -> tuple[str, ...]:
     return tuple(
         a for a in dir(node_type) if a.startswith("_saved_") and not a.endswith(("_sym_sizes", "_sym_strides"))
     )
+
+
+_KINDS: dict[type, tuple[str, tuple[str, ...] | None]] = {}
+"""Node class -> (op name, saved attributes; None for a Python ``autograd.Function`` node)."""
 
 
 def sequence_nr(node: Any) -> int:
@@ -129,26 +133,44 @@ def walk(roots: list[Any], in_region: Any, *, outside: bool = False) -> WalkResu
     reported as unhooked.
     """
     result = WalkResult()
-    nodes = sorted(collect(roots), key=sequence_nr)
-    for node in nodes:
-        inside = in_region(sequence_nr(node))
-        if not inside and not outside:
-            continue
-        op = type(node).__name__
-        if isinstance(node, BackwardCFunction):
-            result.python_nodes.append(node)
-            _walk_python(node, op, result, inside)
-            continue
-        for attr in saved_attributes(type(node)):
-            with walking() as seen:
+    nodes = collect(roots)
+    try:
+        seqs = [node._sequence_nr() for node in nodes]
+    except (AttributeError, RuntimeError, TypeError):  # pragma: no cover - every Node has one
+        seqs = [sequence_nr(node) for node in nodes]
+    kinds = _KINDS
+    st = state()
+    prev = st.walking
+    seen: list[Record] = []
+    st.walking = seen  # one walking window for every C++ attribute read (cleared per read)
+    try:
+        for i in sorted(range(len(nodes)), key=seqs.__getitem__):
+            node = nodes[i]
+            inside = in_region(seqs[i])
+            if not inside and not outside:
+                continue
+            tp = type(node)
+            kind = kinds.get(tp)
+            if kind is None:
+                kind = kinds[tp] = (tp.__name__, None if issubclass(tp, BackwardCFunction) else saved_attributes(tp))
+            op, attrs = kind
+            if attrs is None:
+                result.python_nodes.append(node)
+                _walk_python(node, op, result, inside)
+                continue
+            for attr in attrs:
                 try:
                     value = getattr(node, attr)
                 except (RuntimeError, AttributeError, TypeError):
+                    seen.clear()
                     continue  # freed by backward, or not readable
-            if seen:
-                _claim(seen, op, attr)
-            elif value is not None:
-                _unhooked(result, op, attr, value, inside)
+                if seen:
+                    _claim(seen, op, attr)
+                    seen.clear()
+                elif value is not None:
+                    _unhooked(result, op, attr, value, inside)
+    finally:
+        st.walking = prev
     return result
 
 

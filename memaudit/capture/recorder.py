@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import gc
 import importlib
+import itertools
+import math
 import sys
 import threading
 import warnings as _warnings
@@ -23,9 +25,9 @@ import torch
 
 from memaudit.capture import graph, hooks, stack
 from memaudit.capture.hooks import Record
-from memaudit.capture.tensors import Buffer, buffer_of, storage_ref
+from memaudit.capture.tensors import _NAMES, Buffer, buffer_of, dtype_name, format_of, kind_of, storage_ref
 from memaudit.capture.verify import AllocatorCheck
-from memaudit.report import CaseReport, Row, compute_totals
+from memaudit.report import CaseReport, Row, compute_totals, gc_paused, make_row
 from memaudit.spec import CaseSpec
 
 CAPTURE_SPEC = CaseSpec("capture", "-", 0, dtype="-", splits=())
@@ -214,6 +216,9 @@ class Capture:
             if lo is None:
                 return lambda seq: True
             ranges.append((lo, hi if hi is not None else _probe_sequence_nr() or sys.maxsize))
+        if len(ranges) == 1:  # the usual case: one region, one comparison per node
+            (lo1, hi1), = ranges
+            return lambda seq: lo1 < seq < hi1
         return lambda seq: any(lo < seq < hi for lo, hi in ranges)
 
     def report(self, outputs: Any = None, *, case_id: str = "capture", include_freed: bool = False) -> CaseReport:
@@ -225,6 +230,10 @@ class Capture:
         backward, or because the graph was dropped) are listed in ``freed`` and left out of the
         totals; ``include_freed=True`` reports them as rows (what was saved at any point).
         """
+        with gc_paused():
+            return self._report(outputs, case_id, include_freed)
+
+    def _report(self, outputs: Any, case_id: str, include_freed: bool) -> CaseReport:
         roots = [t.grad_fn for t in iter_tensors(outputs) if t.grad_fn is not None] if outputs is not None else _live_graph_roots()
         walked = graph.walk(roots, self._in_region(), outside=outputs is not None and self._other_threads)
         self.walk_nodes = walked.python_nodes
@@ -277,6 +286,7 @@ class _RowBuilder:
         self._output_refs = [r[0] for t in iter_tensors(outputs) if (r := storage_ref(t)) is not None]
         self._outputs = {id(r) for r in self._output_refs}
         self._param_storages: set[int] = set()
+        self._labelled = bool(cap._labels)  # no labels given: no lookup per row
 
     def _storage_name(self, sref: Any) -> str:
         key = id(sref)
@@ -298,20 +308,26 @@ class _RowBuilder:
             dup = None if first == index else first
             if fields.get("is_parameter") and live:
                 self._param_storages.add(id(buf.sref))
-        if buf is not None:
+        if buf is not None and self._labelled:
             label = self.cap.label_for(buf)
             if label is not None and fields.get("operand") is None:
                 fields["operand"] = label.name
                 if fields.get("group") is None and label.offset == buf.offset and label.shape == buf.shape:
                     fields["group"] = label.group
         fields.pop("_dtype", None)
-        row = Row(index=index, storage=storage, duplicate_of=dup, **fields)
+        fields["index"], fields["storage"], fields["duplicate_of"] = index, storage, dup
+        row = make_row(fields)
         target.append(row)
         if live:
             self._row_sref.append(buf.sref if buf is not None else None)
         return row
 
     def add_record(self, rec: Record) -> None:
+        raw = rec.raw
+        if (raw is not None and raw[7] is None and rec.buffers is None and rec.hook is None and rec.container is None
+                and rec.resides is None and not self._labelled):
+            self._add_plain(rec, raw)
+            return
         live = rec.alive() or self.include_freed
         if rec.warning:
             self.warnings.append(rec.warning)
@@ -344,6 +360,41 @@ class _RowBuilder:
             elif resides in ("recomputed", "unknown", "host"):  # what is kept is not this storage
                 buf = Buffer(buf.shape, buf.dtype, buf.device, None, 0, 0, buf.bytes, buf.is_parameter)
             self._row(fields, buf, live)
+
+    def _add_plain(self, rec: Record, raw: tuple[Any, ...]) -> None:
+        """``add_record`` for the common record: one plain tensor packed by memaudit's own layer,
+        no classifier fields, no labels. The same row the general path builds, without the
+        intermediate Buffer and dicts."""
+        shape, dtype, device, sref, nbytes, offset, is_param, _ = raw
+        ref = rec.ref
+        live = (ref is not None and ref() is not None) or self.include_freed
+        if rec.warning:
+            self.warnings.append(rec.warning)
+            self.incomplete = True
+        op, slot = rec.op, rec.slot
+        if op is None and rec.context is not None:
+            op, slot = rec.context
+        names = _NAMES.get((dtype, device))
+        if names is None:
+            names = _NAMES[(dtype, device)] = (kind_of(dtype), format_of(dtype), dtype_name(dtype), str(device))
+        elt = dtype.itemsize
+        target = self.rows if live else self.freed
+        index = len(target)
+        shape_t = tuple(shape)
+        off = offset * elt
+        first = self._views.setdefault((live, id(sref), off, shape_t), index)
+        if is_param and live:
+            self._param_storages.add(id(sref))
+        row = make_row({
+            "op": op, "saved_as": slot, "resides": "device",
+            "kind": names[0], "format": names[1], "shape": list(shape_t), "dtype": names[2],
+            "bytes": math.prod(shape_t) * elt, "device": names[3], "is_parameter": is_param,
+            "storage_bytes": nbytes, "storage_offset": off, "slot": slot,
+            "index": index, "storage": self._storage_name(sref), "duplicate_of": None if first == index else first,
+        })
+        target.append(row)
+        if live:
+            self._row_sref.append(sref)
 
     def _kept_copy(self, fields: dict[str, Any], buf: Buffer, kept: list[Buffer], rec: Record) -> Buffer:
         """The buffer a foreign pair keeps in place of ``buf`` (a host copy, a cast copy)."""
@@ -433,17 +484,36 @@ def iter_tensors(obj: Any) -> Iterator[torch.Tensor]:
             yield from iter_tensors(v)
 
 
+def _tensor_types() -> frozenset[type]:
+    """torch.Tensor and every subclass defined so far (Parameter, TE's tensors, a user's)."""
+    found: set[type] = set()
+    todo: list[type] = [torch.Tensor]
+    while todo:
+        cls = todo.pop()
+        if cls not in found:
+            found.add(cls)
+            todo.extend(cls.__subclasses__())
+    return frozenset(found)
+
+
 def _live_graph_roots() -> list[Any]:
-    """Every grad_fn of a live tensor: the fallback roots when the caller names no outputs."""
+    """Every grad_fn of a live tensor: the fallback roots when the caller names no outputs.
+
+    The heap is filtered by exact type in C (``itertools.compress``): no Python-level
+    ``isinstance`` per object, and no ``__class__`` read on objects that warn when touched
+    (deprecated module-level aliases such as ``torch.distributed.reduce_op``).
+    """
+    types = _tensor_types()
+    objs = gc.get_objects()
+    tensors = list(itertools.compress(objs, map(types.__contains__, map(type, objs))))
+    del objs
     roots = []
     with _warnings.catch_warnings():
-        # isinstance() on deprecated module-level aliases (torch.distributed.reduce_op) warns.
-        _warnings.simplefilter("ignore", FutureWarning)
-        for obj in gc.get_objects():
-            if isinstance(obj, torch.Tensor):
-                fn = obj.grad_fn
-                if fn is not None:
-                    roots.append(fn)
+        _warnings.simplefilter("ignore", FutureWarning)  # a subclass's grad_fn may be a deprecated property
+        for obj in tensors:
+            fn = obj.grad_fn
+            if fn is not None:
+                roots.append(fn)
     return roots
 
 

@@ -99,6 +99,10 @@ def has_real_storage(t: torch.Tensor) -> bool:
     return True
 
 
+_NAMES: dict[tuple[torch.dtype, torch.device], tuple[str, str, str, str]] = {}
+"""(dtype, device) -> (kind, format, dtype name, device name): row fields computed once per pair."""
+
+
 @dataclass(slots=True)
 class Buffer:
     """Metadata of one saved buffer, taken when it was packed (no reference to the tensor)."""
@@ -115,13 +119,17 @@ class Buffer:
 
     def row_fields(self) -> dict[str, Any]:
         """The row fields this buffer defines (classifier fields last, so they win)."""
+        key = (self.dtype, self.device)
+        names = _NAMES.get(key)
+        if names is None:
+            names = _NAMES[key] = (kind_of(self.dtype), format_of(self.dtype), dtype_name(self.dtype), str(self.device))
         row: dict[str, Any] = {
-            "kind": kind_of(self.dtype),
-            "format": format_of(self.dtype),
+            "kind": names[0],
+            "format": names[1],
             "shape": list(self.shape),
-            "dtype": dtype_name(self.dtype),
+            "dtype": names[2],
             "bytes": self.bytes,
-            "device": str(self.device),
+            "device": names[3],
             "is_parameter": self.is_parameter,
         }
         if self.sref is not None:
