@@ -61,12 +61,14 @@ SHAPES = {
         "small": {"tokens": 2048, "hidden": 4096, "ffn": 2048, "groups": 8},
         "scale_groups": {"tokens": 8192, "hidden": 4096, "ffn": 2048, "groups": (1, 8, 64)},
         "scale_tokens": {"tokens": (2048, 16384, 65536), "hidden": 4096, "ffn": 2048, "groups": 8},
+        "model": {"tokens": 8192, "hidden": 4096, "ffn": 2048, "groups": 8},
     },
     "smoke": {
         "production": {"tokens": 512, "hidden": 64, "ffn": 128, "groups": 8},
         "small": {"tokens": 128, "hidden": 64, "ffn": 128, "groups": 8},
         "scale_groups": {"tokens": 1024, "hidden": 32, "ffn": 64, "groups": (1, 8, 64)},
         "scale_tokens": {"tokens": (256, 512, 1024), "hidden": 32, "ffn": 64, "groups": 8},
+        "model": {"tokens": 64, "hidden": 16, "ffn": 32, "groups": 8},
     },
 }
 
@@ -411,6 +413,7 @@ class Bench:
         self.budget = float(args.budget_s)
         self.warmup = args.warmup if args.warmup is not None else (1 if self.smoke else 3)
         self.pairs = args.pairs if args.pairs is not None else (5 if self.smoke else 20)
+        self.runs = max(1, int(args.runs))
         self.target: Any = None
         self.cache: dict[tuple[Any, ...], dict[str, Any]] = {}
         self.r: dict[str, Any] = {
@@ -425,7 +428,19 @@ class Bench:
                 if self.smoke
                 else "CUDA events around forward+backward after a device sync; wall ms beside them"
             ),
-            "settings": {"warmup": self.warmup, "pairs": self.pairs, "shapes": self.shapes},
+            "settings": {"warmup": self.warmup, "pairs": self.pairs, "shapes": self.shapes,
+                         "run_warmup": args.run_warmup, "run_pairs": args.run_pairs},
+            "runs": 1,
+            "ratio_source": "this process (one invocation)",
+            "overhead_over_floor_production": {},
+            "overhead_over_floor_small": {},
+            "overhead_ratio_spread_production": {},
+            "overhead_ratio_spread_small": {},
+            "floor_ratio_spread_production": {},
+            "floor_ratio_spread_small": {},
+            "scaling": None,
+            "meta": None,
+            "estimate_full_configs_per_second": None,
             "overhead_ratio_production": {},
             "overhead_ratio_small": {},
             "anchor_overhead_ratio_production": {},
@@ -502,6 +517,12 @@ class Bench:
         dog.start()
         log(f"memaudit bench: mode={self.r['mode']} out={self.out} budget={self.budget:.0f}s "
             f"warmup={self.warmup} pairs={self.pairs}")
+        if self.args.child_overhead:
+            self.run_child()
+            dog.cancel()
+            return
+        if self.runs > 1:
+            self.section("independent_runs", self.independent_runs)
         self.section("estimator", self.estimator)
         self.section("import_times", self.import_times, need_s=30)
         self.section("matrix_subprocess", self.matrix_subprocess, need_s=40)
@@ -511,7 +532,9 @@ class Bench:
         for shape in ("production", "small"):
             for recipe in RECIPES:
                 self.section(f"overhead/{shape}/{recipe}", lambda s=shape, rc=recipe: self.overhead(s, rc), need_s=15)
+        self.section("model_scaling", self.model_scaling, need_s=20)
         self.section("scaling", self.scaling, need_s=20)
+        self.section("meta", self.meta)
         if self.cuda:
             self.section("sync_debug", self.sync_debug, need_s=10)
         self.section("sac_estimator_subprocess", self.sac_probe, need_s=30)
@@ -520,6 +543,238 @@ class Bench:
         dog.cancel()
         log(f"[{self.elapsed():6.1f}s] done: wrote {self.out} and {self.md}")
         log(summary_lines(self.r))
+
+    # -- independent runs (issue 15, goal 1) -------------------------------------------------
+    def run_child(self) -> None:
+        """One independent invocation: alternating bare / capture() / floor rounds per shape and recipe."""
+        self.section("setup_target", self.setup_target)
+        if self.target is None:
+            return
+        for shape in ("production", "small"):
+            for recipe in RECIPES:
+                self.section(f"overhead/{shape}/{recipe}", lambda s=shape, rc=recipe: self._child_overhead(s, rc))
+        self.r["complete"] = True
+        self.checkpoint()
+
+    def _child_overhead(self, shape_name: str, recipe: str) -> None:
+        spec = self._spec(recipe, **self.shapes[shape_name])
+        res = measure_config(self.target, spec, cuda=self.cuda, warmup=self.warmup, pairs=self.pairs,
+                             variants=("bare", "hooked", "floor"), memory=False, report_reps=0, pack_timing=False)
+        self.r["details"].setdefault("overhead", {})[f"{shape_name}/{recipe}"] = res
+        t = res.get("timing", {})
+        hooked, floor = t.get("hooked", {}).get("ratio"), t.get("floor", {}).get("ratio")
+        self.r[f"overhead_ratio_{shape_name}"][recipe] = hooked
+        self.r[f"floor_ratio_{shape_name}"][recipe] = floor
+        log(f"    x{hooked} floor x{floor} n_saved {res.get('n_saved')} {res.get('skipped') or ''}")
+
+    def independent_runs(self) -> None:
+        """``--runs`` fresh processes, each timing every shape and recipe (bare, capture(), floor) in
+        alternating rounds; per-run ratios are aggregated into median and min–max."""
+        script = Path(__file__).resolve()
+        warmup = self.args.run_warmup if self.args.run_warmup is not None else self.warmup
+        pairs = self.args.run_pairs if self.args.run_pairs is not None else self.pairs
+        per_run: list[dict[str, Any]] = []
+        with tempfile.TemporaryDirectory() as tmp:
+            for i in range(self.runs):
+                if i >= 2 and self.elapsed() > self.args.runs_share * self.budget:
+                    msg = f"independent run {i}: skipped, {self.elapsed():.0f} s of the budget used (runs get {self.args.runs_share:.0%})"
+                    self.r["skipped_sections"].append(msg)
+                    log(f"    {msg}")
+                    break
+                js = Path(tmp) / f"run{i}.json"
+                argv = [sys.executable, str(script), "--child-overhead", "--out", str(js), "--warmup", str(warmup),
+                        "--pairs", str(pairs), "--budget-s", str(self.args.run_timeout_s), "--grace-s", "10"]
+                if self.smoke:
+                    argv.append("--cpu-smoke")
+                res = self._timed_subprocess(argv, self.args.run_timeout_s + 20, None if self.smoke else self._fused_env())
+                entry: dict[str, Any] = {"run": i, "seconds": res.get("seconds"), "rc": res.get("rc")}
+                if res.get("error") or res.get("rc"):
+                    entry["error"] = res.get("error") or (res.get("stderr_tail") or "")[-600:]
+                if js.exists():
+                    child = json.loads(js.read_text())
+                    for shape in ("production", "small"):
+                        entry[shape] = {rc: {"ratio": (child.get(f"overhead_ratio_{shape}") or {}).get(rc),
+                                             "floor": (child.get(f"floor_ratio_{shape}") or {}).get(rc)}
+                                        for rc in RECIPES}
+                    entry["n_saved"] = {k: v.get("n_saved") for k, v in (child.get("details", {}).get("overhead") or {}).items()}
+                    entry["bare_ms"] = {k: ((v.get("timing") or {}).get("bare") or {}).get("device_ms" if self.cuda else "cpu_ms")
+                                        for k, v in (child.get("details", {}).get("overhead") or {}).items()}
+                    if child.get("errors"):
+                        entry["child_errors"] = child["errors"][:4]
+                per_run.append(entry)
+                log(f"    run {i}: {res.get('seconds')} s rc={res.get('rc')} "
+                    + " ".join(f"{s}/{rc} x{(entry.get(s) or {}).get(rc, {}).get('ratio')}/floor x{(entry.get(s) or {}).get(rc, {}).get('floor')}"
+                               for s in ("production", "small") for rc in RECIPES))
+                self.r["details"]["independent_runs"] = per_run
+                self.checkpoint()
+        self.r.update(aggregate_runs(per_run))
+        self.r["ratio_source"] = (f"median of {self.r['runs']} independent invocations (fresh processes), "
+                                  f"each {warmup} warm-up + {pairs} alternating rounds of bare / capture() / floor")
+
+    # -- whole-model scaling (issue 15, goal 4) -------------------------------------------------
+    def _stack(self, depth: int, recipe: str) -> tuple[Callable[[], torch.Tensor], list[Any]]:
+        """A model of ``depth`` grouped-MLP layers (TE on CUDA; Linear-GELU-Linear in the smoke)."""
+        shape = self.shapes["model"]
+        torch.manual_seed(0)
+        if self.cuda and self.r.get("target_used") == "te-grouped-mlp":
+            from memaudit.te.target import import_te, make_recipe
+
+            te, _ = import_te()
+            rcp = make_recipe(recipe)
+            g, h, f, tokens = shape["groups"], shape["hidden"], shape["ffn"], shape["tokens"]
+            common = {"bias": False, "device": "cuda", "dtype": torch.bfloat16}
+            layers = [te.ops.Sequential(te.ops.GroupedLinear(g, h, 2 * f, **common), te.ops.ScaledSwiGLU(glu_interleave_size=32),
+                                        te.ops.GroupedLinear(g, f, h, **common)) for _ in range(depth)]
+            x = torch.randn(tokens, h, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            base = tokens // g
+            splits = torch.tensor([base] * (g - 1) + [tokens - base * (g - 1)], dtype=torch.int64, device="cuda")
+            probs = torch.rand(tokens, device="cuda", requires_grad=True)
+
+            def fwd() -> torch.Tensor:
+                y = x
+                with te.autocast(enabled=rcp is not None, recipe=rcp):
+                    for layer in layers:
+                        y = layer(y, splits, probs, splits)
+                return y
+
+            return fwd, [*layers, x, probs]
+        h, tokens = shape["hidden"], shape["tokens"]
+        mods = [torch.nn.Sequential(torch.nn.Linear(h, 2 * h), torch.nn.GELU(), torch.nn.Linear(2 * h, h)).to(self.device)
+                for _ in range(depth)]
+        x = torch.randn(tokens, h, device=self.device, requires_grad=True)
+
+        def fwd_torch() -> torch.Tensor:
+            y = x
+            for m in mods:
+                y = m(y)
+            return y
+
+        return fwd_torch, [*mods, x]
+
+    def model_scaling(self) -> None:
+        """Cost per saved tensor as a whole model grows: depths 1×, 4×, 16×; capture, report, JSON."""
+        from memaudit.capture import capture
+
+        depths = [int(d) for d in (self.args.model_depths or ("3,12,48" if self.cuda else "2,8,32")).split(",")]
+        reps = 3
+        points: list[dict[str, Any]] = []
+        recipes = RECIPES if self.cuda else ("bf16",)
+        for recipe in recipes:
+            for depth in depths:
+                if self.budget - self.elapsed() < 10:
+                    self.r["skipped_sections"].append(f"model_scaling {recipe} depth {depth}: time budget")
+                    continue
+                try:
+                    points.append(self._model_point(capture, recipe, depth, reps))
+                except Exception as exc:  # noqa: BLE001
+                    self.error(f"model_scaling/{recipe}/{depth}", exc, tb=True)
+                finally:
+                    gc.collect()
+                    if self.cuda:
+                        torch.cuda.empty_cache()
+                if points:
+                    p = points[-1]
+                    log(f"    {recipe} depth {depth}: saved {p['saved_tensors']} x{p['ratio']} "
+                        f"capture +{p['capture_extra_us_per_saved']} us/saved, report {p['report_outputs_us_per_row']} us/row, "
+                        f"report() {p['report_no_outputs_us_per_row']} us/row, json {p['json_us_per_row']} us/row")
+        base = depths[0]
+        for p in points:
+            p["scale"] = round(p["depth"] / base, 3)
+        self.r["scaling"] = {
+            "model": ("stack of TE grouped-MLP layers (GroupedLinear-ScaledSwiGLU-GroupedLinear)" if self.cuda
+                      else "stack of Linear-GELU-Linear layers (CPU smoke)"),
+            "shape": self.shapes["model"],
+            "depths": depths,
+            "reps": reps,
+            "points": points,
+            "flat": _flatness(points),
+        }
+
+    def _model_point(self, capture: Any, recipe: str, depth: int, reps: int) -> dict[str, Any]:
+        fwd, keep = self._stack(depth, recipe)
+        params = [p for m in keep if isinstance(m, torch.nn.Module) for p in m.parameters()]
+        leaves = [t for t in keep if isinstance(t, torch.Tensor)]
+
+        def prep() -> None:
+            for t in [*params, *leaves]:
+                t.grad = None
+
+        def sync() -> None:
+            if self.cuda:
+                torch.cuda.synchronize()
+
+        bare_ms, cap_ms, rep_out, rep_all, js_ms = [], [], [], [], []
+        n_saved = rows = 0
+        for i in range(reps + 1):
+            prep()
+            sync()
+            c0 = time.perf_counter()
+            fwd().float().sum().backward()
+            sync()
+            b = (time.perf_counter() - c0) * 1e3
+            prep()
+            sync()
+            c0 = time.perf_counter()
+            with capture() as cap:
+                y = fwd()
+                sync()
+                c1 = time.perf_counter()
+                r0 = time.perf_counter()
+                rep = cap.report(outputs=y)
+                r1 = time.perf_counter()
+                rep_nooutputs = cap.report() if i == reps or i == 1 else None
+                r2 = time.perf_counter()
+                text = json.dumps(rep.to_dict())
+                r3 = time.perf_counter()
+                c2 = time.perf_counter()
+                y.float().sum().backward()
+                sync()
+                c3 = time.perf_counter()
+            n_saved, rows = len(cap.records), len(rep.rows)
+            del y, rep, cap, text
+            if i == 0:
+                continue
+            bare_ms.append(b)
+            cap_ms.append((c1 - c0 + c3 - c2) * 1e3)
+            rep_out.append((r1 - r0) * 1e3)
+            if rep_nooutputs is not None:
+                rep_all.append((r2 - r1) * 1e3)
+            js_ms.append((r3 - r2) * 1e3)
+            del rep_nooutputs
+        del fwd, keep
+        med = statistics.median
+        bm, cm = med(bare_ms), med(cap_ms)
+        return {
+            "recipe": recipe, "depth": depth, "saved_tensors": n_saved, "rows": rows,
+            "bare_ms": round(bm, 3), "captured_ms": round(cm, 3), "ratio": round(cm / bm, 4) if bm else None,
+            "capture_extra_us_per_saved": round((cm - bm) * 1e3 / max(n_saved, 1), 3),
+            "report_outputs_ms": round(med(rep_out), 3),
+            "report_no_outputs_ms": round(med(rep_all), 3) if rep_all else None,
+            "json_ms": round(med(js_ms), 3),
+            "report_outputs_us_per_row": round(med(rep_out) * 1e3 / max(rows, 1), 3),
+            "report_no_outputs_us_per_row": round(med(rep_all) * 1e3 / max(rows, 1), 3) if rep_all else None,
+            "json_us_per_row": round(med(js_ms) * 1e3 / max(rows, 1), 3),
+        }
+
+    # -- meta (goal 5, produced elsewhere) ----------------------------------------------------
+    def meta(self) -> None:
+        """The meta-device timings, if this checkout has their producer (bench/meta.py); else null."""
+        path = Path(__file__).resolve().parent / "meta.py"
+        if not path.exists():
+            self.r["meta"] = None
+            self.r["meta_note"] = "not measured: this checkout has no bench/meta.py (the meta-device work lands separately)"
+            return
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("memaudit_bench_meta", path)
+        mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        spec.loader.exec_module(mod)  # type: ignore[union-attr]
+        fn = next((getattr(mod, n) for n in ("bench_meta", "measure", "run", "main_json") if callable(getattr(mod, n, None))), None)
+        if fn is None:
+            self.r["meta"] = None
+            self.r["meta_note"] = "bench/meta.py has no bench_meta()/measure()/run() entry point this harness knows"
+            return
+        self.r["meta"] = fn(device=self.device) if "device" in getattr(fn, "__code__", type("c", (), {"co_varnames": ()})).co_varnames else fn()
 
     def estimator(self) -> None:
         try:
@@ -669,8 +924,7 @@ class Bench:
         from memaudit.runner import run_case
 
         assert self.target is not None
-        specs = build_specs(self.target, recipe="all", groups="1,4,8", tokens=None, hidden=None, ffn=None,
-                            dtype=None, device=self.device, options={})
+        specs = build_specs(self.target, recipe="all", groups="1,4,8", dims={}, dtype=None, device=self.device, options={})
         cells = []
         for spec in specs:
             c0 = time.perf_counter()
@@ -740,8 +994,12 @@ class Bench:
         def ratio(v: str) -> float | None:
             return t.get(v, {}).get("ratio")
 
-        self.r[f"overhead_ratio_{shape_name}"][recipe] = ratio("hooked")
-        self.r[f"floor_ratio_{shape_name}"][recipe] = ratio("floor")
+        if self.r["runs"] == 1:  # else the medians of the independent runs stand (independent_runs)
+            self.r[f"overhead_ratio_{shape_name}"][recipe] = ratio("hooked")
+            self.r[f"floor_ratio_{shape_name}"][recipe] = ratio("floor")
+            if ratio("hooked") is not None and ratio("floor"):
+                one = round(ratio("hooked") / ratio("floor"), 4)
+                self.r[f"overhead_over_floor_{shape_name}"][recipe] = {"median": one, "min": one, "max": one}
         self.r[f"anchor_overhead_ratio_{shape_name}"][recipe] = ratio("memtracker")
         rep_ms = res.get("report", {}).get("ms")
         hooked = t.get("hooked", {})
@@ -884,6 +1142,52 @@ class Bench:
             runs.append(res)
             log(f"    {name}: rc={rc} {res.get('died') or ''} {last}")
         self.r["details"]["sac_estimator"] = runs
+
+
+def _spread(values: list[float]) -> dict[str, Any] | None:
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return None
+    return {"median": round(statistics.median(vals), 4), "min": round(min(vals), 4), "max": round(max(vals), 4),
+            "values": [round(v, 4) for v in vals]}
+
+
+def aggregate_runs(per_run: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median and min–max over independent runs of capture/bare, floor/bare and (capture/bare)/(floor/bare)."""
+    out: dict[str, Any] = {"runs": sum(1 for e in per_run if any(e.get(s) for s in ("production", "small")))}
+    for shape in ("production", "small"):
+        ratio, floor, over, spread_r, spread_f = {}, {}, {}, {}, {}
+        for rc in RECIPES:
+            cells = [(e.get(shape) or {}).get(rc) or {} for e in per_run]
+            rs = [c.get("ratio") for c in cells if c.get("ratio") is not None]
+            fs = [c.get("floor") for c in cells if c.get("floor") is not None]
+            of = [c["ratio"] / c["floor"] for c in cells if c.get("ratio") is not None and c.get("floor")]
+            if not rs:
+                continue
+            spread_r[rc], spread_f[rc] = _spread(rs), _spread(fs)
+            ratio[rc] = spread_r[rc]["median"]
+            floor[rc] = spread_f[rc]["median"] if spread_f[rc] else None
+            sp = _spread(of)
+            if sp is not None:
+                over[rc] = {k: sp[k] for k in ("median", "min", "max")}
+        out[f"overhead_ratio_{shape}"] = ratio
+        out[f"floor_ratio_{shape}"] = floor
+        out[f"overhead_over_floor_{shape}"] = over
+        out[f"overhead_ratio_spread_{shape}"] = spread_r
+        out[f"floor_ratio_spread_{shape}"] = spread_f
+    return out
+
+
+def _flatness(points: list[dict[str, Any]]) -> dict[str, Any]:
+    """max/min across depths of each per-row cost, per recipe (1.0 is perfectly flat)."""
+    out: dict[str, Any] = {}
+    for rc in sorted({p["recipe"] for p in points}):
+        pts = [p for p in points if p["recipe"] == rc]
+        for k in ("report_outputs_us_per_row", "report_no_outputs_us_per_row", "json_us_per_row", "capture_extra_us_per_saved"):
+            vals = [p[k] for p in pts if p.get(k) is not None and p[k] > 0]
+            if len(vals) >= 2:
+                out.setdefault(rc, {})[k] = round(max(vals) / min(vals), 3)
+    return out
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1036,6 +1340,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget-s", type=float, default=270.0, help="skip later sections past this many seconds")
     ap.add_argument("--grace-s", type=float, default=45.0,
                     help="exit (status 3) this long after the budget even if a section hangs; results so far are kept")
+    ap.add_argument("--runs", type=int, default=1,
+                    help="independent invocations (fresh processes) of the overhead rounds; ratios are their medians")
+    ap.add_argument("--run-warmup", type=int, default=None, help="warm-up rounds in each independent run (default: --warmup)")
+    ap.add_argument("--run-pairs", type=int, default=None, help="alternating rounds in each independent run (default: --pairs)")
+    ap.add_argument("--run-timeout-s", type=float, default=120.0, help="kill an independent run after this long")
+    ap.add_argument("--runs-share", type=float, default=0.45,
+                    help="start no further independent run (after two) once this share of --budget-s is used")
+    ap.add_argument("--model-depths", default=None,
+                    help="layer counts of the whole-model scaling case (default 3,12,48 on CUDA; 2,8,32 smoke)")
+    ap.add_argument("--child-overhead", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     Bench(args).run()
     return 0
