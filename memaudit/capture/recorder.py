@@ -511,6 +511,8 @@ def _live_graph_roots() -> list[Any]:
     with _warnings.catch_warnings():
         _warnings.simplefilter("ignore", FutureWarning)  # a subclass's grad_fn may be a deprecated property
         for obj in tensors:
+            if obj.is_leaf:  # parameters and inputs: no grad_fn (and no node wrapper to build)
+                continue
             fn = obj.grad_fn
             if fn is not None:
                 roots.append(fn)
