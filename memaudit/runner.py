@@ -84,12 +84,19 @@ def run_matrix(
     backward: bool = True,
     verify_allocator: bool = False,
     on_case: Callable[[CaseReport], None] | None = None,
+    on_start: Callable[[CaseSpec, int, int], None] | None = None,
 ) -> Report:
-    """Run every spec in order and collect a Report."""
+    """Run every spec in order and collect a Report.
+
+    ``on_start(spec, i, n)`` is called before case ``i`` of ``n`` (from 1) runs, ``on_case(case)``
+    after it.
+    """
     specs = list(specs)
     device = specs[0].device if specs else "cpu"
     cases = []
-    for spec in specs:
+    for i, spec in enumerate(specs, 1):
+        if on_start is not None:
+            on_start(spec, i, len(specs))
         case = run_case(target, spec, backward=backward, verify_allocator=verify_allocator)
         cases.append(case)
         if on_case is not None:

@@ -59,7 +59,7 @@ def check(
         )
     code = OUTCOME_CODES[outcome(rep, verdicts, loaded)]
     out.print(render_failures(verdicts), soft_wrap=True)
-    out.print(render_verdicts(verdicts, show_na=show_na))
+    out.print(render_verdicts(verdicts, show_na=show_na, width=out.width))
     applied = {v.rule for v in verdicts if v.verdict != "n/a"}
     unused = [r.name for r in loaded.rules if r.name not in applied]
     for name in unused:

@@ -31,6 +31,7 @@ from memaudit.render.estimate import (
     sweep_lines,
     totals_line,
 )
+from memaudit.render.layout import Prose
 from memaudit.report import atomic_write_text, check_outputs, write_report
 from memaudit.te.estimate import (
     ARCHS,
@@ -157,15 +158,15 @@ def _single(out: Console, c: Config, variant: str, diff: str | None, padding: bo
     case = estimate_config(c, variant)
     other = estimate_config(c, diff) if diff else None
     if not quiet:
-        out.print(rows_table(case, variant))
+        out.print(rows_table(case, variant, width=out.width))
         if padding and (case.path or {}).get("padding", {}).get("rows"):
-            out.print(padding_table(case))
+            out.print(padding_table(case, width=out.width))
     if other is not None:
-        table, summary = diff_table(case, other, variant, diff or "")
+        table, summary = diff_table(case, other, variant, diff or "", width=out.width)
         if not quiet:
             out.print(table)
-        out.print(summary, highlight=False)
-    out.print(totals_line(case, variant), highlight=False)
+        out.print(Prose(summary, hang=2))
+    out.print(Prose(totals_line(case, variant), hang=2))
     if json_path is not None:
         write_report(estimate_report([case]), json_path)
         out.print(Text(f"wrote {json_path}"), soft_wrap=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import re
@@ -11,13 +12,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
 from memaudit.cli import exitcodes
 from memaudit.cli.common import OUTCOME_CODES, exits, parse_int_list, parse_recipes, usage_exit
 from memaudit.errors import UsageError
-from memaudit.render.console import make_console
+from memaudit.render.console import consoles, make_console
 from memaudit.spec import DTYPES, CaseSpec, validate_splits
 
 EXIT_CODES_HELP = (
@@ -32,8 +32,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = make_console()
-err_console = make_console(stderr=True)
 
 
 MAX_DIM = 2**40
@@ -113,7 +111,7 @@ def run(
     allow_incomplete: Annotated[bool, typer.Option("--allow-incomplete", help="Judge budgets on cases memaudit marked incomplete instead of failing them.")] = False,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the JSON report here (atomically).")] = None,
     markdown: Annotated[Path | None, typer.Option(help="Write a markdown summary (PR comment) here.")] = None,
-    quiet: Annotated[bool, typer.Option(help="Only the summary table.")] = False,
+    quiet: Annotated[bool, typer.Option(help="Only the summary table (and, where stderr is not a terminal, the one line per finished case).")] = False,
     **target_flags: Any,
 ) -> int:
     """Run the target for each (recipe, group count) and report every saved tensor.
@@ -168,34 +166,33 @@ def run(
             options=options,
             splits=splits,
         )
+    from memaudit.render.progress import CaseProgress
     from memaudit.render.tables import case_table, summary_table
+
+    console, err_console = consoles()
 
     def show(case: Any) -> None:
         if not quiet and case.status == "ok":
-            console.print(case_table(case, show_expected=expected))
+            console.print(case_table(case, show_expected=expected, width=console.width))
         elif not quiet:
             line = Text(case.id, style="bold")
             line.append(f": {case.status}: {case.reason}", style="")
             console.print(line, soft_wrap=True)
 
-    if len(specs) > 1:
-        with Progress(
-            TextColumn("[progress.description]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-        ) as progress:
-            task = progress.add_task("cases", total=len(specs))
+    # on a terminal a bar (for a matrix); else one line per finished case. On stderr, so that
+    # stdout holds only the tables.
+    tty = err_console.is_terminal
+    progress = CaseProgress(err_console, len(specs), live=tty, redirect_stdout=console.is_terminal) \
+        if len(specs) > 1 or not tty else None
 
-            def on_case(case: Any) -> None:
-                progress.update(task, advance=1, description=case.id)
-                show(case)
+    def on_case(case: Any) -> None:
+        if progress is not None:
+            progress.finish(case)
+        show(case)
 
-            report = run_matrix(tgt, specs, backward=backward, verify_allocator=verify_allocator, on_case=on_case)
-    else:
-        report = run_matrix(tgt, specs, backward=backward, verify_allocator=verify_allocator, on_case=show)
+    with progress if progress is not None else contextlib.nullcontext():
+        report = run_matrix(tgt, specs, backward=backward, verify_allocator=verify_allocator, on_case=on_case,
+                            on_start=progress.start if progress is not None else None)
     if expected:
         from memaudit.te.expected import attach_expected
 
@@ -208,12 +205,12 @@ def run(
 
         verdicts = evaluate(report, loaded, source=str(scenario), allow_incomplete=allow_incomplete)
         code = OUTCOME_CODES[outcome(report, verdicts, loaded)]
-    console.print(summary_table(report.cases))
+    console.print(summary_table(report.cases, width=console.width))
     if verdicts is not None:
         from memaudit.render.verdicts import render_failures, render_verdicts
 
         console.print(render_failures(verdicts))
-        console.print(render_verdicts(verdicts))
+        console.print(render_verdicts(verdicts, width=console.width))
     if json_path is not None:
         write_report(report, json_path)
         console.print(Text(f"wrote {json_path}"), soft_wrap=True)
@@ -270,7 +267,7 @@ def doctor() -> None:
     """GPU, versions, recipe availability, and which grouped-MLP path TE would take here."""
     from memaudit.te.doctor import doctor_report, render_doctor
 
-    console.print(render_doctor(doctor_report()))
+    make_console().print(render_doctor(doctor_report()))
 
 
 def _register_commands() -> None:
@@ -300,7 +297,7 @@ def main() -> None:
     try:
         app()
     except UsageError as exc:  # raised outside a command body
-        sys.exit(usage_exit(err_console, exc).exit_code)
+        sys.exit(usage_exit(make_console(stderr=True), exc).exit_code)
 
 
 if __name__ == "__main__":
