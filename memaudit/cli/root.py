@@ -9,13 +9,21 @@ import re
 import sys
 import typing
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.text import Text
 
 from memaudit.cli import exitcodes
-from memaudit.cli.common import OUTCOME_CODES, exits, parse_int_list, parse_recipes, usage_exit
+from memaudit.cli.common import (
+    OUTCOME_CODES,
+    Command,
+    Group,
+    exits,
+    parse_int_list,
+    parse_recipes,
+    usage_exit,
+)
 from memaudit.errors import UsageError
 from memaudit.render.console import consoles, make_console
 from memaudit.spec import DTYPES, CaseSpec, validate_splits
@@ -29,9 +37,67 @@ app = typer.Typer(
     name="memaudit",
     help="Saved-tensor memory auditor and regression gate for PyTorch and TransformerEngine.\n\n" + EXIT_CODES_HELP,
     no_args_is_help=False,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
+    cls=Group,
 )
+
+Dtype = Literal[DTYPES]  # type: ignore[valid-type]
+"""``--dtype``: typer lists the choices in --help and completion, and refuses others."""
+
+DEVICE = re.compile(r"cpu|cuda(:\d{1,3})?")
+
+
+def version_line() -> str:
+    """``memaudit X (torch Y, transformer-engine Z)``, from the installed packages (nothing imported)."""
+    import memaudit
+    from memaudit.te.environment import package_version, te_version
+
+    return (f"memaudit {memaudit.__version__} (torch {package_version('torch') or 'not installed'}, "
+            f"transformer-engine {te_version() or 'not installed'})")
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(version_line())
+        raise typer.Exit(exitcodes.OK)
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
+                                          help="Print memaudit's, torch's and TransformerEngine's versions and exit.")] = False,
+) -> None:
+    """Saved-tensor memory auditor and regression gate for PyTorch and TransformerEngine."""
+
+
+def _check_device(value: str | None) -> str | None:
+    if value is not None and not DEVICE.fullmatch(value):
+        raise typer.BadParameter(f"unknown device {value!r}; use cpu, cuda or cuda:N")
+    return value
+
+
+def _complete_device(incomplete: str) -> list[str]:
+    return [d for d in ("cpu", "cuda", "cuda:0", "cuda:1") if d.startswith(incomplete)]
+
+
+def _complete_target(incomplete: str) -> list[tuple[str, str]]:
+    from memaudit.targets.registry import BUILTIN
+
+    return [(name, "built-in target") for name in BUILTIN if name.startswith(incomplete)]
+
+
+def _complete_recipe(ctx: typer.Context, incomplete: str) -> list[str]:
+    """The recipes of --target (given before --recipe) or of every built-in target, and ``all``;
+    after a comma, the ones not listed yet."""
+    from memaudit.targets import registry
+
+    target = ctx.params.get("target")
+    names = registry.recipes(target) if target in registry.BUILTIN else registry.all_recipes()
+    head, comma, last = incomplete.rpartition(",")
+    listed = set(head.split(",")) if comma else set()
+    options = [n for n in names if n not in listed] + ([] if comma else ["all"])
+    return [head + comma + n for n in options if n.startswith(last)]
 
 
 MAX_DIM = 2**40
@@ -73,7 +139,7 @@ def build_specs(
     dtype = dtype if dtype is not None else d["dtype"]
     if dtype not in DTYPES:
         raise UsageError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}", key="--dtype")
-    if not re.fullmatch(r"cpu|cuda(:\d{1,3})?", device):
+    if not DEVICE.fullmatch(device):
         raise UsageError(f"unknown device {device!r}; use cpu or cuda", key="--device")
     shape = {n: dims.get(n) or d[n] for n in names}
     split = next((p.name for p in target.shape if p.split), None)
@@ -97,14 +163,14 @@ def build_specs(
 
 
 def run(
-    target: Annotated[str | None, typer.Option(help="reference | te-grouped-mlp | PKG.MOD:FACTORY. Default: te-grouped-mlp where TE and a GPU are present, else reference.")] = None,
-    recipe: Annotated[str | None, typer.Option(help="A recipe the target knows (te-grouped-mlp: bf16, fp8-delayed, fp8-current, fp8-block, mxfp8, nvfp4) | all; comma-separated for several.")] = None,
+    target: Annotated[str | None, typer.Option(autocompletion=_complete_target, help="reference | te-grouped-mlp | PKG.MOD:FACTORY. Default: te-grouped-mlp where TE and a GPU are present, else reference.")] = None,
+    recipe: Annotated[str | None, typer.Option(autocompletion=_complete_recipe, help="A recipe the target knows (te-grouped-mlp: bf16, fp8-delayed, fp8-current, fp8-block, mxfp8, nvfp4; reference: bf16) | all; comma-separated for several.")] = None,
     groups: Annotated[str | None, typer.Option(help="Group (expert) counts, e.g. 1,4,8.")] = None,
-    dtype: Annotated[str | None, typer.Option(help="bf16 | fp32")] = None,
-    device: Annotated[str | None, typer.Option(help="cpu | cuda. Default: cuda for the TE target, else cpu.")] = None,
+    dtype: Annotated[Dtype | None, typer.Option(help="The activations' dtype. Default: the target's (bf16).")] = None,
+    device: Annotated[str | None, typer.Option(callback=_check_device, autocompletion=_complete_device, help="cpu | cuda | cuda:N. Default: cuda for the TE target, else cpu.")] = None,
     splits: Annotated[str | None, typer.Option(help="Explicit token splits, e.g. 256,0,512,256 (one group count only).")] = None,
     scenario: Annotated[Path | None, typer.Option(help="Scenario TOML: its cases and budgets replace the matrix flags.")] = None,
-    allow_target: Annotated[list[str] | None, typer.Option("--allow-target", help="A PKG.MOD:FACTORY target the scenario may name (repeatable; also [tool.memaudit] allow-targets in pyproject.toml).")] = None,
+    allow_target: Annotated[list[str] | None, typer.Option("--allow-target", help="A PKG.MOD:FACTORY target the scenario may name (repeatable; also \\[tool.memaudit] allow-targets in pyproject.toml).")] = None,
     expected: Annotated[bool, typer.Option(help="Add the estimator's expected bytes per row and flag mismatches.")] = False,
     backward: Annotated[bool, typer.Option(help="Run backward after each captured forward.")] = True,
     verify_allocator: Annotated[bool, typer.Option("--verify-allocator", help="CUDA: check the rows against the caching allocator's growth over the captured forward (hidden_bytes per case).")] = False,
@@ -249,10 +315,10 @@ def _with_target_flags(fn: Any) -> Any:
     return fn
 
 
-app.command()(exits(_with_target_flags(run)))
+app.command(cls=Command)(exits(_with_target_flags(run)))
 
 
-@app.command()
+@app.command(cls=Command)
 def schema() -> None:
     """Print the JSON Schema every report's rows and totals are validated against on read."""
     import json
@@ -262,7 +328,7 @@ def schema() -> None:
     sys.stdout.write(json.dumps(report_schema(), indent=1, sort_keys=True) + "\n")
 
 
-@app.command()
+@app.command(cls=Command)
 def doctor() -> None:
     """GPU, versions, recipe availability, and which grouped-MLP path TE would take here."""
     from memaudit.te.doctor import doctor_report, render_doctor
