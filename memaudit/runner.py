@@ -109,14 +109,21 @@ def run_matrix(
     verify_allocator: bool = False,
     on_case: Callable[[CaseReport], None] | None = None,
     fallbacks: Sequence[Fallback | None] | None = None,
+    on_start: Callable[[CaseSpec, int, int], None] | None = None,
 ) -> Report:
     """Run every spec in order and collect a Report; where ``fallbacks`` (from
-    :func:`plan_fallbacks`) names an answer for a spec, that answer replaces the skipped cell."""
+    :func:`plan_fallbacks`) names an answer for a spec, that answer replaces the skipped cell.
+
+    ``on_start(spec, i, n)`` is called before case ``i`` of ``n`` (from 1) runs, ``on_case(case)``
+    after it.
+    """
     specs = list(specs)
     device = specs[0].device if specs else "cpu"
     cases = []
-    for i, spec in enumerate(specs):
-        fallback = fallbacks[i] if fallbacks is not None else None
+    for i, spec in enumerate(specs, 1):
+        if on_start is not None:
+            on_start(spec, i, len(specs))
+        fallback = fallbacks[i - 1] if fallbacks is not None else None
         if fallback is not None:
             case = _run_fallback(fallback, spec)
         else:

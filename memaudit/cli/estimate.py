@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
 from memaudit.cli import exitcodes
-from memaudit.cli.common import exits, parse_recipes
+from memaudit.cli.common import Command, exits, parse_recipes
 from memaudit.errors import UsageError
 from memaudit.render.console import consoles
 from memaudit.render.estimate import (
@@ -31,6 +31,7 @@ from memaudit.render.estimate import (
     sweep_lines,
     totals_line,
 )
+from memaudit.render.layout import Prose
 from memaudit.report import atomic_write_text, check_outputs, write_report, write_report_streaming
 from memaudit.te.estimate import (
     ARCHS,
@@ -51,9 +52,20 @@ from memaudit.te.recipes import RECIPES
 ESTIMATE_HELP = HELP + "\n\nExit codes: 0 ok; 2 bad usage or input (nothing written)."
 
 
-def _choice(value: str | None, allowed: tuple[str, ...], flag: str) -> None:
-    if value is not None and value not in allowed:
-        raise UsageError(f"unknown value {value!r}; use one of {', '.join(allowed)}", key=flag)
+# typer lists these choices in --help and completion, and refuses others (exit 2)
+Path_ = Literal[PATHS]  # type: ignore[valid-type]
+Variant = Literal[VARIANTS]  # type: ignore[valid-type]
+Arch = Literal[ARCHS]  # type: ignore[valid-type]
+ProbsDtype = Literal["float32", "bfloat16"]
+SplitDtype = Literal["int64", "int32"]
+
+
+def _complete_recipe(incomplete: str) -> list[str]:
+    """TE's recipes and ``all``; after a comma, the ones not listed yet."""
+    head, comma, last = incomplete.rpartition(",")
+    listed = set(head.split(",")) if comma else set()
+    options = [r for r in RECIPES if r not in listed] + ([] if comma else ["all"])
+    return [head + comma + r for r in options if r.startswith(last)]
 
 
 def _splits(text: str) -> list[int]:
@@ -82,19 +94,19 @@ def _check_plot(plot: Path | None) -> None:
 
 @exits
 def estimate_cmd(
-    recipe: Annotated[str, typer.Option(help=f"{' | '.join(RECIPES)} | all; comma-separated for several.")],
+    recipe: Annotated[str, typer.Option(autocompletion=_complete_recipe, help=f"{' | '.join(RECIPES)} | all; comma-separated for several.")],
     tokens: Annotated[str, typer.Option(help="Tokens T: N, a list N1,N2 or a range FROM:TO:xK (multiply) / FROM:TO:+K (add).")],
     hidden: Annotated[str, typer.Option(help="Hidden size H (N, list or range).")],
     ffn: Annotated[str | None, typer.Option(help="FFN size F; FC1 has 2F outputs. Default: --hidden.")] = None,
     groups: Annotated[str, typer.Option(help="Group (expert) counts G, e.g. 1,8,64.")] = "1",
     splits: Annotated[str | None, typer.Option(help="Explicit token splits, e.g. 256,0,512,256 (one T and one G only). Default: the uneven splits memaudit run uses.")] = None,
-    path: Annotated[str | None, typer.Option(help=f"{' | '.join(PATHS)}. Default: fused for mxfp8/nvfp4 when H and F are multiples of 64, else unfused-grouped; unfused-split for bf16/fp8 (the H200's path).")] = None,
-    variant: Annotated[str, typer.Option(help=f"{' | '.join(VARIANTS)}: which saved set.")] = "te-2.20",
-    diff: Annotated[str | None, typer.Option(help="Also estimate this variant and show the difference (what a fix would save).")] = None,
-    arch: Annotated[str | None, typer.Option(help=f"{' | '.join(ARCHS)}. Default: sm100 for fused/mxfp8/nvfp4, else sm90. Decides FP8 transpose vs single data copy.")] = None,
+    path: Annotated[Path_ | None, typer.Option(help="Default: fused for mxfp8/nvfp4 when H and F are multiples of 64, else unfused-grouped; unfused-split for bf16/fp8 (the H200's path).")] = None,
+    variant: Annotated[Variant, typer.Option(help="Which saved set.")] = "te-2.20",
+    diff: Annotated[Variant | None, typer.Option(help="Also estimate this variant and show the difference (what a fix would save).")] = None,
+    arch: Annotated[Arch | None, typer.Option(help="Default: sm100 for fused/mxfp8/nvfp4, else sm90. Decides FP8 transpose vs single data copy.")] = None,
     dense_single_group: Annotated[bool, typer.Option(help="Fused path, G=1: the single-group dense path (cuDNN frontend >= 1.27) saves a grouped tensor whole.")] = True,
-    probs_dtype: Annotated[str, typer.Option(help="dtype of the routing probs the caller passes: float32 | bfloat16.")] = "float32",
-    split_dtype: Annotated[str, typer.Option(help="dtype of the split sizes the caller passes: int64 (one tensor for FC1 and FC2) | int32.")] = "int64",
+    probs_dtype: Annotated[ProbsDtype, typer.Option(help="dtype of the routing probs the caller passes.")] = "float32",
+    split_dtype: Annotated[SplitDtype, typer.Option(help="dtype of the split sizes the caller passes (int64: one tensor for FC1 and FC2).")] = "int64",
     padding: Annotated[bool, typer.Option(help="Show the per-buffer padding table (one configuration).")] = True,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the --variant estimate as a memaudit report (schema memaudit.report/2) here, atomically.")] = None,
     markdown: Annotated[Path | None, typer.Option(help="Write a markdown summary here.")] = None,
@@ -106,10 +118,6 @@ def estimate_cmd(
     out, _ = consoles()
     check_outputs({"--json": json_path, "--markdown": markdown, "--plot": plot})
     recipes = parse_recipes(recipe, RECIPES, RECIPES)
-    _choice(path, PATHS, "--path")
-    _choice(variant, VARIANTS, "--variant")
-    _choice(diff, VARIANTS, "--diff")
-    _choice(arch, ARCHS, "--arch")
     _check_plot(plot)
     t_list = parse_range(tokens, "--tokens")
     h_list = parse_range(hidden, "--hidden")
@@ -157,15 +165,15 @@ def _single(out: Console, c: Config, variant: str, diff: str | None, padding: bo
     case = estimate_config(c, variant)
     other = estimate_config(c, diff) if diff else None
     if not quiet:
-        out.print(rows_table(case, variant))
+        out.print(rows_table(case, variant, width=out.width))
         if padding and (case.path or {}).get("padding", {}).get("rows"):
-            out.print(padding_table(case))
+            out.print(padding_table(case, width=out.width))
     if other is not None:
-        table, summary = diff_table(case, other, variant, diff or "")
+        table, summary = diff_table(case, other, variant, diff or "", width=out.width)
         if not quiet:
             out.print(table)
-        out.print(summary, highlight=False)
-    out.print(totals_line(case, variant), highlight=False)
+        out.print(Prose(summary, hang=2))
+    out.print(Prose(totals_line(case, variant), hang=2))
     if json_path is not None:
         write_report(estimate_report([case]), json_path)
         out.print(Text(f"wrote {json_path}"), soft_wrap=True)
@@ -180,4 +188,4 @@ def _single(out: Console, c: Config, variant: str, diff: str | None, padding: bo
 
 def register(app: typer.Typer) -> None:
     """Add ``memaudit estimate`` to ``app``."""
-    app.command("estimate", help=ESTIMATE_HELP)(estimate_cmd)
+    app.command("estimate", help=ESTIMATE_HELP, cls=Command)(estimate_cmd)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rich.table import Table
-from rich.text import Text
+from rich.console import RenderableType
 
+from memaudit.render.layout import Col, Sheet, fit
 from memaudit.report import CaseReport, Row
 from memaudit.te.estimate import TE_VERSION, SweepPoint, bytes_by_kind, diff_cases
 from memaudit.units import fmt_bytes, fmt_delta, fmt_shape
@@ -22,69 +22,104 @@ KIND_ORDER = ("data", "scale_inv", "amax", "scale", "metadata", "tensor")
 # ---- tables --------------------------------------------------------------------------------------
 
 
-def _cells(*values: str) -> list[Text]:
-    """Table cells as plain Text: operands like ``fc1.weight[0]`` must not be read as rich markup."""
-    return [Text(v) for v in values]
-
-
 def _where(r: Row) -> str:
     return ".".join(p for p in (r.container, r.slot) if p)
 
 
-def rows_table(case: CaseReport, variant: str) -> Table:
-    """Every estimated row in pack-hook order."""
-    t = Table(title=Text(f"{case.id}  [{variant}]"), title_justify="left", header_style="bold")
-    for col, j in (("#", "right"), ("operand", "left"), ("g", "right"), ("container.slot", "left"),
-                   ("format", "left"), ("kind", "left"), ("orient.", "left"), ("shape", "left"),
-                   ("dtype", "left"), ("bytes", "right"), ("storage", "left"), ("source / note", "left")):
-        t.add_column(col, justify=j, overflow="fold")  # type: ignore[arg-type]
-    for r in case.rows:
-        notes = r.notes()
-        t.add_row(*_cells(str(r.index), r.operand or "", "" if r.group is None else str(r.group), _where(r),
-                           r.format, r.kind, r.orientation or "", fmt_shape(r.shape), r.dtype, fmt_bytes(r.bytes),
-                           r.storage or "", "; ".join(notes)))
+def _operand(operand: str | None, group: int | None) -> str:
+    """``fc1.input g3`` (compact tables: the group beside the operand)."""
+    name = operand or ""
+    return name if group is None or name.endswith("]") else f"{name} g{group}"
+
+
+def _rows_sheet(case: CaseReport, variant: str, compact: bool) -> Sheet:
     tt = case.totals
-    t.caption = (f"rows {tt.rows} · logical {fmt_bytes(tt.logical_bytes)} · physical {fmt_bytes(tt.physical_bytes)} · "
-                 f"parameters {fmt_bytes(tt.parameter_bytes)} · saved {fmt_bytes(tt.saved_bytes)}")
-    t.caption_justify = "left"
-    return t
+    caption = (f"rows {tt.rows} · logical {fmt_bytes(tt.logical_bytes)} · physical {fmt_bytes(tt.physical_bytes)} · "
+               f"parameters {fmt_bytes(tt.parameter_bytes)} · saved {fmt_bytes(tt.saved_bytes)}")
+    if compact:  # each operand on a line of its own; container.slot, format, kind and orientation in one column
+        sheet = Sheet([Col("operand"), Col("#", "right"), Col("shape"), Col("bytes", "right"), Col("what", wrap=True)],
+                      title=f"{case.id}  [{variant}]", caption=caption, group=0)
+        for r in case.rows:
+            flags = [n for n in r.notes() if n != r.note]
+            what = " ".join(p for p in (_where(r), r.format, r.kind, r.orientation or "", *flags) if p)
+            sheet.add_row(_operand(r.operand, r.group), str(r.index), f"{fmt_shape(r.shape)} {r.dtype}",
+                          fmt_bytes(r.bytes), what)
+        return sheet
+    cols = [Col("#", "right"), Col("operand"), Col("g", "right"), Col("container.slot", wrap=True), Col("format"),
+            Col("kind"), Col("orient."), Col("shape"), Col("dtype"), Col("bytes", "right"), Col("storage"),
+            Col("source / note", wrap=True)]
+    sheet = Sheet(cols, title=f"{case.id}  [{variant}]", caption=caption)
+    for r in case.rows:
+        sheet.add_row(str(r.index), r.operand or "", "" if r.group is None else str(r.group), _where(r), r.format,
+                      r.kind, r.orientation or "", fmt_shape(r.shape), r.dtype, fmt_bytes(r.bytes), r.storage or "",
+                      "; ".join(r.notes()))
+    return sheet
 
 
-def padding_table(case: CaseReport) -> Table:
-    """Per buffer: padded bytes (what TE allocates) vs ideal bytes (no tile padding)."""
+def rows_table(case: CaseReport, variant: str, *, width: int | None = None) -> RenderableType:
+    """Every estimated row in pack-hook order, in ``width`` columns (compact: each operand on a
+    line of its own above its rows, no storage id and no source note, the buffer's
+    container.slot, format, kind and orientation in one column)."""
+    return fit(width, _rows_sheet(case, variant, False), lambda: _rows_sheet(case, variant, True))
+
+
+def _padding_sheet(case: CaseReport, compact: bool) -> Sheet:
     pad = (case.path or {}).get("padding", {})
-    t = Table(title="padding (TE's 128x4 / 4-multiple scale tiles)", title_justify="left", header_style="bold")
-    for col, j in (("#", "right"), ("operand", "left"), ("g", "right"), ("container.slot", "left"),
-                   ("padded", "right"), ("ideal", "right"), ("padding", "right")):
-        t.add_column(col, justify=j)  # type: ignore[arg-type]
+    if compact:
+        cols = [Col("operand"), Col("#", "right"), Col("container.slot", wrap=True), Col("padded", "right"),
+                Col("ideal", "right"), Col("padding", "right")]
+    else:
+        cols = [Col("#", "right"), Col("operand"), Col("g", "right"), Col("container.slot", wrap=True),
+                Col("padded", "right"), Col("ideal", "right"), Col("padding", "right")]
+    sheet = Sheet(cols, title="padding (TE's 128x4 / 4-multiple scale tiles)", group=0 if compact else None,
+                  caption=f"all rows: padded {fmt_bytes(pad.get('padded_bytes'))} · ideal {fmt_bytes(pad.get('ideal_bytes'))}")
     by_index = {r.index: r for r in case.rows}
     for p in pad.get("rows", []):
         r = by_index[p["index"]]
-        t.add_row(*_cells(str(r.index), r.operand or "", "" if r.group is None else str(r.group), _where(r),
-                           fmt_bytes(p["padded_bytes"]), fmt_bytes(p["ideal_bytes"]),
-                           fmt_bytes(p["padded_bytes"] - p["ideal_bytes"])))
-    t.caption = f"all rows: padded {fmt_bytes(pad.get('padded_bytes'))} · ideal {fmt_bytes(pad.get('ideal_bytes'))}"
-    t.caption_justify = "left"
-    return t
+        numbers = [fmt_bytes(p["padded_bytes"]), fmt_bytes(p["ideal_bytes"]), fmt_bytes(p["padded_bytes"] - p["ideal_bytes"])]
+        if compact:
+            sheet.add_row(_operand(r.operand, r.group), str(r.index), _where(r), *numbers)
+        else:
+            sheet.add_row(str(r.index), r.operand or "", "" if r.group is None else str(r.group), _where(r), *numbers)
+    return sheet
 
 
-def diff_table(a: CaseReport, b: CaseReport, va: str, vb: str) -> tuple[Table, str]:
-    """Buffers that differ between two variants, and a one-line summary of the saved bytes."""
-    entries, ta, tb = diff_cases(a, b)
-    t = Table(title=Text(f"{va} -> {vb}: what the change saves"), title_justify="left", header_style="bold")
-    for col, j in (("operand", "left"), ("g", "right"), ("container.slot", "left"), ("kind", "left"),
-                   ("orient.", "left"), ("shape", "left"), ("dtype", "left"), (va, "right"), (vb, "right"),
-                   ("delta", "right"), ("source", "left")):
-        t.add_column(col, justify=j, overflow="fold")  # type: ignore[arg-type]
+def padding_table(case: CaseReport, *, width: int | None = None) -> RenderableType:
+    """Per buffer: padded bytes (what TE allocates) vs ideal bytes (no tile padding)."""
+    return fit(width, _padding_sheet(case, False), lambda: _padding_sheet(case, True))
+
+
+def _diff_sheet(entries: list, va: str, vb: str, compact: bool) -> Sheet:
+    title = f"{va} -> {vb}: what the change saves"
+    if compact:
+        sheet = Sheet([Col("operand"), Col("shape"), Col(va, "right"), Col(vb, "right"), Col("delta", "right"),
+                       Col("what", wrap=True)], title=title, group=0)
+        for e in entries:
+            what = " ".join(p for p in (".".join(p for p in (e.container, e.slot) if p), e.kind, e.orientation or "") if p)
+            sheet.add_row(_operand(e.operand, e.group), f"{fmt_shape(e.shape)} {e.dtype}", fmt_bytes(e.bytes_a),
+                          fmt_bytes(e.bytes_b), fmt_delta(e.delta), what)
+        return sheet
+    cols = [Col("operand"), Col("g", "right"), Col("container.slot", wrap=True), Col("kind"), Col("orient."),
+            Col("shape"), Col("dtype"), Col(va, "right"), Col(vb, "right"), Col("delta", "right"),
+            Col("source", wrap=True)]
+    sheet = Sheet(cols, title=title)
     for e in entries:
-        t.add_row(*_cells(e.operand or "", "" if e.group is None else str(e.group),
-                           ".".join(p for p in (e.container, e.slot) if p), e.kind, e.orientation or "",
-                           fmt_shape(e.shape), e.dtype, fmt_bytes(e.bytes_a), fmt_bytes(e.bytes_b), fmt_delta(e.delta),
-                           e.note or ""))
+        sheet.add_row(e.operand or "", "" if e.group is None else str(e.group),
+                      ".".join(p for p in (e.container, e.slot) if p), e.kind, e.orientation or "",
+                      fmt_shape(e.shape), e.dtype, fmt_bytes(e.bytes_a), fmt_bytes(e.bytes_b), fmt_delta(e.delta),
+                      e.note or "")
+    return sheet
+
+
+def diff_table(a: CaseReport, b: CaseReport, va: str, vb: str, *, width: int | None = None) -> tuple[RenderableType, str]:
+    """Buffers that differ between two variants, and a one-line summary of the saved bytes
+    (compact: no source column)."""
+    entries, ta, tb = diff_cases(a, b)
+    table = fit(width, _diff_sheet(entries, va, vb, False), lambda: _diff_sheet(entries, va, vb, True))
     d = tb.saved_bytes - ta.saved_bytes
     pct = f" ({100.0 * d / ta.saved_bytes:+.1f}%)" if ta.saved_bytes else ""
     summary = f"saved bytes: {va} {fmt_bytes(ta.saved_bytes)} -> {vb} {fmt_bytes(tb.saved_bytes)}: {fmt_delta(d)}{pct}"
-    return t, summary
+    return table, summary
 
 
 def totals_line(case: CaseReport, variant: str) -> str:
