@@ -602,7 +602,12 @@ def check_outputs(outputs: dict[str, str | os.PathLike[str] | None]) -> None:
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``path`` through a temp file in the same folder and a rename (through a
+    """Write ``text`` (UTF-8) to ``path`` atomically: :func:`atomic_write_bytes`."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temp file in the same folder and a rename (through a
     symlink to its target). An OSError is a UsageError naming the path; the temp file is removed
     also on KeyboardInterrupt and SystemExit (the CLI turns SIGTERM into one)."""
     p = Path(path)
@@ -614,8 +619,8 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     except OSError as exc:
         raise UsageError(f"cannot write: {exc.strerror or exc}", source=str(path)) from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         umask = os.umask(0)
