@@ -621,10 +621,16 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     atomic_write(path, lambda f: f.write(text))
 
 
-def atomic_write(path: str | os.PathLike[str], write: Callable[[TextIO], object]) -> None:
-    """Call ``write(file)`` on a temp file in the same folder, then rename it to ``path``
-    (through a symlink to its target). An OSError is a UsageError naming the path; the temp file
-    is removed also on KeyboardInterrupt and SystemExit (the CLI turns SIGTERM into one)."""
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (see ``atomic_write``)."""
+    atomic_write(path, lambda f: f.write(data), binary=True)
+
+
+def atomic_write(path: str | os.PathLike[str], write: Callable[[Any], object], *, binary: bool = False) -> None:
+    """Call ``write(file)`` on a temp file in the same folder (UTF-8 text, or bytes with
+    ``binary``), then rename it to ``path`` (through a symlink to its target). An OSError is a
+    UsageError naming the path; the temp file is removed also on KeyboardInterrupt and SystemExit
+    (the CLI turns SIGTERM into one)."""
     p = Path(path)
     if p.is_symlink():
         p = p.resolve()
@@ -634,7 +640,7 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[TextIO], object]
     except OSError as exc:
         raise UsageError(f"cannot write: {exc.strerror or exc}", source=str(path)) from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with (os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8")) as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())

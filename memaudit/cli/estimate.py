@@ -19,6 +19,7 @@ from rich.text import Text
 
 from memaudit.cli import exitcodes
 from memaudit.cli.common import Command, exits, parse_recipes
+from memaudit.cli.plot import check_matplotlib, draw_and_write, plot_paths
 from memaudit.errors import UsageError
 from memaudit.render.console import consoles
 from memaudit.render.estimate import (
@@ -26,12 +27,12 @@ from memaudit.render.estimate import (
     markdown_single,
     markdown_sweep,
     padding_table,
-    plot_sweep,
     rows_table,
     sweep_lines,
     totals_line,
 )
 from memaudit.render.layout import Prose
+from memaudit.render.plots import comparison_variant, kinds_from_estimate, tokens_from_sweep
 from memaudit.report import atomic_write_text, check_outputs, write_report, write_report_streaming
 from memaudit.te.estimate import (
     ARCHS,
@@ -81,17 +82,6 @@ def _splits(text: str) -> list[int]:
     return out
 
 
-def _check_plot(plot: Path | None) -> None:
-    if plot is None:
-        return
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise UsageError(
-            "drawing a plot needs matplotlib, an optional extra: pip install 'memaudit[plot]'", key="--plot"
-        ) from None
-
-
 @exits
 def estimate_cmd(
     recipe: Annotated[str, typer.Option(autocompletion=_complete_recipe, help=f"{' | '.join(RECIPES)} | all; comma-separated for several.")],
@@ -110,15 +100,20 @@ def estimate_cmd(
     padding: Annotated[bool, typer.Option(help="Show the per-buffer padding table (one configuration).")] = True,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the --variant estimate as a memaudit report (schema memaudit.report/2) here, atomically.")] = None,
     markdown: Annotated[Path | None, typer.Option(help="Write a markdown summary here.")] = None,
-    plot: Annotated[Path | None, typer.Option(help="Draw saved bytes by kind vs tokens per recipe (needs matplotlib, the 'plot' extra).")] = None,
+    plot: Annotated[Path | None, typer.Option(help="Draw saved bytes vs tokens, one line per recipe at --plot-groups (.png or .svg; needs matplotlib, the 'plot' extra, and two or more --tokens), and what is saved by kind to --plot-kinds.")] = None,
+    plot_kinds: Annotated[Path | None, typer.Option(help="Draw what is saved by kind and orientation, a stacked bar per recipe at (--plot-tokens, --plot-groups). Default with --plot: its name with .kinds before the extension.")] = None,
+    plot_groups: Annotated[int | None, typer.Option(help="The G the plots show (one of --groups). Default: the largest.")] = None,
+    plot_tokens: Annotated[int | None, typer.Option(help="The T of the kinds plot (any T; estimated at the sweep's first H and F). Default: the largest --tokens.")] = None,
     quiet: Annotated[bool, typer.Option(help="Only the totals (one configuration) or nothing but the files (sweep).")] = False,
     max_points: Annotated[int, typer.Option(help="Refuse a sweep of more configurations than this (recipes x T x H x F x G).")] = 100_000,
 ) -> int:
     """Estimate what TE 2.20.2 saves for backward, from shapes and its layout rules alone."""
     out, _ = consoles()
-    check_outputs({"--json": json_path, "--markdown": markdown, "--plot": plot})
+    plot, kinds_path = plot_paths(plot, plot_kinds, "--plot", "--plot-kinds")
+    check_outputs({"--json": json_path, "--markdown": markdown, "--plot": plot, "--plot-kinds": kinds_path})
     recipes = parse_recipes(recipe, RECIPES, RECIPES)
-    _check_plot(plot)
+    if plot is not None or kinds_path is not None:
+        check_matplotlib("--plot" if plot is not None else "--plot-kinds")
     t_list = parse_range(tokens, "--tokens")
     h_list = parse_range(hidden, "--hidden")
     f_list = parse_range(ffn, "--ffn") if ffn is not None else None
@@ -132,14 +127,34 @@ def estimate_cmd(
     if n_points > max_points:
         raise UsageError(f"the sweep has {n_points:,} configurations, more than --max-points {max_points:,}; "
                          "narrow a range or raise --max-points", key="--max-points")
+    g_plot = max(g_list) if plot_groups is None else plot_groups
+    if g_plot not in g_list:
+        raise UsageError(f"{g_plot} is not one of --groups {groups}", key="--plot-groups")
+    t_plot = max(t_list) if plot_tokens is None else plot_tokens
+    if t_plot < 1:
+        raise UsageError(f"must be >= 1, got {t_plot}", key="--plot-tokens")
+    if split_list is not None and t_plot != t_list[0]:
+        raise UsageError(f"with --splits the kinds plot is at --tokens {t_list[0]}, not {t_plot}", key="--plot-tokens")
     combos = [(r, t, h, f, g) for r, t, h, g in itertools.product(recipes, t_list, h_list, g_list)
               for f in (f_list if f_list is not None else [h])]
     kwargs: dict[str, Any] = dict(path=path, arch=arch, dense_single_group=dense_single_group,
                                   probs_dtype=probs_dtype, split_sizes_dtype=split_dtype)
 
+    def plots(points: list[SweepPoint]) -> None:
+        if plot is None and kinds_path is None:
+            return
+        compare = comparison_variant(variant, diff)
+        h, f = combos[0][2], combos[0][3]
+        tokens_data = tokens_from_sweep(points, g_plot, variant, compare) if plot is not None else None
+        kinds_data = kinds_from_estimate(recipes, t_plot, g_plot, h, f, variant, compare, splits=split_list,
+                                         **kwargs) if kinds_path is not None else None
+        draw_and_write(out, tokens_data, kinds_data, plot, kinds_path, f"one --tokens value at G = {g_plot}")
+
     if len(combos) == 1:
         c = resolve(*combos[0], splits=split_list, **kwargs)
-        return _single(out, c, variant, diff, padding, json_path, markdown, plot, quiet)
+        code = _single(out, c, variant, diff, padding, json_path, markdown, quiet)
+        plots([SweepPoint.from_config(c, variant)])
+        return code
 
     points = [sweep_point(*combo, variant, diff, splits=split_list, **kwargs) for combo in combos]
     if all(p.config is None for p in points):
@@ -154,14 +169,12 @@ def estimate_cmd(
     if markdown is not None:
         atomic_write_text(markdown, markdown_sweep(points, variant, diff))
         out.print(Text(f"wrote {markdown}"), soft_wrap=True)
-    if plot is not None:
-        plot_sweep(points, plot, variant)
-        out.print(Text(f"wrote {plot}"), soft_wrap=True)
+    plots(points)
     return exitcodes.OK
 
 
 def _single(out: Console, c: Config, variant: str, diff: str | None, padding: bool, json_path: Path | None,
-            markdown: Path | None, plot: Path | None, quiet: bool) -> int:
+            markdown: Path | None, quiet: bool) -> int:
     case = estimate_config(c, variant)
     other = estimate_config(c, diff) if diff else None
     if not quiet:
@@ -180,9 +193,6 @@ def _single(out: Console, c: Config, variant: str, diff: str | None, padding: bo
     if markdown is not None:
         atomic_write_text(markdown, markdown_single(case, variant, (other, diff) if other is not None and diff else None))
         out.print(Text(f"wrote {markdown}"), soft_wrap=True)
-    if plot is not None:
-        plot_sweep([SweepPoint.from_config(c, variant)], plot, variant)
-        out.print(Text(f"wrote {plot}"), soft_wrap=True)
     return exitcodes.OK
 
 

@@ -405,12 +405,13 @@ def doctor() -> None:
 
 def _register_commands() -> None:
     """Subcommands that live in memaudit/cli/: each module has ``register(app)``."""
-    from memaudit.cli import baseline, check, compare, estimate
+    from memaudit.cli import baseline, check, compare, estimate, plot
 
     compare.register(app)
     baseline.register(app)
     check.register(app)
     estimate.register(app)
+    plot.register(app)
 
 
 _register_commands()

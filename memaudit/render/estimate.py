@@ -1,13 +1,11 @@
-"""Renderers of ``memaudit estimate``: rich tables, the sweep's text lines, markdown and the plot.
+"""Renderers of ``memaudit estimate``: rich tables, the sweep's text lines and markdown.
 
 One configuration: :func:`rows_table`, :func:`padding_table`, :func:`diff_table`, :func:`totals_line`
-and :func:`markdown_single`. A sweep (:class:`~memaudit.te.estimate.SweepPoint` s): :func:`sweep_lines`,
-:func:`markdown_sweep` and :func:`plot_sweep` (needs matplotlib).
+and :func:`markdown_single`. A sweep (:class:`~memaudit.te.estimate.SweepPoint` s): :func:`sweep_lines`
+and :func:`markdown_sweep`. The plots are :mod:`memaudit.render.plots`.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from rich.console import RenderableType
 
@@ -159,59 +157,6 @@ def sweep_lines(points: list[SweepPoint], variant: str, diff: str | None) -> lis
         cells = [c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
         lines.append(("  ".join(cells) + ("  " + note if note else "")).rstrip())
     return [f"estimate sweep [{variant}], TE {TE_VERSION} (modelled)"] + lines
-
-
-def plot_sweep(points: list[SweepPoint], path: Path, variant: str) -> None:
-    """Saved bytes by kind vs tokens, one panel per recipe; colour = kind, line style = (G, H, F)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
-
-    ok = [p for p in points if p.totals is not None]
-    recipes = list(dict.fromkeys(p.recipe for p in ok))
-    kinds = [k for k in KIND_ORDER if any(p.totals and p.totals.by_kind.get(k) for p in ok)]
-    shapes = list(dict.fromkeys((p.groups, p.hidden, p.ffn) for p in ok))
-    one_hf = len({(h, f) for _, h, f in shapes}) == 1
-    ncols = min(3, max(1, len(recipes)))
-    nrows = -(-max(1, len(recipes)) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(5.0 * ncols, 3.6 * nrows + 0.9), squeeze=False)
-    styles = ["-", "--", ":", "-."]
-    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    colors = {k: palette[i % len(palette)] for i, k in enumerate(kinds)}
-    colors["saved"] = "black"
-    for i, ax in enumerate(axes.flat):
-        if i >= len(recipes):
-            ax.set_visible(False)
-            continue
-        recipe = recipes[i]
-        mine = [p for p in ok if p.recipe == recipe]
-        for j, shape in enumerate(shapes):
-            line = sorted((p for p in mine if (p.groups, p.hidden, p.ffn) == shape), key=lambda p: p.tokens)
-            if not line:
-                continue
-            xs = [p.tokens for p in line]
-            ls = styles[j % len(styles)]
-            for k in kinds:
-                ax.plot(xs, [p.totals.by_kind.get(k, 0) for p in line], ls, color=colors[k], marker=".", ms=3)  # type: ignore[union-attr]
-            ax.plot(xs, [p.totals.saved_bytes for p in line], ls, color="black", lw=1.6)  # type: ignore[union-attr]
-        paths = ", ".join(sorted({p.config.path for p in mine if p.config}))
-        ax.set_title(f"{recipe} ({paths})", fontsize=10)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log", base=2)
-        ax.set_xlabel("tokens T")
-        ax.set_ylabel("bytes")
-        ax.grid(True, which="major", alpha=0.3)
-    handles = [Line2D([], [], color=colors[k], label=k) for k in [*kinds, "saved"]]
-    handles += [Line2D([], [], color="grey", ls=styles[j % len(styles)],
-                       label=f"G={g}" if one_hf else f"G={g} H={h} F={f}") for j, (g, h, f) in enumerate(shapes)]
-    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 8), fontsize=8, frameon=False)
-    fig.suptitle(f"memaudit estimate: TE {TE_VERSION} saved bytes by kind [{variant}]")
-    fig.tight_layout(rect=(0, 0.9 / (3.6 * nrows + 0.9), 1, 1))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
 
 
 # ---- markdown ----------------------------------------------------------------------------------------
