@@ -66,7 +66,8 @@ def build_specs(
     for name, value in dims.items():
         flag = "--" + name.replace("_", "-")
         if value is not None and name not in names:
-            raise UsageError(f"target {target.name!r} has no dimension {name!r} (it has {', '.join(names)})", key=flag)
+            has = f"it has {', '.join(names)}" if names else "it declares none: its factory takes no case spec"
+            raise UsageError(f"target {target.name!r} has no dimension {name!r} ({has})", key=flag)
         _positive(value, flag)
         if value is not None and value > MAX_DIM:
             raise UsageError(f"must be at most 2**40, got an integer of {value.bit_length()} bits", key=flag)
@@ -95,6 +96,11 @@ def build_specs(
             spec = CaseSpec(target.name, r, g, tuple(shape.items()), dtype, device, dict(options), split_tuple)
             spec.split_sizes()  # validates the split dimension vs groups vs alignment
             specs.append(spec)
+    ids = [s.id for s in specs]
+    twice = next((i for k, i in enumerate(ids) if i in ids[:k]), None)
+    if twice is not None:
+        raise UsageError(f"these options make case {twice!r} more than once: target {target.name!r} does not tell "
+                         "the cases apart (a factory that takes no case spec runs one case)", key="--groups")
     return specs
 
 
