@@ -27,8 +27,11 @@ def empty_case(spec: CaseSpec) -> CaseReport:
     return CaseReport(dataclasses.replace(spec, options=dict(spec.options), splits=tuple(spec.split_sizes())))
 
 
-def run_case(target: Target, spec: CaseSpec, *, backward: bool = True, verify_allocator: bool = False) -> CaseReport:
+def run_case(target: Target, spec: CaseSpec, *, backward: bool = True, verify_allocator: bool = False,
+             stack: bool = False) -> CaseReport:
     """Run one case under ``capture()``; errors and OOM become an ``error`` cell.
+
+    ``stack`` records the user source line of each save (``Row.source``).
 
     ``verify_allocator`` (CUDA) first runs one forward and backward as a warm-up (lazy library
     handles and workspaces are allocated there, not in the measured forward), then compares the
@@ -50,7 +53,7 @@ def run_case(target: Target, spec: CaseSpec, *, backward: bool = True, verify_al
             outputs = None
             del warm
             gc.collect()
-        with capture(verify_allocator=verify_allocator) as cap:
+        with capture(verify_allocator=verify_allocator, stack=stack) as cap:
             outputs = built.forward(cap)
         measured = cap.report(outputs=outputs)
         path = built.annotate(measured.rows, cap)
@@ -84,13 +87,14 @@ def run_matrix(
     backward: bool = True,
     verify_allocator: bool = False,
     on_case: Callable[[CaseReport], None] | None = None,
+    stack: bool = False,
 ) -> Report:
     """Run every spec in order and collect a Report."""
     specs = list(specs)
     device = specs[0].device if specs else "cpu"
     cases = []
     for spec in specs:
-        case = run_case(target, spec, backward=backward, verify_allocator=verify_allocator)
+        case = run_case(target, spec, backward=backward, verify_allocator=verify_allocator, stack=stack)
         cases.append(case)
         if on_case is not None:
             on_case(case)

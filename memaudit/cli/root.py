@@ -117,6 +117,7 @@ def run(
     backward: Annotated[bool, typer.Option(help="Run backward after each captured forward.")] = True,
     verify_allocator: Annotated[bool, typer.Option("--verify-allocator", help="CUDA: check the rows against the caching allocator's growth over the captured forward (hidden_bytes per case).")] = False,
     allow_incomplete: Annotated[bool, typer.Option("--allow-incomplete", help="Judge budgets on cases memaudit marked incomplete instead of failing them.")] = False,
+    stack: Annotated[bool, typer.Option("--stack", help="Record the source line (file:line) of the user code behind each saved tensor (rows' source; slower capture, see docs/bench.md).")] = False,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the JSON report here (atomically).")] = None,
     markdown: Annotated[Path | None, typer.Option(help="Write a markdown summary (PR comment) here.")] = None,
     quiet: Annotated[bool, typer.Option(help="Only the summary table.")] = False,
@@ -199,9 +200,9 @@ def run(
                 progress.update(task, advance=1, description=case.id)
                 show(case)
 
-            report = run_matrix(tgt, specs, backward=backward, verify_allocator=verify_allocator, on_case=on_case)
+            report = run_matrix(tgt, specs, backward=backward, verify_allocator=verify_allocator, on_case=on_case, stack=stack)
     else:
-        report = run_matrix(tgt, specs, backward=backward, verify_allocator=verify_allocator, on_case=show)
+        report = run_matrix(tgt, specs, backward=backward, verify_allocator=verify_allocator, on_case=show, stack=stack)
     if expected:
         from memaudit.te.expected import attach_expected
 

@@ -43,14 +43,21 @@ def case_table(case: CaseReport, *, show_expected: bool = False) -> Table:
         table.add_column("expected", justify="right")
     previous = None
     for row in sorted(case.rows, key=_sort_key):
-        family = (row.operand or "?").split("[")[0]
+        by_module = row.module is not None and (row.operand or "").startswith(f"{row.module}:")
+        family = row.module if by_module else (row.operand or "?").split("[")[0]
         if previous is not None and family != previous:
             table.add_section()
         previous = family
         notes = [row.storage or "", *row.notes()]
         where = ".".join(p for p in (row.container, row.slot) if p) if row.container else (row.slot or "")
-        if row.op:
+        if by_module and not row.container:
+            where = ""  # the operand names module, node and attribute
+        elif row.op:
             where = f"{where} ({row.op})" if where else row.op
+        if row.module is not None and not by_module:
+            where = f"{where} in {row.module}" if where else f"in {row.module}"
+        if row.source:
+            where = f"{where} at {row.source}" if where else row.source
         operand = row.operand or "?"
         if row.group is not None and not operand.endswith("]"):
             operand += f" g{row.group}"
