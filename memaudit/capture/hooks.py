@@ -181,6 +181,9 @@ class _Local(threading.local):
 
 
 _local = _Local()
+thread_local = _local
+"""``thread_local.state`` is this thread's :class:`ThreadState` (what :func:`state` returns; the
+module hooks read it directly, as they run on every module call)."""
 
 
 def state() -> ThreadState:

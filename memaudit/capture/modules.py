@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch._C._autograd as _autograd_c
 
-from memaudit.capture.hooks import ThreadState, state
+from memaudit.capture.hooks import ThreadState, thread_local
 
 _next_sequence_nr = getattr(_autograd_c, "_get_sequence_nr", lambda: -1)
 
@@ -116,7 +116,7 @@ def _names_of(root: torch.nn.Module) -> dict[int, tuple[Any, str]]:
 
 
 def _pre(module: torch.nn.Module, args: Any) -> None:
-    st = state()
+    st = thread_local.state
     if not st.tracking:
         return
     try:
@@ -143,12 +143,18 @@ def _pre(module: torch.nn.Module, args: Any) -> None:
 
 
 def _post(module: torch.nn.Module, args: Any, output: Any) -> None:
-    st = state()
+    st = thread_local.state
     frames = st.frames
     if not frames:
         return
     try:
         mid = id(module)
+        top = frames[-1]
+        if top.module_id == mid:  # the usual case: the call that ends is the innermost
+            top.hi = _next_sequence_nr()
+            frames.pop()
+            st.frame = frames[-1] if frames else None
+            return
         for i in range(len(frames) - 1, -1, -1):
             if frames[i].module_id == mid:
                 hi = _next_sequence_nr()
