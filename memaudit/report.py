@@ -13,10 +13,10 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from memaudit.errors import UsageError
 from memaudit.spec import CaseSpec
@@ -315,8 +315,23 @@ class CaseReport:
 
     @property
     def execution(self) -> str:
-        """``emulated`` (stand-in kernels on an emulated machine) or ``measured``."""
-        return "measured" if self.emulation is None else "emulated"
+        """``measured`` (real kernels), ``emulated`` (the target's real code with stand-in kernels
+        on an emulated machine) or ``estimated`` (TE's layout rules, no code ran: ``path.estimated``)."""
+        if self.emulation is not None:
+            return "emulated"
+        if self.path is not None and self.path.get("estimated"):
+            return "estimated"
+        return "measured"
+
+    def execution_label(self) -> str | None:
+        """What tables and PR comments show beside the status (``emulated sm100``, ``estimated
+        sm100``); None for a measured case."""
+        if self.emulation is not None:
+            return self.emulation.label()
+        if self.execution == "estimated":
+            arch = self.path.get("arch") if self.path is not None else None
+            return f"estimated {arch}" if arch else "estimated"
+        return None
 
     @property
     def fused(self) -> bool | None:
@@ -642,9 +657,20 @@ def check_outputs(outputs: dict[str, str | os.PathLike[str] | None]) -> None:
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``path`` through a temp file in the same folder and a rename (through a
-    symlink to its target). An OSError is a UsageError naming the path; the temp file is removed
-    also on KeyboardInterrupt and SystemExit (the CLI turns SIGTERM into one)."""
+    """Write ``text`` to ``path`` atomically (see ``atomic_write``)."""
+    atomic_write(path, lambda f: f.write(text))
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (see ``atomic_write``)."""
+    atomic_write(path, lambda f: f.write(data), binary=True)
+
+
+def atomic_write(path: str | os.PathLike[str], write: Callable[[Any], object], *, binary: bool = False) -> None:
+    """Call ``write(file)`` on a temp file in the same folder (UTF-8 text, or bytes with
+    ``binary``), then rename it to ``path`` (through a symlink to its target). An OSError is a
+    UsageError naming the path; the temp file is removed also on KeyboardInterrupt and SystemExit
+    (the CLI turns SIGTERM into one)."""
     p = Path(path)
     if p.is_symlink():
         p = p.resolve()
@@ -654,8 +680,8 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     except OSError as exc:
         raise UsageError(f"cannot write: {exc.strerror or exc}", source=str(path)) from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with (os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8")) as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         umask = os.umask(0)
@@ -675,3 +701,28 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
 def write_report(report: Report, path: str | os.PathLike[str]) -> None:
     """Write the report as JSON, atomically."""
     atomic_write_text(path, report.to_json())
+
+
+def write_report_streaming(header: Report, cases: Iterable[CaseReport], path: str | os.PathLike[str]) -> int:
+    """Write ``header`` (environment, version, created; its own ``cases`` are ignored) with
+    ``cases`` as they are produced, atomically, holding one case in memory at a time. The bytes
+    equal ``write_report`` of the same report. Returns the number of cases written."""
+    head = dataclasses.replace(header, cases=[]).to_json()
+    marker = '"cases": []'
+    assert head.startswith("{\n " + marker), "sort_keys puts cases first"
+    rest = head[len("{\n " + marker):]
+    count = 0
+
+    def write(f: TextIO) -> None:
+        nonlocal count
+        f.write('{\n "cases": [')
+        for case in cases:
+            text = json.dumps(case.to_dict(), sort_keys=True, indent=1, ensure_ascii=False)
+            del case  # released before the next one is made
+            f.write(("\n" if count == 0 else ",\n") + "\n".join("  " + line for line in text.split("\n")))
+            count += 1
+        f.write("\n ]" if count else "]")
+        f.write(rest)
+
+    atomic_write(path, write)
+    return count

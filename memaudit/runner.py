@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 
 import torch
@@ -14,7 +14,7 @@ from memaudit.capture import capture
 from memaudit.environment import environment
 from memaudit.report import CaseReport, PathInfo, Report, compute_totals
 from memaudit.spec import CaseSpec
-from memaudit.targets.base import Target
+from memaudit.targets.base import Fallback, Target
 
 
 def _first_line(exc: BaseException) -> str:
@@ -80,6 +80,30 @@ def run_case(target: Target, spec: CaseSpec, *, backward: bool = True, verify_al
     return case
 
 
+def plan_fallbacks(target: Target, specs: Sequence[CaseSpec], mode: str, *, backward: bool = True) -> list[Fallback | None]:
+    """For each spec the target cannot run on real kernels here, its best available answer
+    (:class:`~memaudit.targets.base.Fallback`: emulated or estimated), else None. ``mode`` is one
+    of :data:`~memaudit.targets.base.FALLBACKS`; ``none`` (or a target without ``fallback``)
+    plans nothing, and those cases stay skipped."""
+    hook = getattr(target, "fallback", None)
+    if mode == "none" or hook is None:
+        return [None] * len(specs)
+    out: list[Fallback | None] = []
+    for spec in specs:
+        reason = target.skip_reason(spec)
+        out.append(hook(spec, reason, mode, backward=backward) if reason else None)
+    return out
+
+
+def _run_fallback(fallback: Fallback, spec: CaseSpec) -> CaseReport:
+    try:
+        return fallback.run()
+    except Exception as exc:  # noqa: BLE001 - one cell's fault is that cell's error
+        case = empty_case(spec)
+        case.status, case.reason = "error", f"{fallback.execution} fallback: {_first_line(exc)}"
+        return case
+
+
 def run_matrix(
     target: Target,
     specs: Iterable[CaseSpec],
@@ -87,14 +111,27 @@ def run_matrix(
     backward: bool = True,
     verify_allocator: bool = False,
     on_case: Callable[[CaseReport], None] | None = None,
+    fallbacks: Sequence[Fallback | None] | None = None,
+    on_start: Callable[[CaseSpec, int, int], None] | None = None,
     stack: bool = False,
 ) -> Report:
-    """Run every spec in order and collect a Report."""
+    """Run every spec in order and collect a Report; where ``fallbacks`` (from
+    :func:`plan_fallbacks`) names an answer for a spec, that answer replaces the skipped cell.
+
+    ``on_start(spec, i, n)`` is called before case ``i`` of ``n`` (from 1) runs, ``on_case(case)``
+    after it.
+    """
     specs = list(specs)
     device = specs[0].device if specs else "cpu"
     cases = []
-    for spec in specs:
-        case = run_case(target, spec, backward=backward, verify_allocator=verify_allocator, stack=stack)
+    for i, spec in enumerate(specs, 1):
+        if on_start is not None:
+            on_start(spec, i, len(specs))
+        fallback = fallbacks[i - 1] if fallbacks is not None else None
+        if fallback is not None:
+            case = _run_fallback(fallback, spec)
+        else:
+            case = run_case(target, spec, backward=backward, verify_allocator=verify_allocator, stack=stack)
         cases.append(case)
         if on_case is not None:
             on_case(case)

@@ -2,7 +2,9 @@
 
 Each case runs one command in a fresh folder and checks the promises: the exit status (2 for bad
 usage or input, the gate's own code for valid hostile input), no traceback, nothing written or
-changed in the folder (unless the case writes on success), and under 10 s. The cases are
+changed in the folder (unless the case writes on success), under 10 s, and under 1 GiB of peak
+resident memory above what the process held before the case (Linux: ``VmHWM`` after resetting it
+through ``/proc/self/clear_refs``; elsewhere the memory check is skipped). The cases are
 generated from tables: flag values, output paths, corrupted reports, hostile scenarios.
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,6 +56,28 @@ def _report(tmp: Path, name: str, mutate: Callable[[dict], None] | None = None, 
     if mutate is not None:
         mutate(d)
     (tmp / name).write_text(text if text is not None else json.dumps(d), encoding="utf-8")
+
+
+def _rss_kib(field: str) -> int | None:
+    """``VmRSS`` / ``VmHWM`` of this process in KiB, or None where /proc does not say."""
+    try:
+        m = re.search(rf"^{field}:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.M)
+    except OSError:
+        return None
+    return int(m.group(1)) if m else None
+
+
+def _reset_peak() -> bool:
+    """Reset ``VmHWM`` to the current RSS (Linux >= 4.0); False where that is not possible."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+MAX_CASE_KIB = 1 << 20
+"""1 GiB: no bad input may make memaudit grow by more."""
 
 
 def _files(tmp: Path) -> dict[str, bytes]:
@@ -119,6 +144,7 @@ COMMANDS = {
     "estimate --markdown": lambda t, p: ["estimate", "--recipe", "bf16", "--tokens", "64", "--hidden", "64", "--markdown", p],
     "check --json": lambda t, p: ["check", str(t / "base.json"), "--scenario", str(t / "s.toml"), "--json", p],
     "compare --markdown": lambda t, p: ["compare", str(t / "base.json"), str(t / "base.json"), "--markdown", p],
+    "compare --benchmark-json": lambda t, p: ["compare", str(t / "base.json"), str(t / "base.json"), "--benchmark-json", p],
     "baseline update --into": lambda t, p: ["baseline", "update", str(t / "base.json"), "--into", p],
 }
 for cname, cmd in COMMANDS.items():
@@ -127,6 +153,9 @@ for cname, cmd in COMMANDS.items():
 CASES.append(Case("run --json and --markdown the same file", lambda t: ["run", *SMALL, "--json", str(t / "x"), "--markdown", str(t / "x")]))
 CASES.append(Case("estimate --json and --markdown the same file", lambda t: [
     "estimate", "--recipe", "bf16", "--tokens", "64", "--hidden", "64", "--json", str(t / "x"), "--markdown", str(t / "x")]))
+CASES.append(Case("compare --benchmark-json and --markdown the same file", lambda t: [
+    "compare", str(t / "base.json"), str(t / "base.json"), "--markdown", str(t / "x"), "--benchmark-json", str(t / "x")],
+    setup=_outputs))
 # a bad flag after a valid output: nothing written
 CASES.append(Case("run: bad --markdown folder after a good --json", lambda t: [
     "run", *SMALL, "--json", str(t / "old.json"), "--markdown", "/proc/x/p.md"]))
@@ -216,6 +245,7 @@ BAD_SCENARIOS = {
     "target a real factory, not allowed": SCENARIO.replace('target = "reference"', 'target = "tests.custom_factory:make"'),
     "ratio nan": SCENARIO.replace('max_bytes = "1 GiB"', 'ratio = nan\nagainst = { groups = 1 }'),
     "ratio inf": SCENARIO.replace('max_bytes = "1 GiB"', 'ratio = inf\nagainst = { groups = 1 }'),
+    "12 MB of budgets": SCENARIO + "".join(f'[[budget]]\nname = "b{i}"\nmax_bytes = "1 GiB"\n' for i in range(250_000)),
     "400 nines TiB": SCENARIO.replace('"1 GiB"', '"' + "9" * 400 + ' TiB"'),
     "10**30 bytes": SCENARIO.replace('"1 GiB"', str(10**30)),
     "when key typo": SCENARIO.replace('max_bytes = "1 GiB"', 'max_bytes = "1 GiB"\nwhen = { grouped_linear_pth = "x" }').replace('"reference"', '"te-grouped-mlp"'),
@@ -246,6 +276,14 @@ for bad in sorted((ROOT / "tests" / "data" / "bad_scenarios").glob("*.toml")):
     CASES.append(Case(f"run --scenario: {bad.stem}", lambda t: ["run", "--scenario", str(t / "s.toml"), "--device", "cpu", "--json", str(t / "o.json")],
                       setup=bsetup))
 
+# ---- scenarios by name: a bare name that ships with memaudit runs, any other is refused ------------
+BAD_NAMES = ["refrence", "grouped-mlp", "GROUPED_MLP", "nope", "[bold]x", "-", "reference.", "grouped_mlp ", "x" * 300]
+for name in BAD_NAMES:
+    CASES.append(Case(f"check --scenario name {name[:20]!r}", lambda t, n=name: ["check", str(t / "good.json"), "--scenario", n],
+                      setup=lambda t: _report(t, "good.json"), needle="shipped scenarios: grouped_mlp, reference"))
+    CASES.append(Case(f"run --scenario name {name[:20]!r}", lambda t, n=name: ["run", "--scenario", n, "--json", str(t / "o.json")],
+                      needle="shipped scenarios: grouped_mlp, reference"))
+
 # ---- hostile but valid: the promise is no crash, and the gate's own answer -----------------------
 CASES += [
     Case("run --json with markup in its name", lambda t: ["run", *SMALL, "--json", str(t / "[/x].json")], code=0, writes=("[/x].json",)),
@@ -256,6 +294,9 @@ CASES += [
          setup=lambda t: (_report(t, "good.json"), _report(t, "fewer.json", lambda d: d["cases"].pop()))),
     Case("estimate sweep past --max-points", lambda t: ["estimate", "--recipe", "bf16", "--tokens", "16:1600000:+16", "--hidden",
                                                          "64:6400000:+64", "--groups", "1:100000:+1", "--json", str(t / "big.json")]),
+    Case("estimate sweep of 500 points to --json (streamed)", lambda t: ["estimate", "--recipe", "nvfp4", "--tokens", "128:64000:+128",
+                                                                          "--hidden", "256", "--groups", "8", "--quiet", "--json", str(t / "big.json")],
+         code=0, writes=("big.json",)),
     Case("estimate --tokens with 20 digits", lambda t: ["estimate", "--recipe", "bf16", "--tokens", "9" * 20, "--hidden", "64"]),
     Case("baseline update from another environment", lambda t: ["baseline", "update", str(t / "h200.json"), "--into", str(t / "good.json")],
          setup=lambda t: (_report(t, "good.json"), _report(t, "h200.json", _set(("environment", "device_class"), "H200")))),
@@ -269,9 +310,12 @@ def test_bad_input_keeps_every_promise(case: Case, tmp_path: Path, monkeypatch: 
     if case.setup is not None:
         case.setup(tmp_path)
     before = _files(tmp_path)
+    measure_memory = _reset_peak()
+    rss_before = _rss_kib("VmRSS")
     start = time.perf_counter()
     result = CliRunner().invoke(app, case.argv(tmp_path))
     took = time.perf_counter() - start
+    peak = _rss_kib("VmHWM")
     output = result.output + (result.stderr if result.stderr_bytes is not None else "")
     assert "Traceback" not in output, output
     assert result.exception is None or isinstance(result.exception, SystemExit), f"{type(result.exception).__name__}: {result.exception}"
@@ -283,6 +327,19 @@ def test_bad_input_keeps_every_promise(case: Case, tmp_path: Path, monkeypatch: 
     if case.needle is not None:
         assert case.needle in output
     assert took < 10, f"{took:.1f} s"
+    if measure_memory and rss_before is not None and peak is not None:
+        assert peak - rss_before < MAX_CASE_KIB, f"peak memory grew by {(peak - rss_before) / 1024:.0f} MiB"
+
+
+def test_the_memory_probe_sees_a_gigabyte() -> None:
+    """The per-case memory check can fail: a 1.2 GiB allocation shows in the peak."""
+    if not _reset_peak():
+        pytest.skip("this system cannot reset the peak RSS (/proc/self/clear_refs)")
+    before = _rss_kib("VmRSS")
+    block = bytearray(1200 << 20)
+    block[:: 4096] = b"x" * len(block[:: 4096])  # touch every page
+    del block
+    assert _rss_kib("VmHWM") - before > MAX_CASE_KIB
 
 
 def test_the_suite_is_big_enough() -> None:

@@ -172,7 +172,7 @@ def test_case_error_exits_3_and_other_cases_complete(cli_runner: Any, tmp_path: 
 
 def test_quantized_recipe_on_reference_is_skipped_not_an_error(cli_runner: Any, tmp_path: Path) -> None:
     out = tmp_path / "s.json"
-    result = cli_runner.invoke(app, ["run", "--target", "reference", "--recipe", "bf16,mxfp8", "--groups", "1", *SHAPE, "--json", str(out)])
+    result = cli_runner.invoke(app, ["run", "--target", "reference", "--recipe", "bf16,mxfp8", "--groups", "1", *SHAPE, "--fallback", "none", "--json", str(out)])
     assert result.exit_code == 0, result.output
     report = load_report(out)
     assert [(c.recipe, c.status) for c in report.cases] == [("bf16", "ok"), ("mxfp8", "skipped")]

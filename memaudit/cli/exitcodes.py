@@ -8,3 +8,5 @@ USAGE = 2
 """Bad usage or input: a flag, a file, a key or a value. Nothing was written."""
 CASE_ERROR = 3
 """A case ended in ``error`` and nothing failed (scenario ``on_error = "warn"`` or a plain run)."""
+NOTHING_MEASURED = 4
+"""``run``: no case was measured or emulated (every answer is an estimate or a skipped cell)."""

@@ -2,38 +2,104 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import re
 import sys
 import typing
+from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
 from memaudit.cli import exitcodes
-from memaudit.cli.common import OUTCOME_CODES, exits, parse_int_list, parse_recipes, usage_exit
+from memaudit.cli.common import (
+    OUTCOME_CODES,
+    Command,
+    Group,
+    exits,
+    parse_int_list,
+    parse_recipes,
+    usage_exit,
+)
 from memaudit.errors import UsageError
-from memaudit.render.console import make_console
+from memaudit.render.console import consoles, make_console
 from memaudit.spec import DTYPES, CaseSpec, validate_splits
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok (every budget passes or is xfail); 1 a budget failed or XPASSed; "
-    "2 bad usage or input (nothing written); 3 a case ended in error and no budget failed."
+    "2 bad usage or input (nothing written); 3 a case ended in error and no budget failed; "
+    "4 (run) nothing was measured or emulated (only estimates or skipped cells)."
 )
 
 app = typer.Typer(
     name="memaudit",
     help="Saved-tensor memory auditor and regression gate for PyTorch and TransformerEngine.\n\n" + EXIT_CODES_HELP,
     no_args_is_help=False,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
+    cls=Group,
 )
-console = make_console()
-err_console = make_console(stderr=True)
+
+Dtype = Literal[DTYPES]  # type: ignore[valid-type]
+"""``--dtype``: typer lists the choices in --help and completion, and refuses others."""
+
+DEVICE = re.compile(r"cpu|cuda(:\d{1,3})?")
+
+
+def version_line() -> str:
+    """``memaudit X (torch Y, transformer-engine Z)``, from the installed packages (nothing imported)."""
+    import memaudit
+    from memaudit.te.environment import package_version, te_version
+
+    return (f"memaudit {memaudit.__version__} (torch {package_version('torch') or 'not installed'}, "
+            f"transformer-engine {te_version() or 'not installed'})")
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(version_line())
+        raise typer.Exit(exitcodes.OK)
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
+                                          help="Print memaudit's, torch's and TransformerEngine's versions and exit.")] = False,
+) -> None:
+    """Saved-tensor memory auditor and regression gate for PyTorch and TransformerEngine."""
+
+
+def _check_device(value: str | None) -> str | None:
+    if value is not None and not DEVICE.fullmatch(value):
+        raise typer.BadParameter(f"unknown device {value!r}; use cpu, cuda or cuda:N")
+    return value
+
+
+def _complete_device(incomplete: str) -> list[str]:
+    return [d for d in ("cpu", "cuda", "cuda:0", "cuda:1") if d.startswith(incomplete)]
+
+
+def _complete_target(incomplete: str) -> list[tuple[str, str]]:
+    from memaudit.targets.registry import BUILTIN
+
+    return [(name, "built-in target") for name in BUILTIN if name.startswith(incomplete)]
+
+
+def _complete_recipe(ctx: typer.Context, incomplete: str) -> list[str]:
+    """The recipes of --target (given before --recipe) or of every built-in target, and ``all``;
+    after a comma, the ones not listed yet."""
+    from memaudit.targets import registry
+
+    target = ctx.params.get("target")
+    names = registry.recipes(target) if target in registry.BUILTIN else registry.all_recipes()
+    head, comma, last = incomplete.rpartition(",")
+    listed = set(head.split(",")) if comma else set()
+    options = [n for n in names if n not in listed] + ([] if comma else ["all"])
+    return [head + comma + n for n in options if n.startswith(last)]
 
 
 MAX_DIM = 2**40
@@ -55,11 +121,13 @@ def build_specs(
     device: str,
     options: dict[str, Any],
     splits: str | None = None,
+    all_recipes: tuple[str, ...] | None = None,
 ) -> list[CaseSpec]:
     """The matrix of CaseSpecs a ``run`` asks for, validated (UsageError on bad flags).
 
     ``dims`` are the shape options given (``--tokens`` ...; None where not given); the target's
     declared dimensions take their defaults, and an option it does not declare is refused.
+    ``all_recipes`` is what ``--recipe all`` means (default: the target's supported recipes).
     """
     d = target.defaults
     names = [p.name for p in target.shape]
@@ -71,12 +139,13 @@ def build_specs(
         _positive(value, flag)
         if value is not None and value > MAX_DIM:
             raise UsageError(f"must be at most 2**40, got an integer of {value.bit_length()} bits", key=flag)
-    recipes = parse_recipes(recipe, target.supported_recipes, target.recipes) if recipe is not None else list(target.default_recipes)
+    supported = all_recipes if all_recipes is not None else target.supported_recipes
+    recipes = parse_recipes(recipe, supported, target.recipes) if recipe is not None else list(target.default_recipes)
     group_list = parse_int_list(groups, "--groups") if groups is not None else list(d["groups"])
     dtype = dtype if dtype is not None else d["dtype"]
     if dtype not in DTYPES:
         raise UsageError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}", key="--dtype")
-    if not re.fullmatch(r"cpu|cuda(:\d{1,3})?", device):
+    if not DEVICE.fullmatch(device):
         raise UsageError(f"unknown device {device!r}; use cpu or cuda", key="--device")
     shape = {n: dims.get(n) or d[n] for n in names}
     split = next((p.name for p in target.shape if p.split), None)
@@ -105,14 +174,15 @@ def build_specs(
 
 
 def run(
-    target: Annotated[str | None, typer.Option(help="reference | te-grouped-mlp | PKG.MOD:FACTORY. Default: te-grouped-mlp where TE and a GPU are present, else reference.")] = None,
-    recipe: Annotated[str | None, typer.Option(help="A recipe the target knows (te-grouped-mlp: bf16, fp8-delayed, fp8-current, fp8-block, mxfp8, nvfp4) | all; comma-separated for several.")] = None,
+    target: Annotated[str | None, typer.Option(autocompletion=_complete_target, help="reference | te-grouped-mlp | PKG.MOD:FACTORY. Default: te-grouped-mlp where TE and a GPU are present, else reference.")] = None,
+    recipe: Annotated[str | None, typer.Option(autocompletion=_complete_recipe, help="A recipe the target knows (te-grouped-mlp: bf16, fp8-delayed, fp8-current, fp8-block, mxfp8, nvfp4; reference: bf16) | all; comma-separated for several.")] = None,
     groups: Annotated[str | None, typer.Option(help="Group (expert) counts, e.g. 1,4,8.")] = None,
-    dtype: Annotated[str | None, typer.Option(help="bf16 | fp32")] = None,
-    device: Annotated[str | None, typer.Option(help="cpu | cuda. Default: cuda for the TE target, else cpu.")] = None,
+    dtype: Annotated[Dtype | None, typer.Option(help="The activations' dtype. Default: the target's (bf16).")] = None,
+    device: Annotated[str | None, typer.Option(callback=_check_device, autocompletion=_complete_device, help="cpu | cuda | cuda:N. Default: cuda for the TE target, else cpu.")] = None,
     splits: Annotated[str | None, typer.Option(help="Explicit token splits, e.g. 256,0,512,256 (one group count only).")] = None,
-    scenario: Annotated[Path | None, typer.Option(help="Scenario TOML: its cases and budgets replace the matrix flags.")] = None,
-    allow_target: Annotated[list[str] | None, typer.Option("--allow-target", help="A PKG.MOD:FACTORY target the scenario may name (repeatable; also [tool.memaudit] allow-targets in pyproject.toml).")] = None,
+    scenario: Annotated[Path | None, typer.Option(help="Scenario TOML file, or a shipped scenario by name (grouped_mlp, reference): its cases and budgets replace the matrix flags.")] = None,
+    allow_target: Annotated[list[str] | None, typer.Option("--allow-target", help="A PKG.MOD:FACTORY target the scenario may name (repeatable; also \\[tool.memaudit] allow-targets in pyproject.toml).")] = None,
+    fallback: Annotated[FallbackMode | None, typer.Option(help="What answers a case that cannot run on real kernels here (the grouped-MLP targets): auto = TE's real forward with emulated sm100 kernels where TE and a GPU are present, else the estimate; emulate; estimate; none = a skipped cell. Default: auto; none with --scenario.")] = None,
     expected: Annotated[bool, typer.Option(help="Add the estimator's expected bytes per row and flag mismatches.")] = False,
     backward: Annotated[bool, typer.Option(help="Run backward after each captured forward.")] = True,
     verify_allocator: Annotated[bool, typer.Option("--verify-allocator", help="CUDA: check the rows against the caching allocator's growth over the captured forward (hidden_bytes per case).")] = False,
@@ -120,7 +190,7 @@ def run(
     stack: Annotated[bool, typer.Option("--stack", help="Record the source line (file:line) of the user code behind each saved tensor (rows' source; slower capture, see docs/bench.md).")] = False,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the JSON report here (atomically).")] = None,
     markdown: Annotated[Path | None, typer.Option(help="Write a markdown summary (PR comment) here.")] = None,
-    quiet: Annotated[bool, typer.Option(help="Only the summary table.")] = False,
+    quiet: Annotated[bool, typer.Option(help="Only the summary table (and, where stderr is not a terminal, the one line per finished case).")] = False,
     **target_flags: Any,
 ) -> int:
     """Run the target for each (recipe, group count) and report every saved tensor.
@@ -162,6 +232,7 @@ def run(
                 f"needs --device cuda and a CUDA GPU (device {dev!r}, CUDA available: {torch.cuda.is_available()})",
                 key="--verify-allocator",
             )
+    mode = fallback.value if fallback is not None else ("none" if loaded is not None else "auto")
     if loaded is not None:
         specs = loaded.specs(device=dev)
     else:
@@ -174,35 +245,41 @@ def run(
             device=dev,
             options=options,
             splits=splits,
+            all_recipes=getattr(tgt, "fallback_recipes", None) if mode != "none" else None,
         )
+    from memaudit.render.progress import CaseProgress
+    from memaudit.runner import plan_fallbacks
+
+    fallbacks = plan_fallbacks(tgt, specs, mode, backward=backward)
     from memaudit.render.tables import case_table, summary_table
+
+    console, err_console = consoles()
+    for line in fallback_notes(tgt, specs, fallbacks, mode):  # said before anything runs
+        err_console.print(line, soft_wrap=True)
 
     def show(case: Any) -> None:
         if not quiet and case.status == "ok":
-            console.print(case_table(case, show_expected=expected))
+            console.print(case_table(case, show_expected=expected, width=console.width))
         elif not quiet:
             line = Text(case.id, style="bold")
             line.append(f": {case.status}: {case.reason}", style="")
             console.print(line, soft_wrap=True)
 
-    if len(specs) > 1:
-        with Progress(
-            TextColumn("[progress.description]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-        ) as progress:
-            task = progress.add_task("cases", total=len(specs))
+    # on a terminal a bar (for a matrix); else one line per finished case. On stderr, so that
+    # stdout holds only the tables.
+    tty = err_console.is_terminal
+    progress = CaseProgress(err_console, len(specs), live=tty, redirect_stdout=console.is_terminal) \
+        if len(specs) > 1 or not tty else None
 
-            def on_case(case: Any) -> None:
-                progress.update(task, advance=1, description=case.id)
-                show(case)
+    def on_case(case: Any) -> None:
+        if progress is not None:
+            progress.finish(case)
+        show(case)
 
-            report = run_matrix(tgt, specs, backward=backward, verify_allocator=verify_allocator, on_case=on_case, stack=stack)
-    else:
-        report = run_matrix(tgt, specs, backward=backward, verify_allocator=verify_allocator, on_case=show, stack=stack)
+    with progress if progress is not None else contextlib.nullcontext():
+        report = run_matrix(tgt, specs, backward=backward, verify_allocator=verify_allocator, on_case=on_case,
+                            on_start=progress.start if progress is not None else None, fallbacks=fallbacks,
+                            stack=stack)
     if expected:
         from memaudit.te.expected import attach_expected
 
@@ -213,14 +290,14 @@ def run(
     if loaded is not None:
         from memaudit.judge.scenario import evaluate, outcome
 
-        verdicts = evaluate(report, loaded, source=str(scenario), allow_incomplete=allow_incomplete)
+        verdicts = evaluate(report, loaded, source=loaded.path, allow_incomplete=allow_incomplete)
         code = OUTCOME_CODES[outcome(report, verdicts, loaded)]
-    console.print(summary_table(report.cases))
+    console.print(summary_table(report.cases, width=console.width))
     if verdicts is not None:
         from memaudit.render.verdicts import render_failures, render_verdicts
 
         console.print(render_failures(verdicts))
-        console.print(render_verdicts(verdicts))
+        console.print(render_verdicts(verdicts, width=console.width))
     if json_path is not None:
         write_report(report, json_path)
         console.print(Text(f"wrote {json_path}"), soft_wrap=True)
@@ -230,7 +307,61 @@ def run(
 
         atomic_write_text(markdown, render_markdown(report, None, name=target))
         console.print(Text(f"wrote {markdown}"), soft_wrap=True)
+    answered = [c for c in report.cases if c.status == "ok" and c.execution in ("measured", "emulated")]
+    if not answered and code == exitcodes.OK:
+        counts = {s: sum(1 for c in report.cases if (c.execution if c.status == "ok" else c.status) == s)
+                  for s in ("estimated", "skipped", "error")}
+        err_console.print(Text("nothing was measured or emulated: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+                               + f" (exit {exitcodes.NOTHING_MEASURED})"), soft_wrap=True)
+        code = exitcodes.NOTHING_MEASURED
     return code
+
+
+def _all_groups(command: str, groups: str) -> str:
+    """``command`` (made for one case) with ``--groups`` naming every group count of the recipe."""
+    return re.sub(r"--groups \d+", f"--groups {groups}", command, count=1)
+
+
+class FallbackMode(StrEnum):
+    """``run --fallback`` (memaudit.targets.base.FALLBACKS)."""
+
+    auto = "auto"
+    emulate = "emulate"
+    estimate = "estimate"
+    none = "none"
+
+
+def fallback_notes(target: Any, specs: list[CaseSpec], fallbacks: list[Any], mode: str) -> list[Text]:
+    """Said before anything runs: each recipe that cannot run on real kernels here, why (the
+    target's or TE's own words), and what answers it instead, with the command that gives it."""
+    notes: list[Text] = []
+    seen: dict[tuple[str, str, str], list[CaseSpec]] = {}
+    for spec, fb in zip(specs, fallbacks, strict=True):
+        if fb is not None:
+            seen.setdefault((spec.recipe, fb.execution, fb.reason), []).append(spec)
+        elif mode == "none" or not hasattr(target, "fallback"):
+            reason = target.skip_reason(spec)
+            if reason:
+                seen.setdefault((spec.recipe, "skipped", reason), []).append(spec)
+    for (recipe, execution, reason), group in seen.items():
+        groups = ",".join(dict.fromkeys(str(s.groups) for s in group))
+        line = Text("note: ", style="bold yellow")
+        line.append(f"{recipe} cannot run on real kernels here: {reason}\n")
+        if execution == "skipped":
+            offer = getattr(target, "fallback", None)
+            best = offer(group[0], reason, "auto", backward=False) if offer is not None else None
+            line.append("  it will be a skipped cell")
+            line.append(f"; the best available answer: {_all_groups(best.command, groups)}" if best is not None else "")
+        else:
+            fb = next(f for s, f in zip(specs, fallbacks, strict=True) if s is group[0])
+            what = ("TE's real forward with emulated kernels (stand-ins that allocate what TE's C++ allocates)"
+                    if execution == "emulated" else "TE 2.20.2's layout rules (no kernel and no TE code runs)")
+            line.append(f"  answering {len(group)} case(s) with {what}, labelled {execution}; on its own: "
+                        f"{_all_groups(fb.command, groups)}")
+            if fb.better:
+                line.append(f"\n  {_all_groups(fb.better, groups)}")
+        notes.append(line)
+    return notes
 
 
 def _with_target_flags(fn: Any) -> Any:
@@ -259,10 +390,10 @@ def _with_target_flags(fn: Any) -> Any:
     return fn
 
 
-app.command()(exits(_with_target_flags(run)))
+app.command(cls=Command)(exits(_with_target_flags(run)))
 
 
-@app.command()
+@app.command(cls=Command)
 def schema() -> None:
     """Print the JSON Schema every report's rows and totals are validated against on read."""
     import json
@@ -272,22 +403,23 @@ def schema() -> None:
     sys.stdout.write(json.dumps(report_schema(), indent=1, sort_keys=True) + "\n")
 
 
-@app.command()
+@app.command(cls=Command)
 def doctor() -> None:
     """GPU, versions, recipe availability, and which grouped-MLP path TE would take here."""
     from memaudit.te.doctor import doctor_report, render_doctor
 
-    console.print(render_doctor(doctor_report()))
+    make_console().print(render_doctor(doctor_report()))
 
 
 def _register_commands() -> None:
     """Subcommands that live in memaudit/cli/: each module has ``register(app)``."""
-    from memaudit.cli import baseline, check, compare, estimate
+    from memaudit.cli import baseline, check, compare, estimate, plot
 
     compare.register(app)
     baseline.register(app)
     check.register(app)
     estimate.register(app)
+    plot.register(app)
 
 
 _register_commands()
@@ -307,7 +439,7 @@ def main() -> None:
     try:
         app()
     except UsageError as exc:  # raised outside a command body
-        sys.exit(usage_exit(err_console, exc).exit_code)
+        sys.exit(usage_exit(make_console(stderr=True), exc).exit_code)
 
 
 if __name__ == "__main__":

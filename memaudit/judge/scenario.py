@@ -1,7 +1,8 @@
 """Scenario files: the cases to run and the budgets that judge them (``scenarios/*.toml``).
 
-:func:`load_scenario` reads and validates a file; every problem is a :class:`UsageError` that names
-the file, the key path and the bad value (exit 2, nothing written). :meth:`Scenario.specs` gives
+:func:`load_scenario` reads and validates a file, or a scenario shipped with memaudit given by name
+(``grouped_mlp``: :func:`resolve_scenario`); every problem is a :class:`UsageError` that names the
+file, the key path and the bad value (exit 2, nothing written). :meth:`Scenario.specs` gives
 the CaseSpecs to run; :func:`evaluate` applies the budgets to a report (filling each case's
 ``budgets``) and :func:`outcome` sums the verdicts up (the CLI turns it into the exit status).
 The rule language is documented in docs/budgets.md.
@@ -45,8 +46,9 @@ from memaudit.judge.rules import (
     Selection,
     default_dims,
 )
+from memaudit.judge.shipped import SHIPPED, resolve_scenario
 from memaudit.judge.versions import te_version_of, validate_specifier
-from memaudit.report import KINDS, ORIENTATIONS, Report, check_depth, read_input
+from memaudit.report import KINDS, ORIENTATIONS, Report, check_depth
 from memaudit.spec import DTYPES, CaseSpec, default_splits
 from memaudit.targets import registry
 
@@ -457,7 +459,7 @@ def parse_scenario(data: Any, *, source: str, allow_targets: tuple[str, ...] = (
     r = _Reader(source)
     data = r.table(data, "")
     r.keys(data, TOP_KEYS, "")
-    name = r.string(data["name"], "name") if "name" in data else Path(source).stem
+    name = r.string(data["name"], "name") if "name" in data else Path(source.removesuffix(SHIPPED)).stem
     description = r.string(data["description"], "description") if "description" in data else ""
     on_error = r.string(data.get("on_error", "warn"), "on_error", choices=ON_ERROR)
     allow_incomplete = r.boolean(data.get("allow_incomplete", False), "allow_incomplete")
@@ -542,10 +544,18 @@ def allowed_targets(extra: tuple[str, ...] = (), pyproject: str | os.PathLike[st
     return (*extra, *listed)
 
 
+MAX_SCENARIO_CHARS = 2 * 1024 * 1024
+"""A scenario file larger than this is refused before parsing (the shipped ones are a few KB; a
+10 MB file with 250,000 budgets would take tens of seconds in TOML parsing alone)."""
+
+
 def load_scenario(path: str | os.PathLike[str], allow_targets: tuple[str, ...] = ()) -> Scenario:
-    """Read and validate a scenario file. Every problem is a UsageError naming file, key and value."""
-    src = str(path)
-    text = read_input(path, "scenario file")
+    """Read and validate a scenario: a file, or a shipped one by name (:func:`resolve_scenario`).
+    Every problem is a UsageError naming file, key and value."""
+    src, text = resolve_scenario(path)
+    if len(text) > MAX_SCENARIO_CHARS:
+        raise UsageError(f"the scenario is {len(text):,} characters, more than {MAX_SCENARIO_CHARS:,} (about 40,000 "
+                         "budgets): split it into several files", source=src)
     check_depth(text, src)
     try:
         data = tomllib.loads(text)
@@ -592,11 +602,13 @@ def evaluate(
     )
     verdicts: list[Verdict] = []
     for case in covered:
-        emulation = getattr(case, "emulation", None)
-        if scenario.require_measured and emulation is not None:
-            mine = [Verdict(case.id, "require_measured", "execution", "fail", "measured", emulation.label(),
-                            "the scenario requires measured cases (require_measured = true); this case ran TE's "
-                            "real Python with stand-in kernels, so its budgets are not judged")]
+        execution = getattr(case, "execution", "measured")
+        if scenario.require_measured and execution != "measured":
+            how = ("ran TE's real Python with stand-in kernels" if execution == "emulated"
+                   else "was estimated from TE's layout rules (no kernel ran)")
+            mine = [Verdict(case.id, "require_measured", "execution", "fail", "measured", getattr(case, "execution_label", lambda: None)() or execution,
+                            f"the scenario requires measured cases (require_measured = true); this case {how}, "
+                            "so its budgets are not judged")]
         else:
             mine = evaluate_case(case, scenario.rules, ctx)
         case.budgets = [v.to_dict() for v in mine]

@@ -134,7 +134,8 @@ def _label(case: CaseReport) -> str:
 
 def _status_cell(e: _Entry) -> str:
     text = _status_text(e)
-    return f"{text} · {md_escape(e.case.emulation.label())}" if e.case.emulation is not None else text
+    label = e.case.execution_label()
+    return f"{text} · {md_escape(label)}" if label is not None else text
 
 
 def _status_text(e: _Entry) -> str:
@@ -359,6 +360,9 @@ def _footer(report: Report, comparison: Comparison | None) -> str:
     if emulated:
         archs = sorted({c.emulation.label() for c in emulated if c.emulation is not None})
         bits.append(f"{len(emulated)} of {len(report.cases)} cases {', '.join(archs)} (TE's real Python with stand-in kernels; not measured)")
+    estimated = [c for c in report.cases if c.execution == "estimated"]
+    if estimated:
+        bits.append(f"{len(estimated)} of {len(report.cases)} cases estimated (TE's layout rules; not measured)")
     named = [("device_class", None), ("torch", "torch"), *((lib.key, lib.short) for lib in libraries()), ("cuda", "CUDA")]
     for key, name in named:
         v = env.get(key)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from memaudit.report import Emulation, PathInfo, Row
+from memaudit.report import CaseReport, Emulation, PathInfo, Row
 from memaudit.spec import CaseSpec, ShapeParam
 
 if TYPE_CHECKING:
@@ -42,6 +42,28 @@ class Built:
     emulation: Callable[[], Emulation | None] = lambda: None
 
 
+FALLBACKS = ("auto", "emulate", "estimate", "none")
+"""``run --fallback``: what answers a case the target cannot run on real kernels here. ``auto``
+takes the best there is (the target's real code with emulated kernels, else an estimate)."""
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """The best available answer for a case that cannot run on real kernels here.
+
+    ``execution`` is ``emulated`` or ``estimated``; ``reason`` why real kernels cannot run it (the
+    target's or its library's own words); ``command`` the memaudit command that gives the same
+    answer on its own; ``run()`` produces the case (a fault is that case's error cell);
+    ``better`` says where a better answer can be had, with its command (or is empty).
+    """
+
+    execution: str
+    reason: str
+    command: str
+    run: Callable[[], CaseReport]
+    better: str = ""
+
+
 class Target(Protocol):
     """What the runner and the CLI need from a target: a target declares itself.
 
@@ -56,7 +78,10 @@ class Target(Protocol):
     whose values reach ``configure``), ``case_id(spec) -> str`` (its own case-id format; see
     :func:`memaudit.targets.registry.case_id` for the default), and the static methods ``path_label(path) -> str | None`` names the recorded path for
     tables, and ``path_detail(path) -> str`` says more when a path rule fails (see
-    :func:`memaudit.targets.registry.path_label`); without them the core says fused / unfused.
+    :func:`memaudit.targets.registry.path_label`); without them the core says fused / unfused;
+    ``fallback(spec, reason, mode) -> Fallback | None``: what answers a case that
+    ``skip_reason`` refuses (``mode`` one of :data:`FALLBACKS` other than ``none``), and
+    ``fallback_recipes``: what ``--recipe all`` means when fallbacks are on.
     """
 
     name: str

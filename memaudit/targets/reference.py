@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from memaudit.spec import CaseSpec
-from memaudit.targets.base import MLP_SHAPE, Built, backward_sum
-from memaudit.te.recipes import RECIPES, alignment
+from memaudit.targets.base import MLP_SHAPE, Built, Fallback, backward_sum
+from memaudit.te.recipes import RECIPES, alignment, needs
 
 if TYPE_CHECKING:
     import torch
@@ -40,13 +40,25 @@ class ReferenceTarget:
 
     def skip_reason(self, spec: CaseSpec) -> str | None:
         if spec.recipe != "bf16":
-            return f"the reference target runs no quantization recipe (asked for {spec.recipe!r}); use bf16"
+            return (f"the reference target runs no quantization recipe (asked for {spec.recipe!r}; TE runs it on "
+                    f"{needs(spec.recipe)}); use bf16")
         if spec.device.startswith("cuda"):
             import torch
 
             if not torch.cuda.is_available():
                 return "CUDA is not available"
         return None
+
+    fallback_recipes = RECIPES
+
+    def fallback(self, spec: CaseSpec, reason: str, mode: str, *, backward: bool = True) -> Fallback | None:
+        """A quantized recipe the reference cannot run: TE's real forward with emulated kernels
+        where TE and a GPU are present, else TE's layout rules (:mod:`memaudit.te.fallback`)."""
+        if spec.recipe == "bf16":
+            return None
+        from memaudit.te.fallback import grouped_mlp_fallback
+
+        return grouped_mlp_fallback(spec, reason, mode, backward=backward)
 
     def build(self, spec: CaseSpec) -> Built:
         from memaudit.targets.reference_model import DTYPES, ReferenceGroupedMLP, make_inputs

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from memaudit.spec import CaseSpec
 from memaudit.te.environment import te_version
@@ -22,6 +23,14 @@ def _cudnn(info: dict[str, Any]) -> None:
             info["cudnn"] = torch.backends.cudnn.version()
         except RuntimeError as exc:  # TE's wheel may load another cuDNN than torch's
             info["cudnn"] = str(exc).splitlines()[0][:120]
+
+
+def _answers(info: dict[str, Any], te: Any | None) -> None:
+    from memaudit.te.availability import path_answers, recipe_answers
+
+    answers = recipe_answers(te, gpu=torch.cuda.is_available(), te_error=info.get("te_error"))
+    info["answers"] = {name: a.to_dict() for name, a in answers.items()}
+    info["paths"] = path_answers()
 
 
 def doctor_report() -> dict[str, Any]:
@@ -41,6 +50,8 @@ def doctor_report() -> dict[str, Any]:
         "fused": None,
         "fused_why_not": None,
         "grouped_linear": {},
+        "answers": {},
+        "paths": {},
     }
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name()
@@ -48,6 +59,7 @@ def doctor_report() -> dict[str, Any]:
     if importlib.util.find_spec("transformer_engine") is None:
         info["te_error"] = "transformer_engine is not installed"
         _cudnn(info)
+        _answers(info, None)
         return info
     from memaudit.te import target as tgm
 
@@ -56,13 +68,16 @@ def doctor_report() -> dict[str, Any]:
     _cudnn(info)
     if te is None:
         info["te_error"] = why
+        _answers(info, None)
         return info
     info["transformer_engine"] = te_version()
     info["cudnn_frontend"] = tgm.cudnn_frontend_version()
     info["cublaslt"] = tgm.fmt_cublaslt(tgm.cublaslt_version()) if torch.cuda.is_available() else None
     if not torch.cuda.is_available():
         info["te_error"] = "no CUDA device: TE imports but runs no kernels here"
+        _answers(info, te)
         return info
+    _answers(info, te)
     for name, (ok, reason) in tgm.recipe_availability(te).items():
         info["recipes"][name] = {"available": ok, "reason": reason}
     why_reg = tgm.why_fused_cannot_register()
@@ -78,6 +93,34 @@ def doctor_report() -> dict[str, Any]:
     return info
 
 
+def _answers_table(info: dict[str, Any]) -> Group:
+    """One line per recipe (what ``run`` gives here, what real kernels need, TE's own gate on
+    sm90 and sm100, the paths TE takes), then why real and emulated kernels are or are not here."""
+    from memaudit.te.estimate import PATHS
+    from memaudit.te.recipes import needs
+
+    table = Table(title="what memaudit can do here, per recipe", title_justify="left")
+    for col in ("recipe", "here", "real kernels need", "TE's gate on sm90", "TE's gate on sm100", "paths TE takes (estimator)"):
+        table.add_column(col)
+    answers = info["answers"]
+    for name, a in answers.items():
+        gates = a.get("te_gates", {})
+        best = "real" if a["real"] else "emulated" if a["emulated"] else "estimated"
+        paths = info.get("paths", {}).get(name, {})
+        taken = [p for p in PATHS if p in paths and not paths[p].startswith("no")]
+        archs = sorted({paths[p] for p in taken})
+        table.add_row(name, best, needs(name).removeprefix("a CUDA GPU of "), Text(gates.get("sm90", "-") or "available"),
+                      Text(gates.get("sm100", "-") or "available"), f"{', '.join(taken)} ({', '.join(archs)})")
+    first = next(iter(answers.values()))
+    lines = [table]
+    real = [n for n, a in answers.items() if a["real"]]
+    lines.append(Text(f"real kernels here: {', '.join(real)}" if real else f"real kernels here: none ({first['real_why'].split(' (')[0]})"))
+    lines.append(Text("emulated kernels here (TE's real Python, stand-in kernels; --kernels emulated): "
+                      + ("yes" if first["emulated"] else f"no: {first['emulated_why']}")))
+    lines.append(Text("estimates (TE 2.20.2's layout rules, no GPU needed; memaudit estimate): every recipe and path"))
+    return Group(*lines)
+
+
 def render_doctor(info: dict[str, Any]) -> Group:
     """Rich tables for the doctor report."""
     env = Table(title="environment", title_justify="left", show_header=False)
@@ -88,9 +131,12 @@ def render_doctor(info: dict[str, Any]) -> Group:
         env.add_row(key, "-" if value is None else str(value))
     parts: list[Any] = [env]
     if info.get("gpu") is None:
-        parts.append("No CUDA GPU: memaudit runs the CPU reference target; the TE target is skipped.")
+        parts.append("No CUDA GPU: memaudit run measures the CPU reference target (bf16) and estimates every "
+                     "recipe it cannot run (labelled estimated).")
     if info.get("te_error"):
-        parts.append(f"TransformerEngine: {info['te_error']}")
+        parts.append(Text(f"TransformerEngine: {info['te_error']}"))
+    if info.get("answers"):
+        parts.append(_answers_table(info))
     if info.get("recipes"):
         rec = Table(title="recipes", title_justify="left")
         for col in ("recipe", "available", "TE's reason", "GroupedLinear path", "why"):

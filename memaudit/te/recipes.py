@@ -22,3 +22,23 @@ ALIGNMENT = {
 def alignment(recipe: str) -> int:
     """The per-group token alignment of ``recipe`` (16 for a name TE does not define)."""
     return ALIGNMENT.get(recipe, 16)
+
+
+MINIMUM_CAPABILITY = {
+    "bf16": (8, 0),
+    "fp8-delayed": (8, 9),
+    "fp8-current": (8, 9),
+    "fp8-block": (9, 0),
+    "mxfp8": (10, 0),
+    "nvfp4": (10, 0),
+}
+"""The compute capability TE 2.20.2's own gate asks for each recipe (``utils.py:746-766``
+``is_bf16_available``; ``quantization.py:149-185`` ``_compute_*_support``; FP8 on 8.9 also needs
+cuBLASLt 12.1.3 and CUDA 12.1, FP8 block scaling CUDA 12.9, MXFP8 is refused on 12.0+).
+``tests/test_te_fallback.py`` checks it against TE's gates."""
+
+
+def needs(recipe: str) -> str:
+    """What real kernels need for ``recipe``, in words: ``a CUDA GPU of compute capability 10.0+``."""
+    major, minor = MINIMUM_CAPABILITY.get(recipe, (8, 0))
+    return f"a CUDA GPU of compute capability {major}.{minor} or higher"

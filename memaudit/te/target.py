@@ -11,12 +11,13 @@ import os
 import sys
 from dataclasses import dataclass, fields
 from importlib import metadata
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from memaudit.errors import UsageError
 from memaudit.report import PathInfo, Row
 from memaudit.spec import CaseSpec, RunFlag
-from memaudit.targets.base import MLP_SHAPE, Built, backward_sum
+from memaudit.targets.base import MLP_SHAPE, Built, Fallback, backward_sum
+from memaudit.te.emulate.gates import ARCHS as EMULATED_ARCHS
 from memaudit.te.recipes import RECIPES, alignment
 
 if TYPE_CHECKING:
@@ -81,8 +82,8 @@ def make_recipe(name: str) -> Any:
     raise ValueError(f"unknown recipe {name!r}")
 
 
-def recipe_availability(te: Any) -> dict[str, tuple[bool, str | None]]:
-    """TE's own answer, with its reason string, for every recipe (te-internals §4)."""
+def recipe_gate(te: Any, name: str) -> tuple[bool, str | None]:
+    """TE's own answer, with its reason string, for one recipe (te-internals §4)."""
     checks = {
         "bf16": getattr(te, "is_bf16_available", None),
         "fp8-delayed": te.is_fp8_available,
@@ -91,18 +92,20 @@ def recipe_availability(te: Any) -> dict[str, tuple[bool, str | None]]:
         "mxfp8": te.is_mxfp8_available,
         "nvfp4": te.is_nvfp4_available,
     }
-    out: dict[str, tuple[bool, str | None]] = {}
-    for name, fn in checks.items():
-        if fn is None:
-            out[name] = (True, None)
-            continue
-        try:
-            res = fn(return_reason=True)
-        except TypeError:
-            res = (fn(), None)
-        ok, reason = res if isinstance(res, tuple) else (bool(res), None)
-        out[name] = (bool(ok), reason or None)
-    return out
+    fn = checks[name]
+    if fn is None:
+        return True, None
+    try:
+        res = fn(return_reason=True)
+    except TypeError:
+        res = (fn(), None)
+    ok, reason = res if isinstance(res, tuple) else (bool(res), None)
+    return bool(ok), reason or None
+
+
+def recipe_availability(te: Any) -> dict[str, tuple[bool, str | None]]:
+    """TE's own answer, with its reason string, for every recipe (te-internals §4)."""
+    return {name: recipe_gate(te, name) for name in RECIPES}
 
 
 def cudnn_frontend_version() -> str | None:
@@ -273,12 +276,12 @@ class TEGroupedMLPTarget:
                 f"TE target: set {FUSED_ENV} before TE is imported (see memaudit doctor). Default: fused where TE can fuse (compute capability 10.x).",
                 ("--fused/--no-fused",)),
         RunFlag("single_grouped_weight", bool, False, "TE target: one grouped weight parameter instead of discrete ones."),
-        RunFlag("activation", str, "swiglu", f"TE target activation: {' | '.join(ACTIVATIONS)}."),
-        RunFlag("kernels", str, "real",
-                f"TE target: {' | '.join(KERNELS)}. emulated runs TE's real forward (no backward) on an emulated "
+        RunFlag("activation", Literal[ACTIVATIONS], "swiglu", "TE target activation."),
+        RunFlag("kernels", Literal[KERNELS], "real",
+                "TE target. emulated runs TE's real forward (no backward) on an emulated "
                 "machine (--arch) with kernel stand-ins that allocate as TE's C++ does, real kernels only where this "
                 "GPU is that architecture; standins replaces every kernel."),
-        RunFlag("arch", str, "sm100", "TE target with --kernels emulated|standins: the emulated architecture, sm90 | sm100."),
+        RunFlag("arch", Literal[tuple(EMULATED_ARCHS)], "sm100", "TE target with --kernels emulated|standins: the emulated architecture."),
         RunFlag("cublaslt", str | None, None, "TE target with --kernels emulated|standins: the emulated cuBLASLt version "
                 "(e.g. 13.1.0; TE's path choice reads it). Default: this GPU's when it is --arch, else 13.6.0."),
         RunFlag("cudnn_frontend", str, "1.28.0", "TE target with --kernels emulated|standins: the emulated nvidia-cudnn-frontend "
@@ -318,6 +321,7 @@ class TEGroupedMLPTarget:
         """``fused`` sets NVTE_CUTEDSL_FUSED_GROUPED_MLP before TE's import (an environment
         setting, recorded per case, not part of the id); ``single_grouped_weight`` and a
         non-default ``activation`` are options."""
+        self.flags_given = dict(flags)
         activation = flags.get("activation", "swiglu")
         if activation not in ACTIVATIONS:
             raise UsageError(f"unknown activation {activation!r}; use one of {', '.join(ACTIVATIONS)}", key="--activation")
@@ -362,6 +366,19 @@ class TEGroupedMLPTarget:
 
     emulated: Emulated | None = None
     """Set by ``configure`` for ``--kernels emulated|standins``."""
+    flags_given: dict[str, Any] = {}
+    """The run flags ``configure`` was given (an emulated fallback keeps them)."""
+    fallback_recipes = RECIPES
+
+    def fallback(self, spec: CaseSpec, reason: str, mode: str, *, backward: bool = True) -> Fallback | None:
+        """A case TE refuses on real kernels here: TE's real forward with emulated kernels where a
+        GPU is present, else TE's layout rules (:mod:`memaudit.te.fallback`). None with
+        ``--kernels emulated|standins``: the user chose the machine."""
+        if self.emulated is not None:
+            return None
+        from memaudit.te.fallback import grouped_mlp_fallback
+
+        return grouped_mlp_fallback(spec, reason, mode, self.flags_given, backward=backward)
 
     def skip_reason(self, spec: CaseSpec) -> str | None:
         import torch

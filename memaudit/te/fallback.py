@@ -1,0 +1,111 @@
+"""The best available answer for a grouped-MLP case that cannot run on real kernels here.
+
+``memaudit run --recipe nvfp4`` on a machine without Blackwell: TE's real forward with emulated
+kernels where TE and a CUDA device are present (``--kernels emulated --arch sm100``: TE's own
+Python decides what is saved), else TE 2.20.2's layout rules (``memaudit estimate``). Each
+answer is labelled (``execution``) and comes with the command that gives it on its own.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from memaudit.errors import UsageError
+from memaudit.report import CaseReport
+from memaudit.spec import CaseSpec
+from memaudit.targets.base import Fallback
+from memaudit.te.recipes import RECIPES
+
+TARGET = "te-grouped-mlp"
+EMULATED_ARCH = "sm100"
+"""The architecture an emulated fallback runs: every recipe and the fused op exist there."""
+
+
+def _dims(spec: CaseSpec) -> list[str]:
+    out = []
+    for name, value in spec.shape:
+        out += [f"--{name.replace('_', '-')}", str(value)]
+    if spec.splits:
+        out += ["--splits", ",".join(map(str, spec.splits))]
+    return out
+
+
+def estimate_command(spec: CaseSpec) -> str:
+    """``memaudit estimate`` for the same recipe, group count and shape."""
+    return shlex.join(["memaudit", "estimate", "--recipe", spec.recipe, "--groups", str(spec.groups), *_dims(spec)])
+
+
+def emulate_command(spec: CaseSpec) -> str:
+    """``memaudit run`` of TE's real forward with emulated kernels for the same case."""
+    return shlex.join(["memaudit", "run", "--target", TARGET, "--kernels", "emulated", "--arch", EMULATED_ARCH,
+                       "--recipe", spec.recipe, "--groups", str(spec.groups), *_dims(spec)])
+
+
+def can_emulate() -> str | None:
+    """None where TE's real forward can run with emulated kernels here, else why not."""
+    import importlib.util
+
+    import torch
+
+    if not torch.cuda.is_available():
+        return "no CUDA device (TE's forward uses CUDA outside its kernels)"
+    if importlib.util.find_spec("transformer_engine") is None:
+        return "TransformerEngine is not installed"
+    return None
+
+
+def _emulated(spec: CaseSpec, reason: str, flags: dict[str, Any], backward: bool) -> Fallback | None:
+    import os
+
+    from memaudit.te.target import FUSED_ENV, TEGroupedMLPTarget
+
+    target = TEGroupedMLPTarget()
+    before = os.environ.get(FUSED_ENV)
+    try:
+        options = target.configure({**flags, "kernels": "emulated", "arch": EMULATED_ARCH, "cublaslt": None})
+    except RuntimeError:  # TE was already imported with the fused op on: emulation cannot switch it
+        return None
+    finally:  # the emulated forward sets the switch itself; the real cases keep theirs
+        if before is None:
+            os.environ.pop(FUSED_ENV, None)
+        else:
+            os.environ[FUSED_ENV] = before
+    espec = spec.replace(target=TARGET, device=spec.device if spec.device.startswith("cuda") else "cuda",
+                         options={**spec.options, **options})
+    if target.skip_reason(espec) is not None:
+        return None
+
+    def run() -> CaseReport:
+        from memaudit.runner import run_case
+
+        return run_case(target, espec, backward=backward)
+
+    return Fallback("emulated", reason, emulate_command(espec), run)
+
+
+def _estimated(spec: CaseSpec, reason: str) -> Fallback | None:
+    from memaudit.te.estimate import estimate
+
+    espec = spec.replace(target=TARGET)
+    try:
+        case = estimate(espec)
+    except UsageError:
+        return None  # a configuration TE would reject: the case stays skipped with its reason
+    better = ("with TE and any CUDA GPU, TE's real forward with emulated kernels: "
+              + emulate_command(espec.replace(device="cuda")))
+    return Fallback("estimated", reason, estimate_command(espec), lambda: case, better)
+
+
+def grouped_mlp_fallback(spec: CaseSpec, reason: str, mode: str, flags: dict[str, Any] | None = None,
+                         *, backward: bool = True) -> Fallback | None:
+    """The best answer for ``spec`` under ``mode`` (``auto``, ``emulate``, ``estimate``), or None."""
+    if spec.recipe not in RECIPES:
+        return None
+    if mode in ("auto", "emulate") and can_emulate() is None:
+        found = _emulated(spec, reason, dict(flags or {}), backward)
+        if found is not None or mode == "emulate":
+            return found
+    if mode in ("auto", "estimate"):
+        return _estimated(spec, reason)
+    return None
