@@ -15,6 +15,8 @@ class UsageError(Exception):
     def __init__(self, message: str, *, source: str | None = None, key: str | None = None) -> None:
         self.source = source
         self.key = key
+        self.message = message
+        """The message without the source and key in front."""
         where = ""
         if source and key:
             where = f"{source}: {key}: "

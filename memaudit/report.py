@@ -48,7 +48,8 @@ class Row:
     attribute inside a container (a classifier's name for the buffer) or else ``saved_as``; ``storage_bytes`` is that storage's full
     size and ``storage_offset`` the buffer's byte offset in it. A ``container`` row (a tensor
     subclass that reached the hook whole) has ``bytes == 0`` and no storage: its inner buffers
-    are the rows whose ``container_index`` points at it.
+    are the rows whose ``container_index`` points at it. ``operand`` is a label's, the target's
+    or the classifier's name, else memaudit's own (:func:`module_operand`).
     """
 
     index: int
@@ -76,6 +77,11 @@ class Row:
     resides: str = "device"
     via: str = "hook"
     aliases_output: bool = False
+    module: str | None = None
+    """The qualified name of the module whose forward saved it (``layers.3.mlp.fc1``; the root
+    module and a module outside it by class name), or None (saved outside any module call)."""
+    source: str | None = None
+    """``file:line`` of the user code that saved it (``capture(stack=True)``, ``run --stack``)."""
 
     def notes(self) -> list[str]:
         """Short flags for tables: parameter, duplicate view, buffer of a container, note."""
@@ -132,14 +138,43 @@ def make_row(values: dict[str, Any]) -> Row:
     return row
 
 
-def row_dict(row: Row) -> dict[str, Any]:
-    """``dataclasses.asdict(row)`` without its recursive deep copy (a row holds scalars and a
-    shape list of ints): the same dict, an order of magnitude faster for 10⁵ rows."""
-    d = dict(row.__dict__)  # dataclass __init__ sets the fields in declaration order
+OPTIONAL_ROW_KEYS = ("module", "source")
+"""Row keys written only when set, so that reports made before them stay byte for byte as they were."""
+
+
+def row_dict(r: Row) -> dict[str, Any]:
+    """A row as JSON: ``asdict`` without its recursive deep copy (a row holds scalars and a shape
+    list of ints; the same dict, an order of magnitude faster for 10⁵ rows), and without the
+    optional keys that are None."""
+    d = dict(r.__dict__)  # dataclass __init__ (and make_row) set the fields in declaration order
     if len(d) != len(_ROW_FIELDS):  # pragma: no cover - something set an extra attribute
-        d = {name: getattr(row, name) for name in _ROW_FIELDS}
+        d = {name: getattr(r, name) for name in _ROW_FIELDS}
     d["shape"] = list(d["shape"])
+    for k in OPTIONAL_ROW_KEYS:
+        if d[k] is None:
+            del d[k]
     return d
+
+
+def module_operand(module: str | None, op: str | None, saved_as: str | None, slot: str | None,
+                   nth: int | None = None) -> str | None:
+    """memaudit's name for a row no label, target or classifier named: ``MODULE:NODE.ATTRIBUTE``.
+
+    ``layers.3.mlp.fc1:AddmmBackward0.mat1`` (``_saved_`` dropped from C++ attributes), a buffer
+    inside a container adds its slot (``...saved_tensors[0]._data``). Without a node (a row
+    autograd released before ``report()`` ran) it is the save's position in its module call,
+    ``layers.3.mlp.fc1:saved[1]``; without a module, ``AddmmBackward0.mat1``. None when nothing
+    is known. Stable across runs: names and positions only, no addresses.
+    """
+    attr = saved_as or slot
+    if op is not None and attr is not None:
+        what = f"{op}.{attr.removeprefix('_saved_')}"
+        if slot and saved_as and slot != saved_as:
+            what += f".{slot}"
+        return f"{module}:{what}" if module else what
+    if module is None:
+        return None
+    return f"{module}:saved[{nth}]" if nth is not None else module
 
 
 @dataclass
@@ -672,10 +707,16 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     atomic_write(path, lambda f: f.write(text))
 
 
-def atomic_write(path: str | os.PathLike[str], write: Callable[[TextIO], object]) -> None:
-    """Call ``write(file)`` on a temp file in the same folder, then rename it to ``path``
-    (through a symlink to its target). An OSError is a UsageError naming the path; the temp file
-    is removed also on KeyboardInterrupt and SystemExit (the CLI turns SIGTERM into one)."""
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (see ``atomic_write``)."""
+    atomic_write(path, lambda f: f.write(data), binary=True)
+
+
+def atomic_write(path: str | os.PathLike[str], write: Callable[[Any], object], *, binary: bool = False) -> None:
+    """Call ``write(file)`` on a temp file in the same folder (UTF-8 text, or bytes with
+    ``binary``), then rename it to ``path`` (through a symlink to its target). An OSError is a
+    UsageError naming the path; the temp file is removed also on KeyboardInterrupt and SystemExit
+    (the CLI turns SIGTERM into one)."""
     p = Path(path)
     if p.is_symlink():
         p = p.resolve()
@@ -685,7 +726,7 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[TextIO], object]
     except OSError as exc:
         raise UsageError(f"cannot write: {exc.strerror or exc}", source=str(path)) from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with (os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8")) as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())

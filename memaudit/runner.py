@@ -27,8 +27,11 @@ def empty_case(spec: CaseSpec) -> CaseReport:
     return CaseReport(dataclasses.replace(spec, options=dict(spec.options), splits=tuple(spec.split_sizes())))
 
 
-def run_case(target: Target, spec: CaseSpec, *, backward: bool = True, verify_allocator: bool = False) -> CaseReport:
+def run_case(target: Target, spec: CaseSpec, *, backward: bool = True, verify_allocator: bool = False,
+             stack: bool = False) -> CaseReport:
     """Run one case under ``capture()``; errors and OOM become an ``error`` cell.
+
+    ``stack`` records the user source line of each save (``Row.source``).
 
     ``verify_allocator`` (CUDA) first runs one forward and backward as a warm-up (lazy library
     handles and workspaces are allocated there, not in the measured forward), then compares the
@@ -50,7 +53,7 @@ def run_case(target: Target, spec: CaseSpec, *, backward: bool = True, verify_al
             outputs = None
             del warm
             gc.collect()
-        with capture(verify_allocator=verify_allocator) as cap:
+        with capture(verify_allocator=verify_allocator, stack=stack) as cap:
             outputs = built.forward(cap)
         measured = cap.report(outputs=outputs)
         path = built.annotate(measured.rows, cap)
@@ -109,18 +112,26 @@ def run_matrix(
     verify_allocator: bool = False,
     on_case: Callable[[CaseReport], None] | None = None,
     fallbacks: Sequence[Fallback | None] | None = None,
+    on_start: Callable[[CaseSpec, int, int], None] | None = None,
+    stack: bool = False,
 ) -> Report:
     """Run every spec in order and collect a Report; where ``fallbacks`` (from
-    :func:`plan_fallbacks`) names an answer for a spec, that answer replaces the skipped cell."""
+    :func:`plan_fallbacks`) names an answer for a spec, that answer replaces the skipped cell.
+
+    ``on_start(spec, i, n)`` is called before case ``i`` of ``n`` (from 1) runs, ``on_case(case)``
+    after it.
+    """
     specs = list(specs)
     device = specs[0].device if specs else "cpu"
     cases = []
-    for i, spec in enumerate(specs):
-        fallback = fallbacks[i] if fallbacks is not None else None
+    for i, spec in enumerate(specs, 1):
+        if on_start is not None:
+            on_start(spec, i, len(specs))
+        fallback = fallbacks[i - 1] if fallbacks is not None else None
         if fallback is not None:
             case = _run_fallback(fallback, spec)
         else:
-            case = run_case(target, spec, backward=backward, verify_allocator=verify_allocator)
+            case = run_case(target, spec, backward=backward, verify_allocator=verify_allocator, stack=stack)
         cases.append(case)
         if on_case is not None:
             on_case(case)

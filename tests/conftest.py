@@ -32,3 +32,9 @@ def cli_runner():
     from typer.testing import CliRunner
 
     return CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _no_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI honours ``COLUMNS``: tests see the log width (200) unless they set it themselves."""
+    monkeypatch.delenv("COLUMNS", raising=False)

@@ -245,6 +245,7 @@ BAD_SCENARIOS = {
     "target a real factory, not allowed": SCENARIO.replace('target = "reference"', 'target = "tests.custom_factory:make"'),
     "ratio nan": SCENARIO.replace('max_bytes = "1 GiB"', 'ratio = nan\nagainst = { groups = 1 }'),
     "ratio inf": SCENARIO.replace('max_bytes = "1 GiB"', 'ratio = inf\nagainst = { groups = 1 }'),
+    "12 MB of budgets": SCENARIO + "".join(f'[[budget]]\nname = "b{i}"\nmax_bytes = "1 GiB"\n' for i in range(250_000)),
     "400 nines TiB": SCENARIO.replace('"1 GiB"', '"' + "9" * 400 + ' TiB"'),
     "10**30 bytes": SCENARIO.replace('"1 GiB"', str(10**30)),
     "when key typo": SCENARIO.replace('max_bytes = "1 GiB"', 'max_bytes = "1 GiB"\nwhen = { grouped_linear_pth = "x" }').replace('"reference"', '"te-grouped-mlp"'),

@@ -13,7 +13,7 @@ import torch
 
 from memaudit.capture import capture
 from memaudit.capture import recorder as rec_mod
-from memaudit.report import Row, make_row, row_dict
+from memaudit.report import OPTIONAL_ROW_KEYS, Row, make_row, row_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,8 +29,10 @@ def test_make_row_and_row_dict_match_the_dataclass() -> None:
               "op": "MmBackward0", "note": "n", "storage": "s1"}
     fast, slow = make_row(dict(values)), Row(**values)
     assert fast == slow
-    assert row_dict(fast) == dataclasses.asdict(slow)
-    assert list(row_dict(fast)) == list(dataclasses.asdict(slow))
+    want = {k: v for k, v in dataclasses.asdict(slow).items() if not (k in OPTIONAL_ROW_KEYS and v is None)}
+    assert row_dict(fast) == want and list(row_dict(fast)) == list(want)
+    with_module = make_row({**values, "module": "layers.0"})
+    assert row_dict(with_module)["module"] == "layers.0" and with_module == Row(**values, module="layers.0")
     assert row_dict(fast)["shape"] is not fast.shape  # a copy, as asdict makes
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.bytes = 1  # type: ignore[misc]
@@ -40,9 +42,10 @@ def test_make_row_and_row_dict_match_the_dataclass() -> None:
         make_row({k: v for k, v in values.items() if k != "kind"})
 
 
-def test_plain_fast_path_gives_the_general_rows() -> None:
+@pytest.mark.parametrize("opts", [{}, {"modules": False}, {"stack": True}], ids=["modules", "no-modules", "stack"])
+def test_plain_fast_path_gives_the_general_rows(opts: dict[str, bool]) -> None:
     model, x = _model()
-    with capture() as cap:
+    with capture(**opts) as cap:
         y = model(x).sum()
         fast = cap.report(outputs=y)
         # A label on an unrelated tensor sends every record through the general path.
@@ -52,6 +55,10 @@ def test_plain_fast_path_gives_the_general_rows() -> None:
         y.backward()
     assert fast.rows and fast.rows == general.rows
     assert fast.to_dict()["rows"] == general.to_dict()["rows"]
+    if opts.get("modules", True):
+        assert any(r.module for r in fast.rows) and all(r.operand for r in fast.rows)
+    if opts.get("stack"):
+        assert any(r.source for r in fast.rows)
 
 
 def test_report_without_outputs_finds_the_same_rows_and_restores_gc() -> None:

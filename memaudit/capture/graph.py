@@ -33,6 +33,10 @@ class Found:
     op: str
     slot: str
     buffer: Buffer
+    seq: int = -1
+    """The sequence number of the node that keeps it (names its module, see Capture.module_of_node)."""
+    inside: bool = False
+    """The node was made in the capturing thread while the capture was active."""
 
 
 @dataclass
@@ -113,10 +117,10 @@ _WHY = {
 }
 
 
-def _unhooked(result: WalkResult, op: str, slot: str, value: Any, in_region: bool) -> None:
+def _unhooked(result: WalkResult, op: str, slot: str, value: Any, in_region: bool, seq: int) -> None:
     for suffix, t in _tensors(value):
         name = slot + suffix
-        result.found.append(Found("unhooked", op, name, buffer_of(t)))
+        result.found.append(Found("unhooked", op, name, buffer_of(t), seq, in_region))
         if t.dim() == 0 and t.device.type == "cpu":
             continue  # PyTorch saves wrapped Python numbers without hooks; nothing hides there
         result.unseen += 1
@@ -146,7 +150,8 @@ def walk(roots: list[Any], in_region: Any, *, outside: bool = False) -> WalkResu
     try:
         for i in sorted(range(len(nodes)), key=seqs.__getitem__):
             node = nodes[i]
-            inside = in_region(seqs[i])
+            seq = seqs[i]
+            inside = in_region(seq)
             if not inside and not outside:
                 continue
             tp = type(node)
@@ -156,7 +161,7 @@ def walk(roots: list[Any], in_region: Any, *, outside: bool = False) -> WalkResu
             op, attrs = kind
             if attrs is None:
                 result.python_nodes.append(node)
-                _walk_python(node, op, result, inside)
+                _walk_python(node, op, result, inside, seq)
                 continue
             for attr in attrs:
                 try:
@@ -168,13 +173,13 @@ def walk(roots: list[Any], in_region: Any, *, outside: bool = False) -> WalkResu
                     _claim(seen, op, attr)
                     seen.clear()
                 elif value is not None:
-                    _unhooked(result, op, attr, value, inside)
+                    _unhooked(result, op, attr, value, inside, seq)
     finally:
         st.walking = prev
     return result
 
 
-def _walk_python(node: Any, op: str, result: WalkResult, inside: bool) -> None:
+def _walk_python(node: Any, op: str, result: WalkResult, inside: bool, seq: int) -> None:
     with walking() as seen:
         try:
             values = node.saved_tensors
@@ -192,11 +197,11 @@ def _walk_python(node: Any, op: str, result: WalkResult, inside: bool) -> None:
         else:
             for i, v in enumerate(values):
                 if v is not None:
-                    _unhooked(result, op, f"saved_tensors[{i}]", v, inside)
+                    _unhooked(result, op, f"saved_tensors[{i}]", v, inside, seq)
     try:
         attrs = vars(node)
     except TypeError:  # pragma: no cover - every Python node has a __dict__
         return
     for name, value in attrs.items():
         for suffix, t in _tensors(value):
-            result.found.append(Found("ctx", op, f"ctx.{name}{suffix}", buffer_of(t)))
+            result.found.append(Found("ctx", op, f"ctx.{name}{suffix}", buffer_of(t), seq, inside))

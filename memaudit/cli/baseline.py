@@ -16,7 +16,7 @@ import typer
 from rich.text import Text
 
 from memaudit.cli import exitcodes
-from memaudit.cli.common import usage_exit
+from memaudit.cli.common import Command, Group
 from memaudit.errors import UsageError
 from memaudit.render.console import consoles
 from memaudit.report import check_outputs
@@ -36,12 +36,10 @@ def update(
     """
     out, err = consoles()
     target = into if into is not None else BASELINE_DIR / f"{current.stem}.json"
-    try:
-        check_outputs({"--into": target})
-        with folder_lock(target.parent):
-            _update(current, target, prune, force, out, err)
-    except UsageError as exc:
-        raise usage_exit(err, exc) from None
+    # bad input raises UsageError: exit 2 in the one error style (memaudit.cli.common.Command)
+    check_outputs({"--into": target})
+    with folder_lock(target.parent):
+        _update(current, target, prune, force, out, err)
     raise typer.Exit(exitcodes.OK)
 
 
@@ -116,6 +114,7 @@ def register(app: typer.Typer) -> None:
         help="Baselines that `memaudit compare` gates against (reports/baseline/).",
         no_args_is_help=True,
         add_completion=False,
+        cls=Group,
     )
-    sub.command("update")(update)
+    sub.command("update", cls=Command)(update)
     app.add_typer(sub, name="baseline")

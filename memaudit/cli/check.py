@@ -14,8 +14,7 @@ import typer
 from rich.text import Text
 
 from memaudit.cli import exitcodes
-from memaudit.cli.common import OUTCOME_CODES, usage_exit
-from memaudit.errors import UsageError
+from memaudit.cli.common import OUTCOME_CODES, Command
 from memaudit.render.console import consoles
 from memaudit.report import check_outputs
 
@@ -31,7 +30,7 @@ CHECK_HELP = (
 def check(
     report: Annotated[Path, typer.Argument(help="A JSON report from memaudit run --json.", show_default=False)],
     scenario: Annotated[Path, typer.Option("--scenario", help="The scenario TOML file whose budgets judge the report, or a shipped scenario by name (grouped_mlp, reference).", show_default=False)],
-    allow_target: Annotated[list[str] | None, typer.Option("--allow-target", help="A PKG.MOD:FACTORY target the scenario may name (repeatable; also [tool.memaudit] allow-targets in pyproject.toml).")] = None,
+    allow_target: Annotated[list[str] | None, typer.Option("--allow-target", help="A PKG.MOD:FACTORY target the scenario may name (repeatable; also \\[tool.memaudit] allow-targets in pyproject.toml).")] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the report with each case's budgets filled in here (atomically).")] = None,
     show_na: Annotated[bool, typer.Option("--show-na", help="Also list rules that do not apply to a case.")] = False,
     allow_incomplete: Annotated[bool, typer.Option("--allow-incomplete", help="Judge cases memaudit marked incomplete instead of failing them.")] = False,
@@ -44,13 +43,11 @@ def check(
     from memaudit.report import load_report, write_report
 
     out, err = consoles()
-    try:
-        check_outputs({"--json": json_path})
-        loaded = load_scenario(scenario, allowed_targets(tuple(allow_target or ())))
-        rep = load_report(report)
-        verdicts = evaluate(rep, loaded, source=str(report), allow_incomplete=allow_incomplete)
-    except UsageError as exc:
-        raise usage_exit(err, exc) from None
+    # bad input raises UsageError: exit 2 in the one error style (memaudit.cli.common.Command)
+    check_outputs({"--json": json_path})
+    loaded = load_scenario(scenario, allowed_targets(tuple(allow_target or ())))
+    rep = load_report(report)
+    verdicts = evaluate(rep, loaded, source=str(report), allow_incomplete=allow_incomplete)
 
     if te_version_of(rep.environment) is None and any(r.known_failure for r in loaded.rules):
         err.print(
@@ -59,7 +56,7 @@ def check(
         )
     code = OUTCOME_CODES[outcome(rep, verdicts, loaded)]
     out.print(render_failures(verdicts), soft_wrap=True)
-    out.print(render_verdicts(verdicts, show_na=show_na))
+    out.print(render_verdicts(verdicts, show_na=show_na, width=out.width))
     applied = {v.rule for v in verdicts if v.verdict != "n/a"}
     unused = [r.name for r in loaded.rules if r.name not in applied]
     for name in unused:
@@ -83,4 +80,4 @@ def check(
 
 def register(app: typer.Typer) -> None:
     """Add ``check`` to the CLI."""
-    app.command("check", help=CHECK_HELP)(check)
+    app.command("check", help=CHECK_HELP, cls=Command)(check)

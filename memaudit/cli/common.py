@@ -4,33 +4,126 @@ judged scenario."""
 from __future__ import annotations
 
 import functools
+import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import typer
 from rich.console import Console
 from rich.text import Text
+from typer.core import TyperCommand, TyperGroup
 
 from memaudit.cli import exitcodes
 from memaudit.errors import UsageError
 from memaudit.render.console import make_console
 
+# click, as the typer installed uses it: the click package, or the copy newer typers carry
+clickx: Any = importlib.import_module(typer.BadParameter.__module__)
+get_current_context = importlib.import_module(typer.BadParameter.__module__.rsplit(".", 1)[0] + ".globals").get_current_context
+Context = typer.Context
+_NO_ARGS_IS_HELP = getattr(clickx, "NoArgsIsHelpError", ())
+
 OUTCOME_CODES = {"ok": exitcodes.OK, "fail": exitcodes.FAIL, "case_error": exitcodes.CASE_ERROR}
 """A judged scenario's outcome (:func:`memaudit.judge.scenario.outcome`) -> exit status."""
 
 
-def usage_exit(err: Console, exc: UsageError, hint: str | None = None) -> typer.Exit:
-    """Print a usage error (no traceback, no markup) and return the Exit(2) to raise."""
-    msg = Text("error: ", style="bold red")
-    msg.append(str(exc))
+def error_line(message: str, hint: str | None = None) -> Text:
+    """memaudit's one error style: ``error: WHERE: WHAT`` (a flag, or a file and key, then what is
+    wrong with the value), an indented hint under it. Plain text: a value like ``[/x]`` is shown,
+    never read as markup."""
+    msg = Text()
+    msg.append("error:", style="bold red")  # the label only: the message is plain
+    msg.append(f" {message}")
     if hint:
-        msg.append(f"\n  {hint}")
-    err.print(msg, soft_wrap=True)
+        msg.append(f"\n  {hint}", style="dim")
+    return msg
+
+
+def usage_exit(err: Console, exc: UsageError, hint: str | None = None) -> typer.Exit:
+    """Print a usage error in the one style (no traceback, no markup) and return the Exit(2) to raise."""
+    err.print(error_line(str(exc), hint), soft_wrap=True)  # one line: paths and values stay whole for grep
     return typer.Exit(exitcodes.USAGE)
 
 
+def as_click(exc: UsageError) -> clickx.ClickException:
+    """A memaudit UsageError as typer's exception: ``BadParameter`` where it is about a flag."""
+    if exc.key and exc.key.startswith("-") and exc.source is None:
+        return typer.BadParameter(exc.message, param_hint=exc.key)
+    return clickx.UsageError(str(exc))
+
+
+def click_error(exc: clickx.ClickException) -> tuple[str, str | None]:
+    """(message, hint) of a click/typer error in memaudit's style: ``--flag: what`` for a bad
+    value, click's message otherwise; the hint names the command's ``--help``."""
+    if isinstance(exc, clickx.BadParameter) and not isinstance(exc, clickx.MissingParameter):
+        hint = exc.param_hint
+        if hint is None and exc.param is not None:
+            param = exc.param
+            hint = list(getattr(param, "opts", None) or []) or (param.human_readable_name,)
+        where = hint if isinstance(hint, str) else " / ".join(hint or ())
+        what = exc.message.removeprefix("Value error, ")  # typer's wording for a Literal choice
+        message = f"{where}: {what}" if where else what
+    elif isinstance(exc, clickx.NoSuchOption) and exc.possibilities:
+        message = f"{exc.message} (did you mean {' or '.join(sorted(exc.possibilities))}?)"
+    else:
+        message = exc.format_message()
+    message = message.rstrip(".") if message.endswith(".") and not message.endswith("..") else message
+    if len(message) > 1 and message[0].isupper() and message[1].islower():
+        message = message[0].lower() + message[1:]
+    own = getattr(exc, "ctx", None)  # set by click for what it parsed
+    ctx = own or get_current_context(silent=True)
+    about_flags = own is not None or isinstance(exc, clickx.BadParameter)  # not a file's key or value
+    return message, f"see '{ctx.command_path} --help'" if ctx is not None and about_flags else None
+
+
+def show_click_error(exc: clickx.ClickException) -> int:
+    """Print a click/typer error in memaudit's one style on stderr; its exit status (2 for usage)."""
+    message, hint = click_error(exc)
+    make_console(stderr=True).print(error_line(message, hint), soft_wrap=True)
+    return exc.exit_code
+
+
+def _handled(call: Callable[[], Any], resilient: bool) -> Any:
+    try:
+        return call()
+    except _NO_ARGS_IS_HELP:
+        raise  # typer prints the help
+    except clickx.ClickException as exc:
+        if resilient:
+            raise
+        raise typer.Exit(show_click_error(exc)) from None
+    except UsageError as exc:
+        if resilient:
+            raise
+        raise typer.Exit(show_click_error(as_click(exc))) from None
+
+
+class Command(TyperCommand):
+    """A typer command whose bad usage (typer's and memaudit's alike) prints in memaudit's one
+    style, ``error: --flag: ...``, and exits 2, instead of typer's boxed panel."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: Context | None = None, **extra: Any) -> Context:
+        return _handled(lambda: super(Command, self).make_context(info_name, args, parent, **extra),
+                        bool(extra.get("resilient_parsing")) or bool(parent and parent.resilient_parsing))
+
+    def invoke(self, ctx: Context) -> Any:
+        return _handled(lambda: super(Command, self).invoke(ctx), ctx.resilient_parsing)
+
+
+class Group(TyperGroup):
+    """The command groups' counterpart of :class:`Command` (an unknown command or group option)."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: Context | None = None, **extra: Any) -> Context:
+        return _handled(lambda: super(Group, self).make_context(info_name, args, parent, **extra),
+                        bool(extra.get("resilient_parsing")) or bool(parent and parent.resilient_parsing))
+
+    def invoke(self, ctx: Context) -> Any:
+        return _handled(lambda: super(Group, self).invoke(ctx), ctx.resilient_parsing)
+
+
 def exits(fn: Callable[..., int | None]) -> Callable[..., None]:
-    """A command body that returns its exit status; a UsageError becomes exit 2 with its message.
+    """A command body that returns its exit status (a UsageError is exit 2 with its message in
+    the one style, through :class:`Command`, or here for a command typer made another way).
 
     Typer reads the wrapped function's signature, so a command's options are declared once.
     """
@@ -40,7 +133,7 @@ def exits(fn: Callable[..., int | None]) -> Callable[..., None]:
         try:
             code = fn(*args, **kwargs)
         except UsageError as exc:
-            raise usage_exit(make_console(stderr=True), exc) from None
+            raise typer.Exit(show_click_error(as_click(exc))) from None
         raise typer.Exit(code or exitcodes.OK)
 
     return command

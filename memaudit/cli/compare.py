@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from rich.text import Text
 
 from memaudit.cli import exitcodes
-from memaudit.cli.common import usage_exit
-from memaudit.errors import UsageError
+from memaudit.cli.common import Command
 from memaudit.render.console import consoles
 from memaudit.report import check_outputs
+
+FailOn = Literal["increase", "change"]
 
 COMPARE_HELP = (
     "Compare a report against a baseline, case by case; exact by default.\n\n"
@@ -40,7 +41,7 @@ def compare(
         str,
         typer.Option(help="Growth allowed per byte metric: bytes ('4096', '1 MiB') or a percent of the case's baseline saved bytes ('0.5%')."),
     ] = "0",
-    fail_on: Annotated[str, typer.Option(help="increase: only growth fails; change: any change beyond the tolerance fails, missing cases too.")] = "increase",
+    fail_on: Annotated[FailOn, typer.Option(help="increase: only growth fails; change: any change beyond the tolerance fails, missing cases too.")] = "increase",
     strict_env: Annotated[bool, typer.Option("--strict-env", help="Fail when the environments differ (TE version, device class, torch version).")] = False,
     allow_incomplete: Annotated[bool, typer.Option("--allow-incomplete", help="Compare cases memaudit marked incomplete instead of failing them.")] = False,
     allow_missing: Annotated[bool, typer.Option("--allow-missing", help="Let baseline cases be missing from the current report (they fail the gate by default).")] = False,
@@ -57,16 +58,14 @@ def compare(
     from memaudit.report import atomic_write_text, load_report
 
     out, err = consoles()
-    try:
-        check_outputs({"--markdown": markdown, "--benchmark-json": benchmark_json})
-        tol = parse_tolerance(tolerance)
-        comment_name = name if name is not None else default_comment_name(baseline)
-        marker(comment_name)
-        base_report = load_report(baseline)
-        cur_report = load_report(current)
-        cmp = compare_reports(base_report, cur_report, tolerance=tol, fail_on=fail_on, strict_env=strict_env, allow_incomplete=allow_incomplete, allow_emulated=allow_emulated, allow_missing=allow_missing)
-    except UsageError as exc:
-        raise usage_exit(err, exc) from None
+    # bad input raises UsageError: exit 2 in the one error style (memaudit.cli.common.Command)
+    check_outputs({"--markdown": markdown, "--benchmark-json": benchmark_json})
+    tol = parse_tolerance(tolerance)
+    comment_name = name if name is not None else default_comment_name(baseline)
+    marker(comment_name)
+    base_report = load_report(baseline)
+    cur_report = load_report(current)
+    cmp = compare_reports(base_report, cur_report, tolerance=tol, fail_on=fail_on, strict_env=strict_env, allow_incomplete=allow_incomplete, allow_emulated=allow_emulated, allow_missing=allow_missing)
 
     for w in cmp.env_warnings:
         label = Text("error: " if strict_env else "warning: ", style="bold red" if strict_env else "bold yellow")
@@ -89,4 +88,4 @@ def compare(
 
 def register(app: typer.Typer) -> None:
     """Add ``compare`` to the CLI."""
-    app.command("compare", help=COMPARE_HELP)(compare)
+    app.command("compare", help=COMPARE_HELP, cls=Command)(compare)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import re
@@ -9,16 +10,23 @@ import sys
 import typing
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
 from memaudit.cli import exitcodes
-from memaudit.cli.common import OUTCOME_CODES, exits, parse_int_list, parse_recipes, usage_exit
+from memaudit.cli.common import (
+    OUTCOME_CODES,
+    Command,
+    Group,
+    exits,
+    parse_int_list,
+    parse_recipes,
+    usage_exit,
+)
 from memaudit.errors import UsageError
-from memaudit.render.console import make_console
+from memaudit.render.console import consoles, make_console
 from memaudit.spec import DTYPES, CaseSpec, validate_splits
 
 EXIT_CODES_HELP = (
@@ -31,11 +39,67 @@ app = typer.Typer(
     name="memaudit",
     help="Saved-tensor memory auditor and regression gate for PyTorch and TransformerEngine.\n\n" + EXIT_CODES_HELP,
     no_args_is_help=False,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
+    cls=Group,
 )
-console = make_console()
-err_console = make_console(stderr=True)
+
+Dtype = Literal[DTYPES]  # type: ignore[valid-type]
+"""``--dtype``: typer lists the choices in --help and completion, and refuses others."""
+
+DEVICE = re.compile(r"cpu|cuda(:\d{1,3})?")
+
+
+def version_line() -> str:
+    """``memaudit X (torch Y, transformer-engine Z)``, from the installed packages (nothing imported)."""
+    import memaudit
+    from memaudit.te.environment import package_version, te_version
+
+    return (f"memaudit {memaudit.__version__} (torch {package_version('torch') or 'not installed'}, "
+            f"transformer-engine {te_version() or 'not installed'})")
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(version_line())
+        raise typer.Exit(exitcodes.OK)
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
+                                          help="Print memaudit's, torch's and TransformerEngine's versions and exit.")] = False,
+) -> None:
+    """Saved-tensor memory auditor and regression gate for PyTorch and TransformerEngine."""
+
+
+def _check_device(value: str | None) -> str | None:
+    if value is not None and not DEVICE.fullmatch(value):
+        raise typer.BadParameter(f"unknown device {value!r}; use cpu, cuda or cuda:N")
+    return value
+
+
+def _complete_device(incomplete: str) -> list[str]:
+    return [d for d in ("cpu", "cuda", "cuda:0", "cuda:1") if d.startswith(incomplete)]
+
+
+def _complete_target(incomplete: str) -> list[tuple[str, str]]:
+    from memaudit.targets.registry import BUILTIN
+
+    return [(name, "built-in target") for name in BUILTIN if name.startswith(incomplete)]
+
+
+def _complete_recipe(ctx: typer.Context, incomplete: str) -> list[str]:
+    """The recipes of --target (given before --recipe) or of every built-in target, and ``all``;
+    after a comma, the ones not listed yet."""
+    from memaudit.targets import registry
+
+    target = ctx.params.get("target")
+    names = registry.recipes(target) if target in registry.BUILTIN else registry.all_recipes()
+    head, comma, last = incomplete.rpartition(",")
+    listed = set(head.split(",")) if comma else set()
+    options = [n for n in names if n not in listed] + ([] if comma else ["all"])
+    return [head + comma + n for n in options if n.startswith(last)]
 
 
 MAX_DIM = 2**40
@@ -70,7 +134,8 @@ def build_specs(
     for name, value in dims.items():
         flag = "--" + name.replace("_", "-")
         if value is not None and name not in names:
-            raise UsageError(f"target {target.name!r} has no dimension {name!r} (it has {', '.join(names)})", key=flag)
+            has = f"it has {', '.join(names)}" if names else "it declares none: its factory takes no case spec"
+            raise UsageError(f"target {target.name!r} has no dimension {name!r} ({has})", key=flag)
         _positive(value, flag)
         if value is not None and value > MAX_DIM:
             raise UsageError(f"must be at most 2**40, got an integer of {value.bit_length()} bits", key=flag)
@@ -80,7 +145,7 @@ def build_specs(
     dtype = dtype if dtype is not None else d["dtype"]
     if dtype not in DTYPES:
         raise UsageError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}", key="--dtype")
-    if not re.fullmatch(r"cpu|cuda(:\d{1,3})?", device):
+    if not DEVICE.fullmatch(device):
         raise UsageError(f"unknown device {device!r}; use cpu or cuda", key="--device")
     shape = {n: dims.get(n) or d[n] for n in names}
     split = next((p.name for p in target.shape if p.split), None)
@@ -100,26 +165,32 @@ def build_specs(
             spec = CaseSpec(target.name, r, g, tuple(shape.items()), dtype, device, dict(options), split_tuple)
             spec.split_sizes()  # validates the split dimension vs groups vs alignment
             specs.append(spec)
+    ids = [s.id for s in specs]
+    twice = next((i for k, i in enumerate(ids) if i in ids[:k]), None)
+    if twice is not None:
+        raise UsageError(f"these options make case {twice!r} more than once: target {target.name!r} does not tell "
+                         "the cases apart (a factory that takes no case spec runs one case)", key="--groups")
     return specs
 
 
 def run(
-    target: Annotated[str | None, typer.Option(help="reference | te-grouped-mlp | PKG.MOD:FACTORY. Default: te-grouped-mlp where TE and a GPU are present, else reference.")] = None,
-    recipe: Annotated[str | None, typer.Option(help="A recipe the target knows (te-grouped-mlp: bf16, fp8-delayed, fp8-current, fp8-block, mxfp8, nvfp4) | all; comma-separated for several.")] = None,
+    target: Annotated[str | None, typer.Option(autocompletion=_complete_target, help="reference | te-grouped-mlp | PKG.MOD:FACTORY. Default: te-grouped-mlp where TE and a GPU are present, else reference.")] = None,
+    recipe: Annotated[str | None, typer.Option(autocompletion=_complete_recipe, help="A recipe the target knows (te-grouped-mlp: bf16, fp8-delayed, fp8-current, fp8-block, mxfp8, nvfp4; reference: bf16) | all; comma-separated for several.")] = None,
     groups: Annotated[str | None, typer.Option(help="Group (expert) counts, e.g. 1,4,8.")] = None,
-    dtype: Annotated[str | None, typer.Option(help="bf16 | fp32")] = None,
-    device: Annotated[str | None, typer.Option(help="cpu | cuda. Default: cuda for the TE target, else cpu.")] = None,
+    dtype: Annotated[Dtype | None, typer.Option(help="The activations' dtype. Default: the target's (bf16).")] = None,
+    device: Annotated[str | None, typer.Option(callback=_check_device, autocompletion=_complete_device, help="cpu | cuda | cuda:N. Default: cuda for the TE target, else cpu.")] = None,
     splits: Annotated[str | None, typer.Option(help="Explicit token splits, e.g. 256,0,512,256 (one group count only).")] = None,
     scenario: Annotated[Path | None, typer.Option(help="Scenario TOML file, or a shipped scenario by name (grouped_mlp, reference): its cases and budgets replace the matrix flags.")] = None,
-    allow_target: Annotated[list[str] | None, typer.Option("--allow-target", help="A PKG.MOD:FACTORY target the scenario may name (repeatable; also [tool.memaudit] allow-targets in pyproject.toml).")] = None,
+    allow_target: Annotated[list[str] | None, typer.Option("--allow-target", help="A PKG.MOD:FACTORY target the scenario may name (repeatable; also \\[tool.memaudit] allow-targets in pyproject.toml).")] = None,
     fallback: Annotated[FallbackMode | None, typer.Option(help="What answers a case that cannot run on real kernels here (the grouped-MLP targets): auto = TE's real forward with emulated sm100 kernels where TE and a GPU are present, else the estimate; emulate; estimate; none = a skipped cell. Default: auto; none with --scenario.")] = None,
     expected: Annotated[bool, typer.Option(help="Add the estimator's expected bytes per row and flag mismatches.")] = False,
     backward: Annotated[bool, typer.Option(help="Run backward after each captured forward.")] = True,
     verify_allocator: Annotated[bool, typer.Option("--verify-allocator", help="CUDA: check the rows against the caching allocator's growth over the captured forward (hidden_bytes per case).")] = False,
     allow_incomplete: Annotated[bool, typer.Option("--allow-incomplete", help="Judge budgets on cases memaudit marked incomplete instead of failing them.")] = False,
+    stack: Annotated[bool, typer.Option("--stack", help="Record the source line (file:line) of the user code behind each saved tensor (rows' source; slower capture, see docs/bench.md).")] = False,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the JSON report here (atomically).")] = None,
     markdown: Annotated[Path | None, typer.Option(help="Write a markdown summary (PR comment) here.")] = None,
-    quiet: Annotated[bool, typer.Option(help="Only the summary table.")] = False,
+    quiet: Annotated[bool, typer.Option(help="Only the summary table (and, where stderr is not a terminal, the one line per finished case).")] = False,
     **target_flags: Any,
 ) -> int:
     """Run the target for each (recipe, group count) and report every saved tensor.
@@ -176,41 +247,39 @@ def run(
             splits=splits,
             all_recipes=getattr(tgt, "fallback_recipes", None) if mode != "none" else None,
         )
+    from memaudit.render.progress import CaseProgress
     from memaudit.runner import plan_fallbacks
 
     fallbacks = plan_fallbacks(tgt, specs, mode, backward=backward)
-    for line in fallback_notes(tgt, specs, fallbacks, mode):
-        err_console.print(line, soft_wrap=True)
     from memaudit.render.tables import case_table, summary_table
+
+    console, err_console = consoles()
+    for line in fallback_notes(tgt, specs, fallbacks, mode):  # said before anything runs
+        err_console.print(line, soft_wrap=True)
 
     def show(case: Any) -> None:
         if not quiet and case.status == "ok":
-            console.print(case_table(case, show_expected=expected))
+            console.print(case_table(case, show_expected=expected, width=console.width))
         elif not quiet:
             line = Text(case.id, style="bold")
             line.append(f": {case.status}: {case.reason}", style="")
             console.print(line, soft_wrap=True)
 
-    if len(specs) > 1:
-        with Progress(
-            TextColumn("[progress.description]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-        ) as progress:
-            task = progress.add_task("cases", total=len(specs))
+    # on a terminal a bar (for a matrix); else one line per finished case. On stderr, so that
+    # stdout holds only the tables.
+    tty = err_console.is_terminal
+    progress = CaseProgress(err_console, len(specs), live=tty, redirect_stdout=console.is_terminal) \
+        if len(specs) > 1 or not tty else None
 
-            def on_case(case: Any) -> None:
-                progress.update(task, advance=1, description=case.id)
-                show(case)
+    def on_case(case: Any) -> None:
+        if progress is not None:
+            progress.finish(case)
+        show(case)
 
-            report = run_matrix(tgt, specs, backward=backward, verify_allocator=verify_allocator, on_case=on_case,
-                                fallbacks=fallbacks)
-    else:
-        report = run_matrix(tgt, specs, backward=backward, verify_allocator=verify_allocator, on_case=show,
-                            fallbacks=fallbacks)
+    with progress if progress is not None else contextlib.nullcontext():
+        report = run_matrix(tgt, specs, backward=backward, verify_allocator=verify_allocator, on_case=on_case,
+                            on_start=progress.start if progress is not None else None, fallbacks=fallbacks,
+                            stack=stack)
     if expected:
         from memaudit.te.expected import attach_expected
 
@@ -223,12 +292,12 @@ def run(
 
         verdicts = evaluate(report, loaded, source=loaded.path, allow_incomplete=allow_incomplete)
         code = OUTCOME_CODES[outcome(report, verdicts, loaded)]
-    console.print(summary_table(report.cases))
+    console.print(summary_table(report.cases, width=console.width))
     if verdicts is not None:
         from memaudit.render.verdicts import render_failures, render_verdicts
 
         console.print(render_failures(verdicts))
-        console.print(render_verdicts(verdicts))
+        console.print(render_verdicts(verdicts, width=console.width))
     if json_path is not None:
         write_report(report, json_path)
         console.print(Text(f"wrote {json_path}"), soft_wrap=True)
@@ -321,10 +390,10 @@ def _with_target_flags(fn: Any) -> Any:
     return fn
 
 
-app.command()(exits(_with_target_flags(run)))
+app.command(cls=Command)(exits(_with_target_flags(run)))
 
 
-@app.command()
+@app.command(cls=Command)
 def schema() -> None:
     """Print the JSON Schema every report's rows and totals are validated against on read."""
     import json
@@ -334,22 +403,23 @@ def schema() -> None:
     sys.stdout.write(json.dumps(report_schema(), indent=1, sort_keys=True) + "\n")
 
 
-@app.command()
+@app.command(cls=Command)
 def doctor() -> None:
     """GPU, versions, recipe availability, and which grouped-MLP path TE would take here."""
     from memaudit.te.doctor import doctor_report, render_doctor
 
-    console.print(render_doctor(doctor_report()))
+    make_console().print(render_doctor(doctor_report()))
 
 
 def _register_commands() -> None:
     """Subcommands that live in memaudit/cli/: each module has ``register(app)``."""
-    from memaudit.cli import baseline, check, compare, estimate
+    from memaudit.cli import baseline, check, compare, estimate, plot
 
     compare.register(app)
     baseline.register(app)
     check.register(app)
     estimate.register(app)
+    plot.register(app)
 
 
 _register_commands()
@@ -369,7 +439,7 @@ def main() -> None:
     try:
         app()
     except UsageError as exc:  # raised outside a command body
-        sys.exit(usage_exit(err_console, exc).exit_code)
+        sys.exit(usage_exit(make_console(stderr=True), exc).exit_code)
 
 
 if __name__ == "__main__":

@@ -388,7 +388,7 @@ def parse_cases(d: Any, *, source: str, key: str, allow_targets: tuple[str, ...]
         if dup is not None:
             raise r.fail(_join(key, name), f"{dup!r} is listed twice")
     shape = tuple((k, r.integer(d[k], _join(key, k))) for k in dims)
-    dtype = r.string(d.get("dtype", "bf16"), _join(key, "dtype"), choices=DTYPES)
+    dtype = r.string(d.get("dtype", registry.default_dtype(target)), _join(key, "dtype"), choices=DTYPES)
     options = r.table(d.get("options", {}), _join(key, "options"))
     for k, v in options.items():
         if not isinstance(v, str | int | float | bool):
@@ -544,10 +544,18 @@ def allowed_targets(extra: tuple[str, ...] = (), pyproject: str | os.PathLike[st
     return (*extra, *listed)
 
 
+MAX_SCENARIO_CHARS = 2 * 1024 * 1024
+"""A scenario file larger than this is refused before parsing (the shipped ones are a few KB; a
+10 MB file with 250,000 budgets would take tens of seconds in TOML parsing alone)."""
+
+
 def load_scenario(path: str | os.PathLike[str], allow_targets: tuple[str, ...] = ()) -> Scenario:
     """Read and validate a scenario: a file, or a shipped one by name (:func:`resolve_scenario`).
     Every problem is a UsageError naming file, key and value."""
     src, text = resolve_scenario(path)
+    if len(text) > MAX_SCENARIO_CHARS:
+        raise UsageError(f"the scenario is {len(text):,} characters, more than {MAX_SCENARIO_CHARS:,} (about 40,000 "
+                         "budgets): split it into several files", source=src)
     check_depth(text, src)
     try:
         data = tomllib.loads(text)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from rich.console import Console
-from rich.table import Table
+from rich.console import Console, RenderableType
 from rich.text import Text
 
 from memaudit.judge.baseline import CaseDiff, Comparison, Finding, RowDiff
+from memaudit.render.layout import Col, Prose, Sheet, fit
 from memaudit.report import Row
 from memaudit.units import fmt_bytes, fmt_delta, fmt_shape
 
@@ -43,48 +43,64 @@ def _pct(f: Finding) -> str:
     return f"{p:+.2f}%" if abs(p) >= 0.01 or p == 0 else ("+" if p > 0 else "-") + "<0.01%"
 
 
-def comparison_table(cmp: Comparison, *, title: str | None = None) -> Table:
-    """One row per finding: case, what changed, current, baseline, delta, delta %, verdict."""
-    table = Table(title=Text(title) if title else None, show_lines=False, title_justify="left")
-    table.add_column("case", overflow="fold", no_wrap=True)
-    table.add_column("change", overflow="fold")
-    table.add_column("current", justify="right")
-    table.add_column("baseline", justify="right")
-    table.add_column("delta", justify="right")
-    table.add_column("delta %", justify="right")
-    table.add_column("verdict")
+def _comparison_sheet(cmp: Comparison, title: str | None, compact: bool) -> Sheet:
+    cols = [Col("case"), Col("change", wrap=True), Col("current", "right"), Col("baseline", "right"),
+            Col("delta", "right"), Col("%" if compact else "delta %", "right"), Col("verdict")]
+    unchanged = sum(1 for d in cmp.cases if not d.findings)
+    sheet = Sheet(cols, title=title, group=0,
+                  caption=f"{unchanged} case{'s' if unchanged != 1 else ''} unchanged" if unchanged else None)
     for diff in cmp.cases:
         first = True
         for f in diff.findings:
             label = f.label if f.numeric else f.text
             verdict = Text(f.verdict, style=VERDICT_STYLE.get(f.verdict, ""))
-            cells = [diff.id if first else "", label, _value(f, f.current), _value(f, f.baseline), _delta(f), _pct(f)]
-            table.add_row(*(Text(c) for c in cells), verdict)  # Text: ids and reasons are not markup
+            sheet.add_row(diff.id if first else "", label, _value(f, f.current), _value(f, f.baseline), _delta(f),
+                          _pct(f), verdict)
             first = False
         if diff.findings:
-            table.add_section()
-    unchanged = sum(1 for d in cmp.cases if not d.findings)
-    table.caption = f"{unchanged} case{'s' if unchanged != 1 else ''} unchanged" if unchanged else None
-    return table
+            sheet.add_section()
+    return sheet
+
+
+def comparison_table(cmp: Comparison, *, title: str | None = None, width: int | None = None) -> RenderableType:
+    """One row per finding: case, what changed, current, baseline, delta, delta %, verdict.
+
+    Compact (``width`` below ``COMPACT_WIDTH`` or too narrow for the wide table): each case id on
+    a line of its own above its findings.
+    """
+    return fit(width, _comparison_sheet(cmp, title, False), lambda: _comparison_sheet(cmp, title, True))
 
 
 def _shape(r: Row | None) -> str:
     return "-" if r is None else fmt_shape(r.shape)
 
 
-def rows_table(diff: CaseDiff) -> Table:
-    """The buffers behind a case's changes: added, removed, or resized rows."""
-    table = Table(title=Text(f"rows behind {diff.id}"), title_justify="left")
-    table.add_column("buffer", overflow="fold")
-    table.add_column("shape now")
-    table.add_column("baseline shape")
-    table.add_column("dtype")
-    table.add_column("bytes now", justify="right")
-    table.add_column("baseline", justify="right")
-    table.add_column("delta", justify="right")
+def _rows_sheet(diff: CaseDiff, compact: bool) -> Sheet:
+    if compact:
+        cols = [Col("buffer", wrap=True), Col("shape now"), Col("bytes now", "right"), Col("baseline", "right"),
+                Col("delta", "right")]
+    else:
+        cols = [Col("buffer", wrap=True), Col("shape now"), Col("baseline shape"), Col("dtype"),
+                Col("bytes now", "right"), Col("baseline", "right"), Col("delta", "right")]
+    sheet = Sheet(cols, title=f"rows behind {diff.id}")
     for rd in diff.row_diffs:
-        table.add_row(*_row_cells(rd))
-    return table
+        key, shape_now, shape_base, dtype, now, base, delta = _row_cells(rd)
+        if compact:
+            shape = Text(f"{shape_now.plain} {dtype.plain}")
+            if shape_base.plain != shape_now.plain and shape_now.plain != "-" and shape_base.plain != "-":
+                shape.append(f"\nwas {shape_base.plain}", style="dim")
+            sheet.add_row(key, shape, now, base, delta)
+        else:
+            sheet.add_row(key, shape_now, shape_base, dtype, now, base, delta)
+    return sheet
+
+
+def rows_table(diff: CaseDiff, *, width: int | None = None) -> RenderableType:
+    """The buffers behind a case's changes: added, removed, or resized rows.
+
+    Compact: the dtype beside the current shape, the baseline shape under it where it differs.
+    """
+    return fit(width, _rows_sheet(diff, False), lambda: _rows_sheet(diff, True))
 
 
 def _row_cells(rd: RowDiff) -> list[Text]:
@@ -128,24 +144,31 @@ def verdict_line(cmp: Comparison) -> Text:
     return Text(f"OK: no regression{extra}; {total}; {rules}", style="bold green")
 
 
+def _message(text: str) -> Prose:
+    """A message line, indented; it wraps within the console's width, continued 4 in."""
+    return Prose(text, indent=2, hang=4)
+
+
 def print_comparison(console: Console, cmp: Comparison, *, verbose: bool = False, title: str | None = None) -> None:
-    """Print the table of changes, with ``verbose`` the rows behind them, then the verdict."""
+    """Print the table of changes, with ``verbose`` the rows behind them, then the verdict, all in
+    the console's width."""
+    width = console.width
     if any(d.findings for d in cmp.cases):
-        console.print(comparison_table(cmp, title=title))
+        console.print(comparison_table(cmp, title=title, width=width))
     else:
         console.print(Text(f"No changes in {len(cmp.cases)} case{'s' if len(cmp.cases) != 1 else ''}."))
     if verbose:
         for diff in cmp.cases:
             if diff.row_diffs:
-                console.print(rows_table(diff))
+                console.print(rows_table(diff, width=width))
     failures = cmp.failures
     if failures:
         console.print(Text(f"Regressions ({len(failures)}):", style="bold red"))
         for f in failures:
-            console.print(Text(f"  {f.message()}"), soft_wrap=True)
+            console.print(_message(f.message()))
     improvements = cmp.improvements
     if improvements:
         console.print(Text(f"Improvements ({len(improvements)}):", style="bold green"))
         for f in improvements:
-            console.print(Text(f"  {f.message()}"), soft_wrap=True)
-    console.print(verdict_line(cmp), soft_wrap=True)
+            console.print(_message(f.message()))
+    console.print(Prose(verdict_line(cmp), hang=2))

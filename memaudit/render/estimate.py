@@ -1,17 +1,15 @@
-"""Renderers of ``memaudit estimate``: rich tables, the sweep's text lines, markdown and the plot.
+"""Renderers of ``memaudit estimate``: rich tables, the sweep's text lines and markdown.
 
 One configuration: :func:`rows_table`, :func:`padding_table`, :func:`diff_table`, :func:`totals_line`
-and :func:`markdown_single`. A sweep (:class:`~memaudit.te.estimate.SweepPoint` s): :func:`sweep_lines`,
-:func:`markdown_sweep` and :func:`plot_sweep` (needs matplotlib).
+and :func:`markdown_single`. A sweep (:class:`~memaudit.te.estimate.SweepPoint` s): :func:`sweep_lines`
+and :func:`markdown_sweep`. The plots are :mod:`memaudit.render.plots`.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from rich.console import RenderableType
 
-from rich.table import Table
-from rich.text import Text
-
+from memaudit.render.layout import Col, Sheet, fit
 from memaudit.report import CaseReport, Row
 from memaudit.te.estimate import TE_VERSION, SweepPoint, bytes_by_kind, diff_cases
 from memaudit.units import fmt_bytes, fmt_delta, fmt_shape
@@ -22,69 +20,104 @@ KIND_ORDER = ("data", "scale_inv", "amax", "scale", "metadata", "tensor")
 # ---- tables --------------------------------------------------------------------------------------
 
 
-def _cells(*values: str) -> list[Text]:
-    """Table cells as plain Text: operands like ``fc1.weight[0]`` must not be read as rich markup."""
-    return [Text(v) for v in values]
-
-
 def _where(r: Row) -> str:
     return ".".join(p for p in (r.container, r.slot) if p)
 
 
-def rows_table(case: CaseReport, variant: str) -> Table:
-    """Every estimated row in pack-hook order."""
-    t = Table(title=Text(f"{case.id}  [{variant}]"), title_justify="left", header_style="bold")
-    for col, j in (("#", "right"), ("operand", "left"), ("g", "right"), ("container.slot", "left"),
-                   ("format", "left"), ("kind", "left"), ("orient.", "left"), ("shape", "left"),
-                   ("dtype", "left"), ("bytes", "right"), ("storage", "left"), ("source / note", "left")):
-        t.add_column(col, justify=j, overflow="fold")  # type: ignore[arg-type]
-    for r in case.rows:
-        notes = r.notes()
-        t.add_row(*_cells(str(r.index), r.operand or "", "" if r.group is None else str(r.group), _where(r),
-                           r.format, r.kind, r.orientation or "", fmt_shape(r.shape), r.dtype, fmt_bytes(r.bytes),
-                           r.storage or "", "; ".join(notes)))
+def _operand(operand: str | None, group: int | None) -> str:
+    """``fc1.input g3`` (compact tables: the group beside the operand)."""
+    name = operand or ""
+    return name if group is None or name.endswith("]") else f"{name} g{group}"
+
+
+def _rows_sheet(case: CaseReport, variant: str, compact: bool) -> Sheet:
     tt = case.totals
-    t.caption = (f"rows {tt.rows} · logical {fmt_bytes(tt.logical_bytes)} · physical {fmt_bytes(tt.physical_bytes)} · "
-                 f"parameters {fmt_bytes(tt.parameter_bytes)} · saved {fmt_bytes(tt.saved_bytes)}")
-    t.caption_justify = "left"
-    return t
+    caption = (f"rows {tt.rows} · logical {fmt_bytes(tt.logical_bytes)} · physical {fmt_bytes(tt.physical_bytes)} · "
+               f"parameters {fmt_bytes(tt.parameter_bytes)} · saved {fmt_bytes(tt.saved_bytes)}")
+    if compact:  # each operand on a line of its own; container.slot, format, kind and orientation in one column
+        sheet = Sheet([Col("operand"), Col("#", "right"), Col("shape"), Col("bytes", "right"), Col("what", wrap=True)],
+                      title=f"{case.id}  [{variant}]", caption=caption, group=0)
+        for r in case.rows:
+            flags = [n for n in r.notes() if n != r.note]
+            what = " ".join(p for p in (_where(r), r.format, r.kind, r.orientation or "", *flags) if p)
+            sheet.add_row(_operand(r.operand, r.group), str(r.index), f"{fmt_shape(r.shape)} {r.dtype}",
+                          fmt_bytes(r.bytes), what)
+        return sheet
+    cols = [Col("#", "right"), Col("operand"), Col("g", "right"), Col("container.slot", wrap=True), Col("format"),
+            Col("kind"), Col("orient."), Col("shape"), Col("dtype"), Col("bytes", "right"), Col("storage"),
+            Col("source / note", wrap=True)]
+    sheet = Sheet(cols, title=f"{case.id}  [{variant}]", caption=caption)
+    for r in case.rows:
+        sheet.add_row(str(r.index), r.operand or "", "" if r.group is None else str(r.group), _where(r), r.format,
+                      r.kind, r.orientation or "", fmt_shape(r.shape), r.dtype, fmt_bytes(r.bytes), r.storage or "",
+                      "; ".join(r.notes()))
+    return sheet
 
 
-def padding_table(case: CaseReport) -> Table:
-    """Per buffer: padded bytes (what TE allocates) vs ideal bytes (no tile padding)."""
+def rows_table(case: CaseReport, variant: str, *, width: int | None = None) -> RenderableType:
+    """Every estimated row in pack-hook order, in ``width`` columns (compact: each operand on a
+    line of its own above its rows, no storage id and no source note, the buffer's
+    container.slot, format, kind and orientation in one column)."""
+    return fit(width, _rows_sheet(case, variant, False), lambda: _rows_sheet(case, variant, True))
+
+
+def _padding_sheet(case: CaseReport, compact: bool) -> Sheet:
     pad = (case.path or {}).get("padding", {})
-    t = Table(title="padding (TE's 128x4 / 4-multiple scale tiles)", title_justify="left", header_style="bold")
-    for col, j in (("#", "right"), ("operand", "left"), ("g", "right"), ("container.slot", "left"),
-                   ("padded", "right"), ("ideal", "right"), ("padding", "right")):
-        t.add_column(col, justify=j)  # type: ignore[arg-type]
+    if compact:
+        cols = [Col("operand"), Col("#", "right"), Col("container.slot", wrap=True), Col("padded", "right"),
+                Col("ideal", "right"), Col("padding", "right")]
+    else:
+        cols = [Col("#", "right"), Col("operand"), Col("g", "right"), Col("container.slot", wrap=True),
+                Col("padded", "right"), Col("ideal", "right"), Col("padding", "right")]
+    sheet = Sheet(cols, title="padding (TE's 128x4 / 4-multiple scale tiles)", group=0 if compact else None,
+                  caption=f"all rows: padded {fmt_bytes(pad.get('padded_bytes'))} · ideal {fmt_bytes(pad.get('ideal_bytes'))}")
     by_index = {r.index: r for r in case.rows}
     for p in pad.get("rows", []):
         r = by_index[p["index"]]
-        t.add_row(*_cells(str(r.index), r.operand or "", "" if r.group is None else str(r.group), _where(r),
-                           fmt_bytes(p["padded_bytes"]), fmt_bytes(p["ideal_bytes"]),
-                           fmt_bytes(p["padded_bytes"] - p["ideal_bytes"])))
-    t.caption = f"all rows: padded {fmt_bytes(pad.get('padded_bytes'))} · ideal {fmt_bytes(pad.get('ideal_bytes'))}"
-    t.caption_justify = "left"
-    return t
+        numbers = [fmt_bytes(p["padded_bytes"]), fmt_bytes(p["ideal_bytes"]), fmt_bytes(p["padded_bytes"] - p["ideal_bytes"])]
+        if compact:
+            sheet.add_row(_operand(r.operand, r.group), str(r.index), _where(r), *numbers)
+        else:
+            sheet.add_row(str(r.index), r.operand or "", "" if r.group is None else str(r.group), _where(r), *numbers)
+    return sheet
 
 
-def diff_table(a: CaseReport, b: CaseReport, va: str, vb: str) -> tuple[Table, str]:
-    """Buffers that differ between two variants, and a one-line summary of the saved bytes."""
-    entries, ta, tb = diff_cases(a, b)
-    t = Table(title=Text(f"{va} -> {vb}: what the change saves"), title_justify="left", header_style="bold")
-    for col, j in (("operand", "left"), ("g", "right"), ("container.slot", "left"), ("kind", "left"),
-                   ("orient.", "left"), ("shape", "left"), ("dtype", "left"), (va, "right"), (vb, "right"),
-                   ("delta", "right"), ("source", "left")):
-        t.add_column(col, justify=j, overflow="fold")  # type: ignore[arg-type]
+def padding_table(case: CaseReport, *, width: int | None = None) -> RenderableType:
+    """Per buffer: padded bytes (what TE allocates) vs ideal bytes (no tile padding)."""
+    return fit(width, _padding_sheet(case, False), lambda: _padding_sheet(case, True))
+
+
+def _diff_sheet(entries: list, va: str, vb: str, compact: bool) -> Sheet:
+    title = f"{va} -> {vb}: what the change saves"
+    if compact:
+        sheet = Sheet([Col("operand"), Col("shape"), Col(va, "right"), Col(vb, "right"), Col("delta", "right"),
+                       Col("what", wrap=True)], title=title, group=0)
+        for e in entries:
+            what = " ".join(p for p in (".".join(p for p in (e.container, e.slot) if p), e.kind, e.orientation or "") if p)
+            sheet.add_row(_operand(e.operand, e.group), f"{fmt_shape(e.shape)} {e.dtype}", fmt_bytes(e.bytes_a),
+                          fmt_bytes(e.bytes_b), fmt_delta(e.delta), what)
+        return sheet
+    cols = [Col("operand"), Col("g", "right"), Col("container.slot", wrap=True), Col("kind"), Col("orient."),
+            Col("shape"), Col("dtype"), Col(va, "right"), Col(vb, "right"), Col("delta", "right"),
+            Col("source", wrap=True)]
+    sheet = Sheet(cols, title=title)
     for e in entries:
-        t.add_row(*_cells(e.operand or "", "" if e.group is None else str(e.group),
-                           ".".join(p for p in (e.container, e.slot) if p), e.kind, e.orientation or "",
-                           fmt_shape(e.shape), e.dtype, fmt_bytes(e.bytes_a), fmt_bytes(e.bytes_b), fmt_delta(e.delta),
-                           e.note or ""))
+        sheet.add_row(e.operand or "", "" if e.group is None else str(e.group),
+                      ".".join(p for p in (e.container, e.slot) if p), e.kind, e.orientation or "",
+                      fmt_shape(e.shape), e.dtype, fmt_bytes(e.bytes_a), fmt_bytes(e.bytes_b), fmt_delta(e.delta),
+                      e.note or "")
+    return sheet
+
+
+def diff_table(a: CaseReport, b: CaseReport, va: str, vb: str, *, width: int | None = None) -> tuple[RenderableType, str]:
+    """Buffers that differ between two variants, and a one-line summary of the saved bytes
+    (compact: no source column)."""
+    entries, ta, tb = diff_cases(a, b)
+    table = fit(width, _diff_sheet(entries, va, vb, False), lambda: _diff_sheet(entries, va, vb, True))
     d = tb.saved_bytes - ta.saved_bytes
     pct = f" ({100.0 * d / ta.saved_bytes:+.1f}%)" if ta.saved_bytes else ""
     summary = f"saved bytes: {va} {fmt_bytes(ta.saved_bytes)} -> {vb} {fmt_bytes(tb.saved_bytes)}: {fmt_delta(d)}{pct}"
-    return t, summary
+    return table, summary
 
 
 def totals_line(case: CaseReport, variant: str) -> str:
@@ -124,59 +157,6 @@ def sweep_lines(points: list[SweepPoint], variant: str, diff: str | None) -> lis
         cells = [c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
         lines.append(("  ".join(cells) + ("  " + note if note else "")).rstrip())
     return [f"estimate sweep [{variant}], TE {TE_VERSION} (modelled)"] + lines
-
-
-def plot_sweep(points: list[SweepPoint], path: Path, variant: str) -> None:
-    """Saved bytes by kind vs tokens, one panel per recipe; colour = kind, line style = (G, H, F)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
-
-    ok = [p for p in points if p.totals is not None]
-    recipes = list(dict.fromkeys(p.recipe for p in ok))
-    kinds = [k for k in KIND_ORDER if any(p.totals and p.totals.by_kind.get(k) for p in ok)]
-    shapes = list(dict.fromkeys((p.groups, p.hidden, p.ffn) for p in ok))
-    one_hf = len({(h, f) for _, h, f in shapes}) == 1
-    ncols = min(3, max(1, len(recipes)))
-    nrows = -(-max(1, len(recipes)) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(5.0 * ncols, 3.6 * nrows + 0.9), squeeze=False)
-    styles = ["-", "--", ":", "-."]
-    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    colors = {k: palette[i % len(palette)] for i, k in enumerate(kinds)}
-    colors["saved"] = "black"
-    for i, ax in enumerate(axes.flat):
-        if i >= len(recipes):
-            ax.set_visible(False)
-            continue
-        recipe = recipes[i]
-        mine = [p for p in ok if p.recipe == recipe]
-        for j, shape in enumerate(shapes):
-            line = sorted((p for p in mine if (p.groups, p.hidden, p.ffn) == shape), key=lambda p: p.tokens)
-            if not line:
-                continue
-            xs = [p.tokens for p in line]
-            ls = styles[j % len(styles)]
-            for k in kinds:
-                ax.plot(xs, [p.totals.by_kind.get(k, 0) for p in line], ls, color=colors[k], marker=".", ms=3)  # type: ignore[union-attr]
-            ax.plot(xs, [p.totals.saved_bytes for p in line], ls, color="black", lw=1.6)  # type: ignore[union-attr]
-        paths = ", ".join(sorted({p.config.path for p in mine if p.config}))
-        ax.set_title(f"{recipe} ({paths})", fontsize=10)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log", base=2)
-        ax.set_xlabel("tokens T")
-        ax.set_ylabel("bytes")
-        ax.grid(True, which="major", alpha=0.3)
-    handles = [Line2D([], [], color=colors[k], label=k) for k in [*kinds, "saved"]]
-    handles += [Line2D([], [], color="grey", ls=styles[j % len(styles)],
-                       label=f"G={g}" if one_hf else f"G={g} H={h} F={f}") for j, (g, h, f) in enumerate(shapes)]
-    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 8), fontsize=8, frameon=False)
-    fig.suptitle(f"memaudit estimate: TE {TE_VERSION} saved bytes by kind [{variant}]")
-    fig.tight_layout(rect=(0, 0.9 / (3.6 * nrows + 0.9), 1, 1))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
 
 
 # ---- markdown ----------------------------------------------------------------------------------------

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from rich.console import RenderableType
 from rich.markup import escape
-from rich.table import Table
 from rich.text import Text
 
+from memaudit.render.layout import Col, Sheet, fit
 from memaudit.report import CaseReport, Row
 from memaudit.targets import registry
 from memaudit.units import fmt_bytes, fmt_shape
@@ -19,63 +20,82 @@ def _sort_key(row: Row) -> tuple[str, int, int]:
     return (row.operand or "~", row.group if row.group is not None else -1, row.index)
 
 
-def case_table(case: CaseReport, *, show_expected: bool = False) -> Table:
-    """All rows of a case, grouped by operand."""
-    title = f"{escape(case.id)}  [{_STATUS_STYLE.get(case.status, '')}]{case.status}[/]"
+def _title(case: CaseReport) -> Text:
+    title = Text(case.id)
+    title.append(f"  {case.status}", style=_STATUS_STYLE.get(case.status, ""))
     if not case.complete:
-        title += "  [bold red]INCOMPLETE[/]"
+        title.append("  INCOMPLETE", style="bold red")
     if case.emulation is not None:
         e = case.emulation
-        title += (f"  [bold magenta]{escape(e.label())}[/] (TE's real Python, stand-in kernels: "
-                  f"{escape(', '.join(e.standins) or 'none')})")
+        title.append(f"  {e.label()}", style="bold magenta")
+        title.append(f" (TE's real Python, stand-in kernels: {', '.join(e.standins) or 'none'})")
     elif case.execution == "estimated":
-        title += f"  [bold cyan]{escape(case.execution_label() or 'estimated')}[/] (TE's layout rules; no kernel or TE code ran)"
-    table = Table(title=title, title_justify="left", show_lines=False, header_style="bold")
-    for col, justify in (
-        ("#", "right"),
-        ("operand", "left"),
-        ("what", "left"),
-        ("shape", "left"),
-        ("bytes", "right"),
-        ("where", "left"),
-        ("storage", "left"),
-    ):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
-    if show_expected:
-        table.add_column("expected", justify="right")
+        title.append(f"  {case.execution_label() or 'estimated'}", style="bold cyan")
+        title.append(" (TE's layout rules; no kernel or TE code ran)")
+    return title
+
+
+def _expected_cell(row: Row) -> Text:
+    if row.expected_bytes is None:
+        return Text("")
+    if row.expected_bytes == row.bytes:
+        return Text(fmt_bytes(row.expected_bytes), style="green")
+    return Text(f"{fmt_bytes(row.expected_bytes)} ≠", style="bold red")
+
+
+_SHORT_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64"}
+"""dtype names the compact layout shortens."""
+
+
+def _case_sheet(case: CaseReport, show_expected: bool, compact: bool) -> Sheet:
+    """Wide: # operand what shape bytes where storage [expected]. Compact: # operand shape bytes
+    [expected] what, the notes in ``what``, no ``where`` and no storage id, short dtype names."""
+    if compact:
+        cols = [Col("#", "right"), Col("operand"), Col("shape"), Col("bytes", "right")]
+        cols += [Col("expected", "right", keep=True)] if show_expected else []
+        cols.append(Col("what", wrap=True))
+    else:
+        cols = [Col("#", "right"), Col("operand"), Col("what", wrap=True), Col("shape"), Col("bytes", "right"),
+                Col("where", wrap=True), Col("storage", wrap=True)]
+        cols += [Col("expected", "right", keep=True)] if show_expected else []
+    sheet = Sheet(cols, title=_title(case), caption=Text.from_markup(totals_line(case)))
     previous = None
     for row in sorted(case.rows, key=_sort_key):
-        family = (row.operand or "?").split("[")[0]
+        by_module = row.module is not None and (row.operand or "").startswith(f"{row.module}:")
+        family = row.module if by_module else (row.operand or "?").split("[")[0]
         if previous is not None and family != previous:
-            table.add_section()
+            sheet.add_section()
         previous = family
-        notes = [row.storage or "", *row.notes()]
-        where = ".".join(p for p in (row.container, row.slot) if p) if row.container else (row.slot or "")
-        if row.op:
-            where = f"{where} ({row.op})" if where else row.op
         operand = row.operand or "?"
         if row.group is not None and not operand.endswith("]"):
             operand += f" g{row.group}"
-        cells = [
-            str(row.index),
-            operand,
-            " ".join(p for p in (row.format, row.kind, row.orientation) if p),
-            f"{fmt_shape(row.shape)} {row.dtype}",
-            fmt_bytes(row.bytes),
-            where,
-            " ".join(n for n in notes if n),
-        ]
-        if show_expected:
-            if row.expected_bytes is None:
-                cells.append("")
-            elif row.expected_bytes == row.bytes:
-                cells.append(Text(fmt_bytes(row.expected_bytes), style="green"))  # type: ignore[arg-type]
-            else:
-                cells.append(Text(f"{fmt_bytes(row.expected_bytes)} ≠", style="bold red"))  # type: ignore[arg-type]
-        table.add_row(*(Text(c) if isinstance(c, str) else c for c in cells))  # operands and notes are not markup
-    table.caption = totals_line(case)
-    table.caption_justify = "left"
-    return table
+        what = " ".join(p for p in (row.format, row.kind, row.orientation) if p)
+        expected = [_expected_cell(row)] if show_expected else []
+        if compact:
+            dtype = _SHORT_DTYPE.get(row.dtype, row.dtype)
+            what = " ".join([what, *row.notes()])
+            sheet.add_row(str(row.index), operand, f"{fmt_shape(row.shape)} {dtype}", fmt_bytes(row.bytes), *expected, what)
+            continue
+        where = ".".join(p for p in (row.container, row.slot) if p) if row.container else (row.slot or "")
+        if by_module and not row.container:
+            where = ""  # the operand names module, node and attribute
+        elif row.op:
+            where = f"{where} ({row.op})" if where else row.op
+        if row.module is not None and not by_module:
+            where = f"{where} in {row.module}" if where else f"in {row.module}"
+        if row.source:
+            where = f"{where} at {row.source}" if where else row.source
+        storage = " ".join(n for n in (row.storage or "", *row.notes()) if n)
+        sheet.add_row(str(row.index), operand, what, f"{fmt_shape(row.shape)} {row.dtype}", fmt_bytes(row.bytes),
+                      where, storage, *expected)
+    return sheet
+
+
+def case_table(case: CaseReport, *, show_expected: bool = False, width: int | None = None) -> RenderableType:
+    """All rows of a case, grouped by operand; in ``width`` columns (None: as wide as it needs).
+
+    """
+    return fit(width, _case_sheet(case, show_expected, False), lambda: _case_sheet(case, show_expected, True))
 
 
 def totals_line(case: CaseReport) -> str:
@@ -107,37 +127,33 @@ def totals_line(case: CaseReport) -> str:
     return line
 
 
-def summary_table(cases: Iterable[CaseReport]) -> Table:
-    """One line per case: status, path, row count and the byte totals."""
-    table = Table(title="summary", title_justify="left", header_style="bold")
-    for col, justify in (
-        ("case", "left"),
-        ("status", "left"),
-        ("path", "left"),
-        ("rows", "right"),
-        ("saved", "right"),
-        ("parameters", "right"),
-        ("logical", "right"),
-        ("reason", "left"),
-    ):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+def _summary_sheet(cases: Iterable[CaseReport], compact: bool) -> Sheet:
+    cols = [Col("case"), Col("status", wrap=True), Col("path"), Col("rows", "right"), Col("saved", "right")]
+    if not compact:
+        cols += [Col("parameters", "right"), Col("logical", "right")]
+    cols.append(Col("reason", wrap=True))
+    sheet = Sheet(cols, title="summary", group=0)
     for c in cases:
         path = registry.path_label(c.target, c.path) or ""
         ok = c.status == "ok"
-        status = f"[{_STATUS_STYLE.get(c.status, '')}]{c.status}[/]"
+        status = Text(c.status, style=_STATUS_STYLE.get(c.status, ""))
         if ok and not c.complete:
-            status += " [bold red]incomplete[/]"
+            status.append(" incomplete", style="bold red")
         label = c.execution_label()
         if label is not None:
-            status += f" [{'magenta' if c.emulation is not None else 'cyan'}]{escape(label)}[/]"
-        table.add_row(
-            Text(c.id),  # type: ignore[arg-type]
-            status,
-            path,
-            str(c.totals.rows) if ok else "",
-            fmt_bytes(c.totals.saved_bytes) if ok else "",
-            fmt_bytes(c.totals.parameter_bytes) if ok else "",
-            fmt_bytes(c.totals.logical_bytes) if ok else "",
-            Text(c.reason or ""),  # type: ignore[arg-type]
-        )
-    return table
+            status.append(f" {label}", style="magenta" if c.emulation is not None else "cyan")
+        cells: list[str | Text] = [c.id, status, path, str(c.totals.rows) if ok else "", fmt_bytes(c.totals.saved_bytes) if ok else ""]
+        if not compact:
+            cells += [fmt_bytes(c.totals.parameter_bytes) if ok else "", fmt_bytes(c.totals.logical_bytes) if ok else ""]
+        cells.append(c.reason or "")
+        sheet.add_row(*cells)
+    return sheet
+
+
+def summary_table(cases: Iterable[CaseReport], *, width: int | None = None) -> RenderableType:
+    """One line per case: status, path, row count and the byte totals, in ``width`` columns.
+
+    Compact: each case id on a line of its own, above its status, rows, saved bytes and reason.
+    """
+    cases = list(cases)
+    return fit(width, _summary_sheet(cases, False), lambda: _summary_sheet(cases, True))

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from rich.console import Group
-from rich.table import Table
+from rich.console import Group, RenderableType
 from rich.text import Text
 
 from memaudit.judge.budgets import Verdict, summary_line
+from memaudit.render.layout import Col, Sheet, fit
 
 STYLE = {"pass": "green", "fail": "bold red", "xfail": "yellow", "XPASS": "bold red", "n/a": "dim"}
 
@@ -21,8 +21,38 @@ MAX_ROWS = 500
 """A verdict table shows at most this many rows, failures first; the caption says how many more."""
 
 
-def render_verdicts(verdicts: Iterable[Verdict], *, show_na: bool = False, max_rows: int = MAX_ROWS) -> Table:
-    """One row per (case, rule) verdict; a skipped or errored case is one n/a row.
+def _verdict_sheet(verdicts: list[Verdict], show_na: bool, max_rows: int) -> Sheet:
+    cols = [Col("case"), Col("rule"), Col("verdict"), Col("expected", wrap=True), Col("actual", wrap=True)]
+    caption = summary_line(verdicts)
+    by_case: dict[str, list[Verdict]] = {}
+    for v in verdicts:
+        by_case.setdefault(v.case_id, []).append(v)
+    rows: list[tuple[str, str, Text, str, str]] = []
+    for case_id, mine in by_case.items():
+        if len(rows) >= max_rows:
+            break
+        if _case_na(mine):
+            rows.append((case_id, "(all)", Text("n/a", style=STYLE["n/a"]), "", mine[0].message))
+            continue
+        for v in mine:
+            if v.verdict == "n/a" and not show_na:
+                continue
+            if len(rows) >= max_rows:
+                break
+            actual = v.actual if v.verdict != "n/a" else v.message
+            rows.append((case_id, v.rule, Text(v.verdict, style=STYLE[v.verdict]), v.expected, actual))
+    if len(rows) >= max_rows:
+        caption = f"{caption} · only the first {max_rows} rows are shown (failures first); the JSON report has them all"
+    sheet = Sheet(cols, title="budgets", caption=caption, group=0)
+    for row in rows:
+        sheet.add_row(*row)
+    return sheet
+
+
+def render_verdicts(verdicts: Iterable[Verdict], *, show_na: bool = False, max_rows: int = MAX_ROWS,
+                    width: int | None = None) -> RenderableType:
+    """One row per (case, rule) verdict; a skipped or errored case is one n/a row; in ``width``
+    columns (compact: each case id on a line of its own above its rules).
 
     Rules that do not apply to a case (another recipe, group count or path) are left out unless
     ``show_na``. The caption counts every verdict. Past ``max_rows`` rows the passing ones are
@@ -31,37 +61,8 @@ def render_verdicts(verdicts: Iterable[Verdict], *, show_na: bool = False, max_r
     verdicts = list(verdicts)
     if len(verdicts) > max_rows:
         verdicts = sorted(verdicts, key=lambda v: v.verdict in ("pass", "n/a"))  # stable: failures first
-    table = Table(
-        title="budgets",
-        title_justify="left",
-        caption=summary_line(verdicts),
-        caption_justify="left",
-        header_style="bold",
-    )
-    for col in ("case", "rule", "verdict", "expected", "actual"):
-        table.add_column(col, overflow="fold")
-    by_case: dict[str, list[Verdict]] = {}
-    for v in verdicts:
-        by_case.setdefault(v.case_id, []).append(v)
-    shown = 0
-    for case_id, mine in by_case.items():
-        if shown >= max_rows:
-            break
-        if _case_na(mine):
-            shown += 1
-            table.add_row(Text(case_id), "(all)", Text("n/a", style=STYLE["n/a"]), "", Text(mine[0].message))
-            continue
-        for v in mine:
-            if v.verdict == "n/a" and not show_na:
-                continue
-            if shown >= max_rows:
-                break
-            shown += 1
-            actual = v.actual if v.verdict != "n/a" else v.message
-            table.add_row(Text(case_id), Text(v.rule), Text(v.verdict, style=STYLE[v.verdict]), Text(v.expected), Text(actual))
-    if shown >= max_rows:
-        table.caption = f"{table.caption} · only the first {max_rows} rows are shown (failures first); the JSON report has them all"
-    return table
+    sheet = _verdict_sheet(verdicts, show_na, max_rows)
+    return fit(width, sheet)
 
 
 def render_failures(verdicts: Iterable[Verdict]) -> Group:

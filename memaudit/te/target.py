@@ -11,12 +11,13 @@ import os
 import sys
 from dataclasses import dataclass, fields
 from importlib import metadata
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from memaudit.errors import UsageError
 from memaudit.report import PathInfo, Row
 from memaudit.spec import CaseSpec, RunFlag
 from memaudit.targets.base import MLP_SHAPE, Built, Fallback, backward_sum
+from memaudit.te.emulate.gates import ARCHS as EMULATED_ARCHS
 from memaudit.te.recipes import RECIPES, alignment
 
 if TYPE_CHECKING:
@@ -275,12 +276,12 @@ class TEGroupedMLPTarget:
                 f"TE target: set {FUSED_ENV} before TE is imported (see memaudit doctor). Default: fused where TE can fuse (compute capability 10.x).",
                 ("--fused/--no-fused",)),
         RunFlag("single_grouped_weight", bool, False, "TE target: one grouped weight parameter instead of discrete ones."),
-        RunFlag("activation", str, "swiglu", f"TE target activation: {' | '.join(ACTIVATIONS)}."),
-        RunFlag("kernels", str, "real",
-                f"TE target: {' | '.join(KERNELS)}. emulated runs TE's real forward (no backward) on an emulated "
+        RunFlag("activation", Literal[ACTIVATIONS], "swiglu", "TE target activation."),
+        RunFlag("kernels", Literal[KERNELS], "real",
+                "TE target. emulated runs TE's real forward (no backward) on an emulated "
                 "machine (--arch) with kernel stand-ins that allocate as TE's C++ does, real kernels only where this "
                 "GPU is that architecture; standins replaces every kernel."),
-        RunFlag("arch", str, "sm100", "TE target with --kernels emulated|standins: the emulated architecture, sm90 | sm100."),
+        RunFlag("arch", Literal[tuple(EMULATED_ARCHS)], "sm100", "TE target with --kernels emulated|standins: the emulated architecture."),
         RunFlag("cublaslt", str | None, None, "TE target with --kernels emulated|standins: the emulated cuBLASLt version "
                 "(e.g. 13.1.0; TE's path choice reads it). Default: this GPU's when it is --arch, else 13.6.0."),
         RunFlag("cudnn_frontend", str, "1.28.0", "TE target with --kernels emulated|standins: the emulated nvidia-cudnn-frontend "
