@@ -142,6 +142,18 @@ OPTIONAL_ROW_KEYS = ("module", "source")
 """Row keys written only when set, so that reports made before them stay byte for byte as they were."""
 
 
+def replace_row(row: Row, **changes: Any) -> Row:
+    """``dataclasses.replace(row, **changes)`` for the report's per-row passes (Row has no
+    ``__post_init__`` and no init-only fields, so copying the fields is the same row)."""
+    if not _ROW_KEYS.issuperset(changes):
+        raise TypeError(f"unexpected row field(s): {sorted(set(changes) - _ROW_KEYS)}")
+    new = object.__new__(Row)
+    d = dict(row.__dict__)
+    d.update(changes)
+    new.__dict__.update(d)
+    return new
+
+
 def row_dict(r: Row) -> dict[str, Any]:
     """A row as JSON: ``asdict`` without its recursive deep copy (a row holds scalars and a shape
     list of ints; the same dict, an order of magnitude faster for 10⁵ rows), and without the

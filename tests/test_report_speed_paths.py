@@ -13,7 +13,7 @@ import torch
 
 from memaudit.capture import capture
 from memaudit.capture import recorder as rec_mod
-from memaudit.report import OPTIONAL_ROW_KEYS, Row, make_row, row_dict
+from memaudit.report import OPTIONAL_ROW_KEYS, Row, make_row, replace_row, row_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,6 +36,10 @@ def test_make_row_and_row_dict_match_the_dataclass() -> None:
     assert row_dict(fast)["shape"] is not fast.shape  # a copy, as asdict makes
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.bytes = 1  # type: ignore[misc]
+    assert replace_row(fast, operand="x", group=2) == dataclasses.replace(slow, operand="x", group=2)
+    assert list(vars(replace_row(fast, operand="x"))) == list(vars(dataclasses.replace(slow, operand="x")))
+    with pytest.raises(TypeError):
+        replace_row(fast, nope=1)
     with pytest.raises(TypeError):
         make_row({**values, "nope": 1})
     with pytest.raises(TypeError):

@@ -29,7 +29,7 @@ from memaudit.capture import graph, hooks, modules, stack
 from memaudit.capture.hooks import Record
 from memaudit.capture.tensors import _NAMES, Buffer, buffer_of, dtype_name, format_of, kind_of, storage_ref
 from memaudit.capture.verify import AllocatorCheck
-from memaudit.report import CaseReport, Row, compute_totals, gc_paused, make_row, module_operand
+from memaudit.report import CaseReport, Row, compute_totals, gc_paused, make_row, module_operand, replace_row
 from memaudit.spec import CaseSpec
 
 CAPTURE_SPEC = CaseSpec("capture", "-", 0, dtype="-", splits=())
@@ -558,7 +558,7 @@ class _RowBuilder:
                 continue
             name = module_operand(row.module, row.op, row.saved_as, row.slot, self._nth.get((live, row.index)))
             if name is not None:
-                rows[i] = dataclasses.replace(row, operand=name)
+                rows[i] = replace_row(row, operand=name)
             buf = self._bufs.get((live, row.index))
             if buf is not None:
                 pending.append(_Unlabelled(live, row.index, buf, row.group))
