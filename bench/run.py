@@ -47,6 +47,9 @@ TARGETS = {
     "estimate_configs_per_second": 10_000.0,
 }
 
+# Issue 15: memaudit over the floor hook of the same run.
+OVER_FLOOR_GOALS = {"production": 1.01, "small": 1.05}
+
 # Measured earlier on the same H200 (TE 2.20.2, unfused path, median of 10 pairs); quoted beside
 # this run's numbers for comparison, never used in a verdict.
 EARLIER_H200 = {
@@ -1216,6 +1219,15 @@ def verdict_rows(r: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
             skipped = recipe not in (r.get(f"overhead_ratio_{shape}") or {})
             rows.append((f"overhead, {shape}, {recipe} (fwd+bwd under capture() / bare)",
                          "skipped" if skipped else _fmt(v, "×"), f"≤ {limit}×", None if v is None else v <= limit))
+    runs = r.get("runs") or 1
+    for shape, limit in (("production", OVER_FLOOR_GOALS["production"]), ("small", OVER_FLOOR_GOALS["small"])):
+        for recipe in RECIPES:
+            o = (r.get(f"overhead_over_floor_{shape}") or {}).get(recipe)
+            if o is None:
+                continue
+            value = f"{o['median']:.3f}× ({o['min']:.3f}–{o['max']:.3f}, {runs} runs)" if runs > 1 else f"{o['median']:.3f}×"
+            rows.append((f"over the floor, {shape}, {recipe} ((capture/bare) ÷ (floor/bare), per run)", value,
+                         f"≤ {limit}×", o["median"] <= limit))
     extra = r.get("extra_peak_bytes")
     if isinstance(extra, dict) and extra:
         for shape, per in extra.items():
@@ -1295,6 +1307,32 @@ def render_markdown(r: dict[str, Any]) -> str:
             f" | {_fmt(res.get('n_saved'))}"
             f" | {_fmt(pack.get('direct'))} / {_fmt(pack.get('wall_delta'))} |"
         )
+    spread_keys = [k for k in ("production", "small") if r.get(f"overhead_ratio_spread_{k}")]
+    if spread_keys:
+        out += ["", f"## Independent runs ({r.get('runs')} fresh processes; median (min–max) of per-run ratios)", "",
+                "| shape / recipe | capture() / bare | floor / bare | over the floor | goal |", "|---|---|---|---|---|"]
+
+        def sp(d: dict[str, Any] | None) -> str:
+            return "n/a" if not d else f"{d['median']:.4f}× ({d['min']:.4f}–{d['max']:.4f})"
+
+        for shape in spread_keys:
+            for recipe in RECIPES:
+                c = (r.get(f"overhead_ratio_spread_{shape}") or {}).get(recipe)
+                if c is None:
+                    continue
+                out.append(f"| {shape}/{recipe} | {sp(c)} | {sp((r.get(f'floor_ratio_spread_{shape}') or {}).get(recipe))} "
+                           f"| {sp((r.get(f'overhead_over_floor_{shape}') or {}).get(recipe))} | ≤ {OVER_FLOOR_GOALS[shape]}× |")
+    model = r.get("scaling")
+    if isinstance(model, dict) and model.get("points"):
+        out += ["", f"## Whole-model scaling ({model.get('model')}, {model.get('shape')}; medians of {model.get('reps')})", "",
+                "| recipe | layers | scale | saved tensors | bare ms | capture() / bare | capture µs/saved | report(outputs) µs/row "
+                "| report() µs/row | JSON µs/row |", "|---|---|---|---|---|---|---|---|---|---|"]
+        for p in model["points"]:
+            out.append(f"| {p['recipe']} | {p['depth']} | {p.get('scale')}× | {_fmt(p['saved_tensors'])} | {_fmt(p['bare_ms'])} "
+                       f"| {_fmt(p.get('ratio'), '×')} | {_fmt(p.get('capture_extra_us_per_saved'))} | {_fmt(p.get('report_outputs_us_per_row'))} "
+                       f"| {_fmt(p.get('report_no_outputs_us_per_row'))} | {_fmt(p.get('json_us_per_row'))} |")
+        out += ["", f"Flatness (max/min across depths): {model.get('flat')}"]
+    out += ["", "## Meta device", "", f"{r.get('meta') if r.get('meta') is not None else r.get('meta_note') or 'not measured'}"]
     scaling = (r.get("details") or {}).get("scaling") or []
     if scaling:
         out += ["", "## Scaling (bf16)", "", "| axis | T | G | saved tensors | bare ms | capture() | report ms | report rows |",
