@@ -13,7 +13,7 @@ Everything else (calls, attributes, subscripts, comparisons, unary minus, ``**``
 names) is refused with the column of the offending token. Every intermediate value must lie in
 0 .. 2**63-1. Parts without variables are evaluated once, at parse time; the rest compiles to a
 short stack program (a tuple of small tuples: cheap to hold by the hundred thousand, and no work
-for the garbage collector), so :meth:`ByteExpr.value` costs one loop step per operand and operator.
+for the garbage collector), so :meth:`ByteExpr.value` costs about one loop step per operator.
 """
 
 from __future__ import annotations
@@ -59,12 +59,15 @@ _REFUSED_NODES = {
     "Await": "'await'", "Yield": "'yield'", "YieldFrom": "'yield'",
 }
 
-_VAR, _CONST, _ADD, _SUB, _MUL, _DIV, _FLOORDIV = range(7)
-"""Stack-program instructions: ``(_VAR, index)`` pushes a variable, ``(_CONST, n)`` a number, and
-``(op, column)`` pops two values and pushes their checked result."""
+_PUSH, _ADD, _SUB, _MUL, _DIV, _FLOORDIV = range(6)
+_FROM_VAR, _FROM_CONST, _FROM_STACK = range(3)
+"""A stack-program instruction is ``(op, source, arg, column)``: its operand is variable number
+``arg``, the number ``arg``, or popped from the stack; ``_PUSH`` pushes it, a binary op combines
+the top of the stack with it (``column`` is the operator's, for messages)."""
 _OPCODES = {"+": _ADD, "-": _SUB, "*": _MUL, "/": _DIV, "//": _FLOORDIV}
 _SYMBOLS = {v: k for k, v in _OPCODES.items()}
-Program = tuple[tuple[int, int], ...]
+Instruction = tuple[int, int, int, int]
+Program = tuple[Instruction, ...]
 
 
 def _shown(text: str) -> str:
@@ -126,7 +129,11 @@ class ByteExpr:
         come out even, a negative or too large intermediate value is a UsageError naming the case."""
         if self.const is not None:
             return self.const
-        env = [_variable(case, name, self.text, source, key) for name in self.variables]
+        env = []  # the variables' values, inline: value() runs once per case and budget
+        dims = case.dims
+        for name in self.variables:
+            v = ELEMENT_SIZE.get(getattr(case, "dtype", "")) if name == "elt" else case.groups if name == "groups" else dims.get(name)
+            env.append(v if v.__class__ is int and 0 < v <= MAX_BYTES else _variable(case, name, self.text, source, key))
         try:
             return _run(self.program, env)
         except _Refused as e:
@@ -141,7 +148,7 @@ def _variable(case: CaseLike, name: str, text: str, source: str | None, key: str
             raise UsageError(f"{_shown(text)}: case {case.id} has dtype {case.dtype!r}, so 'elt' is unknown", source=source, key=key)
         return size
     value = case.groups if name == "groups" else case.dims.get(name)
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_BYTES:
+    if value.__class__ is not int or not 1 <= value <= MAX_BYTES:  # bool and int subclasses too
         raise UsageError(f"{_shown(text)}: case {case.id} has no {name} (got {value!r})", source=source, key=key)
     return value
 
@@ -150,17 +157,21 @@ def _run(program: Program, env: list[int]) -> int:
     """Run a stack program on the variables' values; every result is checked to lie in
     0 .. 2**63-1 and every ``/`` to divide evenly (else :class:`_Refused`)."""
     stack: list[int] = []
-    push = stack.append
-    for op, arg in program:
-        if op == _VAR:
-            push(env[arg])
+    for op, source, arg, col in program:
+        b = env[arg] if source == _FROM_VAR else arg if source == _FROM_CONST else stack.pop()
+        if op == _PUSH:
+            stack.append(b)
             continue
-        if op == _CONST:
-            push(arg)
+        a = stack[-1]
+        if op == _MUL:  # the common operators inline; the rest, and any problem, in _apply
+            v = a * b
+        elif op == _ADD:
+            v = a + b
+        else:
+            stack[-1] = _apply(op, a, b, col)
             continue
-        b = stack.pop()
-        stack[-1] = _apply(op, stack[-1], b, arg)
-    return stack[0]
+        stack[-1] = v if v <= MAX_BYTES else _apply(op, a, b, col)
+    return stack[-1]
 
 
 def _apply(op: int, a: int, b: int, col: int) -> int:
@@ -267,7 +278,7 @@ class _Compiler:
         return ValueError(f"{what} at column {self.col(node)} of {_shown(self.text)} is not allowed{hint} "
                           f"(a byte expression has {GRAMMAR})")
 
-    def node(self, node: ast.AST, depth: int) -> tuple[int | None, list[tuple[int, int]]]:
+    def node(self, node: ast.AST, depth: int) -> tuple[int | None, list[Instruction]]:
         if depth > MAX_DEPTH:  # checked before recursing further, so the recursion stays shallow
             raise ValueError(f"byte expression {_shown(self.text)} is nested "
                              f"more than {MAX_DEPTH} deep (at column {self.col(node)})")
@@ -289,21 +300,21 @@ class _Compiler:
             raise self.refuse(_REFUSED_UNARY.get(type(node.op), "a unary operator"), node)
         raise self.refuse(_REFUSED_NODES.get(type(node).__name__, type(node).__name__), node)
 
-    def name(self, node: ast.Name) -> tuple[int | None, list[tuple[int, int]]]:
+    def name(self, node: ast.Name) -> tuple[int | None, list[Instruction]]:
         start = getattr(node, "col_offset", 0) + self.lead
         if node.id == _PLACEHOLDER and start in self.quantities:
             return self.quantities[start], []
         if node.id in self.variables:
             if node.id not in self.names:
                 self.names.append(node.id)
-            return None, [(_VAR, self.names.index(node.id))]
+            return None, [(_PUSH, _FROM_VAR, self.names.index(node.id), 0)]
         unit = {u.lower(): u for u in UNITS}.get(node.id.lower())
         hint = (f" ({node.id!r} is a unit: put a number before it, e.g. '1 {unit}')" if unit is not None
                 else did_you_mean(node.id, self.variables))
         raise ValueError(f"unknown variable {node.id!r} at column {self.col(node)} of {_shown(self.text)}{hint}; "
                          f"variables are {', '.join(self.variables)}")
 
-    def binop(self, node: ast.BinOp, depth: int) -> tuple[int | None, list[tuple[int, int]]]:
+    def binop(self, node: ast.BinOp, depth: int) -> tuple[int | None, list[Instruction]]:
         sym = _BINOPS.get(type(node.op))
         if sym is None:
             what = _REFUSED_OPS.get(type(node.op), type(node.op).__name__)
@@ -319,9 +330,12 @@ class _Compiler:
                 return _apply(op, lc, rc, col), []
             except _Refused as e:
                 raise ValueError(f"{_shown(self.text)}: {e}") from None
-        left = left if lc is None else [(_CONST, lc)]
-        right = right if rc is None else [(_CONST, rc)]
-        return None, [*left, *right, (op, col)]
+        left = left if lc is None else [(_PUSH, _FROM_CONST, lc, 0)]
+        if rc is not None:
+            return None, [*left, (op, _FROM_CONST, rc, col)]
+        if len(right) == 1:  # a variable: take it straight from the environment
+            return None, [*left, (op, *right[0][1:3], col)]
+        return None, [*left, *right, (op, _FROM_STACK, 0, col)]
 
     def _op_col(self, node: ast.BinOp, sym: str) -> int:
         """The 1-based column of a binary operator: the symbol between its operands."""
