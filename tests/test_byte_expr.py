@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from _budget_cases import make_case
@@ -240,8 +241,31 @@ def test_values_past_2_63_are_refused() -> None:
     assert value("4 TiB * 1 MiB - 1 + 4 TiB * 1 MiB") == MAX_BYTES
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1 KiB / tokens", 4),  # a variable on the right, taken straight into the operator
+        ("1000 / tokens", "1000 / 256 (the '/' at column 6) is not a whole number of bytes"),
+        ("hidden - tokens", "64 - 256 (the '-' at column 8) is negative"),
+        ("tokens - hidden", 192),
+        ("1 KiB // tokens", 4),
+        ("(tokens + hidden) * (ffn - hidden) / (groups * elt)", (256 + 64) * (128 - 64) // 8),  # stack operands
+        ("(tokens + hidden) * (hidden - ffn)", "64 - 128 (the '-' at column 29) is negative"),
+        ("ffn * ffn * ffn * ffn * ffn * ffn * ffn * ffn * ffn", "(the '*' at column 47) is more than 2**63-1 bytes"),
+    ],
+)
+def test_every_operand_form(text: str, expected: int | str) -> None:
+    if isinstance(expected, int):
+        assert value(text) == expected
+    else:
+        refused(text, expected, case=CASE)
+
+
 def test_a_variable_the_case_cannot_supply() -> None:
     refused("elt * tokens", "has dtype '-', so 'elt' is unknown", case=make_case("bf16", 1, [], dtype="-"))
+    for bad in (0, True, 2.0, None, 2**63):
+        odd = SimpleNamespace(id="odd", groups=1, dtype="bf16", dims={"tokens": bad, "hidden": 64, "ffn": 128})
+        refused("tokens * hidden", f"case {odd.id} has no tokens (got {bad!r})", case=odd)
 
 
 # ---- units ---------------------------------------------------------------------------------------
