@@ -23,12 +23,13 @@ import pytest
 
 MARKER = "saved_budget"
 FIXTURE = "saved_tensors"
-MARKER_KEYS = ("max_bytes", "exact_bytes", "count", "forbid", "rules", "allow_incomplete")
+MARKER_KEYS = ("max_bytes", "exact_bytes", "count", "forbid", "rules", "allow_incomplete", "stack")
 MARKER_HELP = (
     f"{MARKER}(max_bytes=None, exact_bytes=None, count=None, forbid=None, rules=None): budgets on the "
     f"tensors autograd saved during the test (captured by the {FIXTURE} fixture, requested automatically). "
     "max_bytes/exact_bytes: saved bytes ('64 MiB'); count: {operand pattern: N or '<= N'}; "
-    "forbid: [operand pattern or select table]; rules: [budget tables as in scenario files]. See docs/budgets.md."
+    "forbid: [operand pattern or select table]; rules: [budget tables as in scenario files]; "
+    "stack=True: name the source line of each saved tensor in the failure. See docs/budgets.md."
 )
 
 _rules_key = pytest.StashKey[list]()
@@ -49,11 +50,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture
-def saved_tensors() -> Iterator[Any]:
-    """An entered ``memaudit.capture()``: every tensor autograd saves in the test is recorded."""
+def saved_tensors(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """An entered ``memaudit.capture()``: every tensor autograd saves in the test is recorded
+    (with each save's source line where the marker says ``stack=True``)."""
     from memaudit.capture import capture
 
-    with capture() as cap:
+    stack = any(m.kwargs.get("stack") is True for m in request.node.iter_markers(MARKER))
+    with capture(stack=stack) as cap:
         yield cap
 
 
@@ -87,7 +90,7 @@ def marker_rules(marks: list[pytest.Mark], *, source: str) -> list[Any]:
                     select = {"operand": sel} if isinstance(sel, str) else sel
                     label = sel if isinstance(sel, str) else ", ".join(f"{a}={b}" for a, b in (sel.items() if isinstance(sel, dict) else ()))
                     rules.append(parse_rule({"name": f"forbid {label}", "select": select, "forbid": True}, source=source, key=f"{key}[{i}]"))
-            elif k == "allow_incomplete":
+            elif k in ("allow_incomplete", "stack"):
                 if not isinstance(v, bool):
                     raise UsageError(f"expected true or false, got {v!r}", source=source, key=key)
             elif k == "rules":

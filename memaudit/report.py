@@ -46,7 +46,8 @@ class Row:
     attribute inside a container (a classifier's name for the buffer) or else ``saved_as``; ``storage_bytes`` is that storage's full
     size and ``storage_offset`` the buffer's byte offset in it. A ``container`` row (a tensor
     subclass that reached the hook whole) has ``bytes == 0`` and no storage: its inner buffers
-    are the rows whose ``container_index`` points at it.
+    are the rows whose ``container_index`` points at it. ``operand`` is a label's, the target's
+    or the classifier's name, else memaudit's own (:func:`module_operand`).
     """
 
     index: int
@@ -74,6 +75,11 @@ class Row:
     resides: str = "device"
     via: str = "hook"
     aliases_output: bool = False
+    module: str | None = None
+    """The qualified name of the module whose forward saved it (``layers.3.mlp.fc1``; the root
+    module and a module outside it by class name), or None (saved outside any module call)."""
+    source: str | None = None
+    """``file:line`` of the user code that saved it (``capture(stack=True)``, ``run --stack``)."""
 
     def notes(self) -> list[str]:
         """Short flags for tables: parameter, duplicate view, buffer of a container, note."""
@@ -93,6 +99,40 @@ class Row:
         if self.note:
             out.append(self.note)
         return out
+
+
+OPTIONAL_ROW_KEYS = ("module", "source")
+"""Row keys written only when set, so that reports made before them stay byte for byte as they were."""
+
+
+def row_dict(r: Row) -> dict[str, Any]:
+    """A row as JSON (``asdict``, without the optional keys that are None)."""
+    d = asdict(r)
+    for k in OPTIONAL_ROW_KEYS:
+        if d[k] is None:
+            del d[k]
+    return d
+
+
+def module_operand(module: str | None, op: str | None, saved_as: str | None, slot: str | None,
+                   nth: int | None = None) -> str | None:
+    """memaudit's name for a row no label, target or classifier named: ``MODULE:NODE.ATTRIBUTE``.
+
+    ``layers.3.mlp.fc1:AddmmBackward0.mat1`` (``_saved_`` dropped from C++ attributes), a buffer
+    inside a container adds its slot (``...saved_tensors[0]._data``). Without a node (a row
+    autograd released before ``report()`` ran) it is the save's position in its module call,
+    ``layers.3.mlp.fc1:saved[1]``; without a module, ``AddmmBackward0.mat1``. None when nothing
+    is known. Stable across runs: names and positions only, no addresses.
+    """
+    attr = saved_as or slot
+    if op is not None and attr is not None:
+        what = f"{op}.{attr.removeprefix('_saved_')}"
+        if slot and saved_as and slot != saved_as:
+            what += f".{slot}"
+        return f"{module}:{what}" if module else what
+    if module is None:
+        return None
+    return f"{module}:saved[{nth}]" if nth is not None else module
 
 
 @dataclass
@@ -314,8 +354,8 @@ class CaseReport:
             else:
                 out[k] = copy.deepcopy(getattr(self, k))
         out.update({f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self) if f.name not in _NESTED})
-        out["rows"] = [asdict(r) for r in self.rows]
-        out["freed"] = [asdict(r) for r in self.freed]
+        out["rows"] = [row_dict(r) for r in self.rows]
+        out["freed"] = [row_dict(r) for r in self.freed]
         out["totals"] = asdict(self.totals)
         out["path"] = None if self.path is None else self.path.to_dict()
         if self.emulation is not None:  # measured cases carry neither key (reports stay as they were)

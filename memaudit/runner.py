@@ -27,8 +27,11 @@ def empty_case(spec: CaseSpec) -> CaseReport:
     return CaseReport(dataclasses.replace(spec, options=dict(spec.options), splits=tuple(spec.split_sizes())))
 
 
-def run_case(target: Target, spec: CaseSpec, *, backward: bool = True, verify_allocator: bool = False) -> CaseReport:
+def run_case(target: Target, spec: CaseSpec, *, backward: bool = True, verify_allocator: bool = False,
+             stack: bool = False) -> CaseReport:
     """Run one case under ``capture()``; errors and OOM become an ``error`` cell.
+
+    ``stack`` records the user source line of each save (``Row.source``).
 
     ``verify_allocator`` (CUDA) first runs one forward and backward as a warm-up (lazy library
     handles and workspaces are allocated there, not in the measured forward), then compares the
@@ -50,7 +53,7 @@ def run_case(target: Target, spec: CaseSpec, *, backward: bool = True, verify_al
             outputs = None
             del warm
             gc.collect()
-        with capture(verify_allocator=verify_allocator) as cap:
+        with capture(verify_allocator=verify_allocator, stack=stack) as cap:
             outputs = built.forward(cap)
         measured = cap.report(outputs=outputs)
         path = built.annotate(measured.rows, cap)
@@ -110,6 +113,7 @@ def run_matrix(
     on_case: Callable[[CaseReport], None] | None = None,
     fallbacks: Sequence[Fallback | None] | None = None,
     on_start: Callable[[CaseSpec, int, int], None] | None = None,
+    stack: bool = False,
 ) -> Report:
     """Run every spec in order and collect a Report; where ``fallbacks`` (from
     :func:`plan_fallbacks`) names an answer for a spec, that answer replaces the skipped cell.
@@ -127,7 +131,7 @@ def run_matrix(
         if fallback is not None:
             case = _run_fallback(fallback, spec)
         else:
-            case = run_case(target, spec, backward=backward, verify_allocator=verify_allocator)
+            case = run_case(target, spec, backward=backward, verify_allocator=verify_allocator, stack=stack)
         cases.append(case)
         if on_case is not None:
             on_case(case)

@@ -910,3 +910,111 @@ def test_copy_of_a_parameter_kept_by_a_pair_is_not_parameter_memory() -> None:
     assert not mat2.is_parameter and mat2.storage_bytes == OUT * IN * F16
     assert rep.totals.parameter_bytes == 0
     assert rep.totals.saved_bytes == (N * IN + OUT * IN) * F16
+
+
+# ---- module names (global module hooks) -----------------------------------------------------------
+
+
+def _global_module_hooks() -> tuple[list[Any], list[Any], list[Any]]:
+    from torch.nn.modules import module as m
+
+    return list(m._global_forward_pre_hooks), list(m._global_forward_hooks), list(m._global_forward_hooks_always_called)
+
+
+class _Nested(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        gen = torch.Generator().manual_seed(5)
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 16)) for _ in range(3))
+        self.norm = nn.LayerNorm(16)
+        with torch.no_grad():
+            for p in self.parameters():
+                p.copy_(torch.randn(p.shape, generator=gen))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for b in self.blocks:
+            x = x + b(self.norm(x))
+        return x
+
+
+def test_global_module_hooks_are_removed_after_capture_also_on_exceptions() -> None:
+    before = _global_module_hooks()
+    model = _Nested()
+    x = torch.randn(4, 16)
+    with capture():
+        assert len(_global_module_hooks()[0]) == len(before[0]) + 1  # one pre-hook, one post-hook
+        with capture():  # nested: still one pair, kept until the outer capture ends
+            model(x)
+        assert len(_global_module_hooks()[1]) == len(before[1]) + 1
+        t = threading.Thread(target=lambda: model(x))  # attached: its exit does not remove the pair
+        t.start()
+        t.join()
+        assert len(_global_module_hooks()[0]) == len(before[0]) + 1
+    assert _global_module_hooks() == before
+    with pytest.raises(ZeroDivisionError), capture():
+        model(x)
+        1 / 0  # noqa: B018
+    assert _global_module_hooks() == before
+
+
+def test_outputs_and_gradients_identical_with_and_without_module_names() -> None:
+    model = _Nested()
+    x = torch.randn(4, 16, generator=torch.Generator().manual_seed(6), requires_grad=True)
+    y0 = model(x)
+    y0.sum().backward()
+    plain = grads(x, *model.parameters())
+    model.zero_grad(set_to_none=True)
+    x.grad = None
+    with capture(stack=True) as cap:
+        y1 = model(x)
+    assert {r.module for r in cap.report(outputs=y1).rows} >= {"blocks.0.0", "blocks.2.2", "norm"}
+    assert torch.equal(y0, y1)
+    y1.sum().backward()
+    assert_bitwise_equal(grads(x, *model.parameters()), plain)
+
+
+def test_users_module_hooks_still_run_and_still_change_outputs() -> None:
+    from torch.nn.modules.module import register_module_forward_hook
+
+    calls: list[str] = []
+    lin, x = setup()
+    handle = register_module_forward_hook(lambda m, a, out: calls.append("global") or out * 2)
+    local = lin.register_forward_hook(lambda m, a, out: calls.append("local") or out + 1)
+    try:
+        plain = lin(x)
+        with capture():
+            captured = lin(x)
+    finally:
+        handle.remove()
+        local.remove()
+    assert calls == ["global", "local"] * 2
+    assert torch.equal(plain, captured)
+
+
+def test_exception_in_forward_is_the_same_exception() -> None:
+    err = KeyError("in forward")
+
+    class Raises(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise err
+
+    outer = nn.Sequential(nn.Linear(4, 4), Raises())
+    with capture(), pytest.raises(KeyError) as info:
+        outer(torch.randn(2, 4))
+    assert info.value is err
+
+
+def test_module_names_keep_no_module_alive() -> None:
+    model = _Nested()
+    ref = weakref.ref(model)
+    x = torch.randn(4, 16)
+    with capture() as cap:
+        model(x)
+    rep = cap.report(include_freed=True)
+    assert "blocks.1.0" in {r.module for r in rep.rows}
+    gc.disable()
+    try:
+        del model
+        assert ref() is None  # refcounting alone: the capture and its report hold names only
+    finally:
+        gc.enable()

@@ -129,7 +129,7 @@ def test_custom_factory_target_runs(cli_runner: Any, tmp_path: Path, tests_on_pa
     )
     assert result.exit_code == 0, result.output
     (case,) = load_report(out).cases
-    assert case.id == "custom_factory:make/bf16/g1/t32-h8-f16/bf16"
+    assert case.id == "custom_factory:make/g1/t32-h8-f16/fp32"  # no recipe (it runs none), its real dtype
     assert case.status == "ok"
     # Linear(8,16) -> tanh -> Linear(16,8) on x (32, 8) fp32: exactly these saved tensors
     got = sorted((r.op, r.saved_as, tuple(r.shape), r.bytes, r.is_parameter) for r in case.rows)

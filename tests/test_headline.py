@@ -162,9 +162,15 @@ def test_nvfp4_on_a_gpu_without_blackwell_runs_tes_code_emulated(tmp_path: Path)
     pytest.importorskip("transformer_engine.pytorch")
     if torch.cuda.get_device_capability()[0] == 10:
         pytest.skip("on Blackwell nvfp4 runs on real kernels")
-    code, _, err, _ = _run("run", "--recipe", "nvfp4", "--groups", "1", "--tokens", "1024", "--hidden", "256",
+    code, _, err, _ = _run("run", "--recipe", "nvfp4", "--groups", "1,8", "--tokens", "1024", "--hidden", "256",
                            "--ffn", "512", "--quiet", "--json", str(tmp_path / "r.json"))
     assert code == 0, err
     assert "nvfp4 cannot run on real kernels here" in err and "--kernels emulated" in err
-    [case] = load_report(tmp_path / "r.json").cases
-    assert case.status == "ok" and case.execution == "emulated" and case.emulation is not None
+    g1, g8 = load_report(tmp_path / "r.json").cases
+    assert g8.status == "ok" and g8.execution == "emulated" and g8.emulation is not None
+    # G=1 takes TE's dense single-group branch, where TE 2.20.2's own Python fails under emulation
+    # (reports/emulated/equivalence.md): the next best answer, the estimate, says so.
+    if g1.execution == "estimated":
+        assert any("emulated kernels failed" in w for w in g1.warnings), g1.warnings
+    else:
+        assert g1.execution == "emulated" and g1.status == "ok"

@@ -33,6 +33,10 @@ class Found:
     op: str
     slot: str
     buffer: Buffer
+    seq: int = -1
+    """The sequence number of the node that keeps it (names its module, see Capture.module_of_node)."""
+    inside: bool = False
+    """The node was made in the capturing thread while the capture was active."""
 
 
 @dataclass
@@ -109,10 +113,10 @@ _WHY = {
 }
 
 
-def _unhooked(result: WalkResult, op: str, slot: str, value: Any, in_region: bool) -> None:
+def _unhooked(result: WalkResult, op: str, slot: str, value: Any, in_region: bool, seq: int) -> None:
     for suffix, t in _tensors(value):
         name = slot + suffix
-        result.found.append(Found("unhooked", op, name, buffer_of(t)))
+        result.found.append(Found("unhooked", op, name, buffer_of(t), seq, in_region))
         if t.dim() == 0 and t.device.type == "cpu":
             continue  # PyTorch saves wrapped Python numbers without hooks; nothing hides there
         result.unseen += 1
@@ -137,7 +141,7 @@ def walk(roots: list[Any], in_region: Any, *, outside: bool = False) -> WalkResu
         op = type(node).__name__
         if isinstance(node, BackwardCFunction):
             result.python_nodes.append(node)
-            _walk_python(node, op, result, inside)
+            _walk_python(node, op, result, inside, sequence_nr(node))
             continue
         for attr in saved_attributes(type(node)):
             with walking() as seen:
@@ -148,11 +152,11 @@ def walk(roots: list[Any], in_region: Any, *, outside: bool = False) -> WalkResu
             if seen:
                 _claim(seen, op, attr)
             elif value is not None:
-                _unhooked(result, op, attr, value, inside)
+                _unhooked(result, op, attr, value, inside, sequence_nr(node))
     return result
 
 
-def _walk_python(node: Any, op: str, result: WalkResult, inside: bool) -> None:
+def _walk_python(node: Any, op: str, result: WalkResult, inside: bool, seq: int) -> None:
     with walking() as seen:
         try:
             values = node.saved_tensors
@@ -170,11 +174,11 @@ def _walk_python(node: Any, op: str, result: WalkResult, inside: bool) -> None:
         else:
             for i, v in enumerate(values):
                 if v is not None:
-                    _unhooked(result, op, f"saved_tensors[{i}]", v, inside)
+                    _unhooked(result, op, f"saved_tensors[{i}]", v, inside, seq)
     try:
         attrs = vars(node)
     except TypeError:  # pragma: no cover - every Python node has a __dict__
         return
     for name, value in attrs.items():
         for suffix, t in _tensors(value):
-            result.found.append(Found("ctx", op, f"ctx.{name}{suffix}", buffer_of(t)))
+            result.found.append(Found("ctx", op, f"ctx.{name}{suffix}", buffer_of(t), seq, inside))

@@ -30,6 +30,8 @@ through them is :mod:`memaudit.capture.stack`.
 from __future__ import annotations
 
 import math
+import os
+import sys
 import threading
 import weakref
 from collections.abc import Callable
@@ -50,6 +52,7 @@ from memaudit.capture.tensors import (
 )
 
 if TYPE_CHECKING:
+    from memaudit.capture.modules import Frame
     from memaudit.capture.recorder import Capture
     from memaudit.capture.stack import labelled
 
@@ -83,6 +86,8 @@ class Record:
     context: tuple[str, str] | None = None
     warning: str | None = None
     resides: str | None = None  # set when the pack already knows (an unreadable tensor)
+    frame: Frame | None = None  # the module call that was innermost when packed (modules.py)
+    source: tuple[str, int] | None = None  # (file, line) of the user frame, under capture(stack=True)
 
     def __init__(self, raw: tuple[Any, ...] | None = None) -> None:
         self.raw = raw
@@ -146,6 +151,15 @@ class ThreadState:
         self.provenance: dict[int, tuple[Callable[[], Any], list[Any]]] = {}
         # id(storage object) -> (weakref, [attribute per decomposed tensor]); see note_decomposed
         self.decomposed: dict[int, tuple[Callable[[], Any], list[str | None]]] = {}
+        # Module calls (memaudit.capture.modules): the open ones, the innermost, every one opened
+        # since the first capture in this thread started, and the qualified names of each root.
+        self.frames: list[Frame] = []
+        self.frame: Frame | None = None
+        self.spans: list[Frame] = []
+        self.names: dict[int, tuple[Callable[[], Any], str]] | None = None
+        self.roots: dict[int, tuple[Callable[[], Any], dict[int, tuple[Callable[[], Any], str]]]] = {}
+        self.sources = 0  # active captures in this thread that record source lines (stack=True)
+        self.tracking = 0  # active captures in this thread that name modules (modules=True)
 
     def take_provenance(self, t: Any) -> Any:
         """The classifier fields queued for ``t`` (each pack of it takes the next), or None."""
@@ -167,6 +181,9 @@ class _Local(threading.local):
 
 
 _local = _Local()
+thread_local = _local
+"""``thread_local.state`` is this thread's :class:`ThreadState` (what :func:`state` returns; the
+module hooks read it directly, as they run on every module call)."""
 
 
 def state() -> ThreadState:
@@ -280,6 +297,11 @@ class Layer:
             rec = _unreadable(t, exc)
         if state.context is not None:
             rec.context = state.context.next()
+        frame = state.frame
+        if frame is not None:
+            rec.frame = frame
+        if state.sources:
+            rec.source = user_frame()
         if self.single is not None:
             if self.single.active:
                 self.single.records.append(rec)
@@ -391,6 +413,27 @@ def _unreadable(t: Any, exc: BaseException) -> Record:
         "container": what,
     }
     return rec
+
+
+_SKIPPED_DIRS = tuple(
+    os.path.dirname(m.__file__) + os.sep for m in (torch, sys.modules[__name__.partition(".")[0]]) if m.__file__
+)
+_skipped: dict[str, bool] = {}
+
+
+def user_frame() -> tuple[str, int] | None:
+    """(file, line) of the innermost Python frame outside torch and memaudit: the user code whose
+    operation saved the tensor being packed (only under ``capture(stack=True)``)."""
+    f: Any = sys._getframe(1)
+    while f is not None:
+        name = f.f_code.co_filename
+        skip = _skipped.get(name)
+        if skip is None:
+            skip = _skipped[name] = name.startswith(_SKIPPED_DIRS) or name.startswith("<frozen")
+        if not skip:
+            return name, f.f_lineno
+        f = f.f_back
+    return None
 
 
 def _weak(t: Any) -> Callable[[], Any]:

@@ -11,9 +11,11 @@ from __future__ import annotations
 import dataclasses
 import gc
 import importlib
+import os
 import sys
 import threading
 import warnings as _warnings
+import weakref
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,11 +23,11 @@ from typing import Any, Protocol
 
 import torch
 
-from memaudit.capture import graph, hooks, stack
+from memaudit.capture import graph, hooks, modules, stack
 from memaudit.capture.hooks import Record
 from memaudit.capture.tensors import Buffer, buffer_of, storage_ref
 from memaudit.capture.verify import AllocatorCheck
-from memaudit.report import CaseReport, Row, compute_totals
+from memaudit.report import CaseReport, Row, compute_totals, module_operand
 from memaudit.spec import CaseSpec
 
 CAPTURE_SPEC = CaseSpec("capture", "-", 0, dtype="-", splits=())
@@ -72,7 +74,13 @@ class Capture:
         with cap: ...
     """
 
-    def __init__(self, plugins: Iterable[Plugin] | None = None, *, verify_allocator: bool = False) -> None:
+    def __init__(
+        self, plugins: Iterable[Plugin] | None = None, *, verify_allocator: bool = False, modules: bool = True, stack: bool = False
+    ) -> None:
+        self.modules = modules
+        """Name each row by the module whose forward saved it (``Row.module``; global module hooks)."""
+        self.stack = stack
+        """Record the user source line of each save (``Row.source``; costs a frame walk per save)."""
         self.plugins: list[Plugin] = list(plugins) if plugins is not None else default_plugins()
         self.records: list[Record] = []
         self.active = False
@@ -88,6 +96,8 @@ class Capture:
         self._layers: dict[int, list[hooks.Layer]] = {}
         self._other_threads = False
         """True once another thread ran during the capture (see :meth:`attach`)."""
+        self._spans: dict[int, list[list[modules.Frame]]] = {}  # thread id -> the module calls made there
+        self._reports: list[tuple[Any, list[_Unlabelled]]] = []  # reports returned, for late labels
 
     # ---- entering and leaving ------------------------------------------------------------------
     def __enter__(self) -> Capture:
@@ -128,7 +138,22 @@ class Capture:
         self._regions.append([_probe_sequence_nr(), None])
         tid = threading.get_ident()
         self._threads.add(tid)
-        self._layers.setdefault(tid, []).append(stack.push_capture(self))
+        if self.modules:
+            modules.acquire()
+        try:
+            self._layers.setdefault(tid, []).append(stack.push_capture(self))
+        except BaseException:
+            if self.modules:
+                modules.release()
+            raise
+        st = hooks.state()
+        if self.stack:
+            st.sources += 1
+        if self.modules:
+            st.tracking += 1
+        mine = self._spans.setdefault(tid, [])
+        if not any(spans is st.spans for spans in mine):
+            mine.append(st.spans)
         self._note_threads()
 
     def _pop(self) -> None:
@@ -137,8 +162,14 @@ class Capture:
             stack.pop_capture(self)
         finally:
             layers = self._layers.get(threading.get_ident())
-            if layers:
+            if layers:  # this thread's push succeeded: undo what it added
                 layers.pop()
+                st = hooks.state()
+                if self.stack:
+                    st.sources -= 1
+                if self.modules:
+                    st.tracking -= 1
+                    modules.release()
             self._regions[-1][1] = _probe_sequence_nr()
 
     @property
@@ -187,7 +218,9 @@ class Capture:
     def label(self, tensor: torch.Tensor, name: str, *, group: int | None = None) -> None:
         """Name an operand: rows in the same storage get the name (the exact view first).
 
-        Labels apply when ``report()`` runs, so a label given after a report applies to the next.
+        A label applies to every later ``report()`` and also to the reports this capture already
+        returned (their rows that no label, target or classifier had named: those rows are
+        replaced in ``case.rows`` / ``case.freed``), so labelling after ``report()`` is not lost.
         """
         info = storage_ref(tensor)
         if info is None:
@@ -195,6 +228,30 @@ class Capture:
         sref = info[0]
         entry = self._labels.setdefault(id(sref), (sref, []))
         entry[1].append(Label(name, group, tensor.storage_offset() * tensor.element_size(), tuple(tensor.shape)))
+        self._label_returned(sref)
+
+    def _label_returned(self, sref: Any) -> None:
+        """Apply the labels of storage ``sref`` to the unnamed rows of the reports already returned."""
+        alive = []
+        for ref, pending in self._reports:
+            case = ref()
+            if case is None:
+                continue
+            alive.append((ref, pending))
+            for p in pending:
+                if p.buf.sref is not sref:
+                    continue
+                label = self.label_for(p.buf)
+                if label is None:
+                    continue
+                rows = case.rows if p.live else case.freed
+                if p.index >= len(rows) or rows[p.index].index != p.index:
+                    continue  # the caller rebuilt the list: nothing to name safely
+                row = rows[p.index]
+                exact = label.offset == p.buf.offset and label.shape == p.buf.shape
+                group = label.group if exact and p.group is None else p.group
+                rows[p.index] = dataclasses.replace(row, operand=label.name, group=group)
+        self._reports = alive
 
     def label_for(self, buf: Buffer) -> Label | None:
         """The label given to the storage of ``buf`` (the exact view first), or None."""
@@ -237,6 +294,7 @@ class Capture:
             rows, freed = builder.finish()
             for plugin in self.plugins:
                 rows = plugin.annotate(rows, self)
+            pending = builder.name_rest(rows, True) + builder.name_rest(freed, False)
         finally:
             self.walk_nodes = []
         warnings = list(self.warnings) + builder.warnings + walked.warnings
@@ -256,7 +314,27 @@ class Capture:
         )
         if self._allocator is not None:
             case.allocator = self._allocator.result(builder.device_storages(), outputs)
+        if pending:
+            self._reports.append((weakref.ref(case), pending))
         return case
+
+    def module_of_node(self, seq: int) -> str | None:
+        """The module call (in the calling thread) during which autograd node ``seq`` was made."""
+        for spans in reversed(self._spans.get(threading.get_ident(), [])):
+            name = modules.module_at(spans, seq)
+            if name is not None:
+                return name
+        return None
+
+
+@dataclass
+class _Unlabelled:
+    """A row of a returned report that only memaudit's fallback named (a late label may name it)."""
+
+    live: bool
+    index: int
+    buf: Buffer
+    group: int | None
 
 
 class _RowBuilder:
@@ -277,6 +355,10 @@ class _RowBuilder:
         self._output_refs = [r[0] for t in iter_tensors(outputs) if (r := storage_ref(t)) is not None]
         self._outputs = {id(r) for r in self._output_refs}
         self._param_storages: set[int] = set()
+        self._nth: dict[tuple[bool, int], int] = {}  # (live, index) -> position among its module call's saves
+        self._bufs: dict[tuple[bool, int], Buffer] = {}  # (live, index) -> buffer, for late labels
+        self._frame_saves: dict[int, int] = {}  # id(frame) -> saves seen so far
+        self._sources: dict[str, str] = {}
 
     def _storage_name(self, sref: Any) -> str:
         key = id(sref)
@@ -305,8 +387,13 @@ class _RowBuilder:
                 if fields.get("group") is None and label.offset == buf.offset and label.shape == buf.shape:
                     fields["group"] = label.group
         fields.pop("_dtype", None)
+        nth = fields.pop("_nth", None)
         row = Row(index=index, storage=storage, duplicate_of=dup, **fields)
         target.append(row)
+        if nth is not None:
+            self._nth[(live, index)] = nth
+        if buf is not None and buf.sref is not None:
+            self._bufs[(live, index)] = buf
         if live:
             self._row_sref.append(buf.sref if buf is not None else None)
         return row
@@ -321,6 +408,14 @@ class _RowBuilder:
             op, slot = rec.context
         resides, kept = self._residence(rec) if rec.hook is not None and rec.alive() else (rec.resides or "device", None)
         base: dict[str, Any] = {"op": op, "saved_as": slot, "resides": resides}
+        frame = rec.frame if self.cap.modules else None
+        if frame is not None:
+            base["module"] = frame.name
+            nth = self._frame_saves.get(id(frame), 0)
+            self._frame_saves[id(frame)] = nth + 1
+            base["_nth"] = nth
+        if rec.source is not None and self.cap.stack:
+            base["source"] = self._source(rec.source)
         if rec.hook is not None and rec.hook.kind is None and resides == "unknown":
             self.warnings.append(
                 f"{op or '?'} {slot or '?'}: packed by {rec.hook.name}, which keeps no tensor memaudit can see; "
@@ -380,7 +475,32 @@ class _RowBuilder:
 
     def add_found(self, found: graph.Found) -> None:
         fields = {"op": found.op, "saved_as": found.slot, "slot": found.slot, "via": found.via, **found.buffer.row_fields()}
+        if found.inside and self.cap.modules:  # made in this thread: its sequence number places it in a module call
+            fields["module"] = self.cap.module_of_node(found.seq)
         self._row(fields, found.buffer, True)
+
+    def _source(self, where: tuple[str, int]) -> str:
+        """``file:line``, the file relative to the working directory or to its sys.path entry."""
+        filename, line = where
+        short = self._sources.get(filename)
+        if short is None:
+            short = self._sources[filename] = short_path(filename)
+        return f"{short}:{line}"
+
+    def name_rest(self, rows: list[Row], live: bool) -> list[_Unlabelled]:
+        """Give every row still without an operand memaudit's own name (module, node, attribute:
+        :func:`memaudit.report.module_operand`); returns them, for labels given later."""
+        pending = []
+        for i, row in enumerate(rows):
+            if row.operand is not None:
+                continue
+            name = module_operand(row.module, row.op, row.saved_as, row.slot, self._nth.get((live, row.index)))
+            if name is not None:
+                rows[i] = dataclasses.replace(row, operand=name)
+            buf = self._bufs.get((live, row.index))
+            if buf is not None:
+                pending.append(_Unlabelled(live, row.index, buf, row.group))
+        return pending
 
     def finish(self) -> tuple[list[Row], list[Row]]:
         # Parameters by storage: a row that shares a parameter's storage is parameter memory.
@@ -404,6 +524,27 @@ class _RowBuilder:
             if sref is not None and row.resides == "device":
                 out[id(sref)] = (sref, row.storage_bytes)
         return out
+
+
+def short_path(filename: str) -> str:
+    """A source file as a report shows it: relative to the working directory when under it, else
+    to the longest ``sys.path`` entry holding it (``pkg/mod.py``), else its base name; never an
+    absolute path (reports are compared across machines)."""
+    if not os.path.isabs(filename) and not os.path.exists(filename):
+        return filename  # <string>, <stdin>, a notebook cell
+    full = os.path.abspath(filename)
+
+    def under(base: str) -> bool:
+        return bool(base) and full.startswith(base.rstrip(os.sep) + os.sep)
+
+    cwd = os.getcwd()
+    if under(cwd):
+        best: str | None = cwd
+    else:
+        bases = [b for b in (os.path.abspath(p) for p in sys.path if p) if under(b)]
+        best = max(bases, key=len) if bases else None
+    rel = os.path.relpath(full, best) if best is not None else os.path.basename(full)
+    return rel.replace(os.sep, "/")
 
 
 def _payload_tensors(payload: Any, depth: int = 3) -> Iterator[torch.Tensor]:
@@ -464,13 +605,18 @@ def default_plugins() -> list[Plugin]:
 
 
 @contextmanager
-def capture(plugins: Iterable[Plugin] | None = None, *, verify_allocator: bool = False) -> Iterator[Capture]:
+def capture(
+    plugins: Iterable[Plugin] | None = None, *, verify_allocator: bool = False, modules: bool = True, stack: bool = False
+) -> Iterator[Capture]:
     """Record every saved tensor of the autograd graphs built inside the block (this thread).
 
     Autograd behaves as without it; hooks entered inside the block still run (and are seen), and
     so does a pair that was active when it started. The hooks are removed on exit, also when the
     block raises. ``verify_allocator`` (CUDA) compares the allocator's growth with the rows.
+    ``modules`` (default on) names each row by the module whose forward saved it (``Row.module``,
+    e.g. ``layers.3.mlp.fc1``); ``stack`` adds the user source line of each save (``Row.source``,
+    ``model.py:42``; a frame walk per saved tensor).
     """
-    cap = Capture(plugins, verify_allocator=verify_allocator)
+    cap = Capture(plugins, verify_allocator=verify_allocator, modules=modules, stack=stack)
     with cap:
         yield cap

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch._C._autograd as _autograd_c
 
+from memaudit.capture import modules
 from memaudit.capture.hooks import HookInfo, Layer, Record, layer_of, state
 
 if TYPE_CHECKING:
@@ -175,6 +176,7 @@ def push_capture(cap: Capture) -> Layer:
     if not st.captures:  # what earlier captures noted is stale now
         st.provenance.clear()
         st.decomposed.clear()
+        modules.reset(st)
     top = _autograd_c._top_saved_tensors_default_hooks(False)
     below = layer_of(top[0]) if top is not None else None
     if below is not None:  # a nested capture: share the pair below's delegate, record into both
@@ -203,6 +205,7 @@ def pop_capture(cap: Capture) -> None:
             st.captures.remove(cap)
         if not st.captures:
             st.provenance.clear()  # noted for buffers no hook took; decomposed stays for report()
+            modules.reset(st)  # the captures keep their spans; the module stack starts clean
 
 
 class walking:

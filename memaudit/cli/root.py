@@ -134,7 +134,8 @@ def build_specs(
     for name, value in dims.items():
         flag = "--" + name.replace("_", "-")
         if value is not None and name not in names:
-            raise UsageError(f"target {target.name!r} has no dimension {name!r} (it has {', '.join(names)})", key=flag)
+            has = f"it has {', '.join(names)}" if names else "it declares none: its factory takes no case spec"
+            raise UsageError(f"target {target.name!r} has no dimension {name!r} ({has})", key=flag)
         _positive(value, flag)
         if value is not None and value > MAX_DIM:
             raise UsageError(f"must be at most 2**40, got an integer of {value.bit_length()} bits", key=flag)
@@ -164,6 +165,11 @@ def build_specs(
             spec = CaseSpec(target.name, r, g, tuple(shape.items()), dtype, device, dict(options), split_tuple)
             spec.split_sizes()  # validates the split dimension vs groups vs alignment
             specs.append(spec)
+    ids = [s.id for s in specs]
+    twice = next((i for k, i in enumerate(ids) if i in ids[:k]), None)
+    if twice is not None:
+        raise UsageError(f"these options make case {twice!r} more than once: target {target.name!r} does not tell "
+                         "the cases apart (a factory that takes no case spec runs one case)", key="--groups")
     return specs
 
 
@@ -181,6 +187,7 @@ def run(
     backward: Annotated[bool, typer.Option(help="Run backward after each captured forward.")] = True,
     verify_allocator: Annotated[bool, typer.Option("--verify-allocator", help="CUDA: check the rows against the caching allocator's growth over the captured forward (hidden_bytes per case).")] = False,
     allow_incomplete: Annotated[bool, typer.Option("--allow-incomplete", help="Judge budgets on cases memaudit marked incomplete instead of failing them.")] = False,
+    stack: Annotated[bool, typer.Option("--stack", help="Record the source line (file:line) of the user code behind each saved tensor (rows' source; slower capture, see docs/bench.md).")] = False,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the JSON report here (atomically).")] = None,
     markdown: Annotated[Path | None, typer.Option(help="Write a markdown summary (PR comment) here.")] = None,
     quiet: Annotated[bool, typer.Option(help="Only the summary table (and, where stderr is not a terminal, the one line per finished case).")] = False,
@@ -271,7 +278,8 @@ def run(
 
     with progress if progress is not None else contextlib.nullcontext():
         report = run_matrix(tgt, specs, backward=backward, verify_allocator=verify_allocator, on_case=on_case,
-                            on_start=progress.start if progress is not None else None, fallbacks=fallbacks)
+                            on_start=progress.start if progress is not None else None, fallbacks=fallbacks,
+                            stack=stack)
     if expected:
         from memaudit.te.expected import attach_expected
 

@@ -85,8 +85,19 @@ def format_row(row: RowLike) -> str:
     extras = []
     where = ".".join(p for p in (row.container, row.slot) if p)
     op = getattr(row, "op", None)
+    module = getattr(row, "module", None)
+    named_by_module = module is not None and (row.operand or "").startswith(f"{module}:")
+    if named_by_module and not row.container:
+        where = ""  # the operand already says module, node and attribute
+    if op and named_by_module:
+        op = None
     if where or op:
         extras.append(" ".join(p for p in (where, f"by {op}" if op else "") if p))
+    if module is not None and not named_by_module:
+        extras.append(f"in {module}")
+    source = getattr(row, "source", None)
+    if source:
+        extras.append(f"at {source}")
     extras += row.notes()
     return "  ".join(parts) + (f"  [{', '.join(extras)}]" if extras else "")
 

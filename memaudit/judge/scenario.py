@@ -388,7 +388,7 @@ def parse_cases(d: Any, *, source: str, key: str, allow_targets: tuple[str, ...]
         if dup is not None:
             raise r.fail(_join(key, name), f"{dup!r} is listed twice")
     shape = tuple((k, r.integer(d[k], _join(key, k))) for k in dims)
-    dtype = r.string(d.get("dtype", "bf16"), _join(key, "dtype"), choices=DTYPES)
+    dtype = r.string(d.get("dtype", registry.default_dtype(target)), _join(key, "dtype"), choices=DTYPES)
     options = r.table(d.get("options", {}), _join(key, "options"))
     for k, v in options.items():
         if not isinstance(v, str | int | float | bool):

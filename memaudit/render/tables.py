@@ -61,7 +61,8 @@ def _case_sheet(case: CaseReport, show_expected: bool, compact: bool) -> Sheet:
     sheet = Sheet(cols, title=_title(case), caption=Text.from_markup(totals_line(case)))
     previous = None
     for row in sorted(case.rows, key=_sort_key):
-        family = (row.operand or "?").split("[")[0]
+        by_module = row.module is not None and (row.operand or "").startswith(f"{row.module}:")
+        family = row.module if by_module else (row.operand or "?").split("[")[0]
         if previous is not None and family != previous:
             sheet.add_section()
         previous = family
@@ -76,8 +77,14 @@ def _case_sheet(case: CaseReport, show_expected: bool, compact: bool) -> Sheet:
             sheet.add_row(str(row.index), operand, f"{fmt_shape(row.shape)} {dtype}", fmt_bytes(row.bytes), *expected, what)
             continue
         where = ".".join(p for p in (row.container, row.slot) if p) if row.container else (row.slot or "")
-        if row.op:
+        if by_module and not row.container:
+            where = ""  # the operand names module, node and attribute
+        elif row.op:
             where = f"{where} ({row.op})" if where else row.op
+        if row.module is not None and not by_module:
+            where = f"{where} in {row.module}" if where else f"in {row.module}"
+        if row.source:
+            where = f"{where} at {row.source}" if where else row.source
         storage = " ".join(n for n in (row.storage or "", *row.notes()) if n)
         sheet.add_row(str(row.index), operand, what, f"{fmt_shape(row.shape)} {row.dtype}", fmt_bytes(row.bytes),
                       where, storage, *expected)

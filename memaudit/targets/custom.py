@@ -2,16 +2,18 @@
 
 The factory is called with the case's ``CaseSpec`` if it takes an argument, else with none.
 ``inputs`` is a tuple of positional arguments (or one tensor). Forward is ``model(*inputs)``.
+Case ids say only what the case is (see :class:`CustomTarget`).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 from typing import TYPE_CHECKING, Any
 
 from memaudit.errors import UsageError
-from memaudit.spec import CaseSpec
+from memaudit.spec import CaseSpec, ShapeParam
 from memaudit.targets.base import MLP_SHAPE, Built, backward_sum
 
 if TYPE_CHECKING:
@@ -33,14 +35,37 @@ def load_factory(ref: str) -> Any:
     return factory
 
 
+@functools.cache
+def takes_spec(ref: str) -> bool | None:
+    """Whether factory ``ref`` takes the case's ``CaseSpec`` (an argument), or None where it cannot
+    be imported here (then it is taken to take one: nothing is hidden from its id)."""
+    try:
+        factory = load_factory(ref)
+    except UsageError:
+        return None
+    try:
+        return bool(inspect.signature(factory).parameters)
+    except (TypeError, ValueError):  # a builtin without a signature: called with the spec
+        return True
+
+
 class CustomTarget:
-    """Wraps a user factory."""
+    """Wraps a user factory.
+
+    A factory that takes the spec is told the grouped-MLP dimensions (``--tokens``, ``--hidden``,
+    ``--ffn``), the group count, dtype and device; one that takes none declares no dimensions (a
+    dimension option is refused) and its case id names only what it runs: ``PKG.MOD:FACTORY/fp32``.
+    The dtype defaults to ``fp32`` (PyTorch's default), and a case whose model or inputs are not
+    of its dtype and device is an error cell rather than a case whose id says something untrue.
+    The custom target runs no quantization recipe: its one recipe (``bf16``, the built-ins' name
+    for plain high precision) is not part of its ids.
+    """
 
     recipes = ("bf16",)
     default_recipes = ("bf16",)
     supported_recipes = ("bf16",)
     shape = MLP_SHAPE
-    defaults: dict[str, Any] = {"tokens": 1024, "hidden": 256, "ffn": 512, "groups": (1,), "dtype": "bf16"}
+    defaults: dict[str, Any] = {"tokens": 1024, "hidden": 256, "ffn": 512, "groups": (1,), "dtype": "fp32"}
     default_device = "cpu"
 
     @staticmethod
@@ -51,22 +76,66 @@ class CustomTarget:
     def alignment(recipe: str) -> int:
         return 16
 
+    @classmethod
+    def shape_of(cls, ref: str) -> tuple[ShapeParam, ...]:
+        """The dimensions factory ``ref`` is told: the grouped MLP's, or none when it takes no spec."""
+        return cls.shape if takes_spec(ref) is not False else ()
+
+    @staticmethod
+    def case_id(spec: CaseSpec) -> str:
+        """``PKG.MOD:FACTORY/gG/tT-hH-fF/dtype`` for a factory told the shape, else ``PKG.MOD:FACTORY/dtype``."""
+        letters = {p.name: p.letter for p in MLP_SHAPE}
+        if spec.shape:
+            dims = "-".join(f"{letters.get(k, k)}{v}" for k, v in spec.shape)
+            base = f"{spec.target}/g{spec.groups}/{dims}/{spec.dtype}"
+        else:
+            base = f"{spec.target}/{spec.dtype}"
+        opts = ",".join(f"{k}={v}" for k, v in sorted(spec.options.items()))
+        return f"{base}/{opts}" if opts else base
+
     def configure(self, flags: dict[str, Any]) -> dict[str, Any]:
         return {}
 
     def __init__(self, ref: str) -> None:
         self.name = ref
         self.factory = load_factory(ref)
+        self.shape = self.shape_of(ref)
 
     def skip_reason(self, spec: CaseSpec) -> str | None:
         return None
 
     def build(self, spec: CaseSpec) -> Built:
-        takes_spec = bool(inspect.signature(self.factory).parameters)
-        model, inputs = self.factory(spec) if takes_spec else self.factory()
+        takes = takes_spec(self.name) is not False
+        model, inputs = self.factory(spec) if takes else self.factory()
         args = inputs if isinstance(inputs, tuple) else (inputs,)
+        problem = mismatch(model, args, spec, takes)
+        if problem is not None:
+            raise ValueError(problem)
 
         def forward(cap: Capture) -> Any:
             return model(*args)
 
-        return Built(forward=forward, backward=backward_sum)
+        return Built(forward=forward, backward=backward_sum, model=model)
+
+
+def mismatch(model: Any, args: tuple[Any, ...], spec: CaseSpec, takes_spec: bool) -> str | None:
+    """Why the built model and inputs are not what ``spec`` (and so its id) says: another dtype or
+    device; None when they agree. The dtype is that of the floating-point parameters (of the
+    inputs where the model has none); a mix agrees when the spec's dtype is among them."""
+    import torch
+
+    from memaudit.capture.tensors import format_of
+
+    params = list(model.parameters()) if isinstance(model, torch.nn.Module) else []
+    tensors = [*params, *(a for a in args if isinstance(a, torch.Tensor))]
+    floating = [t for t in (params or tensors) if t.is_floating_point()]
+    how = "build spec.dtype and spec.device in the factory, or run with" if takes_spec else "run with"
+    formats = sorted({format_of(t.dtype) for t in floating})
+    if formats and spec.dtype not in formats:
+        fix = f"--dtype {formats[0]}" if len(formats) == 1 else f"--dtype {' or '.join(formats)}"
+        return f"the factory built {'/'.join(formats)} tensors, but the case (and its id) says {spec.dtype}: {how} {fix}"
+    want = torch.device(spec.device)
+    for t in tensors:
+        if t.device.type != want.type or (want.index is not None and t.device.index not in (None, want.index)):
+            return f"the factory built tensors on {t.device}, but the case says {spec.device}: {how} --device {t.device.type}"
+    return None

@@ -112,7 +112,16 @@ def run_flags() -> tuple[RunFlag, ...]:
 def shape_params(target: str) -> tuple[ShapeParam, ...] | None:
     """The shape dimensions ``target`` declares (``Target.shape``), or None for a name no target serves."""
     cls = _class_of(target)
-    return tuple(cls.shape) if cls is not None else None
+    if cls is None:
+        return None
+    own = getattr(cls, "shape_of", None)  # a class whose dimensions depend on the name (a custom factory)
+    return tuple(own(target)) if own is not None else tuple(cls.shape)
+
+
+def default_dtype(target: str) -> str:
+    """The dtype ``target`` runs without ``--dtype`` (bf16 for a name no target serves)."""
+    cls = _class_of(target)
+    return cls.defaults.get("dtype", "bf16") if cls is not None else "bf16"
 
 
 def split_dim(target: str) -> str | None:

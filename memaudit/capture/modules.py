@@ -1,0 +1,184 @@
+"""Which module saved each tensor: a stack of module calls per thread, and their qualified names.
+
+While at least one capture that tracks modules is active (in any thread), two global module hooks
+are registered (``torch.nn.modules.module.register_module_forward_pre_hook`` and
+``register_module_forward_hook(always_call=True)``, so a forward that raises still pops); the last
+capture to end removes them. They are inert in a thread without an active capture.
+
+The pre-hook pushes a :class:`Frame` onto this thread's stack (``ThreadState.frames``) and the
+post-hook pops it; the pack hook only copies a pointer to the innermost frame into its record. A
+frame's name is resolved when the call starts, from the qualified names of the *root*: the
+outermost module entered in this thread (``root.named_modules()``, built once per root and
+memoised, holding weak references only). A module shared under two names gets the first
+``named_modules()`` gives; the root itself, and a module called inside a root that does not
+contain it, get their class name. The stack is per thread because saved-tensor hooks are.
+
+Each frame also records the autograd sequence numbers of the nodes created during the call
+(``lo``..``hi``), so that rows the graph walk finds without a record (``ctx`` attributes,
+unhooked saves) are named by the innermost call whose range holds their node.
+
+Nothing here keeps a module or a tensor alive, and nothing here raises into the user's forward.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import weakref
+from typing import Any
+
+import torch
+import torch._C._autograd as _autograd_c
+
+from memaudit.capture.hooks import ThreadState, thread_local
+
+_next_sequence_nr = getattr(_autograd_c, "_get_sequence_nr", lambda: -1)
+
+
+class Frame:
+    """One module call: its qualified name, the module's id while it runs, and the sequence
+    numbers of the autograd nodes created during it (``lo`` <= seq < ``hi``; ``hi`` is None while
+    the call is open, or when it never closed)."""
+
+    __slots__ = ("name", "module_id", "lo", "hi")
+
+    def __init__(self, name: str, module_id: int, lo: int) -> None:
+        self.name = name
+        self.module_id = module_id
+        self.lo = lo
+        self.hi: int | None = None
+
+    def __repr__(self) -> str:
+        return f"Frame({self.name!r}, lo={self.lo}, hi={self.hi})"
+
+
+_lock = threading.Lock()
+_users = 0
+_handles: list[Any] = []
+
+
+def acquire() -> None:
+    """A capture starts tracking modules: register the global hooks if none is registered."""
+    global _users
+    with _lock:
+        if _users == 0:
+            from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+            pre = register_module_forward_pre_hook(_pre)
+            try:
+                _handles.append(pre)
+                _handles.append(register_module_forward_hook(_post, always_call=True))
+            except BaseException:
+                _remove()
+                raise
+        _users += 1
+
+
+def release() -> None:
+    """Undo one :func:`acquire`; the last one removes the hooks."""
+    global _users
+    with _lock:
+        _users -= 1
+        if _users <= 0:
+            _users = 0
+            _remove()
+
+
+def _remove() -> None:
+    while _handles:
+        _handles.pop().remove()
+
+
+def tracking() -> bool:
+    """True while the global module hooks are registered."""
+    return bool(_handles)
+
+
+def reset(st: ThreadState) -> None:
+    """Forget this thread's module calls (no capture is active in it any more, or a first starts)."""
+    st.frames = []
+    st.frame = None
+    st.spans = []
+    st.names = None
+    st.roots = {}
+
+
+def _names_of(root: torch.nn.Module) -> dict[int, tuple[Any, str]]:
+    """id(module) -> (weak reference, qualified name) for every module under ``root``."""
+    out: dict[int, tuple[Any, str]] = {}
+    top = type(root).__name__
+    try:
+        for name, m in root.named_modules():
+            out.setdefault(id(m), (weakref.ref(m), name or top))
+    except Exception:  # noqa: BLE001 - a module tree memaudit cannot walk: the root alone is named
+        out = {id(root): (weakref.ref(root), top)}
+    return out
+
+
+def _pre(module: torch.nn.Module, args: Any) -> None:
+    st = thread_local.state
+    if not st.tracking:
+        return
+    try:
+        frames = st.frames
+        if frames:
+            names = st.names
+        else:  # the outermost module entered: the root names are relative to
+            memo = st.roots.get(id(module))
+            if memo is None or memo[0]() is not module:
+                memo = st.roots[id(module)] = (weakref.ref(module), _names_of(module))
+            names = st.names = memo[1]
+        mid = id(module)
+        entry = names.get(mid) if names is not None else None
+        if entry is None or entry[0]() is not module:  # not under the root (or an id reused)
+            entry = (weakref.ref(module), type(module).__name__)
+            if names is not None:
+                names[mid] = entry
+        frame = Frame(entry[1], mid, _next_sequence_nr())
+        frames.append(frame)
+        st.spans.append(frame)
+        st.frame = frame
+    except Exception:  # noqa: BLE001 - never raise into the user's forward
+        pass
+
+
+def _post(module: torch.nn.Module, args: Any, output: Any) -> None:
+    st = thread_local.state
+    frames = st.frames
+    if not frames:
+        return
+    try:
+        mid = id(module)
+        top = frames[-1]
+        if top.module_id == mid:  # the usual case: the call that ends is the innermost
+            top.hi = _next_sequence_nr()
+            frames.pop()
+            st.frame = frames[-1] if frames else None
+            return
+        for i in range(len(frames) - 1, -1, -1):
+            if frames[i].module_id == mid:
+                hi = _next_sequence_nr()
+                for f in frames[i:]:  # calls that never closed (a BaseException) close with it
+                    f.hi = hi
+                del frames[i:]
+                st.frame = frames[-1] if frames else None
+                return
+    except Exception:  # noqa: BLE001 - never raise into the user's forward
+        pass
+
+
+def module_at(spans: list[Frame], seq: int) -> str | None:
+    """The name of the innermost module call during which node ``seq`` was created, or None.
+
+    ``spans`` are in the order the calls started (``lo`` non-decreasing); an inner call starts
+    after the call around it, so the last span holding ``seq`` is the innermost.
+    """
+    if seq < 0 or not spans:
+        return None
+    i = bisect.bisect_right(spans, seq, key=lambda f: f.lo) - 1
+    while i >= 0:
+        f = spans[i]
+        if f.lo <= seq and (f.hi is None or seq < f.hi):
+            return f.name
+        i -= 1
+    return None
