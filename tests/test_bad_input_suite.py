@@ -276,6 +276,47 @@ for bad in sorted((ROOT / "tests" / "data" / "bad_scenarios").glob("*.toml")):
     CASES.append(Case(f"run --scenario: {bad.stem}", lambda t: ["run", "--scenario", str(t / "s.toml"), "--device", "cpu", "--json", str(t / "o.json")],
                       setup=bsetup))
 
+# ---- scenarios: hostile byte expressions, refused with the column (at load, or for the case) ---------
+# check judges reports/cpu/reference.json at its own shape (T=1024, H=256, F=512), so a per-case problem
+# is found there as well as in run's small case; the needle shows the exit 2 is the expression's.
+BIG = SCENARIO.replace("tokens = 64", "tokens = 1024").replace("hidden = 16", "hidden = 256").replace("ffn = 32", "ffn = 512")
+BAD_EXPRESSIONS = {
+    "uneven division": ("tokens * hidden * elt / 3", "is not a whole number of bytes; write // to round down"),
+    "negative difference": ("tokens - hidden * 100", "is negative"),
+    "division by zero": ("tokens / (groups - 1)", "divides by zero"),
+    "overflow for the case": ("tokens * 1 TiB * 1 TiB", "is more than 2**63-1 bytes"),
+    "constant overflow": ("8 TiB * 8 TiB", "(the '*' at column 7) is more than 2**63-1 bytes"),
+    "0.1 B": ("0.1 B", "is 0.1 bytes, not a whole number of bytes"),
+    "0.3 KiB": ("0.3 KiB", "is 307.2 bytes"),
+    "float factor": ("1.5 * tokens", "'1.5' at column 1 of '1.5 * tokens' is 1.5 bytes"),
+    "3 Mb": ("3 Mb", "ambiguous unit 'Mb'"),
+    "1 kb": ("1 kb * tokens", "ambiguous unit 'kb'"),
+    "name typo": ("tokns * hidden", "unknown variable 'tokns' at column 1 of 'tokns * hidden' (did you mean 'tokens'?)"),
+    "unary minus": ("-tokens", "unary minus (byte quantities are never negative) at column 1"),
+    "power": ("tokens ** 2", "'**' at column 8"),
+    "a call": ("__import__('os').system('true')", "a function call at column 1"),
+    "an attribute": ("tokens.real", "an attribute at column 1"),
+    "a subscript": ("tokens[0]", "a subscript at column 1"),
+    "a comparison": ("tokens < hidden", "a comparison at column 1"),
+    "a conditional": ("tokens if groups else 1", "a conditional expression at column 1"),
+    "unclosed parenthesis": ("(tokens * hidden", "'(' was never closed at column 1"),
+    "a unit without a number": ("tokens * MiB", "'MiB' is a unit: put a number before it"),
+    "nested 400 deep": ("1+" * 400 + "1", "is nested more than 100 deep"),
+    "300 parentheses": ("(" * 300 + "tokens" + ")" * 300, "too many nested parentheses"),
+    "1 MB of expression": ("tokens+" * 150_000 + "1", "is too long; at most 1000 characters"),
+    "non-ASCII": ("tokens * \u00e9", "character '\u00e9' at column 10"),
+}
+for ename, (expr, needle) in BAD_EXPRESSIONS.items():
+    literal = json.dumps(expr)  # a TOML basic string
+    for cname, base in (("check", BIG), ("run", SCENARIO)):
+        text = base.replace('"1 GiB"', literal)
+        def esetup(t: Path, x=text) -> None:
+            (t / "s.toml").write_text(x, encoding="utf-8")
+            _report(t, "good.json")
+        argv = ((lambda t: ["check", str(t / "good.json"), "--scenario", str(t / "s.toml")]) if cname == "check" else
+                (lambda t: ["run", "--scenario", str(t / "s.toml"), "--device", "cpu", "--json", str(t / "o.json")]))
+        CASES.append(Case(f"{cname} --scenario: byte expression, {ename}", argv, setup=esetup, needle=needle))
+
 # ---- scenarios by name: a bare name that ships with memaudit runs, any other is refused ------------
 BAD_NAMES = ["refrence", "grouped-mlp", "GROUPED_MLP", "nope", "[bold]x", "-", "reference.", "grouped_mlp ", "x" * 300]
 for name in BAD_NAMES:

@@ -1,9 +1,10 @@
-"""Budget rules as data: byte expressions, row selections, the checks, and :class:`Rule`.
+"""Budget rules as data: row selections, the checks, and :class:`Rule`.
 
 A :class:`Rule` is a :class:`Selection`, one check (:data:`Check`) and where it applies (recipes,
 group counts, path keys, a known failure on some TE versions). Checking rules against a case lives
 in :mod:`memaudit.judge.checks`, verdicts in :mod:`memaudit.judge.budgets`, and parsing rules from
-TOML or marker arguments in :mod:`memaudit.judge.scenario`. Nothing here imports torch or TE.
+TOML or marker arguments in :mod:`memaudit.judge.scenario`, byte expressions (:class:`ByteExpr`) in
+:mod:`memaudit.judge.byte_expr`. Nothing here imports torch or TE.
 """
 
 from __future__ import annotations
@@ -13,20 +14,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
-from memaudit.errors import UsageError, did_you_mean
+from memaudit.errors import UsageError
+from memaudit.judge.byte_expr import CASE_VARIABLES as CASE_VARIABLES
+from memaudit.judge.byte_expr import ELEMENT_SIZE as ELEMENT_SIZE
+from memaudit.judge.byte_expr import ByteExpr
+from memaudit.judge.byte_expr import default_dims as default_dims
 from memaudit.judge.rows import RowLike, bytes_text, operand_base
 from memaudit.judge.versions import version_in
 from memaudit.report import PathInfo
-from memaudit.units import parse_bytes
 
 CHECKS = ("count", "forbid", "max_bytes", "exact_bytes", "ratio", "path")
 COUNT_OPS = ("==", "<=", ">=")
 COUNT_UNITS = ("rows", "storages")
 PER = ("case", "operand", "group", "operand,group")
 MEASURES = ("logical", "physical", "saved")
-CASE_VARIABLES = ("groups", "elt")
-"""Byte-expression variables every case has; the target's shape dimensions come first."""
-ELEMENT_SIZE = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 _MISSING = object()
 
@@ -46,81 +47,6 @@ class CaseLike(Protocol):
     path: PathInfo | None
     rows: list[Any]
     totals: Any
-
-
-def default_dims() -> tuple[str, ...]:
-    """Every built-in target's dimension names (the variables where no target is named)."""
-    from memaudit.targets.registry import all_shape_params
-
-    return tuple(p.name for p in all_shape_params())
-
-
-# ---- byte expressions ----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ByteExpr:
-    """A byte quantity: ``"136 MiB"``, ``4096``, or a sum of products of quantities and case
-    variables (the target's dimensions such as ``tokens``, then ``groups`` and ``elt``):
-    ``"tokens * hidden * elt"``."""
-
-    text: str
-    terms: tuple[tuple[int | str, ...], ...]
-
-    @classmethod
-    def parse(cls, value: Any, *, source: str | None = None, key: str | None = None,
-              dims: tuple[str, ...] | None = None) -> ByteExpr:
-        """Parse ``value``; ``dims`` are the target's dimension names (default: every built-in
-        target's)."""
-        variables = (*(dims if dims is not None else default_dims()), *CASE_VARIABLES)
-        if isinstance(value, bool) or not isinstance(value, int | str):
-            raise UsageError(f"expected a byte quantity such as '136 MiB' or 4096, got {value!r}", source=source, key=key)
-        if isinstance(value, int):
-            return cls(str(value), ((parse_bytes(value, source=source, key=key),),))
-        terms = []
-        for product in value.split("+"):
-            factors: list[int | str] = []
-            for part in product.split("*"):
-                part = part.strip()
-                if re.fullmatch(r"[A-Za-z_]\w*", part):
-                    if part not in variables:
-                        raise UsageError(
-                            f"unknown variable {part!r} in {value!r}{did_you_mean(part, variables)}; "
-                            f"variables are {', '.join(variables)}",
-                            source=source,
-                            key=key,
-                        )
-                    factors.append(part)
-                elif not part:
-                    raise UsageError(f"malformed byte expression {value!r} (empty term)", source=source, key=key)
-                else:
-                    factors.append(parse_bytes(part, source=source, key=key))
-            terms.append(tuple(factors))
-        return cls(value, tuple(terms))
-
-    @property
-    def constant(self) -> bool:
-        return all(isinstance(f, int) for t in self.terms for f in t)
-
-    def value(self, case: CaseLike, *, source: str | None = None, key: str | None = None) -> int:
-        """The quantity for ``case``; a variable the case cannot supply is a UsageError."""
-        total = 0
-        for term in self.terms:
-            v = 1
-            for f in term:
-                v *= f if isinstance(f, int) else _variable(case, f, self.text, source, key)
-            total += v
-        return total
-
-
-def _variable(case: CaseLike, name: str, text: str, source: str | None, key: str | None) -> int:
-    if name == "elt":
-        size = ELEMENT_SIZE.get(getattr(case, "dtype", ""))
-        if size is None:
-            raise UsageError(f"{text!r}: case {case.id} has dtype {case.dtype!r}, so 'elt' is unknown", source=source, key=key)
-        return size
-    value = case.groups if name == "groups" else case.dims.get(name)
-    if not isinstance(value, int) or value < 1:
-        raise UsageError(f"{text!r}: case {case.id} has no {name} (got {value!r})", source=source, key=key)
-    return value
 
 
 # ---- selections ----------------------------------------------------------------------------------
