@@ -168,9 +168,9 @@ def test_production_shape_on_meta_makes_only_meta_tensors() -> None:
 SHAPE = ["--tokens", "256", "--hidden", "64", "--ffn", "128"]
 
 
-def run_json(cli_runner: Any, path: Path, *argv: str) -> dict[str, Any]:
+def run_json(cli_runner: Any, path: Path, *argv: str, code: int = 0) -> dict[str, Any]:
     result = cli_runner.invoke(app, ["run", *argv, "--json", str(path)])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == code, result.output
     return json.loads(path.read_text(encoding="utf-8"))
 
 
@@ -198,13 +198,22 @@ def test_custom_target_on_meta_builds_under_the_meta_default(cli_runner: Any, tm
     assert m["totals"] == c["totals"]
 
 
-def test_te_target_refuses_meta_with_the_reason(cli_runner: Any, tmp_path: Path) -> None:
-    data = run_json(cli_runner, tmp_path / "te.json", "--target", "te-grouped-mlp", "--recipe", "bf16", "--groups", "1",
-                    *SHAPE, "--device", "meta")
+def test_te_target_on_meta_is_skipped_with_the_reason_or_estimated(cli_runner: Any, tmp_path: Path) -> None:
+    """TE cannot run on meta: with --fallback none the cell says why; by default the estimate answers
+    (never TE's forward with emulated kernels, which would allocate on a GPU)."""
+    argv = ["--target", "te-grouped-mlp", "--recipe", "bf16", "--groups", "1", *SHAPE, "--device", "meta"]
+    data = run_json(cli_runner, tmp_path / "te.json", *argv, "--fallback", "none", code=4)  # nothing measured
     (case,) = data["cases"]
     assert case["status"] == "skipped"
     assert "does not run on meta" in case["reason"] and "torch.Tensor().cuda()" in case["reason"]
-    assert "memaudit estimate" in case["reason"]
+    result = cli_runner.invoke(app, ["run", *argv, "--json", str(tmp_path / "auto.json")])
+    assert result.exit_code == 4, result.output  # nothing measured or emulated: answered by the estimate
+    (case,) = json.loads((tmp_path / "auto.json").read_text(encoding="utf-8"))["cases"]
+    assert case["status"] == "ok" and case["path"]["estimated"] is True
+    assert "does not run on meta" in result.output
+    emulate = cli_runner.invoke(app, ["run", *argv, "--fallback", "emulate", "--json", str(tmp_path / "e.json")])
+    (case,) = json.loads((tmp_path / "e.json").read_text(encoding="utf-8"))["cases"]
+    assert case["status"] == "skipped", emulate.output
 
 
 # ---- the pytest plugin -------------------------------------------------------------------------

@@ -391,8 +391,7 @@ class TEGroupedMLPTarget:
 
         if spec.device == "meta":
             return ("TransformerEngine does not run on meta: its forward makes and checks CUDA tensors outside any "
-                    f"kernel, which kernel stand-ins cannot replace ({_CUDA_OUTSIDE_KERNELS}); "
-                    "use `memaudit estimate` for TE's rows at any shape without a GPU")
+                    f"kernel, which kernel stand-ins cannot replace ({_CUDA_OUTSIDE_KERNELS})")
         if not spec.device.startswith("cuda") or not torch.cuda.is_available():
             if self.emulated is not None:
                 return ("emulated kernels need a CUDA device: TE's forward itself uses CUDA outside any kernel "
