@@ -457,6 +457,8 @@ class Bench:
             "pack_us_per_tensor": {},
             "matrix_seconds": None,
             "estimate_configs_per_second": None,
+            "estimate_full_configs_per_second": None,
+            "meta": None,
             "environment": None,
             "details": {},
             "errors": [],
@@ -527,6 +529,7 @@ class Bench:
         if self.runs > 1:
             self.section("independent_runs", self.independent_runs)
         self.section("estimator", self.estimator)
+        self.section("meta", self.meta, need_s=30)
         self.section("import_times", self.import_times, need_s=30)
         self.section("matrix_subprocess", self.matrix_subprocess, need_s=40)
         self.section("setup_target", self.setup_target)
@@ -821,6 +824,22 @@ class Bench:
         self.r["estimate_full_configs_per_second"] = det["full_configs_per_second"]
         self.r["details"]["estimator"] = det
         log(f"    {det}")
+
+    def meta(self) -> None:
+        """bench/meta.py in a fresh process (CPU only; its resident-set numbers need a clean process)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "meta.json"
+            argv = [sys.executable, str(ROOT / "bench" / "meta.py"), "--json", str(out), "--repeats", "3" if self.smoke else "7"]
+            if self.smoke:
+                argv.append("--no-cli")
+            res = self._timed_subprocess(argv, timeout=240)
+            if not out.exists():
+                raise RuntimeError(f"bench/meta.py wrote nothing: {res}")
+            data = json.loads(out.read_text(encoding="utf-8"))
+        self.r["meta"] = data["meta"]
+        self.r["details"]["meta_environment"] = data["environment"]
+        log(f"    meta: {data['meta']['meta_production_seconds']} s per production-shape cell, "
+            f"devices {data['meta']['meta_production_devices']}")
 
     def _timed_subprocess(self, argv: list[str], timeout: float, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
         env = _sub_env()
@@ -1245,7 +1264,22 @@ def verdict_rows(r: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
     full = r.get("estimate_full_configs_per_second")
     rows.append(("estimator throughput, full estimate() with rows", _fmt(full, "/s"), f"≥ {limit:,.0f}/s",
                  None if full is None else full >= limit))
+    rows.extend(_bench_meta().verdict_rows(r.get("meta") or {}))
     return rows
+
+
+def _bench_meta() -> Any:
+    """bench/meta.py as a module (its verdict rows), loaded by path: bench/ is not a package."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("memaudit_bench_meta", ROOT / "bench" / "meta.py")
+    assert spec is not None and spec.loader is not None
+    module = sys.modules.get(spec.name)
+    if module is None:
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+    return module
 
 
 def summary_lines(r: dict[str, Any]) -> str:

@@ -37,8 +37,11 @@ def libraries() -> tuple[Library, ...]:
 
 
 def device_class(device: str) -> str:
-    """'cpu', or 'sm90' / 'sm100' for a CUDA device."""
+    """'cpu', 'meta', or 'sm90' / 'sm100' for a CUDA device."""
     import torch
+
+    if device == "meta":
+        return "meta"
 
     if device.startswith("cuda") and torch.cuda.is_available():
         major, minor = torch.cuda.get_device_capability()
@@ -55,7 +58,7 @@ def environment(device: str) -> dict[str, Any]:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
-        "device": "cpu",
+        "device": "meta" if device == "meta" else "cpu",
         "device_class": device_class(device),
     }
     if device.startswith("cuda") and torch.cuda.is_available():

@@ -12,6 +12,10 @@ test body, the marker's budgets are evaluated on ``saved_tensors.report()`` with
 engine as scenario files; a failing budget fails the test with the rule, the numbers and the
 offending rows. This module imports neither torch nor TE at import time: it is loaded by every
 pytest run in an environment where memaudit is installed.
+
+``device="meta"`` in the marker makes meta the default device while the fixture is active
+(``torch.device("meta")``): a model and inputs the test builds without naming a device hold no
+values and allocate nothing, so a budget can be checked at production shape on any machine.
 """
 
 from __future__ import annotations
@@ -23,13 +27,14 @@ import pytest
 
 MARKER = "saved_budget"
 FIXTURE = "saved_tensors"
-MARKER_KEYS = ("max_bytes", "exact_bytes", "count", "forbid", "rules", "allow_incomplete", "stack")
+MARKER_KEYS = ("max_bytes", "exact_bytes", "count", "forbid", "rules", "allow_incomplete", "stack", "device")
 MARKER_HELP = (
     f"{MARKER}(max_bytes=None, exact_bytes=None, count=None, forbid=None, rules=None): budgets on the "
     f"tensors autograd saved during the test (captured by the {FIXTURE} fixture, requested automatically). "
     "max_bytes/exact_bytes: saved bytes ('64 MiB'); count: {operand pattern: N or '<= N'}; "
     "forbid: [operand pattern or select table]; rules: [budget tables as in scenario files]; "
-    "stack=True: name the source line of each saved tensor in the failure. See docs/budgets.md."
+    "stack=True: name the source line of each saved tensor in the failure; device='meta': meta is the default "
+    "device in the test (shapes only, nothing allocated). See docs/budgets.md."
 )
 
 _rules_key = pytest.StashKey[list]()
@@ -52,12 +57,30 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture
 def saved_tensors(request: pytest.FixtureRequest) -> Iterator[Any]:
     """An entered ``memaudit.capture()``: every tensor autograd saves in the test is recorded
-    (with each save's source line where the marker says ``stack=True``)."""
+    (with each save's source line where the marker says ``stack=True``). Under a marker with
+    ``device="meta"``, meta is also the default device until teardown."""
+    import contextlib
+
     from memaudit.capture import capture
 
-    stack = any(m.kwargs.get("stack") is True for m in request.node.iter_markers(MARKER))
-    with capture(stack=stack) as cap:
+    marks = list(request.node.iter_markers(MARKER))
+    stack = any(m.kwargs.get("stack") is True for m in marks)
+    device = marker_device(marks)
+    with contextlib.ExitStack() as contexts:
+        cap = contexts.enter_context(capture(stack=stack))
+        if device is not None:
+            import torch
+
+            contexts.enter_context(torch.device(device))
         yield cap
+
+
+def marker_device(marks: list[pytest.Mark]) -> str | None:
+    """The ``device`` a marker asks for (the closest marker's), or None."""
+    for m in marks:
+        if "device" in m.kwargs:
+            return m.kwargs["device"]
+    return None
 
 
 def marker_rules(marks: list[pytest.Mark], *, source: str) -> list[Any]:
@@ -93,6 +116,10 @@ def marker_rules(marks: list[pytest.Mark], *, source: str) -> list[Any]:
             elif k in ("allow_incomplete", "stack"):
                 if not isinstance(v, bool):
                     raise UsageError(f"expected true or false, got {v!r}", source=source, key=key)
+            elif k == "device":
+                if v != "meta":
+                    raise UsageError(f"expected 'meta' (the only device the fixture makes the default), got {v!r}",
+                                     source=source, key=key)
             elif k == "rules":
                 if not isinstance(v, list | tuple):
                     raise UsageError(f"expected a list of budget tables, got {v!r}", source=source, key=key)

@@ -60,10 +60,14 @@ class Label:
 
 
 def _probe_sequence_nr() -> int | None:
-    """The autograd sequence number the next node in this thread gets (None if no node can be made)."""
+    """The autograd sequence number the next node in this thread gets (None if no node can be made).
+
+    The probe is a meta tensor: it makes an autograd node and touches no device (a capture on
+    meta makes no CPU tensor at all; under ``torch.device("cuda")`` it makes no CUDA one).
+    """
     try:
         with torch.enable_grad():
-            probe = torch.empty(0, requires_grad=True).view(0)
+            probe = torch.empty(0, requires_grad=True, device="meta").view(0)
         return graph.sequence_nr(probe.grad_fn)
     except RuntimeError:  # inference mode: no graph is recorded at all
         return None

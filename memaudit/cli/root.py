@@ -47,7 +47,7 @@ app = typer.Typer(
 Dtype = Literal[DTYPES]  # type: ignore[valid-type]
 """``--dtype``: typer lists the choices in --help and completion, and refuses others."""
 
-DEVICE = re.compile(r"cpu|cuda(:\d{1,3})?")
+DEVICE = re.compile(r"cpu|meta|cuda(:\d{1,3})?")
 
 
 def version_line() -> str:
@@ -75,12 +75,12 @@ def _root(
 
 def _check_device(value: str | None) -> str | None:
     if value is not None and not DEVICE.fullmatch(value):
-        raise typer.BadParameter(f"unknown device {value!r}; use cpu, cuda or cuda:N")
+        raise typer.BadParameter(f"unknown device {value!r}; use cpu, cuda, cuda:N or meta")
     return value
 
 
 def _complete_device(incomplete: str) -> list[str]:
-    return [d for d in ("cpu", "cuda", "cuda:0", "cuda:1") if d.startswith(incomplete)]
+    return [d for d in ("cpu", "cuda", "cuda:0", "cuda:1", "meta") if d.startswith(incomplete)]
 
 
 def _complete_target(incomplete: str) -> list[tuple[str, str]]:
@@ -146,7 +146,7 @@ def build_specs(
     if dtype not in DTYPES:
         raise UsageError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}", key="--dtype")
     if not DEVICE.fullmatch(device):
-        raise UsageError(f"unknown device {device!r}; use cpu or cuda", key="--device")
+        raise UsageError(f"unknown device {device!r}; use cpu, cuda, cuda:N or meta", key="--device")
     shape = {n: dims.get(n) or d[n] for n in names}
     split = next((p.name for p in target.shape if p.split), None)
     specs = []
@@ -178,7 +178,7 @@ def run(
     recipe: Annotated[str | None, typer.Option(autocompletion=_complete_recipe, help="A recipe the target knows (te-grouped-mlp: bf16, fp8-delayed, fp8-current, fp8-block, mxfp8, nvfp4; reference: bf16) | all; comma-separated for several.")] = None,
     groups: Annotated[str | None, typer.Option(help="Group (expert) counts, e.g. 1,4,8.")] = None,
     dtype: Annotated[Dtype | None, typer.Option(help="The activations' dtype. Default: the target's (bf16).")] = None,
-    device: Annotated[str | None, typer.Option(callback=_check_device, autocompletion=_complete_device, help="cpu | cuda | cuda:N. Default: cuda for the TE target, else cpu.")] = None,
+    device: Annotated[str | None, typer.Option(callback=_check_device, autocompletion=_complete_device, help="cpu | cuda | cuda:N | meta (shapes only: no values, nothing allocated; the reference and custom targets). Default: cuda for the TE target, else cpu.")] = None,
     splits: Annotated[str | None, typer.Option(help="Explicit token splits, e.g. 256,0,512,256 (one group count only).")] = None,
     scenario: Annotated[Path | None, typer.Option(help="Scenario TOML file, or a shipped scenario by name (grouped_mlp, reference): its cases and budgets replace the matrix flags.")] = None,
     allow_target: Annotated[list[str] | None, typer.Option("--allow-target", help="A PKG.MOD:FACTORY target the scenario may name (repeatable; also \\[tool.memaudit] allow-targets in pyproject.toml).")] = None,

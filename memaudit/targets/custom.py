@@ -3,10 +3,15 @@
 The factory is called with the case's ``CaseSpec`` if it takes an argument, else with none.
 ``inputs`` is a tuple of positional arguments (or one tensor). Forward is ``model(*inputs)``.
 Case ids say only what the case is (see :class:`CustomTarget`).
+
+With ``--device meta`` the factory, the forward and the backward run under
+``torch.device("meta")``: tensors made without naming a device are meta tensors (shapes, no
+values, nothing allocated), so a factory that ignores ``spec.device`` is audited on meta too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import inspect
@@ -106,16 +111,32 @@ class CustomTarget:
 
     def build(self, spec: CaseSpec) -> Built:
         takes = takes_spec(self.name) is not False
-        model, inputs = self.factory(spec) if takes else self.factory()
+        on = _default_device(spec.device)
+        with on():
+            model, inputs = self.factory(spec) if takes else self.factory()
         args = inputs if isinstance(inputs, tuple) else (inputs,)
         problem = mismatch(model, args, spec, takes)
         if problem is not None:
             raise ValueError(problem)
 
         def forward(cap: Capture) -> Any:
-            return model(*args)
+            with on():
+                return model(*args)
 
-        return Built(forward=forward, backward=backward_sum, model=model)
+        def backward(outputs: Any) -> None:
+            with on():
+                backward_sum(outputs)
+
+        return Built(forward=forward, backward=backward, model=model)
+
+
+def _default_device(device: str) -> Any:
+    """A context that makes ``device`` the default for new tensors on meta, else does nothing."""
+    if device == "meta":
+        import torch
+
+        return lambda: torch.device("meta")
+    return contextlib.nullcontext
 
 
 def mismatch(model: Any, args: tuple[Any, ...], spec: CaseSpec, takes_spec: bool) -> str | None:

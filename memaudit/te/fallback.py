@@ -111,6 +111,8 @@ def grouped_mlp_fallback(spec: CaseSpec, reason: str, mode: str, flags: dict[str
     """The best answer for ``spec`` under ``mode`` (``auto``, ``emulate``, ``estimate``), or None."""
     if spec.recipe not in RECIPES:
         return None
+    if spec.device == "meta":  # nothing may be allocated: no emulated forward (it runs on CUDA), the estimate at most
+        return _estimated(spec, reason) if mode in ("auto", "estimate") else None
     if mode in ("auto", "emulate") and can_emulate() is None:
         found = _emulated(spec, reason, dict(flags or {}), backward)
         if found is not None or mode == "emulate":

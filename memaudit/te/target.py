@@ -26,6 +26,12 @@ if TYPE_CHECKING:
     from memaudit.capture import Capture
 
 FUSED_ENV = "NVTE_CUTEDSL_FUSED_GROUPED_MLP"
+_CUDA_OUTSIDE_KERNELS = (
+    "cpp_extensions/gemm.py:408 _empty_tensor() = torch.Tensor().cuda(); gemm.py:658 "
+    "'alpha and beta must be CUDA tensors'; ops/fused/grouped_mlp.py:1508 torch.cuda.current_stream; "
+    "tensor/nvfp4_tensor.py:175 torch.cuda.current_device() in NVFP4Quantizer"
+)
+"""Where TE 2.20.2's forward needs CUDA outside its kernels (why it runs neither on CPU nor on meta)."""
 ACTIVATIONS = ("swiglu", "clamped-qgeglu", "srelu")
 KERNELS = ("real", "emulated", "standins")
 
@@ -383,12 +389,13 @@ class TEGroupedMLPTarget:
     def skip_reason(self, spec: CaseSpec) -> str | None:
         import torch
 
+        if spec.device == "meta":
+            return ("TransformerEngine does not run on meta: its forward makes and checks CUDA tensors outside any "
+                    f"kernel, which kernel stand-ins cannot replace ({_CUDA_OUTSIDE_KERNELS})")
         if not spec.device.startswith("cuda") or not torch.cuda.is_available():
             if self.emulated is not None:
                 return ("emulated kernels need a CUDA device: TE's forward itself uses CUDA outside any kernel "
-                        "(cpp_extensions/gemm.py:408 _empty_tensor() = torch.Tensor().cuda(); gemm.py:658 "
-                        "'alpha and beta must be CUDA tensors'; ops/fused/grouped_mlp.py:1508 torch.cuda.current_stream; "
-                        "tensor/nvfp4_tensor.py:175 torch.cuda.current_device() in NVFP4Quantizer)")
+                        f"({_CUDA_OUTSIDE_KERNELS})")
             return "TransformerEngine runs on CUDA only (no CUDA device here)"
         te, why = import_te()
         if te is None:
