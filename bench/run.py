@@ -457,8 +457,6 @@ class Bench:
             "pack_us_per_tensor": {},
             "matrix_seconds": None,
             "estimate_configs_per_second": None,
-            "estimate_full_configs_per_second": None,
-            "meta": None,
             "environment": None,
             "details": {},
             "errors": [],
@@ -529,7 +527,6 @@ class Bench:
         if self.runs > 1:
             self.section("independent_runs", self.independent_runs)
         self.section("estimator", self.estimator)
-        self.section("meta", self.meta, need_s=30)
         self.section("import_times", self.import_times, need_s=30)
         self.section("matrix_subprocess", self.matrix_subprocess, need_s=40)
         self.section("setup_target", self.setup_target)
@@ -761,26 +758,6 @@ class Bench:
             "report_no_outputs_us_per_row": round(med(rep_all) * 1e3 / max(rows, 1), 3) if rep_all else None,
             "json_us_per_row": round(med(js_ms) * 1e3 / max(rows, 1), 3),
         }
-
-    # -- meta (goal 5, produced elsewhere) ----------------------------------------------------
-    def meta(self) -> None:
-        """The meta-device timings, if this checkout has their producer (bench/meta.py); else null."""
-        path = Path(__file__).resolve().parent / "meta.py"
-        if not path.exists():
-            self.r["meta"] = None
-            self.r["meta_note"] = "not measured: this checkout has no bench/meta.py (the meta-device work lands separately)"
-            return
-        import importlib.util
-
-        spec = importlib.util.spec_from_file_location("memaudit_bench_meta", path)
-        mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        spec.loader.exec_module(mod)  # type: ignore[union-attr]
-        fn = next((getattr(mod, n) for n in ("bench_meta", "measure", "run", "main_json") if callable(getattr(mod, n, None))), None)
-        if fn is None:
-            self.r["meta"] = None
-            self.r["meta_note"] = "bench/meta.py has no bench_meta()/measure()/run() entry point this harness knows"
-            return
-        self.r["meta"] = fn(device=self.device) if "device" in getattr(fn, "__code__", type("c", (), {"co_varnames": ()})).co_varnames else fn()
 
     def estimator(self) -> None:
         try:
@@ -1366,7 +1343,6 @@ def render_markdown(r: dict[str, Any]) -> str:
                        f"| {_fmt(p.get('ratio'), '×')} | {_fmt(p.get('capture_extra_us_per_saved'))} | {_fmt(p.get('report_outputs_us_per_row'))} "
                        f"| {_fmt(p.get('report_no_outputs_us_per_row'))} | {_fmt(p.get('json_us_per_row'))} |")
         out += ["", f"Flatness (max/min across depths): {model.get('flat')}"]
-    out += ["", "## Meta device", "", f"{r.get('meta') if r.get('meta') is not None else r.get('meta_note') or 'not measured'}"]
     scaling = (r.get("details") or {}).get("scaling") or []
     if scaling:
         out += ["", "## Scaling (bf16)", "", "| axis | T | G | saved tensors | bare ms | capture() | report ms | report rows |",
