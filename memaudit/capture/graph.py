@@ -193,7 +193,7 @@ def _walk_python(node: Any, op: str, result: WalkResult, inside: bool, seq: int)
                     continue
                 rec = next(it, None)
                 if rec is not None and rec.op is None:
-                    rec.op, rec.slot = op, f"saved_tensors[{i}]"
+                    rec.op, rec.slot, rec.node_seq = op, f"saved_tensors[{i}]", seq
         else:
             for i, v in enumerate(values):
                 if v is not None:

@@ -88,6 +88,7 @@ class Record:
     resides: str | None = None  # set when the pack already knows (an unreadable tensor)
     frame: Frame | None = None  # the module call that was innermost when packed (modules.py)
     source: tuple[str, int] | None = None  # (file, line) of the user frame, under capture(stack=True)
+    node_seq: int | None = None  # sequence number of the Python autograd node that holds it (set by the walk)
 
     def __init__(self, raw: tuple[Any, ...] | None = None) -> None:
         self.raw = raw

@@ -92,6 +92,9 @@ class Capture:
         self.active = False
         self.warnings: list[str] = []
         self.walk_nodes: list[Any] = []
+        self.walk_row_nodes: dict[int, int] = {}
+        """During ``report()``'s annotation: live row index -> sequence number of the Python node
+        (in ``walk_nodes``) whose ``saved_tensors`` holds it."""
         """Python-function nodes met by the graph walk; held only while ``report()`` runs."""
         self._labels: dict[int, tuple[Any, list[Label]]] = {}
         self._regions: list[list[int | None]] = []
@@ -305,11 +308,13 @@ class Capture:
             for found in walked.found:
                 builder.add_found(found)
             rows, freed = builder.finish()
+            self.walk_row_nodes = builder.node_of
             for plugin in self.plugins:
                 rows = plugin.annotate(rows, self)
             pending = builder.name_rest(rows, True) + builder.name_rest(freed, False)
         finally:
             self.walk_nodes = []
+            self.walk_row_nodes = {}
         warnings = list(self.warnings) + builder.warnings + walked.warnings
         if freed and not rows:
             warnings.append(
@@ -358,6 +363,7 @@ class _RowBuilder:
         self.include_freed = include_freed
         self.rows: list[Row] = []
         self.freed: list[Row] = []
+        self.node_of: dict[int, int] = {}  # live row index -> sequence number of its Python node
         self.warnings: list[str] = []
         self.incomplete = False
         self.srefs: dict[int, Any] = {}  # id(sref) -> sref, for every storage a live row names
@@ -414,6 +420,15 @@ class _RowBuilder:
         return row
 
     def add_record(self, rec: Record) -> None:
+        if rec.node_seq is None:
+            self._add_record(rec)
+            return
+        before = len(self.rows)
+        self._add_record(rec)
+        for i in range(before, len(self.rows)):
+            self.node_of[i] = rec.node_seq
+
+    def _add_record(self, rec: Record) -> None:
         raw = rec.raw
         if (raw is not None and raw[7] is None and rec.buffers is None and rec.hook is None and rec.container is None
                 and rec.resides is None and not self._labelled):

@@ -294,9 +294,21 @@ class TEClassifier:
     # -- roles from the fuser ------------------------------------------------------------------
     def annotate(self, rows: list[Row], cap: Capture) -> list[Row]:
         rows = list(rows)
-        for node in cap.walk_nodes:
-            if hasattr(node, "basic_op_ctxs") and hasattr(node, "tensor_objects"):
-                label_fuser_rows(node, rows)
+        fusers = [n for n in cap.walk_nodes if hasattr(n, "basic_op_ctxs") and hasattr(n, "tensor_objects")]
+        if not fusers:
+            return rows
+        # Each fuser node names only the rows it holds (matched by the node's sequence number, so
+        # layers of a stack are told apart), and containers find their buffers in one pass.
+        by_node: dict[int, list[int]] = {}
+        for index, seq in getattr(cap, "walk_row_nodes", {}).items():
+            by_node.setdefault(seq, []).append(index)
+        children: dict[int, list[int]] = {}
+        for r in rows:
+            if r.container_index is not None:
+                children.setdefault(r.container_index, []).append(r.index)
+        for node in fusers:
+            mine = by_node.get(node._sequence_nr())
+            label_fuser_rows(node, rows, mine, children)
         return rows
 
 
@@ -316,9 +328,12 @@ def _entry_counts(tensor_objects: list[Any]) -> list[int]:
     return counts
 
 
-def label_fuser_rows(node: Any, rows: list[Row]) -> None:
+def label_fuser_rows(node: Any, rows: list[Row], mine: list[int] | None = None,
+                     children: dict[int, list[int]] | None = None) -> None:
     """Name operands of the rows a TE ``OperationFuser`` saved (roles from te-internals §2.1/§2.4):
-    the named rows replace the originals in ``rows`` (a row's ``index`` is its position)."""
+    the named rows replace the originals in ``rows`` (a row's ``index`` is its position).
+    ``mine``: the indices of the rows this node holds (default: every row of its op type);
+    ``children``: container index -> indices of its buffers' rows (default: found by a scan)."""
     op_name = type(node).__name__
     counts = _entry_counts(list(node.tensor_objects))
     # flat position -> to_save entry index
@@ -348,7 +363,7 @@ def label_fuser_rows(node: Any, rows: list[Row]) -> None:
             continue
         for k in range(end - start):
             roles[start + k] = _unfused_role(op, ctx, prefixes[i], k)
-    for row in rows:
+    for row in (rows if mine is None else [rows[i] for i in mine]):
         slot = row.saved_as
         if row.op != op_name or not slot or not slot.startswith("saved_tensors["):
             continue
@@ -358,14 +373,15 @@ def label_fuser_rows(node: Any, rows: list[Row]) -> None:
         role = roles.get(entry_of[pos])
         if role is None:
             continue
-        _set_role(row, rows, role)
+        _set_role(row, rows, role, children)
 
 
-def _set_role(row: Row, rows: list[Row], role: tuple[str, int | None]) -> None:
+def _set_role(row: Row, rows: list[Row], role: tuple[str, int | None], children: dict[int, list[int]] | None = None) -> None:
     operand, group = role
     targets = [row]
     if row.kind == "container":
-        targets += [r for r in rows if r.container_index == row.index]
+        targets += ([r for r in rows if r.container_index == row.index] if children is None
+                    else [rows[i] for i in children.get(row.index, ())])
     for r in targets:
         rows[r.index] = dataclasses.replace(r, operand=operand, group=r.group if group is None else group)
 
