@@ -7,7 +7,9 @@ fingerprints a larger sweep for comparisons between versions.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import pickle
 import random
 from typing import Any
 
@@ -61,8 +63,13 @@ def sample(n: int, seed: int) -> list[Config]:
 def same_case(a: Any, b: Any) -> None:
     assert a.to_dict() == b.to_dict()
     assert a.rows == b.rows and a.totals == b.totals
-    assert [vars(r) for r in a.rows] == [vars(r) for r in b.rows]  # every field, in field order
-    assert [list(vars(r)) for r in a.rows] == [[f.name for f in dataclasses.fields(r)] for r in a.rows]
+    names = [f.name for f in dataclasses.fields(a.rows[0])] if a.rows else []
+    assert [[getattr(r, n) for n in names] for r in a.rows] == [[getattr(r, n) for n in names] for r in b.rows]
+    assert [[type(getattr(r, n)) for n in names] for r in a.rows] == [[type(getattr(r, n)) for n in names] for r in b.rows]
+    assert [dataclasses.asdict(r) for r in a.rows] == [dataclasses.asdict(r) for r in b.rows]
+    assert [dataclasses.replace(r) for r in a.rows] == b.rows and [repr(r) for r in a.rows] == [repr(r) for r in b.rows]
+    for r in a.rows[:3]:  # copies and pickles of a compiled row are the row
+        assert copy.deepcopy(r) == r and pickle.loads(pickle.dumps(r)) == r
     assert a.id == b.id and a.spec == b.spec and a.spec.options == b.spec.options
     assert dict(a.path) == dict(b.path)
 

@@ -9,7 +9,8 @@ arithmetic operation it does on a dimension is recorded, and the rows it makes b
 straight-line Python function of ``(T, H, F, splits)``, compiled and cached by structure. Each
 later configuration of that structure costs one call: integer arithmetic and one dict copy per
 row (a row is made as ``object.__new__(Row)`` with its fields copied in: the same frozen
-dataclass, not validated, as rows always are when made in memory), no model walk.
+dataclass, not validated, as rows always are when made in memory; a field at its declared default
+is not copied, the class attribute the dataclass keeps for it answers), no model walk.
 
 Nothing here restates a rule of TE: the rules stay in :mod:`.model`, :mod:`.shapes` and
 :mod:`.buffers`, and this module only replays them. Where the model would branch on a value (a
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import fields
+from dataclasses import MISSING, fields
 from typing import Any
 
 from memaudit.report import Row, Totals
@@ -184,6 +185,17 @@ def _dup(first: int, i: int) -> int | None:
     return None if first == i else first
 
 
+_DEFAULTS = {f.name: f.default for f in fields(Row) if f.default is not MISSING}
+
+
+def _is_default(name: str, value: Any) -> bool:
+    """True when ``value`` is field ``name``'s declared default (same type and value)."""
+    if name not in _DEFAULTS:
+        return False
+    default = _DEFAULTS[name]
+    return value is default if default is None else (type(value) is type(default) and value == default)
+
+
 def _row_template(index: int, b: Any, storage: str | None, container_index: int | None) -> dict[str, Any]:
     """A row's fields that the structure fixes (the shape's are filled in per call), in field order."""
     return {
@@ -298,6 +310,9 @@ def _compile(c: Config, variant: str) -> Callable[..., Any]:
         "saved_bytes=physical - params)",
         f"    return rows, totals, padded, {total(ideal_terms)}, logical",
     ]
+    # A field at its declared default is left to the class attribute the dataclass keeps for it
+    # (what getattr, ==, asdict, replace and pickling read): half the keys to copy per row.
+    templates = [{k: v for k, v in t.items() if not _is_default(k, v)} for t in templates]
     namespace: dict[str, Any] = {"C": templates, "new": object.__new__, "Row": Row, "Totals": Totals, "dup": _dup}
     exec(compile("\n".join(src), f"<memaudit estimate {'/'.join(map(str, structure(c, variant)))}>", "exec"), namespace)
     return namespace["estimate_rows"]
