@@ -236,6 +236,7 @@ def main() -> None:
                                   "compare": compare(args.compare_with, args.rounds, args.seconds, args.windows)}
     else:
         result = {"benchmark": "memaudit estimate", **measure(args.seconds, args.windows)}
+    result["command"] = ["bench/bench_estimate.py", *(a if not Path(a).is_absolute() else Path(a).name for a in sys.argv[1:])]
     result["settings"] = {"seconds": args.seconds, "windows": args.windows}
     result["environment"] = environment()
     text = json.dumps(result, indent=1)

@@ -1,6 +1,7 @@
 #!/usr/bin/env python
 """memaudit benchmarks (issue #7): audit overhead, memory neutrality, matrix time, estimator
-throughput, and PyTorch's MemTracker as the anchor, all measured in one process.
+throughput, meta audits at production shape (bench/meta.py, CPU, in a subprocess), and PyTorch's
+MemTracker as the anchor, measured in one process.
 
     python bench/run.py --out reports/bench/h200.json      # the H200 run (TE grouped MLP, CUDA)
     python bench/run.py --cpu-smoke --out /tmp/smoke.json   # proves the harness on CPU (reference target)
