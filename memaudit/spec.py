@@ -143,7 +143,7 @@ def default_splits(tokens: int, groups: int, align: int, *, key: str = "--tokens
         return [tokens]
     zero = 1 if groups >= 3 else None
     weights = [0 if i == zero else i + 1 for i in range(groups)]
-    live = sum(1 for w in weights if w)
+    live = groups if zero is None else groups - 1  # the groups with a weight
     if units < live:
         raise UsageError(
             f"{tokens} {what} are too few for {groups} groups at alignment {align} "
@@ -154,11 +154,12 @@ def default_splits(tokens: int, groups: int, align: int, *, key: str = "--tokens
     rest = units - live
     total_w = sum(weights)
     shares = [rest * w // total_w for w in weights]
-    remainders = sorted(range(groups), key=lambda i: (-(rest * weights[i] % total_w), i))
     left = rest - sum(shares)
-    for i in remainders[:left]:
-        shares[i] += 1
-    return [(s + (1 if w else 0)) * align for s, w in zip(shares, weights, strict=True)]
+    if left:  # largest remainders first; sorted() is stable, so ties go by index
+        order = [-(rest * w % total_w) for w in weights]
+        for i in sorted(range(groups), key=order.__getitem__)[:left]:
+            shares[i] += 1
+    return [(s + 1) * align if w else s * align for s, w in zip(shares, weights, strict=True)]
 
 
 def validate_splits(splits: list[int], tokens: int, groups: int, align: int, *, source: str | None = None, key: str | None = None) -> None:

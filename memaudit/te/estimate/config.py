@@ -163,20 +163,13 @@ def resolve(
     else:
         split_list = [int(s) for s in splits]
         validate_splits(split_list, tokens, groups, align, key="--splits")
-    return Config(
-        recipe=recipe,
-        tokens=tokens,
-        hidden=hidden,
-        ffn=ffn,
-        groups=groups,
-        splits=tuple(split_list),
-        path=path,
-        arch=arch,
-        dtype=dtype,
-        dense_single_group=dense_single_group,
-        probs_dtype=probs_dtype,
-        split_sizes_dtype=split_sizes_dtype,
-    )
+    # Config(recipe=recipe, ...), made without the frozen dataclass's per-field __setattr__ (the
+    # estimator's hot path); the fields are set in declaration order, as __init__ sets them.
+    c = object.__new__(Config)
+    c.__dict__.update(recipe=recipe, tokens=tokens, hidden=hidden, ffn=ffn, groups=groups, splits=tuple(split_list),
+                      path=path, arch=arch, dtype=dtype, dense_single_group=dense_single_group,
+                      probs_dtype=probs_dtype, split_sizes_dtype=split_sizes_dtype)
+    return c
 
 
 def parse_range(text: str, flag: str) -> list[int]:

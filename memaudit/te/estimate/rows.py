@@ -12,6 +12,7 @@ from memaudit.errors import UsageError
 from memaudit.report import CaseReport, PathInfo, Report, Row, compute_totals
 from memaudit.spec import CaseSpec
 from memaudit.te.estimate.buffers import finalize
+from memaudit.te.estimate.compiled import compiled
 from memaudit.te.estimate.config import DEVICE, TARGET, TE_VERSION, VARIANTS, Config, resolve
 from memaudit.te.estimate.model import Model
 
@@ -23,7 +24,24 @@ def case_id(c: Config) -> str:
 
 
 def estimate_config(c: Config, variant: str = "te-2.20") -> CaseReport:
-    """The saved set of a resolved :class:`Config` under ``variant`` as a CaseReport."""
+    """The saved set of a resolved :class:`Config` under ``variant`` as a CaseReport.
+
+    Runs the model compiled for ``c``'s structure (:mod:`.compiled`); a structure the model
+    cannot be compiled for takes :func:`estimate_config_direct`'s path. Both give the same case.
+    """
+    if variant not in VARIANTS:
+        raise UsageError(f"unknown variant {variant!r}; use one of {', '.join(VARIANTS)}", key="--variant")
+    fn = compiled(c, variant)
+    if fn is None:
+        return estimate_config_direct(c, variant)
+    rows, totals, padded, ideal_bytes, padded_bytes = fn(c.tokens, c.hidden, c.ffn, c.splits)
+    case = _case(c, variant, rows, ideal_bytes, padded_bytes, padded)
+    case.totals = totals
+    return case
+
+
+def estimate_config_direct(c: Config, variant: str = "te-2.20") -> CaseReport:
+    """:func:`estimate_config` the straightforward way: walk the model, number the buffers, total the rows."""
     if variant not in VARIANTS:
         raise UsageError(f"unknown variant {variant!r}; use one of {', '.join(VARIANTS)}", key="--variant")
     acc = Model(c).build()
@@ -33,10 +51,20 @@ def estimate_config(c: Config, variant: str = "te-2.20") -> CaseReport:
         for r, ideal in zip(rows, ideals, strict=True)
         if ideal != r.bytes
     ]
-    spec = CaseSpec.make(TARGET, c.recipe, c.groups, tokens=c.tokens, hidden=c.hidden, ffn=c.ffn, dtype=c.dtype, device=DEVICE,
-                    options={"estimate": True, "variant": variant, "path": c.path, "arch": c.arch, "te": TE_VERSION},
-                    splits=tuple(c.splits))
-    case = CaseReport(
+    case = _case(c, variant, rows, sum(ideals), sum(r.bytes for r in rows), padded)
+    case.totals = compute_totals(rows)
+    return case
+
+
+def _case(c: Config, variant: str, rows: list[Row], ideal_bytes: int, padded_bytes: int,
+          padded: list[dict[str, int]]) -> CaseReport:
+    # CaseSpec.make(TARGET, ...) with the TE target's dimensions, made directly (the estimator's hot path)
+    spec = object.__new__(CaseSpec)  # CaseSpec(...) without the frozen dataclass's per-field __setattr__
+    spec.__dict__.update(target=TARGET, recipe=c.recipe, groups=c.groups,
+                         shape=(("tokens", c.tokens), ("hidden", c.hidden), ("ffn", c.ffn)), dtype=c.dtype, device=DEVICE,
+                         options={"estimate": True, "variant": variant, "path": c.path, "arch": c.arch, "te": TE_VERSION},
+                         splits=tuple(c.splits))
+    return CaseReport(
         spec,
         id=case_id(c),
         path=PathInfo({
@@ -46,15 +74,13 @@ def estimate_config(c: Config, variant: str = "te-2.20") -> CaseReport:
             "arch": c.arch,
             "dense_single_group": c.fused and c.groups == 1 and c.dense_single_group,
             "padding": {
-                "ideal_bytes": sum(ideals),
-                "padded_bytes": sum(r.bytes for r in rows),
+                "ideal_bytes": ideal_bytes,
+                "padded_bytes": padded_bytes,
                 "rows": padded,
             },
         }),
         rows=rows,
     )
-    case.totals = compute_totals(rows)
-    return case
 
 
 def estimate(
@@ -74,11 +100,12 @@ def estimate(
     """
     options = getattr(spec, "options", None) or {}
     splits = getattr(spec, "splits", None)
+    dims = dict(spec.shape) if type(spec) is CaseSpec else {}  # a CaseSpec's dimensions without its __getattr__
     c = resolve(
         spec.recipe,
-        spec.tokens,
-        spec.hidden,
-        spec.ffn,
+        dims["tokens"] if "tokens" in dims else spec.tokens,
+        dims["hidden"] if "hidden" in dims else spec.hidden,
+        dims["ffn"] if "ffn" in dims else spec.ffn,
         spec.groups,
         splits=splits,
         path=path,
@@ -93,9 +120,10 @@ def estimate(
 
 def make_spec(recipe: str, tokens: int, hidden: int, ffn: int, groups: int,
               splits: Sequence[int] | None = None, **options: Any) -> CaseSpec:
-    """A CaseSpec for the TE grouped-MLP target (for callers without one)."""
-    return CaseSpec.make(TARGET, recipe, groups, tokens=tokens, hidden=hidden, ffn=ffn,
-                    options=dict(options), splits=tuple(splits) if splits is not None else None)
+    """A CaseSpec for the TE grouped-MLP target (for callers without one): ``CaseSpec.make`` with
+    the target's dimensions, made directly (a test checks the two agree)."""
+    return CaseSpec(TARGET, recipe, groups, (("tokens", tokens), ("hidden", hidden), ("ffn", ffn)), "bf16", "cpu",
+                    options, tuple(splits) if splits is not None else None)
 
 
 EXPECTED_RECIPES = ("bf16", "fp8-delayed", "fp8-current")

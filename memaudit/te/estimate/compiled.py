@@ -1,0 +1,318 @@
+"""The estimator's fast path: :class:`~.model.Model` compiled once per structure, run per shape.
+
+What TE saves depends on two kinds of input. The *structure* (recipe, path, arch, dtype, group
+count, variant, ``dense_single_group``, probs and split-size dtypes) decides which buffers exist,
+their names, formats, slots and which storage each lives in; the *shape* (tokens, hidden, FFN,
+the per-group splits) only decides the numbers: each buffer's shape, bytes, offset and its
+storage's size. So the model is run once per structure on symbolic integers (:class:`Sym`): every
+arithmetic operation it does on a dimension is recorded, and the rows it makes become one
+straight-line Python function of ``(T, H, F, splits)``, compiled and cached by structure. Each
+later configuration of that structure costs one call: integer arithmetic and one dict copy per
+row (a row is made as ``object.__new__(Row)`` with its fields copied in: the same frozen
+dataclass, not validated, as rows always are when made in memory; a field at its declared default
+is not copied, the class attribute the dataclass keeps for it answers), no model walk.
+
+Nothing here restates a rule of TE: the rules stay in :mod:`.model`, :mod:`.shapes` and
+:mod:`.buffers`, and this module only replays them. Where the model would branch on a value (a
+comparison, ``bool``, ``int`` or hashing of a dimension), tracing stops and that structure keeps
+the direct path (:func:`compiled` returns None). The things the direct path decides from values
+are computed from values here too: which views are duplicates of an earlier one (same storage,
+offset and shape), and which rows are padded (ideal bytes differ). ``tests/test_estimate.py``
+checks the compiled path against the direct one, field by field.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import MISSING, fields
+from typing import Any
+
+from memaudit.report import Row, Totals
+from memaudit.te.estimate.buffers import _ideal_fp8, _keep
+from memaudit.te.estimate.config import DEVICE, Config
+from memaudit.te.estimate.model import Model
+
+
+class NotCompiled(Exception):
+    """No compiled form for a structure: the model used a dimension's value (not just arithmetic
+    on it), or the structure has more than :data:`MAX_ROWS` rows."""
+
+
+class _Trace:
+    """The straight-line program being recorded: ``name = expression`` lines, shared by value."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.names: dict[str, str] = {}
+
+    def emit(self, expr: str) -> Sym:
+        name = self.names.get(expr)
+        if name is None:
+            name = self.names[expr] = f"v{len(self.lines)}"
+            self.lines.append(f"{name} = {expr}")
+        return Sym(self, name)
+
+
+def _code(x: Any) -> str:
+    if isinstance(x, Sym):
+        return x.name
+    if type(x) is int:
+        return repr(x)
+    raise NotCompiled(f"a dimension met a {type(x).__name__}")
+
+
+class Sym:
+    """A symbolic integer: a name in the trace's program. Arithmetic records a line; anything
+    that would need its value raises :class:`NotCompiled`."""
+
+    __slots__ = ("trace", "name")
+
+    def __init__(self, trace: _Trace, name: str) -> None:
+        self.trace = trace
+        self.name = name
+
+    def _op(self, op: str, a: Any, b: Any) -> Any:
+        return self.trace.emit(f"{_code(a)} {op} {_code(b)}")
+
+    def __add__(self, o: Any) -> Any:
+        return self if type(o) is int and o == 0 else self._op("+", self, o)
+
+    def __radd__(self, o: Any) -> Any:
+        return self if type(o) is int and o == 0 else self._op("+", o, self)
+
+    def __sub__(self, o: Any) -> Any:
+        return self if type(o) is int and o == 0 else self._op("-", self, o)
+
+    def __rsub__(self, o: Any) -> Any:
+        return self._op("-", o, self)
+
+    def __mul__(self, o: Any) -> Any:
+        return self if type(o) is int and o == 1 else self._op("*", self, o)
+
+    def __rmul__(self, o: Any) -> Any:
+        return self if type(o) is int and o == 1 else self._op("*", o, self)
+
+    def __floordiv__(self, o: Any) -> Any:
+        return self if type(o) is int and o == 1 else self._op("//", self, o)
+
+    def __rfloordiv__(self, o: Any) -> Any:
+        return self._op("//", o, self)
+
+    def __mod__(self, o: Any) -> Any:
+        return self._op("%", self, o)
+
+    def __rmod__(self, o: Any) -> Any:
+        return self._op("%", o, self)
+
+    def __neg__(self) -> Any:
+        return self.trace.emit(f"-{self.name}")
+
+    def _value(self, *args: Any) -> Any:
+        raise NotCompiled(f"the model needs the value of {self.name}")
+
+    __bool__ = __index__ = __int__ = __hash__ = __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _value
+    __pow__ = __rpow__ = __truediv__ = __rtruediv__ = __and__ = __or__ = __lshift__ = __rshift__ = _value
+
+
+Key = tuple[Any, ...]
+SHAPE_FIELDS = ("tokens", "hidden", "ffn", "splits")
+"""The :class:`~.config.Config` fields a compiled function takes as arguments; every other field is structure."""
+_STRUCTURE_FIELDS = tuple(f.name for f in fields(Config) if f.name not in SHAPE_FIELDS)
+
+COMPILE_AFTER = 8
+"""Uses of a structure on the direct path before it is compiled. Compiling costs about as much
+as 10-15 direct estimates of that structure and each later one about a seventh of one, so one-off
+estimates never pay for it and repeated ones (sweeps, benchmarks, ``run --expected``) soon do."""
+MAX_ROWS = 4096
+"""Structures with more rows than this stay on the direct path (their compiled code would be large)."""
+MAX_CACHED = 256
+"""Compiled structures kept (the oldest is dropped first)."""
+
+
+def structure(c: Config, variant: str) -> Key:
+    """Everything about a configuration but its shape: what one compiled function serves."""
+    return (*(getattr(c, f) for f in _STRUCTURE_FIELDS), variant)
+
+
+_CACHE: dict[Key, Callable[..., Any] | None] = {}
+_USES: dict[Key, int] = {}
+_LOCK = threading.Lock()
+
+
+def compiled(c: Config, variant: str) -> Callable[..., Any] | None:
+    """The compiled estimate for ``c``'s structure, or None: the structure was used fewer than
+    :data:`COMPILE_AFTER` times, is too large, or the model cannot be traced for it (the caller
+    takes the direct path; both give the same case)."""
+    key = structure(c, variant)
+    try:
+        return _CACHE[key]
+    except KeyError:
+        pass
+    with _LOCK:
+        if key in _CACHE:
+            return _CACHE[key]
+        uses = _USES[key] = _USES.get(key, 0) + 1
+        if uses < COMPILE_AFTER:
+            if len(_USES) > 100_000:  # many structures seen a few times each: start counting afresh
+                _USES.clear()
+            return None
+        try:
+            fn: Callable[..., Any] | None = _compile(c, variant)
+        except NotCompiled:
+            fn = None
+        if len(_CACHE) >= MAX_CACHED:
+            del _CACHE[next(iter(_CACHE))]
+        _CACHE[key] = fn
+        _USES.pop(key, None)
+        return fn
+
+
+def clear() -> None:
+    """Forget every compiled structure and use count (tests and benchmarks of the cold path)."""
+    with _LOCK:
+        _CACHE.clear()
+        _USES.clear()
+
+
+def _literal(code: str) -> bool:
+    """True for the code of a constant (an integer literal, maybe negative)."""
+    return code.lstrip("-").isdigit()
+
+
+def _dup(first: int, i: int) -> int | None:
+    """``duplicate_of`` of row ``i`` whose view was first seen at row ``first``."""
+    return None if first == i else first
+
+
+_DEFAULTS = {f.name: f.default for f in fields(Row) if f.default is not MISSING}
+
+
+def _is_default(name: str, value: Any) -> bool:
+    """True when ``value`` is field ``name``'s declared default (same type and value)."""
+    if name not in _DEFAULTS:
+        return False
+    default = _DEFAULTS[name]
+    return value is default if default is None else (type(value) is type(default) and value == default)
+
+
+def _row_template(index: int, b: Any, storage: str | None, container_index: int | None) -> dict[str, Any]:
+    """A row's fields that the structure fixes (the shape's are filled in per call), in field order."""
+    return {
+        "index": index, "kind": b.kind, "format": b.fmt, "shape": None, "dtype": b.dtype, "bytes": None,
+        "op": None, "saved_as": None, "slot": b.slot, "operand": b.operand, "group": b.group,
+        "container": b.container, "container_index": container_index, "orientation": b.orient,
+        "storage": storage, "storage_offset": 0, "storage_bytes": 0, "device": DEVICE,
+        "is_parameter": b.param, "duplicate_of": None, "note": b.note, "expected_bytes": None,
+        "resides": "device", "via": "hook", "aliases_output": False, "module": None, "source": None,
+    }
+
+
+def _compile(c: Config, variant: str) -> Callable[..., Any]:
+    """Trace the model on symbolic dimensions and compile the rows it makes (see the module doc)."""
+    trace = _Trace()
+    T, H, F = Sym(trace, "T"), Sym(trace, "H"), Sym(trace, "F")
+    splits = tuple(Sym(trace, f"m{g}") for g in range(c.groups))
+    sym = Config(c.recipe, T, H, F, c.groups, splits, c.path, c.arch, c.dtype,  # type: ignore[arg-type]
+                 c.dense_single_group, c.probs_dtype, c.split_sizes_dtype)
+    acc = Model(sym).build()
+    bufs = [b for b in acc.bufs if _keep(b, variant, c.recipe, c.fused)]
+    if variant == "ideal" and c.recipe in ("fp8-delayed", "fp8-current"):
+        bufs = _ideal_fp8(bufs)
+    if len(bufs) > MAX_ROWS:
+        raise NotCompiled(f"{len(bufs)} rows: more than MAX_ROWS")
+
+    templates: list[dict[str, Any]] = []
+    body: list[str] = []
+    names: dict[int, str] = {}
+    views: dict[int, list[tuple[int, str, list[str]]]] = {}  # storage -> (row, offset, dims) of its rows
+    for i, b in enumerate(bufs):
+        if b.storage is not None:
+            views.setdefault(b.storage, []).append((i, _code(b.soff), [_code(d) for d in b.shape]))
+    cont_index: dict[int, int] = {}
+    sizes_by_storage: dict[str, str] = {}
+    param_storages: set[str] = set()
+    logical: list[str] = []
+    ideal_terms: list[str] = []
+    shared_views = False
+    for i, b in enumerate(bufs):
+        storage = None
+        if b.storage is not None:
+            storage = names.get(b.storage)
+            if storage is None:
+                storage = names[b.storage] = f"s{len(names)}"
+        ci = None
+        if b.is_container:
+            cont_index[b.cref] = i
+        elif b.cref is not None:
+            ci = cont_index.get(b.cref)
+        tpl = _row_template(i, b, storage, ci)
+        templates.append(tpl)
+        dims = [_code(d) for d in b.shape]
+        nbytes = _code(b.nbytes)
+        sets = {"shape": "[" + ", ".join(dims) + "]"}  # a fresh list per row: rows share no mutable field
+        fixed = {"bytes": nbytes}
+        if storage is not None:
+            size = _code(acc.sizes[b.storage])
+            soff = _code(b.soff)
+            fixed["storage_offset"] = soff
+            fixed["storage_bytes"] = size
+            sizes_by_storage.setdefault(storage, size)
+            if b.param:
+                param_storages.add(storage)
+            peers = views[b.storage]
+            if len(peers) > 1:  # a duplicate view: same storage, offset and shape as an earlier row
+                if all(_literal(o) and all(map(_literal, ds)) for _, o, ds in peers):
+                    first = next(j for j, o, ds in peers if o == soff and ds == dims)
+                    tpl["duplicate_of"] = None if first == i else first
+                else:  # decided from values, as the direct path does
+                    shared_views = True
+                    view = "(" + "".join(d + ", " for d in dims) + ")"
+                    sets["duplicate_of"] = f"dup(fv.setdefault(({b.storage}, {soff}, {view}), {i}), {i})"
+        for key, code in fixed.items():
+            if _literal(code):
+                tpl[key] = int(code)
+            else:
+                sets[key] = code
+        body.append(f"r{i} = new(Row); d = r{i}.__dict__; d.update(C[{i}])")
+        body.extend(f"d[{key!r}] = {code}" for key, code in sets.items())
+        logical.append(nbytes)
+        ideal = _code(b.ideal)
+        ideal_terms.append(ideal)
+        if ideal != nbytes:
+            entry = f"{{'index': {i}, 'ideal_bytes': {ideal}, 'padded_bytes': {nbytes}}}"
+            if not (_literal(ideal) and _literal(nbytes)):
+                body.append(f"if {ideal} != {nbytes}: padded.append({entry})")
+            elif int(ideal) != int(nbytes):
+                body.append(f"padded.append({entry})")
+
+    def total(terms: list[str]) -> str:
+        const = sum(int(t) for t in terms if _literal(t))
+        rest = [t for t in terms if not _literal(t)]
+        terms = [*rest, str(const)] if const or not rest else rest
+        return " + ".join(terms) if len(terms) < 32 else "sum((" + ", ".join(terms) + ",))"  # flat for the compiler
+
+    physical = total(list(sizes_by_storage.values()))
+    params = total([sizes_by_storage[s] for s in sizes_by_storage if s in param_storages])
+    m = ", ".join(f"m{g}" for g in range(c.groups))
+    src = [
+        "def estimate_rows(T, H, F, S):",
+        f"    {m}, = S",
+        *("    " + line for line in trace.lines),
+        "    padded = []",
+        *(["    fv = {}"] if shared_views else []),
+        *("    " + line for line in body),
+        "    rows = [" + ", ".join(f"r{i}" for i in range(len(bufs))) + "]",
+        f"    logical = {total(logical)}",
+        f"    physical = {physical}",
+        f"    params = {params}",
+        f"    totals = Totals(rows={len(bufs)}, logical_bytes=logical, physical_bytes=physical, parameter_bytes=params, "
+        "saved_bytes=physical - params)",
+        f"    return rows, totals, padded, {total(ideal_terms)}, logical",
+    ]
+    # A field at its declared default is left to the class attribute the dataclass keeps for it
+    # (what getattr, ==, asdict, replace and pickling read): half the keys to copy per row.
+    templates = [{k: v for k, v in t.items() if not _is_default(k, v)} for t in templates]
+    namespace: dict[str, Any] = {"C": templates, "new": object.__new__, "Row": Row, "Totals": Totals, "dup": _dup}
+    exec(compile("\n".join(src), f"<memaudit estimate {'/'.join(map(str, structure(c, variant)))}>", "exec"), namespace)
+    return namespace["estimate_rows"]
