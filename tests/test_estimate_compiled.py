@@ -63,6 +63,9 @@ def sample(n: int, seed: int) -> list[Config]:
 def same_case(a: Any, b: Any) -> None:
     assert a.to_dict() == b.to_dict()
     assert a.rows == b.rows and a.totals == b.totals
+    assert [vars(r) for r in a.rows] == [vars(r) for r in b.rows]
+    # every field in __dict__, in declaration order (row_dict and replace_row copy it)
+    assert [list(vars(r)) for r in a.rows] == [[f.name for f in dataclasses.fields(r)] for r in a.rows]
     names = [f.name for f in dataclasses.fields(a.rows[0])] if a.rows else []
     assert [[getattr(r, n) for n in names] for r in a.rows] == [[getattr(r, n) for n in names] for r in b.rows]
     assert [[type(getattr(r, n)) for n in names] for r in a.rows] == [[type(getattr(r, n)) for n in names] for r in b.rows]
@@ -190,3 +193,12 @@ def test_default_splits_unchanged() -> None:
                 if tokens // align < groups - (groups >= 3):
                     continue
                 assert default_splits(tokens, groups, align) == _default_splits_reference(tokens, groups, align)
+
+
+def test_rows_the_structure_fixes_are_shared_and_the_rest_are_fresh(always_compiled: Any) -> None:
+    a = estimate_config(resolve("fp8-current", 4096, 1024, 512, 4))
+    b = estimate_config(resolve("fp8-current", 8192, 2048, 1024, 4))
+    shared = [i for i, (x, y) in enumerate(zip(a.rows, b.rows, strict=True)) if x is y]
+    assert shared and all(a.rows[i].shape in ([1], [4]) for i in shared)  # scale_inv (1,), split sizes (G,)
+    assert all(a.rows[i].shape is not b.rows[i].shape for i in range(len(a.rows)) if i not in shared)
+    same_case(b, estimate_config_direct(resolve("fp8-current", 8192, 2048, 1024, 4)))

@@ -9,8 +9,10 @@ arithmetic operation it does on a dimension is recorded, and the rows it makes b
 straight-line Python function of ``(T, H, F, splits)``, compiled and cached by structure. Each
 later configuration of that structure costs one call: integer arithmetic and one dict copy per
 row (a row is made as ``object.__new__(Row)`` with its fields copied in: the same frozen
-dataclass, not validated, as rows always are when made in memory; a field at its declared default
-is not copied, the class attribute the dataclass keeps for it answers), no model walk.
+dataclass with every field in its ``__dict__`` in declaration order, as ``memaudit.report.make_row``
+makes rows; not validated, as rows made in memory never were), no model walk. A row whose every
+field the structure fixes (a per-tensor scale of shape (1,), the split sizes) is made once and
+shared by every estimate of that structure: rows are immutable.
 
 Nothing here restates a rule of TE: the rules stay in :mod:`.model`, :mod:`.shapes` and
 :mod:`.buffers`, and this module only replays them. Where the model would branch on a value (a
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import MISSING, fields
+from dataclasses import fields
 from typing import Any
 
 from memaudit.report import Row, Totals
@@ -185,15 +187,11 @@ def _dup(first: int, i: int) -> int | None:
     return None if first == i else first
 
 
-_DEFAULTS = {f.name: f.default for f in fields(Row) if f.default is not MISSING}
-
-
-def _is_default(name: str, value: Any) -> bool:
-    """True when ``value`` is field ``name``'s declared default (same type and value)."""
-    if name not in _DEFAULTS:
-        return False
-    default = _DEFAULTS[name]
-    return value is default if default is None else (type(value) is type(default) and value == default)
+def _made(fields_: dict[str, Any]) -> Row:
+    """A row with ``fields_`` (every field, in declaration order) in its ``__dict__``."""
+    row = object.__new__(Row)
+    row.__dict__.update(fields_)
+    return row
 
 
 def _row_template(index: int, b: Any, storage: str | None, container_index: int | None) -> dict[str, Any]:
@@ -223,6 +221,7 @@ def _compile(c: Config, variant: str) -> Callable[..., Any]:
         raise NotCompiled(f"{len(bufs)} rows: more than MAX_ROWS")
 
     templates: list[dict[str, Any]] = []
+    shared: dict[int, Row] = {}
     body: list[str] = []
     names: dict[int, str] = {}
     views: dict[int, list[tuple[int, str, list[str]]]] = {}  # storage -> (row, offset, dims) of its rows
@@ -274,8 +273,16 @@ def _compile(c: Config, variant: str) -> Callable[..., Any]:
                 tpl[key] = int(code)
             else:
                 sets[key] = code
-        body.append(f"r{i} = new(Row); d = r{i}.__dict__; d.update(C[{i}])")
-        body.extend(f"d[{key!r}] = {code}" for key, code in sets.items())
+        if list(sets) == ["shape"] and all(map(_literal, dims)):
+            # Every field is fixed by the structure (a scale_inv of (1,), the split sizes): one
+            # row, made here, serves every call. Rows are immutable, and their fields are shared
+            # as replace_row and dataclasses.replace share them.
+            tpl["shape"] = [int(d) for d in dims]
+            shared[i] = _made(tpl)
+            body.append(f"r{i} = K[{i}]")
+        else:
+            body.append(f"r{i} = new(Row); d = r{i}.__dict__; d.update(C[{i}])")
+            body.extend(f"d[{key!r}] = {code}" for key, code in sets.items())
         logical.append(nbytes)
         ideal = _code(b.ideal)
         ideal_terms.append(ideal)
@@ -310,9 +317,6 @@ def _compile(c: Config, variant: str) -> Callable[..., Any]:
         "saved_bytes=physical - params)",
         f"    return rows, totals, padded, {total(ideal_terms)}, logical",
     ]
-    # A field at its declared default is left to the class attribute the dataclass keeps for it
-    # (what getattr, ==, asdict, replace and pickling read): half the keys to copy per row.
-    templates = [{k: v for k, v in t.items() if not _is_default(k, v)} for t in templates]
-    namespace: dict[str, Any] = {"C": templates, "new": object.__new__, "Row": Row, "Totals": Totals, "dup": _dup}
+    namespace: dict[str, Any] = {"C": templates, "K": shared, "new": object.__new__, "Row": Row, "Totals": Totals, "dup": _dup}
     exec(compile("\n".join(src), f"<memaudit estimate {'/'.join(map(str, structure(c, variant)))}>", "exec"), namespace)
     return namespace["estimate_rows"]
