@@ -15,8 +15,6 @@ from typing import Any
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 from memaudit.capture import capture
 from memaudit.cli import app
@@ -133,21 +131,17 @@ def test_meta_rows_are_cpu_rows(tokens: int, hidden: int, ffn: int, groups: int,
 
 
 # ---- production shape: nothing but meta tensors ------------------------------------------------
-class DeviceLog(TorchDispatchMode):
-    """Every device an op's inputs or outputs live on (factory functions included)."""
+def _bench_meta() -> Any:
+    """bench/meta.py, whose DeviceLog (every device an op touched) the production-shape test uses."""
+    import importlib.util
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.devices: set[str] = set()
-        self.ops = 0
+    spec = importlib.util.spec_from_file_location("memaudit_bench_meta", Path(__file__).resolve().parent.parent / "bench" / "meta.py")
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        out = func(*args, **(kwargs or {}))
-        self.ops += 1
-        for t in tree_leaves((args, kwargs, out)):
-            if isinstance(t, torch.Tensor):
-                self.devices.add(t.device.type)
-        return out
+
+DeviceLog = _bench_meta().DeviceLog
 
 
 def test_production_shape_on_meta_makes_only_meta_tensors() -> None:
