@@ -339,7 +339,7 @@ def fallback_notes(target: Any, specs: list[CaseSpec], fallbacks: list[Any], mod
     for spec, fb in zip(specs, fallbacks, strict=True):
         if fb is not None:
             seen.setdefault((spec.recipe, fb.execution, fb.reason), []).append(spec)
-        elif mode == "none" or not hasattr(target, "fallback"):
+        else:  # no fallback (none asked, none for this target, or none valid): a skipped cell
             reason = target.skip_reason(spec)
             if reason:
                 seen.setdefault((spec.recipe, "skipped", reason), []).append(spec)

@@ -306,9 +306,8 @@ class TEClassifier:
         for r in rows:
             if r.container_index is not None:
                 children.setdefault(r.container_index, []).append(r.index)
-        for node in fusers:
-            mine = by_node.get(node._sequence_nr())
-            label_fuser_rows(node, rows, mine, children)
+        for node in fusers:  # a node none of whose rows is live names nothing
+            label_fuser_rows(node, rows, by_node.get(node._sequence_nr(), []), children)
         return rows
 
 
