@@ -148,8 +148,8 @@ class ThreadState:
         self.captures: list[Capture] = []
         self.walking: list[Record] | None = None
         self.context: labelled | None = None
-        # id(buffer) -> (weakref to buffer, [fields per expected pack])
-        self.provenance: dict[int, tuple[Callable[[], Any], list[Any]]] = {}
+        # id(buffer) -> [weakref to buffer, fields per expected pack...]
+        self.provenance: dict[int, list[Any]] = {}
         # id(storage object) -> (weakref, [attribute per decomposed tensor]); see note_decomposed
         self.decomposed: dict[int, tuple[Callable[[], Any], list[str | None]]] = {}
         # Module calls (memaudit.capture.modules): the open ones, the innermost, every one opened
@@ -164,15 +164,16 @@ class ThreadState:
 
     def take_provenance(self, t: Any) -> Any:
         """The classifier fields queued for ``t`` (each pack of it takes the next), or None."""
-        prov = self.provenance.get(id(t))
+        key = id(t)
+        prov = self.provenance.get(key)
         if prov is None:
             return None
         if prov[0]() is not t:
-            del self.provenance[id(t)]
+            del self.provenance[key]
             return None
-        fields = prov[1].pop(0)
-        if not prov[1]:
-            del self.provenance[id(t)]
+        fields = prov.pop(1)
+        if len(prov) == 1:
+            del self.provenance[key]
         return fields
 
 
@@ -204,11 +205,24 @@ def note_buffer(t: torch.Tensor, fields: Any) -> None:
     attributes): the fields queue up, and each pack of the tensor takes the next.
     """
     prov = _local.state.provenance
-    known = prov.get(id(t))
+    key = id(t)
+    known = prov.get(key)
     if known is not None and known[0]() is t:
-        known[1].append(fields)
+        known.append(fields)
     else:
-        prov[id(t)] = (_weak(t), [fields])
+        prov[key] = [_weak(t), fields]
+
+
+def note_buffers(state: ThreadState, noted: list[tuple[torch.Tensor, Any]]) -> None:
+    """:func:`note_buffer` for each ``(tensor, fields)``, into ``state`` (one call per object)."""
+    prov = state.provenance
+    for t, fields in noted:
+        key = id(t)
+        known = prov.get(key)
+        if known is not None and known[0]() is t:
+            known.append(fields)
+        else:
+            prov[key] = [_weak(t), fields]
 
 
 def note_decomposed(obj: Any, attrs: list[str | None]) -> None:
@@ -252,8 +266,26 @@ class Layer:
         return self._pack if self.delegate_pack is None else _ForwardingPack(self, self.delegate_pack)
 
     def _pack(self, t: Any) -> Any:
-        """Pack under no foreign pair: keep ``t`` (or a detached alias), remember its version."""
-        rec = self._record(t)
+        """Pack under no foreign pair: keep ``t`` (or a detached alias), remember its version.
+
+        A plain tensor (the hot path: nearly every pack) is recorded inline, as a raw tuple.
+        """
+        tp = type(t)
+        if tp is _Tensor or tp is _Parameter:
+            state = self.state
+            try:
+                st = t.untyped_storage()
+                base = t._base
+                rec = Record((
+                    t.shape, t.dtype, t.device, _wref(st), st.nbytes(), t.storage_offset(),
+                    tp is _Parameter or (base is not None and _is_parameter_base(base)),
+                    state.take_provenance(t) if state.provenance else None,
+                ))
+            except Exception as exc:  # noqa: BLE001 - the hook never raises: say what could not be read
+                rec = _unreadable(t, exc)
+            self._file(rec, state)
+        else:
+            rec = self._record(t)
         try:
             rec.version = t._version
             if not t.is_leaf:
@@ -287,15 +319,22 @@ class Layer:
             tp = type(t)
             if tp is _Tensor or tp is _Parameter:
                 st = t.untyped_storage()
+                base = t._base
                 rec = Record((
                     t.shape, t.dtype, t.device, _wref(st), st.nbytes(), t.storage_offset(),
-                    tp is _Parameter or isinstance(t._base, _Parameter),
+                    tp is _Parameter or (base is not None and _is_parameter_base(base)),
                     state.take_provenance(t) if state.provenance else None,
                 ))
             else:
                 rec = self._record_object(t, state)
         except Exception as exc:  # noqa: BLE001 - the hook never raises: say what could not be read
             rec = _unreadable(t, exc)
+        self._file(rec, state)
+        return rec
+
+    def _file(self, rec: Record, state: ThreadState) -> None:
+        """Stamp ``rec`` with what the thread knows (label context, module call, source line) and
+        append it to every active capture this layer records into."""
         if state.context is not None:
             rec.context = state.context.next()
         frame = state.frame
@@ -303,14 +342,14 @@ class Layer:
             rec.frame = frame
         if state.sources:
             rec.source = user_frame()
-        if self.single is not None:
-            if self.single.active:
-                self.single.records.append(rec)
+        single = self.single
+        if single is not None:
+            if single.active:
+                single.records.append(rec)
         else:
             for cap in self.recorders:
                 if cap.active:
                     cap.records.append(rec)
-        return rec
 
     def _record_object(self, t: Any, state: ThreadState) -> Record:
         expanded = self.expand(t)
@@ -435,6 +474,17 @@ def user_frame() -> tuple[str, int] | None:
             return name, f.f_lineno
         f = f.f_back
     return None
+
+
+def _is_parameter_base(base: Any) -> bool:
+    """``isinstance(base, Parameter)`` without ``_ParameterMeta.__instancecheck__`` for the usual
+    cases (a plain tensor, a Parameter); a subclass still takes the full check."""
+    tp = type(base)
+    if tp is _Parameter:
+        return True
+    if tp is _Tensor:
+        return bool(getattr(base, "_is_param", False))
+    return isinstance(base, _Parameter)
 
 
 def _weak(t: Any) -> Callable[[], Any]:

@@ -184,39 +184,47 @@ def _warnings_sink() -> list[str]:
 
 
 def _wrap(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``prepare_for_saving`` that, inside a capture, notes each buffer's owner and attribute."""
+    """``prepare_for_saving`` that, inside a capture, notes each buffer's owner and attribute.
+
+    Outside a capture it is one thread-local check and TE's own call. Inside, it reads the
+    declared buffer attributes before TE clears them, matches each tensor TE returns to the
+    attribute that held it (by identity: one tensor can sit under two attributes), and queues
+    the row fields for the pack hook. Only names are taken here; the fields are built in
+    ``report()``, off the hot path.
+    """
+    local = hooks.thread_local
+    note_buffers = hooks.note_buffers
 
     def prepare_for_saving(obj: Any, *args: Any, **kwargs: Any) -> Any:
-        if not hooks.recording():
+        state = local.state
+        if not state.captures:
             return original(obj, *args, **kwargs)
-        # Learn every buffer's owner and attribute while the object still holds them. Only
-        # names are taken here; the row fields are built in report(), off the hot path.
         names = _slot_names(obj)
-        before: dict[int, list[str]] = {}
-        if names is None:
-            for name, buf in vars(obj).items():
-                if isinstance(buf, torch.Tensor):
-                    before.setdefault(id(buf), []).append(name)
+        if names is None:  # no declared slots: every tensor attribute, in __dict__ order
+            items = [(name, buf) for name, buf in vars(obj).items() if isinstance(buf, torch.Tensor)]
+            names = tuple(name for name, _ in items)
+            held = [buf for _, buf in items]
         else:
-            for name in names:
-                buf = getattr(obj, name, None)
-                if buf is not None:
-                    before.setdefault(id(buf), []).append(name)
+            held = [getattr(obj, name, None) for name in names]
         cls = type(obj).__name__
         fmt = cached_format(obj)
         scale_inv = getattr(obj, "scale_inv", None)
         shared = scale_inv is not None and scale_inv is getattr(obj, "columnwise_scale_inv", None)
         tensors, self_obj = original(obj, *args, **kwargs)
+        warnings = state.captures[-1].warnings
         attrs: list[str | None] = []
-        warnings = _warnings_sink()
-        for t in tensors:
-            pending = before.get(id(t)) if t is not None else None
-            if pending:
-                name = pending.pop(0)
-                hooks.note_buffer(t, partial(slot_fields, cls, name, fmt, shared, warnings=warnings))
-                attrs.append(name)
-            else:
-                attrs.append(None)
+        noted = []
+        for i, t in enumerate(tensors):
+            name = None
+            if t is not None:
+                # TE returns the buffers in slot order (te-internals §5.4): try that slot first.
+                j = i if i < len(held) and held[i] is t else next((k for k, buf in enumerate(held) if buf is t), -1)
+                if j >= 0:
+                    name = names[j]
+                    held[j] = None  # the next return of the same tensor takes its next attribute
+                    noted.append((t, partial(slot_fields, cls, name, fmt, shared, warnings=warnings)))
+            attrs.append(name)
+        note_buffers(state, noted)
         hooks.note_decomposed(self_obj, attrs)
         return tensors, self_obj
 
