@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch.autograd.function import BackwardCFunction
 
-from memaudit.capture.hooks import Record, state
+from memaudit.capture.hooks import Record, state, walk_ended, walk_started
 from memaudit.capture.stack import walking
 from memaudit.capture.tensors import Buffer, buffer_of
 
@@ -147,6 +147,7 @@ def walk(roots: list[Any], in_region: Any, *, outside: bool = False) -> WalkResu
     prev = st.walking
     seen: list[Record] = []
     st.walking = seen  # one walking window for every C++ attribute read (cleared per read)
+    walk_started()
     try:
         for i in sorted(range(len(nodes)), key=seqs.__getitem__):
             node = nodes[i]
@@ -175,6 +176,7 @@ def walk(roots: list[Any], in_region: Any, *, outside: bool = False) -> WalkResu
                 elif value is not None:
                     _unhooked(result, op, attr, value, inside, seq)
     finally:
+        walk_ended()
         st.walking = prev
     return result
 

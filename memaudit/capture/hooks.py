@@ -64,34 +64,38 @@ _Parameter = torch.nn.Parameter
 _wref = weakref.ref
 
 
-class Record:
+class Record(weakref.ref):
     """One pack-hook call: what was packed (metadata only) and how to tell if it is still kept.
 
+    A record is a weak reference to the object autograd holds for the saved tensor (``rec()`` is
+    that object while autograd keeps it, None once it was released): one allocation does both.
     ``raw`` is the hot-path tuple for a plain tensor; ``buffers`` the described buffers of anything
-    else (``(name, Buffer)``; name is the attribute inside a container). ``ref`` points weakly at
-    the object autograd holds: once it is dead, autograd has released the saved tensor. Rarely
-    set attributes are class-level defaults, so the hot path sets three.
+    else (``(name, Buffer)``; name is the attribute inside a container). Rarely set attributes are
+    class-level defaults; the hot path sets only slots (no instance dict is made).
     """
 
-    raw: tuple[Any, ...] | None = None
-    ref: Callable[[], Any] | None = None
+    __slots__ = ("raw", "version", "output_nr", "is_output", "frame", "__dict__")
+
+    raw: tuple[Any, ...] | None
+    version: int
+    output_nr: int | None  # a non-leaf's output_nr when packed (PyTorch's in-place message names it)
+    is_output: bool  # packed as an output of the node being built (kept as a detached alias)
+    frame: Frame | None  # the module call that was innermost when packed (modules.py)
     buffers: list[tuple[str | None, Buffer]] | None = None
     container: dict[str, Any] | None = None
-    version = -1
-    output_nr: int | None = None  # a non-leaf's output_nr when packed (PyTorch's in-place message names it)
-    is_output = False  # packed as an output of the node being built (kept as a detached alias)
     op: str | None = None
     slot: str | None = None
     hook: HookInfo | None = None
     context: tuple[str, str] | None = None
     warning: str | None = None
     resides: str | None = None  # set when the pack already knows (an unreadable tensor)
-    frame: Frame | None = None  # the module call that was innermost when packed (modules.py)
     source: tuple[str, int] | None = None  # (file, line) of the user frame, under capture(stack=True)
     node_seq: int | None = None  # sequence number of the Python autograd node that holds it (set by the walk)
 
-    def __init__(self, raw: tuple[Any, ...] | None = None) -> None:
-        self.raw = raw
+    @property
+    def ref(self) -> Record:
+        """The weak reference to what autograd holds: the record itself."""
+        return self
 
     def described(self) -> list[tuple[str | None, Buffer]]:
         """The buffers, building the plain-tensor one from ``raw`` on first use."""
@@ -113,22 +117,36 @@ class Record:
 
     def alive(self) -> bool:
         """True while autograd still holds what this pack returned."""
-        return self.ref is not None and self.ref() is not None
+        return self() is not None
 
     def payload(self) -> Any:
         """What the delegated pair packed (only meaningful for records made under a foreign pair)."""
-        saved = self.ref() if self.ref is not None else None
+        saved = self()
         return None if saved is None else saved.value
 
 
 class _Saved:
-    """What a layer's pack returns to autograd: the kept value (or the delegate's payload)."""
+    """What a layer's pack returns to autograd: the kept value (or the delegate's payload) and its
+    record. Made without ``__init__`` on the hot path (``_Saved()`` then two slot stores)."""
 
     __slots__ = ("value", "rec", "__weakref__")
 
-    def __init__(self, value: Any, rec: Record) -> None:
-        self.value = value
-        self.rec = rec
+    value: Any
+    rec: Record
+
+
+def new_record(value: Any) -> tuple[_Saved, Record]:
+    """What a pack returns for ``value`` and its record (``raw`` None, version -1: to be filled)."""
+    saved = _Saved()
+    saved.value = value
+    rec = Record(saved)
+    saved.rec = rec
+    rec.raw = None
+    rec.version = -1
+    rec.output_nr = None
+    rec.is_output = False
+    rec.frame = None
+    return saved, rec
 
 
 class HookInfo:
@@ -148,8 +166,8 @@ class ThreadState:
         self.captures: list[Capture] = []
         self.walking: list[Record] | None = None
         self.context: labelled | None = None
-        # id(buffer) -> [weakref to buffer, fields per expected pack...]
-        self.provenance: dict[int, list[Any]] = {}
+        # id(buffer) -> (weakref to buffer, fields per expected pack...): see note_buffer
+        self.provenance: dict[int, tuple[Any, ...]] = {}
         # id(storage object) -> (weakref, [attribute per decomposed tensor]); see note_decomposed
         self.decomposed: dict[int, tuple[Callable[[], Any], list[str | None]]] = {}
         # Module calls (memaudit.capture.modules): the open ones, the innermost, every one opened
@@ -162,19 +180,43 @@ class ThreadState:
         self.sources = 0  # active captures in this thread that record source lines (stack=True)
         self.tracking = 0  # active captures in this thread that name modules (modules=True)
 
-    def take_provenance(self, t: Any) -> Any:
-        """The classifier fields queued for ``t`` (each pack of it takes the next), or None."""
-        key = id(t)
-        prov = self.provenance.get(key)
-        if prov is None:
-            return None
-        if prov[0]() is not t:
-            del self.provenance[key]
-            return None
-        fields = prov.pop(1)
-        if len(prov) == 1:
-            del self.provenance[key]
-        return fields
+
+def _take(prov: dict[int, tuple[Any, ...]], t: Any) -> Any:
+    """The classifier fields queued for ``t`` in ``prov`` (each pack of it takes the next), or None."""
+    key = id(t)
+    known = prov.get(key)
+    if known is None:
+        return None
+    if known[0]() is not t:  # the tensor noted under this id is gone: the id was reused
+        del prov[key]
+        return None
+    if len(known) == 2:
+        del prov[key]
+    else:
+        prov[key] = (known[0], *known[2:])
+    return known[1]
+
+
+_walks = 0
+"""Graph walks in progress in any thread (:class:`memaudit.capture.stack.walking`): while it is 0,
+an unpack needs no thread-local read to know that no walk is asking."""
+
+
+_walks_lock = threading.Lock()
+
+
+def walk_started() -> None:
+    """A graph walk starts reading saved attributes (in some thread)."""
+    global _walks
+    with _walks_lock:
+        _walks += 1
+
+
+def walk_ended() -> None:
+    """A graph walk is done."""
+    global _walks
+    with _walks_lock:
+        _walks -= 1
 
 
 class _Local(threading.local):
@@ -202,27 +244,27 @@ def note_buffer(t: torch.Tensor, fields: Any) -> None:
     """A classifier learned what buffer ``t`` is before it reaches the hook (provenance).
 
     One tensor can be handed over more than once (a storage object may hold one tensor under two
-    attributes): the fields queue up, and each pack of the tensor takes the next.
+    attributes): the fields queue up, and each pack of the tensor takes the next. ``fields`` is
+    a dict of row fields, or a function of the buffer's dtype that returns them.
     """
-    prov = _local.state.provenance
+    note(_local.state.provenance, t, fields)
+
+
+def note(prov: dict[int, tuple[Any, ...]], t: torch.Tensor, fields: Any) -> None:
+    """:func:`note_buffer` into a thread's ``provenance`` (classifiers' hot path)."""
     key = id(t)
     known = prov.get(key)
-    if known is not None and known[0]() is t:
-        known.append(fields)
+    if known is None or known[0]() is not t:
+        prov[key] = (_wref(t), fields)
     else:
-        prov[key] = [_weak(t), fields]
+        prov[key] = (*known, fields)
 
 
 def note_buffers(state: ThreadState, noted: list[tuple[torch.Tensor, Any]]) -> None:
     """:func:`note_buffer` for each ``(tensor, fields)``, into ``state`` (one call per object)."""
     prov = state.provenance
     for t, fields in noted:
-        key = id(t)
-        known = prov.get(key)
-        if known is not None and known[0]() is t:
-            known.append(fields)
-        else:
-            prov[key] = [_weak(t), fields]
+        note(prov, t, fields)
 
 
 def note_decomposed(obj: Any, attrs: list[str | None]) -> None:
@@ -268,24 +310,46 @@ class Layer:
     def _pack(self, t: Any) -> Any:
         """Pack under no foreign pair: keep ``t`` (or a detached alias), remember its version.
 
-        A plain tensor (the hot path: nearly every pack) is recorded inline, as a raw tuple.
+        A plain tensor (nearly every pack) is recorded inline: one tuple of metadata, the
+        provenance a classifier queued for it, the module call, and a record that is itself the
+        weak reference to what autograd keeps. Everything else goes through :meth:`_describe`.
         """
+        state = self.state
         tp = type(t)
         if tp is _Tensor or tp is _Parameter:
-            state = self.state
+            saved = _Saved()
+            rec = Record(saved)
+            saved.rec = rec
+            fields = None
+            prov = state.provenance
+            if prov:  # a classifier queued what this tensor is (_take, inline)
+                key = id(t)
+                known = prov.get(key)
+                if known is not None:
+                    if known[0]() is t:
+                        fields = known[1]
+                        if len(known) == 2:
+                            del prov[key]
+                        else:
+                            prov[key] = (known[0], *known[2:])
+                    else:
+                        del prov[key]
             try:
                 st = t.untyped_storage()
                 base = t._base
-                rec = Record((
+                rec.raw = (
                     t.shape, t.dtype, t.device, _wref(st), st.nbytes(), t.storage_offset(),
                     tp is _Parameter or (base is not None and _is_parameter_base(base)),
-                    state.take_provenance(t) if state.provenance else None,
-                ))
+                    fields,
+                )
             except Exception as exc:  # noqa: BLE001 - the hook never raises: say what could not be read
-                rec = _unreadable(t, exc)
-            self._file(rec, state)
+                rec.raw = None
+                _unreadable(rec, t, exc)
         else:
-            rec = self._record(t)
+            saved, rec = new_record(None)
+            self._describe(rec, t, state)
+        rec.output_nr = None
+        rec.is_output = False
         try:
             rec.version = t._version
             if not t.is_leaf:
@@ -299,47 +363,11 @@ class Layer:
                     rec.is_output = True
                     t = t.detach()
         except Exception:  # noqa: BLE001 - an object torch cannot version or detach: keep it as given
-            pass
-        saved = _Saved(t, rec)
-        rec.ref = _wref(saved)
-        return saved
-
-    def pack_delegated(self, t: Any) -> Any:
-        """Pack under a foreign pair: its pack runs first and as without memaudit."""
-        payload = self.delegate_pack(t)  # type: ignore[misc]
-        rec = self._record(t)
-        rec.hook = self.hook
-        saved = _Saved(payload, rec)
-        rec.ref = _wref(saved)
-        return saved
-
-    def _record(self, t: Any) -> Record:
-        state = self.state
-        try:
-            tp = type(t)
-            if tp is _Tensor or tp is _Parameter:
-                st = t.untyped_storage()
-                base = t._base
-                rec = Record((
-                    t.shape, t.dtype, t.device, _wref(st), st.nbytes(), t.storage_offset(),
-                    tp is _Parameter or (base is not None and _is_parameter_base(base)),
-                    state.take_provenance(t) if state.provenance else None,
-                ))
-            else:
-                rec = self._record_object(t, state)
-        except Exception as exc:  # noqa: BLE001 - the hook never raises: say what could not be read
-            rec = _unreadable(t, exc)
-        self._file(rec, state)
-        return rec
-
-    def _file(self, rec: Record, state: ThreadState) -> None:
-        """Stamp ``rec`` with what the thread knows (label context, module call, source line) and
-        append it to every active capture this layer records into."""
+            rec.version = -1
+        saved.value = t
+        rec.frame = state.frame
         if state.context is not None:
             rec.context = state.context.next()
-        frame = state.frame
-        if frame is not None:
-            rec.frame = frame
         if state.sources:
             rec.source = user_frame()
         single = self.single
@@ -347,13 +375,51 @@ class Layer:
             if single.active:
                 single.records.append(rec)
         else:
-            for cap in self.recorders:
-                if cap.active:
-                    cap.records.append(rec)
+            self._file(rec)
+        return saved
 
-    def _record_object(self, t: Any, state: ThreadState) -> Record:
+    def pack_delegated(self, t: Any) -> Any:
+        """Pack under a foreign pair: its pack runs first and as without memaudit."""
+        payload = self.delegate_pack(t)  # type: ignore[misc]
+        saved, rec = new_record(payload)
+        state = self.state
+        self._describe(rec, t, state)
+        rec.hook = self.hook
+        rec.frame = state.frame
+        if state.context is not None:
+            rec.context = state.context.next()
+        if state.sources:
+            rec.source = user_frame()
+        self._file(rec)
+        return saved
+
+    def _file(self, rec: Record) -> None:
+        """Append ``rec`` to every active capture this layer records into."""
+        for cap in self.recorders:
+            if cap.active:
+                cap.records.append(rec)
+
+    def _describe(self, rec: Record, t: Any, state: ThreadState) -> None:
+        """Fill ``rec`` with what ``t`` is (any object autograd saved); never raises."""
+        try:
+            tp = type(t)
+            if tp is _Tensor or tp is _Parameter:
+                st = t.untyped_storage()
+                base = t._base
+                prov = state.provenance
+                rec.raw = (
+                    t.shape, t.dtype, t.device, _wref(st), st.nbytes(), t.storage_offset(),
+                    tp is _Parameter or (base is not None and _is_parameter_base(base)),
+                    _take(prov, t) if prov else None,
+                )
+            else:
+                self._describe_object(rec, t, state)
+        except Exception as exc:  # noqa: BLE001 - the hook never raises: say what could not be read
+            rec.raw = None
+            _unreadable(rec, t, exc)
+
+    def _describe_object(self, rec: Record, t: Any, state: ThreadState) -> None:
         expanded = self.expand(t)
-        rec = Record()
         if expanded is not None:
             container, inner = expanded
             rec.container = container
@@ -363,7 +429,8 @@ class Layer:
             rec.container = container_fields(t, type(t).__name__, format_of(t.dtype), is_param)
             rec.buffers = [(name, buffer_of(buf, {"container": type(t).__name__}, is_param=is_param)) for name, buf in inner_tensors(t)]
         elif isinstance(t, torch.Tensor):
-            buf = buffer_of(t, state.take_provenance(t) if state.provenance else None)
+            prov = state.provenance
+            buf = buffer_of(t, _take(prov, t) if prov else None)
             if not has_real_storage(t):
                 buf.sref, buf.storage_bytes, buf.offset = None, 0, 0
                 rec.warning = (
@@ -375,12 +442,10 @@ class Layer:
             rec.buffers = [(None, buf)]
         else:
             raise TypeError(f"autograd saved a {type(t).__name__}, not a tensor")
-        return rec
 
     def unpack(self, saved: Any) -> Any:
-        walking = _local.state.walking
-        if walking is not None:  # report() is naming rows: answer without running anyone's unpack
-            walking.append(saved.rec)
+        if _walks and _local.state.walking is not None:  # report() is naming rows: answer without running anyone's unpack
+            _local.state.walking.append(saved.rec)
             return placeholder(saved)
         if self.delegate_unpack is not None:
             return self.delegate_unpack(saved.value)
@@ -434,8 +499,8 @@ def container_fields(t: torch.Tensor, name: str, fmt: str, is_param: bool) -> di
     }
 
 
-def _unreadable(t: Any, exc: BaseException) -> Record:
-    rec = Record()
+def _unreadable(rec: Record, t: Any, exc: BaseException) -> None:
+    """Make ``rec`` say that ``t`` could not be described (a 0-byte row and a warning)."""
     rec.buffers = []
     what = type(t).__name__
     rec.warning = f"a saved {what} could not be described ({type(exc).__name__}: {exc}); its bytes are not counted"
@@ -452,7 +517,6 @@ def _unreadable(t: Any, exc: BaseException) -> Record:
         "is_parameter": False,
         "container": what,
     }
-    return rec
 
 
 _SKIPPED_DIRS = tuple(

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 import torch._C._autograd as _autograd_c
+from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
 from memaudit.capture.hooks import ThreadState, thread_local
 
@@ -62,8 +63,6 @@ def acquire() -> None:
     global _users
     with _lock:
         if _users == 0:
-            from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
-
             pre = register_module_forward_pre_hook(_pre)
             try:
                 _handles.append(pre)

@@ -59,17 +59,25 @@ class Label:
     shape: tuple[int, ...]
 
 
-def _probe_sequence_nr() -> int | None:
-    """The autograd sequence number the next node in this thread gets (None if no node can be made).
+_peek_sequence_nr = getattr(torch._C._autograd, "_get_sequence_nr", None)
 
-    The probe is a meta tensor: it makes an autograd node and touches no device (a capture on
-    meta makes no CPU tensor at all; under ``torch.device("cuda")`` it makes no CUDA one).
+
+def _probe_sequence_nr() -> int | None:
+    """The autograd sequence number the next node made in this thread gets (None in inference
+    mode, where no node is made).
+
+    Read directly where torch exposes it; elsewhere a meta probe makes a node (touching no
+    device) and the next node gets the number after it.
     """
+    if torch.is_inference_mode_enabled():
+        return None
+    if _peek_sequence_nr is not None:
+        return _peek_sequence_nr()
     try:
         with torch.enable_grad():
             probe = torch.empty(0, requires_grad=True, device="meta").view(0)
-        return graph.sequence_nr(probe.grad_fn)
-    except RuntimeError:  # inference mode: no graph is recorded at all
+        return graph.sequence_nr(probe.grad_fn) + 1
+    except RuntimeError:  # pragma: no cover - inference mode is caught above
         return None
 
 
@@ -136,7 +144,8 @@ class Capture:
                 self._allocator.stop()
 
     def _note_threads(self) -> None:
-        if not self._other_threads:
+        # One Python thread alive: the calling one, which is always among this capture's threads.
+        if not self._other_threads and threading.active_count() > 1:
             self._other_threads = any(t.ident not in self._threads for t in threading.enumerate())
 
     def thread_started(self) -> None:
@@ -282,8 +291,8 @@ class Capture:
             ranges.append((lo, hi if hi is not None else _probe_sequence_nr() or sys.maxsize))
         if len(ranges) == 1:  # the usual case: one region, one comparison per node
             (lo1, hi1), = ranges
-            return lambda seq: lo1 < seq < hi1
-        return lambda seq: any(lo < seq < hi for lo, hi in ranges)
+            return lambda seq: lo1 <= seq < hi1
+        return lambda seq: any(lo <= seq < hi for lo, hi in ranges)
 
     def report(self, outputs: Any = None, *, case_id: str = "capture", include_freed: bool = False) -> CaseReport:
         """Rows and totals of everything saved so far.
@@ -694,22 +703,28 @@ PROVIDERS = ("memaudit.te",)
 """Packages that offer a classifier: each declares ``PLUGIN = (library module, "pkg.mod:Class")``."""
 
 
+_PLUGIN_CLASSES: dict[str, type] = {}
+
+
 def default_plugins() -> list[Plugin]:
     """The classifier of every provider whose library the caller already imported (memaudit never
     imports one: TE's must be imported after its fused switch is set)."""
     out: list[Plugin] = []
     for provider in PROVIDERS:
-        library, ref = importlib.import_module(provider).PLUGIN
-        if library in sys.modules:
-            module, _, cls = ref.partition(":")
-            out.append(getattr(importlib.import_module(module), cls)())
+        cls = _PLUGIN_CLASSES.get(provider)
+        if cls is None:
+            library, ref = importlib.import_module(provider).PLUGIN
+            if library not in sys.modules:
+                continue
+            module, _, name = ref.partition(":")
+            cls = _PLUGIN_CLASSES[provider] = getattr(importlib.import_module(module), name)
+        out.append(cls())
     return out
 
 
-@contextmanager
 def capture(
     plugins: Iterable[Plugin] | None = None, *, verify_allocator: bool = False, modules: bool = True, stack: bool = False
-) -> Iterator[Capture]:
+) -> Capture:
     """Record every saved tensor of the autograd graphs built inside the block (this thread).
 
     Autograd behaves as without it; hooks entered inside the block still run (and are seen), and
@@ -719,6 +734,4 @@ def capture(
     e.g. ``layers.3.mlp.fc1``); ``stack`` adds the user source line of each save (``Row.source``,
     ``model.py:42``; a frame walk per saved tensor).
     """
-    cap = Capture(plugins, verify_allocator=verify_allocator, modules=modules, stack=stack)
-    with cap:
-        yield cap
+    return Capture(plugins, verify_allocator=verify_allocator, modules=modules, stack=stack)

@@ -19,7 +19,7 @@ import torch
 import torch._C._autograd as _autograd_c
 
 from memaudit.capture import modules
-from memaudit.capture.hooks import HookInfo, Layer, Record, layer_of, state
+from memaudit.capture.hooks import HookInfo, Layer, Record, layer_of, state, walk_ended, walk_started
 
 if TYPE_CHECKING:
     from memaudit.capture.recorder import Capture
@@ -217,9 +217,11 @@ class walking:
     def __enter__(self) -> list[Record]:
         self._prev = state().walking
         state().walking = self.seen
+        walk_started()
         return self.seen
 
     def __exit__(self, *exc: object) -> None:
+        walk_ended()
         state().walking = self._prev
 
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
+import weakref
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -31,7 +33,7 @@ from transformer_engine.pytorch.tensor.storage.grouped_tensor_storage import Gro
 from memaudit.capture import hooks, stack
 from memaudit.capture import tensors as tclass
 from memaudit.report import Row
-from memaudit.te.layout import BUFFER_SLOTS, GROUPED_SLOTS
+from memaudit.te.layout import BUFFER_SLOTS, GROUPED_SLOTS, SAVE_ORDER
 
 if TYPE_CHECKING:
     from memaudit.capture.recorder import Capture
@@ -134,12 +136,17 @@ def cached_format(obj: Any) -> str:
 _NAMES_CACHE: dict[type, tuple[str, ...]] = {}
 
 
-def _slot_names(obj: Any) -> tuple[str, ...] | None:
-    """Declared buffer attributes of a storage class (None: not declared, look at its __dict__)."""
+def slot_names(obj: Any) -> tuple[str, ...] | None:
+    """The buffer attributes a storage object's ``prepare_for_saving`` returns, in that order:
+    TE's own classes from te-internals §5.4, others as they declare them (``_INNER_TENSORS``);
+    None where a class declares none (its __dict__ is looked at)."""
     cls = type(obj)
     names = _NAMES_CACHE.get(cls)
     if names is None:
-        if isinstance(obj, GroupedTensorStorage):
+        known = next((SAVE_ORDER[c.__name__] for c in cls.__mro__ if c.__name__ in SAVE_ORDER), None)
+        if known is not None:
+            names = known
+        elif isinstance(obj, GroupedTensorStorage):
             names = GROUPED_SLOTS
         else:
             names = tuple(attr for attr, _ in getattr(cls, "_INNER_TENSORS", ()))
@@ -183,23 +190,134 @@ def _warnings_sink() -> list[str]:
     return caps[-1].warnings if caps else []
 
 
-def _wrap(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``prepare_for_saving`` that, inside a capture, notes each buffer's owner and attribute.
+class _Plan:
+    """How one storage class's ``prepare_for_saving`` output is named.
 
-    Outside a capture it is one thread-local check and TE's own call. Inside, it reads the
-    declared buffer attributes before TE clears them, matches each tensor TE returns to the
-    attribute that held it (by identity: one tensor can sit under two attributes), and queues
-    the row fields for the pack hook. Only names are taken here; the fields are built in
-    ``report()``, off the hot path.
+    ``names``: its buffer attributes in TE's slot order (te-internals §5.4), or None where the
+    class declares none. ``positional``: TE returned the buffers in exactly that order on the
+    first call seen in this process (checked by identity against the attributes it emptied), so
+    later calls name the i-th returned tensor ``names[i]`` without reading any attribute first.
+    ``shared``: positions of ``scale_inv`` and ``columnwise_scale_inv`` (one tensor object under
+    both is FP8 current scaling's shared scale, §5.2). ``unknown``: declared names the slot
+    table does not know (each gets a warning when it holds a buffer).
+    """
+
+    __slots__ = ("names", "positional", "checked", "shared", "unknown", "fns", "fmt")
+
+    def __init__(self, cls: type, names: tuple[str, ...] | None) -> None:
+        self.names = names
+        # The format, where the class alone fixes it (every storage but grouped ones, §5.1).
+        self.fmt = next((CLASS_FORMATS[c.__name__] for c in cls.__mro__ if c.__name__ in CLASS_FORMATS), None)
+        self.positional = False
+        self.checked = names is None  # nothing to check without declared slots: identity always
+        self.shared: tuple[int, int] | None = None
+        if names is not None and "scale_inv" in names and "columnwise_scale_inv" in names:
+            self.shared = (names.index("scale_inv"), names.index("columnwise_scale_inv"))
+        self.unknown = frozenset(n for n in names or () if n not in SLOTS)
+        self.fns: dict[str, tuple[tuple[Any, ...], tuple[Any, ...]]] = {}
+
+    def slot_fns(self, cls: str, fmt: str, shared: bool) -> tuple[Any, ...]:
+        """The provenance of each position: a function of the buffer's dtype giving its row fields
+        (made once per format, unshared and shared; the unknown-slot warning is the wrapper's)."""
+        fns = self.fns.get(fmt)
+        if fns is None:
+            fns = self.fns[fmt] = tuple(  # type: ignore[assignment]
+                tuple(partial(slot_fields, cls, name, fmt, sh, warnings=[]) for name in self.names or ()) for sh in (False, True)
+            )
+        return fns[shared]  # type: ignore[index]
+
+
+_PLANS: dict[type, _Plan] = {}
+
+
+def named_by_position(cls: type) -> bool | None:
+    """Whether ``cls``'s buffers are named by their position in what TE returns (None: no call of
+    its ``prepare_for_saving`` was checked yet in this process)."""
+    plan = _PLANS.get(cls)
+    return None if plan is None or not plan.checked else plan.positional
+
+
+def forget_plans() -> None:
+    """Check every class again on its next call (tests)."""
+    _PLANS.clear()
+
+
+def _plan(cls: type, obj: Any) -> _Plan:
+    plan = _PLANS.get(cls)
+    if plan is None:
+        plan = _PLANS[cls] = _Plan(cls, slot_names(obj))
+    return plan
+
+
+def _wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``prepare_for_saving`` that, inside a capture, queues each returned buffer's provenance.
+
+    Outside a capture it is one thread-local check and TE's own call. Inside, a class whose
+    buffers TE returns in slot order (checked once per class, the first time it is seen) costs one
+    cached lookup and, per returned buffer, a queue entry for the pack hook: nothing is read from
+    the object but its class, quantizer class and fake dtype. Any other class is named by
+    identity against the attributes read before TE empties them. Only names are taken here; the
+    row fields are built in ``report()``, off the hot path.
     """
     local = hooks.thread_local
     note_buffers = hooks.note_buffers
+    wref = weakref.ref
 
-    def prepare_for_saving(obj: Any, *args: Any, **kwargs: Any) -> Any:
-        state = local.state
-        if not state.captures:
-            return original(obj, *args, **kwargs)
-        names = _slot_names(obj)
+    def queue(obj: Any, state: Any, out: Any) -> Any:
+        """Queue the provenance of what TE returned for ``obj`` (a positional class)."""
+        tensors = out[0]
+        cls = type(obj)
+        plan = _PLANS[cls]
+        names = plan.names
+        if len(tensors) != len(names):  # TE changed the layout under us: name by identity from now on
+            plan.positional = False
+            state.captures[-1].warnings.append(
+                f"TE's {cls.__name__}.prepare_for_saving returned {len(tensors)} buffers, not the {len(names)} "
+                "of its slot order: this call's buffers are unclassified"
+            )
+            return out
+        pair = plan.shared
+        shared = pair is not None and tensors[pair[0]] is not None and tensors[pair[0]] is tensors[pair[1]]
+        fmt = plan.fmt or cached_format(obj)
+        both = plan.fns.get(fmt)
+        fns = both[shared] if both is not None else plan.slot_fns(cls.__name__, fmt, shared)
+        prov = state.provenance
+        for t, fn in zip(tensors, fns):  # noqa: B905 - equal lengths, checked above
+            if t is not None:
+                key = id(t)  # hooks.note, inline
+                known = prov.get(key)
+                if known is None or known[0]() is not t:
+                    prov[key] = (wref(t), fn)
+                else:
+                    prov[key] = (*known, fn)
+        if plan.unknown:
+            _warn_unknown(plan, cls.__name__, tensors, state.captures[-1].warnings)
+        return out
+
+    if _takes_only_self(original):  # every TE 2.20.2 storage class: no *args/**kwargs to forward
+
+        def prepare_for_saving(obj: Any) -> Any:
+            state = local.state
+            if not state.captures:
+                return original(obj)
+            plan = _PLANS.get(type(obj))
+            if plan is not None and plan.positional:
+                return queue(obj, state, original(obj))
+            return _by_identity(original, _plan(type(obj), obj), obj, state, (), {})
+
+    else:
+
+        def prepare_for_saving(obj: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+            state = local.state
+            if not state.captures:
+                return original(obj, *args, **kwargs)
+            plan = _PLANS.get(type(obj))
+            if plan is not None and plan.positional:
+                return queue(obj, state, original(obj, *args, **kwargs))
+            return _by_identity(original, _plan(type(obj), obj), obj, state, args, kwargs)
+
+    def _by_identity(original: Callable[..., Any], plan: _Plan, obj: Any, state: Any, args: Any, kwargs: Any) -> Any:
+        names = plan.names
         if names is None:  # no declared slots: every tensor attribute, in __dict__ order
             items = [(name, buf) for name, buf in vars(obj).items() if isinstance(buf, torch.Tensor)]
             names = tuple(name for name, _ in items)
@@ -226,10 +344,34 @@ def _wrap(original: Callable[..., Any]) -> Callable[..., Any]:
             attrs.append(name)
         note_buffers(state, noted)
         hooks.note_decomposed(self_obj, attrs)
+        if not plan.checked and any(t is not None for t in tensors):
+            # The first call of a declared class that returned a buffer: positional from now on if
+            # every buffer sat in its own slot (a failed check keeps this class on identity).
+            plan.checked = True
+            plan.positional = len(tensors) == len(plan.names) and all(  # type: ignore[arg-type]
+                t is None or a == n for t, a, n in zip(tensors, attrs, plan.names, strict=True)  # type: ignore[arg-type]
+            )
         return tensors, self_obj
 
     prepare_for_saving.__wrapped__ = original  # type: ignore[attr-defined]
     return prepare_for_saving
+
+
+def _takes_only_self(fn: Callable[..., Any]) -> bool:
+    """True when ``fn(self)`` is its whole signature."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # pragma: no cover - a builtin without a signature
+        return False
+    return len(params) == 1 and params[0].kind in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD)
+
+
+def _warn_unknown(plan: _Plan, cls: str, tensors: list[Any], warnings: list[str]) -> None:
+    for name, t in zip(plan.names or (), tensors, strict=True):
+        if t is not None and name in plan.unknown:
+            msg = f"unknown TE buffer {cls}.{name}: classified as kind 'tensor'"
+            if msg not in warnings:
+                warnings.append(msg)
 
 
 _INSTALLED: dict[type, Callable[..., Any]] = {}
@@ -241,6 +383,8 @@ def install_provenance() -> None:
     The wrappers are inert outside a capture (one thread-local check), so no capture pays for
     patching classes, and nested captures share one set of wrappers.
     """
+    if len(_INSTALLED) == len(storage_classes()):  # every later capture: nothing to do
+        return
     for cls in storage_classes():
         if cls not in _INSTALLED:
             original = vars(cls)["prepare_for_saving"]

@@ -43,3 +43,18 @@ GROUPED_SLOTS = (
     "tensor_offsets",
 )
 """``GroupedTensorStorage.prepare_for_saving`` order (grouped_tensor_storage.py:346-389)."""
+
+SAVE_ORDER: dict[str, tuple[str, ...]] = {
+    "Float8TensorStorage": ("_data", "_transpose", "_scale_inv"),
+    "MXFP8TensorStorage": ("_rowwise_data", "_columnwise_data", "_rowwise_scale_inv", "_columnwise_scale_inv"),
+    "Float8BlockwiseQTensorStorage": ("_rowwise_data", "_columnwise_data", "_rowwise_scale_inv", "_columnwise_scale_inv"),
+    "NVFP4TensorStorage": (
+        "_rowwise_data", "_columnwise_data", "_rowwise_scale_inv", "_columnwise_scale_inv", "_amax_rowwise", "_amax_columnwise",
+    ),
+    "GroupedTensorStorage": GROUPED_SLOTS,
+    "IdentityTensorStorage": ("_hp_data",),
+    "NVFP4TensorRef": ("data", "data_t", "scale", "scale_t"),
+}
+"""Storage class -> the attributes its ``prepare_for_saving`` returns, in that order (te-internals
+§5.4). Not always the order the class declares its buffers in (``_INNER_TENSORS``): MXFP8, NVFP4
+and blockwise storages declare each scale next to its data but return both data buffers first."""
