@@ -570,3 +570,37 @@ def test_custom_target_refuses_what_it_would_misname(tests_on_path: Path, tmp_pa
     (case,) = load_report(out).cases
     assert case.status == "error" and "built fp32 tensors, but the case (and its id) says bf16" in case.reason
     assert "--dtype fp32" in case.reason
+
+
+def test_qualified_names_are_those_named_modules_gives() -> None:
+    """The tree walk behind Row.module gives named_modules()'s names, in its order (the first name
+    of a shared module), and a module that overrides named_modules is asked instead."""
+    from memaudit.capture import modules as mod
+
+    shared = nn.Linear(2, 2)
+
+    class Tree(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = nn.Sequential(nn.Linear(2, 2), shared, nn.ReLU())
+            self.b = shared
+            self.c = nn.ModuleList([nn.Linear(1, 1), nn.Sequential(shared)])
+            self.d = None
+
+    class Renaming(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.x = nn.Linear(1, 1)
+
+        def named_modules(self, *args: Any, **kwargs: Any) -> Any:
+            for name, m in super().named_modules(*args, **kwargs):
+                yield ("renamed." + name if name else name), m
+
+    roots = [Tree(), nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2), 2, enable_nested_tensor=False), nn.Sequential(Renaming())]
+    for root in roots:
+        expect: dict[int, str] = {}
+        for name, m in root.named_modules():
+            expect.setdefault(id(m), name or type(root).__name__)
+        got = {k: v[1] for k, v in mod.qualified_names(root).items()}
+        assert list(got.items()) == list(expect.items())
+    assert "renamed.0.x" in {v[1] for v in mod.qualified_names(roots[2]).values()}

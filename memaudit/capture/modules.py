@@ -102,16 +102,45 @@ def reset(st: ThreadState) -> None:
     st.roots = {}
 
 
-def _names_of(root: torch.nn.Module) -> dict[int, tuple[Any, str]]:
-    """id(module) -> (weak reference, qualified name) for every module under ``root``."""
+_NAMED_MODULES = torch.nn.Module.named_modules
+
+
+def qualified_names(root: torch.nn.Module) -> dict[int, tuple[Any, str]]:
+    """id(module) -> (weak reference, qualified name) for every module under ``root``: what
+    ``root.named_modules()`` gives (pre-order, the first name of a shared module), read off the
+    ``_modules`` dicts directly unless a module overrides ``named_modules``."""
     out: dict[int, tuple[Any, str]] = {}
     top = type(root).__name__
+    wref = weakref.ref
+    try:
+        todo: list[tuple[str, Any]] = [("", root)]
+        while todo:
+            name, m = todo.pop()
+            if id(m) in out:
+                continue
+            if type(m).named_modules is not _NAMED_MODULES:
+                raise _Overridden
+            out[id(m)] = (wref(m), name or top)
+            children = m._modules
+            if children:
+                prefix = name + "." if name else ""
+                todo.extend((prefix + k, c) for k, c in reversed(children.items()) if c is not None)
+        return out
+    except _Overridden:
+        pass
+    except Exception:  # noqa: BLE001 - a module tree memaudit cannot walk: the root alone is named
+        return {id(root): (wref(root), top)}
+    out = {}
     try:
         for name, m in root.named_modules():
-            out.setdefault(id(m), (weakref.ref(m), name or top))
+            out.setdefault(id(m), (wref(m), name or top))
     except Exception:  # noqa: BLE001 - a module tree memaudit cannot walk: the root alone is named
-        out = {id(root): (weakref.ref(root), top)}
+        out = {id(root): (wref(root), top)}
     return out
+
+
+class _Overridden(Exception):
+    """A module in the tree has its own ``named_modules``: ask it."""
 
 
 def _pre(module: torch.nn.Module, args: Any) -> None:
@@ -125,7 +154,7 @@ def _pre(module: torch.nn.Module, args: Any) -> None:
         else:  # the outermost module entered: the root names are relative to
             memo = st.roots.get(id(module))
             if memo is None or memo[0]() is not module:
-                memo = st.roots[id(module)] = (weakref.ref(module), _names_of(module))
+                memo = st.roots[id(module)] = (weakref.ref(module), qualified_names(module))
             names = st.names = memo[1]
         mid = id(module)
         entry = names.get(mid) if names is not None else None

@@ -240,13 +240,16 @@ class Capture:
         returned (their rows that no label, target or classifier had named: those rows are
         replaced in ``case.rows`` / ``case.freed``), so labelling after ``report()`` is not lost.
         """
-        info = storage_ref(tensor)
-        if info is None:
+        try:
+            sref = weakref.ref(tensor.untyped_storage())
+        except (RuntimeError, NotImplementedError, TypeError):  # no storage: nothing to match rows by
             return
-        sref = info[0]
-        entry = self._labels.setdefault(id(sref), (sref, []))
+        entry = self._labels.get(id(sref))
+        if entry is None:
+            entry = self._labels[id(sref)] = (sref, [])
         entry[1].append(Label(name, group, tensor.storage_offset() * tensor.element_size(), tuple(tensor.shape)))
-        self._label_returned(sref)
+        if self._reports:
+            self._label_returned(sref)
 
     def _label_returned(self, sref: Any) -> None:
         """Apply the labels of storage ``sref`` to the unnamed rows of the reports already returned."""

@@ -77,6 +77,8 @@ def install() -> None:
     before), never torch's C module.
     """
     global _installed
+    if _installed:  # every capture after the first: no lock to take
+        return
     with _install_lock:
         if not _installed:
             cls = torch.autograd.graph.saved_tensors_hooks
