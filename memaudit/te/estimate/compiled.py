@@ -32,6 +32,7 @@ checks the compiled path against the direct one, field by field.
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections.abc import Callable
 from dataclasses import fields
@@ -148,6 +149,7 @@ Key = tuple[Any, ...]
 SHAPE_FIELDS = ("tokens", "hidden", "ffn", "splits")
 """The :class:`~.config.Config` fields a compiled function takes as arguments; every other field is structure."""
 _STRUCTURE_FIELDS = tuple(f.name for f in fields(Config) if f.name not in SHAPE_FIELDS)
+_structure_of = operator.attrgetter(*_STRUCTURE_FIELDS)
 
 COMPILE_AFTER = 8
 """Uses of a structure on the direct path before it is compiled. Compiling costs about as much
@@ -164,7 +166,7 @@ H, F) counts its rows plus one, the oldest are dropped first (a row takes about 
 
 def structure(c: Config, variant: str) -> Key:
     """Everything about a configuration but its shape: what one compiled function serves."""
-    return (*(getattr(c, f) for f in _STRUCTURE_FIELDS), variant)
+    return (*_structure_of(c), variant)
 
 
 _CACHE: dict[Key, Callable[..., Any] | None] = {}
@@ -234,11 +236,6 @@ def _remember(cache: dict[Key, Any], key: Key, value: tuple[Any, ...], nrows: in
 def _literal(code: str) -> bool:
     """True for the code of a constant (an integer literal, maybe negative)."""
     return code.lstrip("-").isdigit()
-
-
-def _dup(first: int, i: int) -> int | None:
-    """``duplicate_of`` of row ``i`` whose view was first seen at row ``first``."""
-    return None if first == i else first
 
 
 def _made(fields_: dict[str, Any]) -> Row:
@@ -350,7 +347,7 @@ def _compile(c: Config, variant: str) -> Callable[..., Any]:
             if b.storage in by_value:  # a duplicate view (same storage, offset and shape as an earlier row), from values
                 row_level = storage_level[b.storage]
                 view = "(" + "".join(d + ", " for d in dims) + ")"
-                sets["duplicate_of"] = f"dup(fv.setdefault(({b.storage}, {soff}, {view}), {i}), {i})"
+                sets["duplicate_of"] = f"None if (x := fv.setdefault(({b.storage}, {soff}, {view}), {i})) == {i} else x"
             elif len(peers) > 1:  # decided by the structure
                 first = next(j for j, o, ds in peers if o == soff and ds == dims)
                 tpl["duplicate_of"] = None if first == i else first
@@ -452,6 +449,6 @@ def _compile(c: Config, variant: str) -> Callable[..., Any]:
         "    return rows, totals, padded, ideal, logical",
     ]
     namespace: dict[str, Any] = {"C": templates, "B": base, "W": {}, "WROWS": weights_rows, "remember": _remember,
-                                 "new": object.__new__, "Row": Row, "Totals": Totals, "dup": _dup}
+                                 "new": object.__new__, "Row": Row, "Totals": Totals}
     exec(compile("\n".join(src), f"<memaudit estimate {'/'.join(map(str, structure(c, variant)))}>", "exec"), namespace)
     return namespace["estimate_rows"]
