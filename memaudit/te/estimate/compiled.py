@@ -377,27 +377,37 @@ def _compile(c: Config, variant: str) -> Callable[..., Any]:
         if ideal != nbytes and not (_literal(ideal) and _literal(nbytes) and int(ideal) == int(nbytes)):
             pads.append((max(level(ideal), level(nbytes)), i, ideal, nbytes))
 
-    # Padded entries, in row order: runs of those H and F decide (made with the weights' rows,
-    # lists P0, P1, ...) between the ones each call decides.
+    # Padded entries, in row order, in runs: those H and F decide (made with the weights' rows:
+    # lists P0, P1, ...) and those each call decides. A run is one comprehension, not an ``if``
+    # per entry: a function with thousands of branches takes twice as long to compile.
     weights, call = parts[WEIGHTS], parts[CALL]
-    runs: list[list[str]] = []
-    call_pads: list[str] = []  # the main function's padded statements
+    runs: list[tuple[int, list[str]]] = []
     for lv, i, ideal, nbytes in pads:
-        entry = f"{{'index': {i}, 'ideal_bytes': {ideal}, 'padded_bytes': {nbytes}}}"
-        append = f"padded.append({entry})" if _literal(ideal) and _literal(nbytes) else \
-            f"if {ideal} != {nbytes}: padded.append({entry})"
-        if lv == CALL:
+        side = CALL if lv == CALL else WEIGHTS
+        if side == CALL:
             call.use(ideal, nbytes)
-            call_pads.append(append)
-            continue
-        if not call_pads or not call_pads[-1].startswith("padded += P"):
-            runs.append([])
-            call_pads.append(f"padded += P{len(runs) - 1}")
-        runs[-1].append(append.replace("padded.append", f"P{len(runs) - 1}.append"))
-    if call_pads == ["padded += P0"]:
-        call_pads = ["padded = P0.copy()"]
+        if not runs or runs[-1][0] != side:
+            runs.append((side, []))
+        runs[-1][1].append(f"({i}, {ideal}, {nbytes}), ")
+
+    def entries(items: list[str]) -> str:
+        return ("[{'index': i, 'ideal_bytes': a, 'padded_bytes': b} for i, a, b in (" + "".join(items)
+                + ") if a != b]")
+
+    weights_pads: list[str] = []  # P0 = [...], made with the weights' rows
+    pieces: list[str] = []  # the main function's padded list, run by run
+    for side, items in runs:
+        if side == WEIGHTS:
+            pieces.append(f"P{len(weights_pads)}")
+            weights_pads.append(f"{pieces[-1]} = {entries(items)}")
+        else:
+            pieces.append(entries(items))
+    if not pieces:
+        padded = "[]"
+    elif len(pieces) == 1:
+        padded = pieces[0] + (".copy()" if runs[0][0] == WEIGHTS else "")
     else:
-        call_pads.insert(0, "padded = []")
+        padded = "[" + ", ".join("*" + p for p in pieces) + "]"
 
     # Totals: the sums of the terms H and F decide are made with the weights' rows.
     def split(terms: list[str]) -> tuple[str, str]:
@@ -419,7 +429,7 @@ def _compile(c: Config, variant: str) -> Callable[..., Any]:
     passed = sorted((n for n in call.reads if trace.levels.get(n) == WEIGHTS and n.startswith("v")),
                     key=lambda n: int(n[1:]))
 
-    out = ["rows", *(f"P{j}" for j in range(len(runs))), *(f"W_{k}" for k in sums), *passed]
+    out = ["rows", *(f"P{j}" for j in range(len(weights_pads))), *(f"W_{k}" for k in sums), *passed]
     m = ", ".join(f"m{g}" for g in range(c.groups))
     src = [
         "def weights(H, F):",
@@ -427,8 +437,7 @@ def _compile(c: Config, variant: str) -> Callable[..., Any]:
         "    rows = B.copy()",
         *(["    fv = {}"] if weights.value_dups else []),
         *("    " + line for line in weights.body),
-        *(f"    P{j} = []" for j in range(len(runs))),
-        *("    " + line for run in runs for line in run),
+        *("    " + line for line in weights_pads),
         *(f"    W_{k} = {v[0]}" for k, v in sums.items()),
         f"    return ({', '.join(out)},)",
         "",
@@ -442,7 +451,7 @@ def _compile(c: Config, variant: str) -> Callable[..., Any]:
         *("    " + line for line in call_lines),
         *(["    fv = {}"] if call.value_dups else []),
         *("    " + line for line in call.body),
-        *("    " + line for line in call_pads),
+        f"    padded = {padded}",
         *(f"    {k} = W_{k}" + (f" + {v[1]}" if v[1] != "0" else "") for k, v in sums.items()),
         f"    totals = Totals(rows={len(bufs)}, logical_bytes=logical, physical_bytes=physical, parameter_bytes=params, "
         "saved_bytes=physical - params)",
