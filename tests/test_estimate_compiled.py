@@ -271,3 +271,16 @@ def test_views_compared_by_value_are_made_together(always_compiled: Any, monkeyp
         case = estimate_config(c)
         same_case(case, estimate_config_direct(c))
         assert case.rows[-1].duplicate_of == case.rows[-2].index
+
+
+def test_default_splits_are_kept_per_tokens_groups_and_alignment() -> None:
+    compiled_mod.clear()
+    a = resolve("nvfp4", 8192, 3072, 1536, 8)
+    assert a.splits == tuple(default_splits(8192, 8, ALIGNMENT["nvfp4"]))
+    assert resolve("nvfp4", 8192, 1024, 512, 8, path="unfused-split").splits is a.splits  # kept
+    assert resolve("bf16", 8192, 3072, 1536, 8).splits == tuple(default_splits(8192, 8, ALIGNMENT["bf16"])) != a.splits
+    for _ in range(2):  # a refusal is not kept
+        with pytest.raises(UsageError):
+            resolve("nvfp4", 8192 + 16, 3072, 1536, 8, path="unfused-split")
+    compiled_mod.clear()
+    assert resolve("nvfp4", 8192, 3072, 1536, 8).splits is not a.splits  # clear() forgets them

@@ -40,7 +40,7 @@ from typing import Any
 
 from memaudit.report import Row, Totals
 from memaudit.te.estimate.buffers import _ideal_fp8, _keep
-from memaudit.te.estimate.config import DEVICE, Config
+from memaudit.te.estimate.config import DEVICE, Config, default_splits_tuple
 from memaudit.te.estimate.model import Model
 
 
@@ -153,7 +153,8 @@ _structure_of = operator.attrgetter(*_STRUCTURE_FIELDS)
 
 COMPILE_AFTER = 8
 """Uses of a structure on the direct path before it is compiled. Compiling costs about as much
-as 10-15 direct estimates of that structure and each later one about a seventh of one, so one-off
+as 6-19 direct estimates of that structure (median 10 over the sweep grid's structures), the first
+estimate at each (H, F) about a fourteenth of one and each later one about a fortieth, so one-off
 estimates never pay for it and repeated ones (sweeps, benchmarks, ``run --expected``) soon do."""
 MAX_ROWS = 4096
 """Structures with more rows than this stay on the direct path (their compiled code would be large)."""
@@ -205,7 +206,9 @@ def compiled(c: Config, variant: str) -> Callable[..., Any] | None:
 
 
 def clear() -> None:
-    """Forget every compiled structure, use count and weights' rows (tests and benchmarks of the cold path)."""
+    """Forget every compiled structure, use count, weights' rows and kept default splits (tests
+    and benchmarks of the cold path)."""
+    default_splits_tuple.cache_clear()
     with _LOCK:
         _CACHE.clear()
         _USES.clear()

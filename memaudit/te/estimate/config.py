@@ -160,7 +160,7 @@ def resolve(
                 raise UsageError(f"{value} is not a multiple of {mult} for {recipe}: {why}", key=flag)
     align = ALIGNMENT[recipe]
     if splits is None:
-        split_tuple = _default_splits(tokens, groups, align)
+        split_tuple = default_splits_tuple(tokens, groups, align)
     else:
         split_list = [int(s) for s in splits]
         validate_splits(split_list, tokens, groups, align, key="--splits")
@@ -175,9 +175,10 @@ def resolve(
 
 
 @functools.lru_cache(maxsize=1024)
-def _default_splits(tokens: int, groups: int, align: int) -> tuple[int, ...]:
+def default_splits_tuple(tokens: int, groups: int, align: int) -> tuple[int, ...]:
     """:func:`memaudit.spec.default_splits` as a tuple, kept for the last 1,024 (tokens, groups,
-    alignment): a sweep asks for the same splits for each recipe of one alignment and each path."""
+    alignment): a sweep asks for the same splits for each recipe of one alignment and each path
+    (``default_splits_tuple.cache_clear()`` forgets them)."""
     return tuple(default_splits(tokens, groups, align))
 
 
