@@ -18,15 +18,16 @@ split sizes) is made once, at compile time, and shared by every estimate of that
 that only H and F decide (the weights and their scales: most rows at large G) is made by a
 second compiled function, ``weights(H, F)``, once per (structure, H, F), with the padded entries
 and partial totals of those rows, and shared by every estimate with that H and F (a sweep over
-token counts makes them once); at most :data:`MAX_WEIGHTS_ROWS` such rows are kept. Only the rows
-that T or the splits decide are made per call.
+token counts makes them once); at most :data:`MAX_WEIGHTS_ROWS` such rows are kept. Their padded
+entries (dicts in the case's read-only ``path``) are shared the same way. Only the rows that T or
+the splits decide are made per call.
 
 Nothing here restates a rule of TE: the rules stay in :mod:`.model`, :mod:`.shapes` and
 :mod:`.buffers`, and this module only replays them. Where the model would branch on a value (a
 comparison, ``bool``, ``int`` or hashing of a dimension), tracing stops and that structure keeps
 the direct path (:func:`compiled` returns None). The things the direct path decides from values
 are computed from values here too: which views are duplicates of an earlier one (same storage,
-offset and shape), and which rows are padded (ideal bytes differ). ``tests/test_estimate.py``
+offset and shape), and which rows are padded (ideal bytes differ). ``tests/test_estimate_compiled.py``
 checks the compiled path against the direct one, field by field.
 """
 
