@@ -11,7 +11,11 @@ Two grids (every point resolved as ``memaudit estimate`` resolves it; invalid po
 
 Each rate is the median of ``--windows`` windows of ``--seconds`` each, after one pass over the
 grid (which compiles the structures the grid uses, see memaudit/te/estimate/compiled.py); the
-first pass itself, from a cold cache, is reported as ``*_first_pass_configs_per_second``. Also
+first pass itself, from a cold cache, is reported as ``*_first_pass_configs_per_second``. The
+windows repeat the grid, so whatever the estimator keeps between calls is warm there;
+``rows_new_tokens_configs_per_second`` is resolve + every row for the sweep grid's structures at
+token counts no other measurement uses (8192 + 128 k, not powers of two), each configuration
+once: the structures are compiled, the rows H and F decide may be kept, the rest is new. Also
 ``sweep_1000_seconds``: a 1,000-point sweep computed and rendered as the CLI's text table.
 
     python bench/bench_estimate.py [--json PATH]                       # this checkout
@@ -142,6 +146,35 @@ def rates(fn: Callable[[Point], Any], points: list[Point], seconds: float, windo
     return out
 
 
+def new_token_rates(points: list[Point], seconds: float, windows: int) -> list[float]:
+    """Configurations per second of :func:`rows` over the structures of ``points`` at token
+    counts 8192 + 128 k, k = 1, 2, ... (valid for every structure of the sweep grid, and none of
+    its token counts), each configuration once, in each of ``windows`` windows of at least
+    ``seconds``; after one pass over ``points``."""
+    structures = sorted({(r, g, path) for r, _, _, _, g, path in points}, key=repr)
+    _, _, hidden, ffn, _, _ = points[0]
+    for p in points:
+        rows(p)
+    k = 0
+    out = []
+    for _ in range(windows):
+        n = 0
+        start = time.perf_counter()
+        while True:
+            k += 1
+            tokens = 8192 + 128 * k
+            if tokens & (tokens - 1) == 0:
+                continue
+            for recipe, groups, path in structures:
+                rows((recipe, tokens, hidden, ffn, groups, path))
+            n += len(structures)
+            elapsed = time.perf_counter() - start
+            if elapsed >= seconds:
+                break
+        out.append(n / elapsed)
+    return out
+
+
 def sweep_1000() -> float:
     """Seconds to compute and render a 1,000-point sweep (4 recipes x 250 token counts, G=8)."""
     from memaudit.render.estimate import sweep_lines
@@ -167,6 +200,7 @@ def measure(seconds: float, windows: int) -> dict[str, Any]:
     r_full = rates(full, runs, seconds, windows)
     r_rows = rates(rows, sweep, seconds, windows)
     r_tot = rates(totals, sweep, seconds, windows)
+    r_new = new_token_rates(sweep, seconds, windows)
     return {
         "estimate_full_configs_per_second": _median(r_full),
         "estimate_full_windows": [round(x) for x in r_full],
@@ -177,6 +211,8 @@ def measure(seconds: float, windows: int) -> dict[str, Any]:
         "rows_configs_per_second": _median(r_rows),
         "rows_windows": [round(x) for x in r_rows],
         "rows_first_pass_configs_per_second": round(rows_first),
+        "rows_new_tokens_configs_per_second": _median(r_new),
+        "rows_new_tokens_windows": [round(x) for x in r_new],
         "grid_points": len(sweep),
         "sweep_1000_seconds": round(min(sweep_1000() for _ in range(3)), 4),
         "compiled_path": _compiled is not None,
@@ -195,7 +231,8 @@ def environment() -> dict[str, Any]:
 
 def compare(old: Path, rounds: int, seconds: float, windows: int) -> dict[str, Any]:
     """This checkout and ``old`` in turn, each in a fresh process, ``rounds`` times."""
-    keys = ("estimate_full_configs_per_second", "rows_configs_per_second", "configs_per_second")
+    keys = ("estimate_full_configs_per_second", "rows_configs_per_second", "rows_new_tokens_configs_per_second",
+            "configs_per_second")
     sides: dict[str, list[dict[str, Any]]] = {"after": [], "before": []}
     for _ in range(rounds):
         for side, tree in (("after", ROOT), ("before", old)):

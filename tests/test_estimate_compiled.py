@@ -202,3 +202,85 @@ def test_rows_the_structure_fixes_are_shared_and_the_rest_are_fresh(always_compi
     assert shared and all(a.rows[i].shape in ([1], [4]) for i in shared)  # scale_inv (1,), split sizes (G,)
     assert all(a.rows[i].shape is not b.rows[i].shape for i in range(len(a.rows)) if i not in shared)
     same_case(b, estimate_config_direct(resolve("fp8-current", 8192, 2048, 1024, 4)))
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_rows_kept_for_h_and_f_serve_other_tokens_and_splits(always_compiled: Any, seed: int) -> None:
+    """The rows compiled as depending on H and F alone are made at the first call and reused: a
+    later call with other tokens and splits (same structure, H and F) must still give the direct
+    path's case. A row put on the wrong side of that line would carry the first call's numbers."""
+    for c in sample(40, 100 + seed):
+        fields = {f.name: getattr(c, f.name) for f in dataclasses.fields(Config)}
+        other = Config(**{**fields, "tokens": 2 * c.tokens, "splits": tuple(2 * m for m in reversed(c.splits))})
+        for variant in VARIANTS:
+            first = estimate_config(c, variant)
+            same_case(first, estimate_config_direct(c, variant))
+            again = estimate_config(other, variant)
+            same_case(again, estimate_config_direct(other, variant))
+            assert again.rows is not first.rows and again.path["padding"]["rows"] is not first.path["padding"]["rows"]
+
+
+def test_a_token_sweep_makes_the_weights_rows_once(always_compiled: Any) -> None:
+    """Same H and F: the weights' rows are the same objects at every token count; another H
+    makes new ones; the input and activation rows are made per call."""
+    cases = []
+    for tokens, hidden in ((4096, 1024), (8192, 1024), (65536, 1024), (8192, 2048)):
+        c = resolve("fp8-current", tokens, hidden, 512, 8)
+        cases.append(estimate_config(c))
+        same_case(cases[-1], estimate_config_direct(c))
+    a, b, c_, d = cases
+    weights = [i for i, r in enumerate(a.rows) if ".weight[" in (r.operand or "") and r.kind == "data"]
+    per_call = [i for i, r in enumerate(a.rows)
+                if r.kind in ("data", "tensor") and ((r.operand or "").endswith(".input") or r.operand.startswith("activation"))]
+    assert len(weights) == 16 and per_call
+    assert all(a.rows[i] is b.rows[i] is c_.rows[i] for i in weights)
+    assert not any(a.rows[i] is d.rows[i] for i in weights)
+    assert not any(a.rows[i] is b.rows[i] for i in per_call)
+
+
+def test_rows_kept_for_h_and_f_are_bounded(always_compiled: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compiled_mod, "MAX_WEIGHTS_ROWS", 80)
+    for hidden in (*range(64, 1024, 64), 64):  # every entry of 33 rows: two fit; 64 comes back evicted
+        c = resolve("mxfp8", 4096, hidden, 256, 8)
+        same_case(estimate_config(c), estimate_config_direct(c))
+        assert 0 < compiled_mod._held[0] <= 80
+    monkeypatch.setattr(compiled_mod, "MAX_WEIGHTS_ROWS", 10)  # more than the bound: made, not kept
+    c = resolve("mxfp8", 8192, 128, 256, 8)
+    same_case(estimate_config(c), estimate_config_direct(c))
+    assert compiled_mod._held[0] <= 80
+
+
+def test_views_compared_by_value_are_made_together(always_compiled: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two views of one storage, one decided by H alone, one by T too: whether the second is a
+    duplicate of the first is decided from values, so both are made per call, in one place."""
+    from memaudit.te.estimate.model import Model
+
+    original = Model.build
+
+    def build(self: Model) -> Any:
+        acc = original(self)
+        c = self.c
+        storage = acc.storage(c.hidden * 16)
+        acc.plain("extra.view", (c.hidden,), "int64", storage=storage)
+        acc.plain("extra.view", (c.hidden,), "int64", storage=storage, soff=(c.tokens - c.tokens) * 8)
+        return acc
+
+    monkeypatch.setattr(Model, "build", build)
+    for tokens in (256, 512):
+        c = resolve("bf16", tokens, 64, 64, 2)
+        case = estimate_config(c)
+        same_case(case, estimate_config_direct(c))
+        assert case.rows[-1].duplicate_of == case.rows[-2].index
+
+
+def test_default_splits_are_kept_per_tokens_groups_and_alignment() -> None:
+    compiled_mod.clear()
+    a = resolve("nvfp4", 8192, 3072, 1536, 8)
+    assert a.splits == tuple(default_splits(8192, 8, ALIGNMENT["nvfp4"]))
+    assert resolve("nvfp4", 8192, 1024, 512, 8, path="unfused-split").splits is a.splits  # kept
+    assert resolve("bf16", 8192, 3072, 1536, 8).splits == tuple(default_splits(8192, 8, ALIGNMENT["bf16"])) != a.splits
+    for _ in range(2):  # a refusal is not kept
+        with pytest.raises(UsageError):
+            resolve("nvfp4", 8192 + 16, 3072, 1536, 8, path="unfused-split")
+    compiled_mod.clear()
+    assert resolve("nvfp4", 8192, 3072, 1536, 8).splits is not a.splits  # clear() forgets them

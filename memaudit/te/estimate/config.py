@@ -14,6 +14,7 @@ quantized inputs and weights, their scales and columnwise amax, plus activations
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -159,17 +160,26 @@ def resolve(
                 raise UsageError(f"{value} is not a multiple of {mult} for {recipe}: {why}", key=flag)
     align = ALIGNMENT[recipe]
     if splits is None:
-        split_list = default_splits(tokens, groups, align)
+        split_tuple = default_splits_tuple(tokens, groups, align)
     else:
         split_list = [int(s) for s in splits]
         validate_splits(split_list, tokens, groups, align, key="--splits")
+        split_tuple = tuple(split_list)
     # Config(recipe=recipe, ...), made without the frozen dataclass's per-field __setattr__ (the
     # estimator's hot path); the fields are set in declaration order, as __init__ sets them.
     c = object.__new__(Config)
-    c.__dict__.update(recipe=recipe, tokens=tokens, hidden=hidden, ffn=ffn, groups=groups, splits=tuple(split_list),
+    c.__dict__.update(recipe=recipe, tokens=tokens, hidden=hidden, ffn=ffn, groups=groups, splits=split_tuple,
                       path=path, arch=arch, dtype=dtype, dense_single_group=dense_single_group,
                       probs_dtype=probs_dtype, split_sizes_dtype=split_sizes_dtype)
     return c
+
+
+@functools.lru_cache(maxsize=1024)
+def default_splits_tuple(tokens: int, groups: int, align: int) -> tuple[int, ...]:
+    """:func:`memaudit.spec.default_splits` as a tuple, kept for the last 1,024 (tokens, groups,
+    alignment): a sweep asks for the same splits for each recipe of one alignment and each path
+    (``default_splits_tuple.cache_clear()`` forgets them)."""
+    return tuple(default_splits(tokens, groups, align))
 
 
 def parse_range(text: str, flag: str) -> list[int]:

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from memaudit.errors import UsageError
-from memaudit.report import CaseReport, PathInfo, Report, Row, compute_totals
+from memaudit.report import CaseReport, PathInfo, Report, Row, Totals, compute_totals
 from memaudit.spec import CaseSpec
 from memaudit.te.estimate.buffers import finalize
 from memaudit.te.estimate.compiled import compiled
@@ -35,9 +35,7 @@ def estimate_config(c: Config, variant: str = "te-2.20") -> CaseReport:
     if fn is None:
         return estimate_config_direct(c, variant)
     rows, totals, padded, ideal_bytes, padded_bytes = fn(c.tokens, c.hidden, c.ffn, c.splits)
-    case = _case(c, variant, rows, ideal_bytes, padded_bytes, padded)
-    case.totals = totals
-    return case
+    return _case(c, variant, rows, totals, ideal_bytes, padded_bytes, padded)
 
 
 def estimate_config_direct(c: Config, variant: str = "te-2.20") -> CaseReport:
@@ -51,12 +49,10 @@ def estimate_config_direct(c: Config, variant: str = "te-2.20") -> CaseReport:
         for r, ideal in zip(rows, ideals, strict=True)
         if ideal != r.bytes
     ]
-    case = _case(c, variant, rows, sum(ideals), sum(r.bytes for r in rows), padded)
-    case.totals = compute_totals(rows)
-    return case
+    return _case(c, variant, rows, compute_totals(rows), sum(ideals), sum(r.bytes for r in rows), padded)
 
 
-def _case(c: Config, variant: str, rows: list[Row], ideal_bytes: int, padded_bytes: int,
+def _case(c: Config, variant: str, rows: list[Row], totals: Totals, ideal_bytes: int, padded_bytes: int,
           padded: list[dict[str, int]]) -> CaseReport:
     # CaseSpec.make(TARGET, ...) with the TE target's dimensions, made directly (the estimator's hot path)
     spec = object.__new__(CaseSpec)  # CaseSpec(...) without the frozen dataclass's per-field __setattr__
@@ -80,6 +76,7 @@ def _case(c: Config, variant: str, rows: list[Row], ideal_bytes: int, padded_byt
             },
         }),
         rows=rows,
+        totals=totals,
     )
 
 
