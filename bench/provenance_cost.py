@@ -55,13 +55,16 @@ def main(argv: list[str] | None = None) -> int:
     tec.install_provenance()
     original = tec.original_prepare_for_saving(Float8TensorStorage)
     wrapped = vars(Float8TensorStorage)["prepare_for_saving"]
-    data, t, s = torch.empty(64, 96, dtype=torch.uint8), torch.empty(96, 64, dtype=torch.uint8), torch.empty(1)
-    objs = [Float8TensorStorage(data=data, fp8_scale_inv=s, fp8_dtype=tex.DType.kFloat8E4M3, fake_dtype=torch.bfloat16,
-                                data_transpose=t) for _ in range(64)]
+    # One set of buffers per object, as in a step (each buffer noted once; reused buffers would
+    # queue up under one id and measure the queue, not the call).
+    bufs = [(torch.empty(64, 96, dtype=torch.uint8), torch.empty(96, 64, dtype=torch.uint8), torch.empty(1)) for _ in range(64)]
+    objs = [Float8TensorStorage(data=d, fp8_scale_inv=s, fp8_dtype=tex.DType.kFloat8E4M3, fake_dtype=torch.bfloat16,
+                                data_transpose=t) for d, t, s in bufs]
+    data = bufs[0][0]
 
     def refill() -> None:
-        for o in objs:
-            o._data, o._transpose, o._scale_inv = data, t, s
+        for o, (d, t, s) in zip(objs, bufs, strict=True):
+            o._data, o._transpose, o._scale_inv = d, t, s
 
     st = hooks.state()
 
@@ -69,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         def go(n: int) -> None:
             for i in range(n):
                 o = objs[i & 63]
-                o._data, o._transpose, o._scale_inv = data, t, s
+                o._data, o._transpose, o._scale_inv = bufs[i & 63]
                 method(o)
                 if i & 63 == 63:  # a step's packs take what was noted: keep the queues step-sized
                     st.provenance.clear()
