@@ -87,6 +87,110 @@ def test_report_without_outputs_finds_the_same_rows_and_restores_gc() -> None:
     assert sorted(map(str, key)) == sorted(map(str, [(r.op, r.saved_as, r.shape, r.bytes) for r in without.rows]))
 
 
+class _Fn(torch.autograd.Function):
+    """A Python node: saved_tensors (one of them None) and a ctx attribute."""
+
+    @staticmethod
+    def forward(ctx, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+        ctx.save_for_backward(a, None, b)
+        ctx.extra = b * 2
+        return a * b
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: ANN001
+        a, _, b = ctx.saved_tensors
+        return g * b, g * a
+
+
+def _mixed_graph(a: torch.Tensor) -> torch.Tensor:
+    """Nodes of many kinds: list attributes, optional tensors, scalars, a foreign pair, checkpoint."""
+    import torch.utils.checkpoint as ckpt
+
+    model, x = _model()
+    parts = [model(x).sum(), _Fn.apply(a, a.exp()).sum(), a[torch.tensor([0, 2])].sum(),
+             a[:, None][torch.tensor([1])].sum(), torch.nn.functional.layer_norm(a, (3,)).sum(),
+             ckpt.checkpoint(lambda t: (t.sin() * 2).cos(), a, use_reentrant=False).sum()]
+    with torch.autograd.graph.save_on_cpu():
+        parts.append((a * a.sin()).tanh().sum())
+    return torch.stack(parts).sum()
+
+
+def _reports(cap, y: torch.Tensor) -> list[str]:  # noqa: ANN001
+    return [json.dumps(r.to_dict(), sort_keys=True) for r in (cap.report(outputs=y), cap.report())]
+
+
+def test_raw_walk_names_rows_as_the_unpack_walk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Saved values memaudit packed are read raw (SavedTensor.data, no unpack); the walk that
+    unpacks every attribute (PyTorch without the raw view) names the same rows."""
+    from memaudit.capture import graph
+
+    if not graph._RAW:
+        pytest.skip("this PyTorch exposes no SavedTensor.data: the walk always unpacks")
+    a = torch.randn(4, 3, requires_grad=True)
+    with capture() as cap:
+        y = _mixed_graph(a)
+        raw = _reports(cap, y)
+        for rec in cap.records:  # forget the names, so the second walk claims every record again
+            rec.op = rec.slot = rec.node_seq = None
+        monkeypatch.setattr(graph, "_RAW", False)
+        monkeypatch.setattr(graph, "_KINDS", {})
+        unpacked = _reports(cap, y)
+        assert all(attrs is None or all(r is None for _, r in attrs) for _, attrs in graph._KINDS.values())
+        y.backward()
+    assert raw == unpacked
+    assert '"via": "ctx"' in raw[0] and "saved_tensors[2]" in raw[0] and "_saved_indices" in raw[0]
+
+
+def test_attributes_that_hold_no_tensor_are_learned_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from memaudit.capture import graph
+
+    assert graph._no_tensor(3) and graph._no_tensor(0.5) and graph._no_tensor(torch.float32) and graph._no_tensor((2, 3))
+    assert not graph._no_tensor(None) and not graph._no_tensor(()) and not graph._no_tensor([torch.ones(1)])
+    assert not graph._no_tensor(torch.ones(1)) and not graph._no_tensor((None, torch.ones(1)))
+    monkeypatch.setattr(graph, "_KINDS", {})
+    a = torch.randn(4, 3, requires_grad=True)
+    with capture() as cap:
+        y = _mixed_graph(a)
+        first = _reports(cap, y)
+        kinds = {tp.__name__: attrs for tp, (_, attrs) in graph._KINDS.items() if attrs is not None}
+        assert "_saved_alpha" not in {attr for attr, _ in kinds["AddmmBackward0"]}  # an int: dropped
+        assert "_saved_mat1" in {attr for attr, _ in kinds["AddmmBackward0"]}
+        assert first == _reports(cap, y)  # the same rows once the scalars are skipped
+        y.backward()
+
+
+def test_rows_named_while_built_equal_rows_named_after_a_plugin() -> None:
+    """With no plugin, plain rows get memaudit's operand while built; a plugin that names nothing
+    sends them through name_rest: the same rows, the same late labels, fields in declaration order."""
+
+    class Passive:
+        def install(self) -> None: ...
+        def uninstall(self) -> None: ...
+        def expand(self, t: object) -> None:
+            return None
+
+        def annotate(self, rows: list[Row], cap: object) -> list[Row]:
+            return rows
+
+    order = [f.name for f in dataclasses.fields(Row)]
+    for opts in ({}, {"modules": False}):
+        out = {}
+        for plugins in ([], [Passive()]):
+            model, x = _model()
+            torch.manual_seed(0)
+            mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8))
+            with capture(plugins=plugins, **opts) as cap:
+                y = model(x).sum() + mlp(x[0]).sum()  # the MLP saves a view of x
+                rep = cap.report(outputs=y)
+                assert all(list(vars(r)) == order for r in rep.rows)
+                cap.label(x, "input")  # after report(): names the rows of x in the report returned
+                y.backward()
+                freed = cap.report(include_freed=False)
+            out[bool(plugins)] = (rep.to_dict(), freed.to_dict())
+        assert out[False] == out[True]
+        assert any(r["operand"] == "input" for r in out[False][0]["rows"])
+
+
 def test_live_roots_filter_sees_subclasses_defined_late() -> None:
     class Late(torch.Tensor):
         pass

@@ -247,28 +247,31 @@ class Capture:
             if case is None:
                 continue
             alive.append((ref, pending))
-            for p in pending:
-                if p.buf.sref is not sref:
+            for live, index, row_sref, offset, shape, row_group in pending:
+                if row_sref is not sref:
                     continue
-                label = self.label_for(p.buf)
+                label = self._label_at(sref, offset, shape)
                 if label is None:
                     continue
-                rows = case.rows if p.live else case.freed
-                if p.index >= len(rows) or rows[p.index].index != p.index:
+                rows = case.rows if live else case.freed
+                if index >= len(rows) or rows[index].index != index:
                     continue  # the caller rebuilt the list: nothing to name safely
-                row = rows[p.index]
-                exact = label.offset == p.buf.offset and label.shape == p.buf.shape
-                group = label.group if exact and p.group is None else p.group
-                rows[p.index] = dataclasses.replace(row, operand=label.name, group=group)
+                row = rows[index]
+                exact = label.offset == offset and label.shape == shape
+                group = label.group if exact and row_group is None else row_group
+                rows[index] = dataclasses.replace(row, operand=label.name, group=group)
         self._reports = alive
 
     def label_for(self, buf: Buffer) -> Label | None:
         """The label given to the storage of ``buf`` (the exact view first), or None."""
-        entry = self._labels.get(id(buf.sref)) if buf.sref is not None else None
+        return self._label_at(buf.sref, buf.offset, buf.shape) if buf.sref is not None else None
+
+    def _label_at(self, sref: Any, offset: int, shape: tuple[int, ...]) -> Label | None:
+        entry = self._labels.get(id(sref))
         if not entry:
             return None
         labels = entry[1]
-        exact = [lab for lab in labels if lab.offset == buf.offset and lab.shape == buf.shape]
+        exact = [lab for lab in labels if lab.offset == offset and lab.shape == shape]
         if exact:
             return exact[0]
         return labels[0] if len({lab.name for lab in labels}) == 1 else None
@@ -303,8 +306,7 @@ class Capture:
         self.walk_nodes = walked.python_nodes
         try:
             builder = _RowBuilder(self, outputs, include_freed)
-            for rec in self.records:
-                builder.add_record(rec)
+            builder.add_records(self.records)
             for found in walked.found:
                 builder.add_found(found)
             rows, freed = builder.finish()
@@ -345,14 +347,9 @@ class Capture:
         return None
 
 
-@dataclass
-class _Unlabelled:
-    """A row of a returned report that only memaudit's fallback named (a late label may name it)."""
-
-    live: bool
-    index: int
-    buf: Buffer
-    group: int | None
+_Unlabelled = tuple[bool, int, Any, int, tuple[int, ...], int | None]
+"""A row of a returned report that only memaudit's fallback named (a late label may name it):
+``(live, index, storage ref, byte offset, shape, group)``."""
 
 
 class _RowBuilder:
@@ -376,7 +373,10 @@ class _RowBuilder:
         self._param_storages: set[int] = set()
         self._labelled = bool(cap._labels)  # no labels given: no lookup per row
         self._nth: dict[tuple[bool, int], int] = {}  # (live, index) -> position among its module call's saves
-        self._bufs: dict[tuple[bool, int], Buffer] = {}  # (live, index) -> buffer, for late labels
+        self._bufs: dict[tuple[bool, int], tuple[Any, int, tuple[int, ...]]] = {}  # (live, index) -> (sref, offset, shape), for late labels
+        self._named: list[_Unlabelled] = []  # rows the plain path already gave memaudit's name
+        self._unnamed: list[tuple[bool, int]] = []  # rows name_rest must visit when no plugin annotates
+        self._containers = False  # a row points at a container (finish() checks their parameter flag)
         self._frame_saves: dict[int, int] = {}  # id(frame) -> saves seen so far
         self._sources: dict[str, str] = {}
 
@@ -414,9 +414,12 @@ class _RowBuilder:
         if nth is not None:
             self._nth[(live, index)] = nth
         if buf is not None and buf.sref is not None:
-            self._bufs[(live, index)] = buf
+            self._bufs[(live, index)] = (buf.sref, buf.offset, buf.shape)
         if live:
             self._row_sref.append(buf.sref if buf is not None else None)
+        if row.container_index is not None:
+            self._containers = True
+        self._unnamed.append((live, index))
         return row
 
     def add_record(self, rec: Record) -> None:
@@ -429,11 +432,6 @@ class _RowBuilder:
             self.node_of[i] = rec.node_seq
 
     def _add_record(self, rec: Record) -> None:
-        raw = rec.raw
-        if (raw is not None and raw[7] is None and rec.buffers is None and rec.hook is None and rec.container is None
-                and rec.resides is None and not self._labelled):
-            self._add_plain(rec, raw)
-            return
         live = rec.alive() or self.include_freed
         if rec.warning:
             self.warnings.append(rec.warning)
@@ -475,51 +473,91 @@ class _RowBuilder:
                 buf = Buffer(buf.shape, buf.dtype, buf.device, None, 0, 0, buf.bytes, buf.is_parameter)
             self._row(fields, buf, live)
 
-    def _add_plain(self, rec: Record, raw: tuple[Any, ...]) -> None:
-        """``add_record`` for the common record: one plain tensor packed by memaudit's own layer,
-        no classifier fields, no labels. The same row the general path builds, without the
-        intermediate Buffer and dicts."""
-        shape, dtype, device, sref, nbytes, offset, is_param, _ = raw
-        ref = rec.ref
-        live = (ref is not None and ref() is not None) or self.include_freed
-        if rec.warning:
-            self.warnings.append(rec.warning)
-            self.incomplete = True
-        op, slot = rec.op, rec.slot
-        if op is None and rec.context is not None:
-            op, slot = rec.context
-        names = _NAMES.get((dtype, device))
-        if names is None:
-            names = _NAMES[(dtype, device)] = (kind_of(dtype), format_of(dtype), dtype_name(dtype), str(device))
-        elt = dtype.itemsize
-        target = self.rows if live else self.freed
-        index = len(target)
-        shape_t = tuple(shape)
-        off = offset * elt
-        nbytes_logical = math.prod(shape_t) * elt
-        values = {
-            "op": op, "saved_as": slot, "resides": "device",
-            "kind": names[0], "format": names[1], "shape": list(shape_t), "dtype": names[2],
-            "bytes": nbytes_logical, "device": names[3], "is_parameter": is_param,
-            "storage_bytes": nbytes, "storage_offset": off, "slot": slot,
-        }
-        frame = rec.frame if self.cap.modules else None
-        if frame is not None:
-            values["module"] = frame.name
-            nth = self._frame_saves.get(id(frame), 0)
-            self._frame_saves[id(frame)] = nth + 1
-            self._nth[(live, index)] = nth
-        if rec.source is not None and self.cap.stack:
-            values["source"] = self._source(rec.source)
-        values["storage"] = self._storage_name(sref)
-        first = self._views.setdefault((live, id(sref), off, shape_t), index)
-        values["index"], values["duplicate_of"] = index, None if first == index else first
-        if is_param and live:
-            self._param_storages.add(id(sref))
-        target.append(make_row(values))
-        self._bufs[(live, index)] = Buffer(shape_t, dtype, device, sref, nbytes, off, nbytes_logical, is_param)
-        if live:
-            self._row_sref.append(sref)
+    def add_records(self, records: Iterable[Record]) -> None:
+        """:meth:`add_record` of each record. A plain one (one plain tensor packed by memaudit's own
+        layer, no classifier fields, no labels given) becomes its row inline: the row the general
+        path builds, without the intermediate Buffer and dicts; and with no plugin to annotate the
+        rows, it gets memaudit's own operand here (what :meth:`name_rest` would give it)."""
+        if self._labelled:
+            for rec in records:
+                self.add_record(rec)
+            return
+        rows, freed, warnings = self.rows, self.freed, self.warnings
+        include_freed, modules_on, stack_on = self.include_freed, self.cap.modules, self.cap.stack
+        eager = not self.cap.plugins
+        names_of, snames, srefs, views = _NAMES, self._names, self.srefs, self._views
+        frame_saves, nth_of, bufs = self._frame_saves, self._nth, self._bufs
+        row_sref, params, node_of = self._row_sref, self._param_storages, self.node_of
+        named, unnamed = self._named, self._unnamed
+        prod, new, source_of = math.prod, object.__new__, self._source
+        for rec in records:
+            raw = rec.raw
+            if (raw is None or raw[7] is not None or rec.buffers is not None or rec.hook is not None
+                    or rec.container is not None or rec.resides is not None):
+                self.add_record(rec)
+                continue
+            shape, dtype, device, sref, nbytes, offset, is_param, _ = raw
+            ref = rec.ref
+            live = (ref is not None and ref() is not None) or include_freed
+            if rec.warning:
+                warnings.append(rec.warning)
+                self.incomplete = True
+            op, slot = rec.op, rec.slot
+            if op is None and rec.context is not None:
+                op, slot = rec.context
+            names = names_of.get((dtype, device))
+            if names is None:
+                names = names_of[(dtype, device)] = (kind_of(dtype), format_of(dtype), dtype_name(dtype), str(device))
+            elt = dtype.itemsize
+            target = rows if live else freed
+            index = len(target)
+            shape_t = tuple(shape)
+            off = offset * elt
+            module = nth = None
+            frame = rec.frame if modules_on else None
+            if frame is not None:
+                module = frame.name
+                key = id(frame)
+                nth = frame_saves.get(key, 0)
+                frame_saves[key] = nth + 1
+            key = id(sref)
+            storage = snames.get(key)
+            if storage is None:
+                storage = snames[key] = f"s{len(snames)}"
+                srefs[key] = sref
+            first = views.setdefault((live, key, off, shape_t), index)
+            operand = None
+            if eager:  # module_operand(module, op, slot, slot, nth), inline
+                if op is not None and slot is not None:
+                    what = f"{op}.{slot.removeprefix('_saved_')}"
+                    operand = f"{module}:{what}" if module else what
+                elif module is not None:
+                    operand = f"{module}:saved[{nth}]" if nth is not None else module
+            # Every field, in Row's declaration order (as make_row leaves them).
+            row = new(Row)
+            row.__dict__.update({
+                "index": index, "kind": names[0], "format": names[1], "shape": list(shape_t), "dtype": names[2],
+                "bytes": prod(shape_t) * elt, "op": op, "saved_as": slot, "slot": slot, "operand": operand,
+                "group": None, "container": None, "container_index": None, "orientation": None,
+                "storage": storage, "storage_offset": off, "storage_bytes": nbytes, "device": names[3],
+                "is_parameter": is_param, "duplicate_of": None if first == index else first, "note": None,
+                "expected_bytes": None, "resides": "device", "via": "hook", "aliases_output": False,
+                "module": module, "source": source_of(rec.source) if stack_on and rec.source is not None else None,
+            })
+            target.append(row)
+            if live:
+                row_sref.append(sref)
+                if is_param:
+                    params.add(key)
+                if rec.node_seq is not None:
+                    node_of[index] = rec.node_seq
+            if operand is not None:
+                named.append((live, index, sref, off, shape_t, None))
+            else:
+                if nth is not None:
+                    nth_of[(live, index)] = nth
+                bufs[(live, index)] = (sref, off, shape_t)
+                unnamed.append((live, index))
 
     def _kept_copy(self, fields: dict[str, Any], buf: Buffer, kept: list[Buffer], rec: Record) -> Buffer:
         """The buffer a foreign pair keeps in place of ``buf`` (a host copy, a cast copy)."""
@@ -570,9 +608,15 @@ class _RowBuilder:
 
     def name_rest(self, rows: list[Row], live: bool) -> list[_Unlabelled]:
         """Give every row still without an operand memaudit's own name (module, node, attribute:
-        :func:`memaudit.report.module_operand`); returns them, for labels given later."""
-        pending = []
-        for i, row in enumerate(rows):
+        :func:`memaudit.report.module_operand`); returns them, for labels given later (with the
+        rows :meth:`add_records` named already)."""
+        pending = [p for p in self._named if p[0] is live]
+        if self.cap.plugins:  # a plugin may have named any row, or rebuilt the list
+            visit: Iterable[int] = range(len(rows))
+        else:  # the builder's own list: row i has index i
+            visit = [i for lv, i in self._unnamed if lv is live]
+        for i in visit:
+            row = rows[i]
             if row.operand is not None:
                 continue
             name = module_operand(row.module, row.op, row.saved_as, row.slot, self._nth.get((live, row.index)))
@@ -580,22 +624,27 @@ class _RowBuilder:
                 rows[i] = replace_row(row, operand=name)
             buf = self._bufs.get((live, row.index))
             if buf is not None:
-                pending.append(_Unlabelled(live, row.index, buf, row.group))
+                pending.append((live, row.index, *buf, row.group))
         return pending
 
     def finish(self) -> tuple[list[Row], list[Row]]:
         # Parameters by storage: a row that shares a parameter's storage is parameter memory.
         rows = self.rows
-        for i, (row, sref) in enumerate(zip(rows, self._row_sref, strict=True)):
-            if sref is None:
-                continue
-            param = row.is_parameter or id(sref) in self._param_storages
-            output = row.aliases_output or id(sref) in self._outputs
-            if (param, output) != (row.is_parameter, row.aliases_output):
-                rows[i] = dataclasses.replace(row, is_parameter=param, aliases_output=output)
-        for i, row in enumerate(rows):
-            if row.container_index is not None and rows[row.container_index].is_parameter and not row.is_parameter:
-                rows[i] = dataclasses.replace(row, is_parameter=True)
+        params, outputs = self._param_storages, self._outputs
+        if params or outputs:
+            for i, sref in enumerate(self._row_sref):
+                key = id(sref) if sref is not None else None
+                if key is None or (key not in params and key not in outputs):
+                    continue  # nothing to change
+                row = rows[i]
+                param = row.is_parameter or key in params
+                output = row.aliases_output or key in outputs
+                if (param, output) != (row.is_parameter, row.aliases_output):
+                    rows[i] = dataclasses.replace(row, is_parameter=param, aliases_output=output)
+        if self._containers:
+            for i, row in enumerate(rows):
+                if row.container_index is not None and rows[row.container_index].is_parameter and not row.is_parameter:
+                    rows[i] = dataclasses.replace(row, is_parameter=True)
         return rows, self.freed
 
     def device_storages(self) -> dict[int, tuple[Any, int]]:
