@@ -239,3 +239,36 @@ def test_readme_table_renders_old_and_new_json(tmp_path: Path) -> None:
 def test_committed_readme_table_is_current() -> None:
     table = _load("readme_table")
     assert table.main(["--check"]) == 0
+
+
+def _totals_by_definition(rows: list[Row], freed: list[Row]) -> dict[str, int]:
+    """The totals as docs/budgets define them, one rule at a time (the reference for compute_totals)."""
+    device = {r.storage: r.storage_bytes for r in rows if r.resides == "device" and r.storage is not None}
+    params = {r.storage for r in rows if r.resides == "device" and r.storage is not None and r.is_parameter}
+    outputs = {r.storage for r in rows if r.resides == "device" and r.storage is not None and r.aliases_output}
+    hooked = {r.storage for r in rows if r.resides == "device" and r.storage is not None and r.via != "ctx"}
+    host = {r.storage: r.storage_bytes for r in rows if r.resides == "host" and r.storage is not None}
+    physical, param = sum(device.values()), sum(device[s] for s in params)
+    return {"rows": len(rows), "logical_bytes": sum(r.bytes for r in rows), "physical_bytes": physical,
+            "parameter_bytes": param, "saved_bytes": physical - param,
+            "host_bytes": sum(host.values()) + sum(r.bytes for r in rows if r.resides == "host" and r.storage is None),
+            "unknown_bytes": sum(r.bytes for r in rows if r.resides == "unknown"),
+            "output_bytes": sum(device[s] for s in outputs - params),
+            "ctx_bytes": sum(b for s, b in device.items() if s not in hooked and s not in params),
+            "freed_rows": len(freed), "freed_bytes": sum(r.bytes for r in freed)}
+
+
+def test_compute_totals_matches_the_definition() -> None:
+    import random
+
+    from memaudit.report import RESIDES, compute_totals
+
+    rng = random.Random(0)
+    for _ in range(200):
+        rows = [make_row({"index": i, "kind": "tensor", "format": "fp32", "shape": [1], "dtype": "float32",
+                          "bytes": rng.randrange(1, 1000), "storage": rng.choice([None, "s0", "s1", "s2", "s3"]),
+                          "storage_bytes": rng.randrange(1000, 2000), "resides": rng.choice(RESIDES),
+                          "is_parameter": rng.random() < 0.3, "aliases_output": rng.random() < 0.3,
+                          "via": rng.choice(["hook", "ctx", "unhooked"])}) for i in range(rng.randrange(0, 12))]
+        freed = rows[: rng.randrange(0, 3)]
+        assert dataclasses.asdict(compute_totals(rows, freed)) == _totals_by_definition(rows, freed)
