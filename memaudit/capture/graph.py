@@ -220,6 +220,13 @@ def walk(roots: list[Any], in_region: Any, *, outside: bool = False) -> WalkResu
         for nxt, _ in getattr(node, "next_functions", ()):
             if nxt is not None:
                 stack.append(nxt)
+        tp = type(node)
+        kind = kinds.get(tp)
+        if kind is None:
+            kind = kinds[tp] = _kind(tp)
+        op, attrs = kind
+        if not attrs and attrs is not None:
+            continue  # a node that saves nothing (a view, an AccumulateGrad): nothing to read, wherever it was made
         try:
             seq = node._sequence_nr()
         except (AttributeError, RuntimeError, TypeError):  # pragma: no cover - every Node has one
@@ -227,11 +234,6 @@ def walk(roots: list[Any], in_region: Any, *, outside: bool = False) -> WalkResu
         inside = in_region(seq)
         if not inside and not outside:
             continue
-        tp = type(node)
-        kind = kinds.get(tp)
-        if kind is None:
-            kind = kinds[tp] = _kind(tp)
-        op, attrs = kind
         if attrs is None:
             later.append((seq, len(keep), node, None, inside))
             continue

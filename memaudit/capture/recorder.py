@@ -27,7 +27,7 @@ import torch
 
 from memaudit.capture import graph, hooks, modules, stack
 from memaudit.capture.hooks import Record
-from memaudit.capture.tensors import _NAMES, Buffer, buffer_of, dtype_name, format_of, kind_of, storage_ref
+from memaudit.capture.tensors import Buffer, buffer_of, dtype_name, format_of, kind_of, storage_ref
 from memaudit.capture.verify import AllocatorCheck
 from memaudit.report import CaseReport, Row, compute_totals, gc_paused, make_row, module_operand, replace_row
 from memaudit.spec import CaseSpec
@@ -347,6 +347,9 @@ class Capture:
         return None
 
 
+_PLAIN_NAMES: dict[tuple[torch.dtype, torch.device], tuple[str, str, str, str, int]] = {}
+"""(dtype, device) -> (kind, format, dtype name, device name, element size) for plain rows."""
+
 _Unlabelled = tuple[bool, int, Any, int, tuple[int, ...], int | None]
 """A row of a returned report that only memaudit's fallback named (a late label may name it):
 ``(live, index, storage ref, byte offset, shape, group)``."""
@@ -485,7 +488,7 @@ class _RowBuilder:
         rows, freed, warnings = self.rows, self.freed, self.warnings
         include_freed, modules_on, stack_on = self.include_freed, self.cap.modules, self.cap.stack
         eager = not self.cap.plugins
-        names_of, snames, srefs, views = _NAMES, self._names, self.srefs, self._views
+        names_of, snames, srefs, views = _PLAIN_NAMES, self._names, self.srefs, self._views
         frame_saves, nth_of, bufs = self._frame_saves, self._nth, self._bufs
         row_sref, params, node_of = self._row_sref, self._param_storages, self.node_of
         named, unnamed = self._named, self._unnamed
@@ -507,11 +510,11 @@ class _RowBuilder:
                 op, slot = rec.context
             names = names_of.get((dtype, device))
             if names is None:
-                names = names_of[(dtype, device)] = (kind_of(dtype), format_of(dtype), dtype_name(dtype), str(device))
-            elt = dtype.itemsize
+                names = names_of[(dtype, device)] = (kind_of(dtype), format_of(dtype), dtype_name(dtype), str(device), dtype.itemsize)
+            elt = names[4]
             target = rows if live else freed
             index = len(target)
-            shape_t = tuple(shape)
+            shape_t = shape if type(shape) is tuple or type(shape) is torch.Size else tuple(shape)  # hashes and compares as a tuple
             off = offset * elt
             module = nth = None
             frame = rec.frame if modules_on else None
