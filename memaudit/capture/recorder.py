@@ -350,6 +350,9 @@ class Capture:
 _PLAIN_NAMES: dict[tuple[torch.dtype, torch.device], tuple[str, str, str, str, int]] = {}
 """(dtype, device) -> (kind, format, dtype name, device name, element size) for plain rows."""
 
+_WHATS: dict[str, dict[str, str]] = {}
+"""op -> slot -> ``NODE.ATTRIBUTE`` (module_operand's node part for a plain row)."""
+
 _Unlabelled = tuple[bool, int, Any, int, tuple[int, ...], int | None]
 """A row of a returned report that only memaudit's fallback named (a late label may name it):
 ``(live, index, storage ref, byte offset, shape, group)``."""
@@ -492,7 +495,8 @@ class _RowBuilder:
         frame_saves, nth_of, bufs = self._frame_saves, self._nth, self._bufs
         row_sref, params, node_of = self._row_sref, self._param_storages, self.node_of
         named, unnamed = self._named, self._unnamed
-        prod, new, source_of = math.prod, object.__new__, self._source
+        prod, new, set_dict, source_of = math.prod, object.__new__, object.__setattr__, self._source
+        tuples, whats = (tuple, torch.Size), _WHATS
         for rec in records:
             raw = rec.raw
             if (raw is None or raw[7] is not None or rec.buffers is not None or rec.hook is not None
@@ -514,7 +518,7 @@ class _RowBuilder:
             elt = names[4]
             target = rows if live else freed
             index = len(target)
-            shape_t = shape if type(shape) is tuple or type(shape) is torch.Size else tuple(shape)  # hashes and compares as a tuple
+            shape_t = shape if type(shape) in tuples else tuple(shape)  # a torch.Size hashes and compares as the tuple
             off = offset * elt
             module = nth = None
             frame = rec.frame if modules_on else None
@@ -532,13 +536,18 @@ class _RowBuilder:
             operand = None
             if eager:  # module_operand(module, op, slot, slot, nth), inline
                 if op is not None and slot is not None:
-                    what = f"{op}.{slot.removeprefix('_saved_')}"
+                    by_slot = whats.get(op)
+                    if by_slot is None:
+                        by_slot = whats[op] = {}
+                    what = by_slot.get(slot)
+                    if what is None:
+                        what = by_slot[slot] = f"{op}.{slot.removeprefix('_saved_')}"
                     operand = f"{module}:{what}" if module else what
                 elif module is not None:
                     operand = f"{module}:saved[{nth}]" if nth is not None else module
-            # Every field, in Row's declaration order (as make_row leaves them).
+            # Every field, in Row's declaration order (as make_row leaves them); frozen: set as a whole.
             row = new(Row)
-            row.__dict__.update({
+            set_dict(row, "__dict__", {
                 "index": index, "kind": names[0], "format": names[1], "shape": list(shape_t), "dtype": names[2],
                 "bytes": prod(shape_t) * elt, "op": op, "saved_as": slot, "slot": slot, "operand": operand,
                 "group": None, "container": None, "container_index": None, "orientation": None,
