@@ -272,3 +272,20 @@ def test_compute_totals_matches_the_definition() -> None:
                           "via": rng.choice(["hook", "ctx", "unhooked"])}) for i in range(rng.randrange(0, 12))]
         freed = rows[: rng.randrange(0, 3)]
         assert dataclasses.asdict(compute_totals(rows, freed)) == _totals_by_definition(rows, freed)
+
+
+def test_a_plain_view_of_a_parameter_storage_is_parameter_memory() -> None:
+    """finish() visits only rows whose storage may change: a non-parameter tensor in a parameter's
+    storage (saved before the parameter itself) and a saved output are still found."""
+    w = torch.nn.Parameter(torch.randn(4, 4))
+    x = torch.randn(3, 4, requires_grad=True)
+    with capture() as cap:
+        v = w.detach()  # the parameter's storage, not a parameter
+        y = (x * v[0]).sum() + (x @ w).sum()
+        z = x.exp()  # saves its result: an output
+        rep = cap.report(outputs=[y, z])
+        (y + z.sum()).backward()
+    first = rep.rows[0]
+    assert (first.op, first.is_parameter, first.storage) == ("MulBackward0", True, rep.rows[1].storage)
+    assert [r.aliases_output for r in rep.rows if r.op == "ExpBackward0"] == [True]
+    assert not any(r.aliases_output for r in rep.rows if r.op != "ExpBackward0")

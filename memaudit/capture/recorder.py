@@ -377,6 +377,7 @@ class _RowBuilder:
         self._output_refs = [r[0] for t in iter_tensors(outputs) if (r := storage_ref(t)) is not None]
         self._outputs = {id(r) for r in self._output_refs}
         self._param_storages: set[int] = set()
+        self._shared_storages: set[int] = set()  # storages of live rows not flagged as parameter
         self._labelled = bool(cap._labels)  # no labels given: no lookup per row
         self._nth: dict[tuple[bool, int], int] = {}  # (live, index) -> position among its module call's saves
         self._bufs: dict[tuple[bool, int], tuple[Any, int, tuple[int, ...]]] = {}  # (live, index) -> (sref, offset, shape), for late labels
@@ -404,8 +405,8 @@ class _RowBuilder:
             view = (live, id(buf.sref), buf.offset, buf.shape)
             first = self._views.setdefault(view, index)
             dup = None if first == index else first
-            if fields.get("is_parameter") and live:
-                self._param_storages.add(id(buf.sref))
+            if live:
+                (self._param_storages if fields.get("is_parameter") else self._shared_storages).add(id(buf.sref))
         if buf is not None and self._labelled:
             label = self.cap.label_for(buf)
             if label is not None and fields.get("operand") is None:
@@ -493,7 +494,7 @@ class _RowBuilder:
         eager = not self.cap.plugins
         names_of, snames, srefs, views = _PLAIN_NAMES, self._names, self.srefs, self._views
         frame_saves, nth_of, bufs = self._frame_saves, self._nth, self._bufs
-        row_sref, params, node_of = self._row_sref, self._param_storages, self.node_of
+        row_sref, params, shared, node_of = self._row_sref, self._param_storages, self._shared_storages, self.node_of
         named, unnamed = self._named, self._unnamed
         prod, new, set_dict, source_of = math.prod, object.__new__, object.__setattr__, self._source
         tuples, whats = (tuple, torch.Size), _WHATS
@@ -559,8 +560,7 @@ class _RowBuilder:
             target.append(row)
             if live:
                 row_sref.append(sref)
-                if is_param:
-                    params.add(key)
+                (params if is_param else shared).add(key)
                 if rec.node_seq is not None:
                     node_of[index] = rec.node_seq
             if operand is not None:
@@ -643,10 +643,13 @@ class _RowBuilder:
         # Parameters by storage: a row that shares a parameter's storage is parameter memory.
         rows = self.rows
         params, outputs = self._param_storages, self._outputs
-        if params or outputs:
+        # Only a row not flagged as a parameter in a parameter's storage, or a row in an output's
+        # storage, can change: none in the usual case, and then no row is visited.
+        touched = (params & self._shared_storages) | (outputs & self._names.keys())
+        if touched:
             for i, sref in enumerate(self._row_sref):
                 key = id(sref) if sref is not None else None
-                if key is None or (key not in params and key not in outputs):
+                if key not in touched:
                     continue  # nothing to change
                 row = rows[i]
                 param = row.is_parameter or key in params
