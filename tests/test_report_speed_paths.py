@@ -289,3 +289,33 @@ def test_a_plain_view_of_a_parameter_storage_is_parameter_memory() -> None:
     assert (first.op, first.is_parameter, first.storage) == ("MulBackward0", True, rep.rows[1].storage)
     assert [r.aliases_output for r in rep.rows if r.op == "ExpBackward0"] == [True]
     assert not any(r.aliases_output for r in rep.rows if r.op != "ExpBackward0")
+
+
+@pytest.mark.parametrize("plugins", [[], None], ids=["named-while-built", "named-after"])
+def test_late_label_names_live_and_freed_rows(plugins: list | None) -> None:
+    """A label given after report() renames the rows memaudit named, live or already freed, in
+    both naming paths (while built, and by name_rest after a plugin)."""
+
+    class Passive:
+        def install(self) -> None: ...
+        def uninstall(self) -> None: ...
+        def expand(self, t: object) -> None:
+            return None
+
+        def annotate(self, rows: list[Row], cap: object) -> list[Row]:
+            return rows
+
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8))
+    x = torch.randn(4, 8, requires_grad=True)
+    with capture(plugins=[] if plugins is not None else [Passive()]) as cap:
+        y = mlp(x).sum()
+        live = cap.report(outputs=y)
+        y.backward()
+        freed = cap.report()
+        assert not freed.rows and freed.freed
+        cap.label(x, "input", group=1)
+        cap.label(mlp[0].weight, "w0", group=2)
+    assert [(r.operand, r.group) for r in live.rows[:2]] == [("input", 1), ("w0", None)]  # w0 saved as weight.t()
+    assert [(r.operand, r.group) for r in freed.freed[:2]] == [("input", 1), ("w0", None)]
+    assert live.rows[2].operand == "1:ReluBackward0.result"

@@ -106,7 +106,9 @@ class Capture:
         self._other_threads = False
         """True once another thread ran during the capture (see :meth:`attach`)."""
         self._spans: dict[int, list[list[modules.Frame]]] = {}  # thread id -> the module calls made there
-        self._reports: list[tuple[Any, list[_Unlabelled]]] = []  # reports returned, for late labels
+        self._reports: list[tuple[Any, list[int], list[Any], list[_Unlabelled]]] = []
+        """Reports returned, for late labels: (weak reference to the case, live rows named while
+        built, the storage reference of each live row, the other rows only memaudit named)."""
 
     # ---- entering and leaving ------------------------------------------------------------------
     def __enter__(self) -> Capture:
@@ -242,25 +244,33 @@ class Capture:
     def _label_returned(self, sref: Any) -> None:
         """Apply the labels of storage ``sref`` to the unnamed rows of the reports already returned."""
         alive = []
-        for ref, pending in self._reports:
+        for entry in self._reports:
+            ref, named, srefs, pending = entry
             case = ref()
             if case is None:
                 continue
-            alive.append((ref, pending))
+            alive.append(entry)
+            rows = case.rows
+            for index in named:  # a live row named while built: no group, its view as the row says
+                if srefs[index] is sref and index < len(rows) and rows[index].index == index:
+                    row = rows[index]
+                    self._name_late(rows, index, sref, row.storage_offset, tuple(row.shape), None)
             for live, index, row_sref, offset, shape, row_group in pending:
                 if row_sref is not sref:
                     continue
-                label = self._label_at(sref, offset, shape)
-                if label is None:
-                    continue
-                rows = case.rows if live else case.freed
-                if index >= len(rows) or rows[index].index != index:
+                target = case.rows if live else case.freed
+                if index >= len(target) or target[index].index != index:
                     continue  # the caller rebuilt the list: nothing to name safely
-                row = rows[index]
-                exact = label.offset == offset and label.shape == shape
-                group = label.group if exact and row_group is None else row_group
-                rows[index] = dataclasses.replace(row, operand=label.name, group=group)
+                self._name_late(target, index, sref, offset, shape, row_group)
         self._reports = alive
+
+    def _name_late(self, rows: list[Row], index: int, sref: Any, offset: int, shape: tuple[int, ...], row_group: int | None) -> None:
+        label = self._label_at(sref, offset, shape)
+        if label is None:
+            return
+        exact = label.offset == offset and label.shape == shape
+        group = label.group if exact and row_group is None else row_group
+        rows[index] = dataclasses.replace(rows[index], operand=label.name, group=group)
 
     def label_for(self, buf: Buffer) -> Label | None:
         """The label given to the storage of ``buf`` (the exact view first), or None."""
@@ -334,8 +344,8 @@ class Capture:
         )
         if self._allocator is not None:
             case.allocator = self._allocator.result(builder.device_storages(), outputs)
-        if pending:
-            self._reports.append((weakref.ref(case), pending))
+        if pending or builder.named:
+            self._reports.append((weakref.ref(case), builder.named, builder.row_srefs, pending))
         return case
 
     def module_of_node(self, seq: int) -> str | None:
@@ -372,7 +382,7 @@ class _RowBuilder:
         self.srefs: dict[int, Any] = {}  # id(sref) -> sref, for every storage a live row names
         self._names: dict[int, str] = {}
         self._views: dict[tuple[bool, int, int, tuple[int, ...]], int] = {}
-        self._row_sref: list[Any] = []
+        self.row_srefs: list[Any] = []  # the storage reference of each live row (None: none)
         # The weak references themselves are kept, so their ids stay unique while this builder lives.
         self._output_refs = [r[0] for t in iter_tensors(outputs) if (r := storage_ref(t)) is not None]
         self._outputs = {id(r) for r in self._output_refs}
@@ -381,7 +391,8 @@ class _RowBuilder:
         self._labelled = bool(cap._labels)  # no labels given: no lookup per row
         self._nth: dict[tuple[bool, int], int] = {}  # (live, index) -> position among its module call's saves
         self._bufs: dict[tuple[bool, int], tuple[Any, int, tuple[int, ...]]] = {}  # (live, index) -> (sref, offset, shape), for late labels
-        self._named: list[_Unlabelled] = []  # rows the plain path already gave memaudit's name
+        self.named: list[int] = []  # live rows add_records gave memaudit's name (late labels may rename them)
+        self._named_freed: list[_Unlabelled] = []  # freed rows it named
         self._unnamed: list[tuple[bool, int]] = []  # rows name_rest must visit when no plugin annotates
         self._containers = False  # a row points at a container (finish() checks their parameter flag)
         self._frame_saves: dict[int, int] = {}  # id(frame) -> saves seen so far
@@ -423,7 +434,7 @@ class _RowBuilder:
         if buf is not None and buf.sref is not None:
             self._bufs[(live, index)] = (buf.sref, buf.offset, buf.shape)
         if live:
-            self._row_sref.append(buf.sref if buf is not None else None)
+            self.row_srefs.append(buf.sref if buf is not None else None)
         if row.container_index is not None:
             self._containers = True
         self._unnamed.append((live, index))
@@ -494,8 +505,8 @@ class _RowBuilder:
         eager = not self.cap.plugins
         names_of, snames, srefs, views = _PLAIN_NAMES, self._names, self.srefs, self._views
         frame_saves, nth_of, bufs = self._frame_saves, self._nth, self._bufs
-        row_sref, params, shared, node_of = self._row_sref, self._param_storages, self._shared_storages, self.node_of
-        named, unnamed = self._named, self._unnamed
+        row_sref, params, shared, node_of = self.row_srefs, self._param_storages, self._shared_storages, self.node_of
+        named, named_freed, unnamed = self.named, self._named_freed, self._unnamed
         prod, new, set_dict, source_of = math.prod, object.__new__, object.__setattr__, self._source
         tuples, whats = (tuple, torch.Size), _WHATS
         for rec in records:
@@ -564,7 +575,10 @@ class _RowBuilder:
                 if rec.node_seq is not None:
                     node_of[index] = rec.node_seq
             if operand is not None:
-                named.append((live, index, sref, off, shape_t, None))
+                if live:
+                    named.append(index)
+                else:
+                    named_freed.append((False, index, sref, off, shape_t, None))
             else:
                 if nth is not None:
                     nth_of[(live, index)] = nth
@@ -621,8 +635,8 @@ class _RowBuilder:
     def name_rest(self, rows: list[Row], live: bool) -> list[_Unlabelled]:
         """Give every row still without an operand memaudit's own name (module, node, attribute:
         :func:`memaudit.report.module_operand`); returns them, for labels given later (with the
-        rows :meth:`add_records` named already)."""
-        pending = [p for p in self._named if p[0] is live]
+        freed rows :meth:`add_records` named already; its live ones are in ``named``)."""
+        pending = [] if live else list(self._named_freed)
         if self.cap.plugins:  # a plugin may have named any row, or rebuilt the list
             visit: Iterable[int] = range(len(rows))
         else:  # the builder's own list: row i has index i
@@ -647,7 +661,7 @@ class _RowBuilder:
         # storage, can change: none in the usual case, and then no row is visited.
         touched = (params & self._shared_storages) | (outputs & self._names.keys())
         if touched:
-            for i, sref in enumerate(self._row_sref):
+            for i, sref in enumerate(self.row_srefs):
                 key = id(sref) if sref is not None else None
                 if key not in touched:
                     continue  # nothing to change
@@ -665,7 +679,7 @@ class _RowBuilder:
     def device_storages(self) -> dict[int, tuple[Any, int]]:
         """id -> (storage ref, nbytes) of every live device-resident storage the rows name."""
         out: dict[int, tuple[Any, int]] = {}
-        for row, sref in zip(self.rows, self._row_sref, strict=True):
+        for row, sref in zip(self.rows, self.row_srefs, strict=True):
             if sref is not None and row.resides == "device":
                 out[id(sref)] = (sref, row.storage_bytes)
         return out
