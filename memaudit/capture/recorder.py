@@ -357,8 +357,15 @@ class Capture:
         return None
 
 
-_PLAIN_NAMES: dict[tuple[torch.dtype, torch.device], tuple[str, str, str, str, int]] = {}
-"""(dtype, device) -> (kind, format, dtype name, device name, element size) for plain rows."""
+_PLAIN_NAMES: dict[tuple[torch.dtype, torch.device], tuple[dict[str, Any], int]] = {}
+"""(dtype, device) -> (row template, element size) for plain rows."""
+
+
+def _plain_template(dtype: torch.dtype, device: torch.device) -> dict[str, Any]:
+    """The fields of a plain row that (dtype, device) fixes, the rest at Row's defaults, in
+    declaration order (``make_row`` of them)."""
+    return dict(vars(make_row({"index": 0, "kind": kind_of(dtype), "format": format_of(dtype), "shape": [],
+                               "dtype": dtype_name(dtype), "bytes": 0, "device": str(device)})))
 
 _WHATS: dict[str, dict[str, str]] = {}
 """op -> slot -> ``NODE.ATTRIBUTE`` (module_operand's node part for a plain row)."""
@@ -526,8 +533,8 @@ class _RowBuilder:
                 op, slot = rec.context
             names = names_of.get((dtype, device))
             if names is None:
-                names = names_of[(dtype, device)] = (kind_of(dtype), format_of(dtype), dtype_name(dtype), str(device), dtype.itemsize)
-            elt = names[4]
+                names = names_of[(dtype, device)] = (_plain_template(dtype, device), dtype.itemsize)
+            template, elt = names
             target = rows if live else freed
             index = len(target)
             shape_t = shape if type(shape) in tuples else tuple(shape)  # a torch.Size hashes and compares as the tuple
@@ -557,17 +564,27 @@ class _RowBuilder:
                     operand = f"{module}:{what}" if module else what
                 elif module is not None:
                     operand = f"{module}:saved[{nth}]" if nth is not None else module
-            # Every field, in Row's declaration order (as make_row leaves them); frozen: set as a whole.
+            # Every field, in Row's declaration order (as make_row leaves them): a copy of the
+            # template (faster than a 27-key literal), the row's own values set; frozen: set whole.
+            d = template.copy()
+            d["index"] = index
+            d["shape"] = list(shape_t)
+            d["bytes"] = prod(shape_t) * elt
+            d["op"] = op
+            d["saved_as"] = d["slot"] = slot
+            d["operand"] = operand
+            d["storage"] = storage
+            d["storage_offset"] = off
+            d["storage_bytes"] = nbytes
+            d["is_parameter"] = is_param
+            if first != index:
+                d["duplicate_of"] = first
+            if module is not None:
+                d["module"] = module
+            if stack_on and rec.source is not None:
+                d["source"] = source_of(rec.source)
             row = new(Row)
-            set_dict(row, "__dict__", {
-                "index": index, "kind": names[0], "format": names[1], "shape": list(shape_t), "dtype": names[2],
-                "bytes": prod(shape_t) * elt, "op": op, "saved_as": slot, "slot": slot, "operand": operand,
-                "group": None, "container": None, "container_index": None, "orientation": None,
-                "storage": storage, "storage_offset": off, "storage_bytes": nbytes, "device": names[3],
-                "is_parameter": is_param, "duplicate_of": None if first == index else first, "note": None,
-                "expected_bytes": None, "resides": "device", "via": "hook", "aliases_output": False,
-                "module": module, "source": source_of(rec.source) if stack_on and rec.source is not None else None,
-            })
+            set_dict(row, "__dict__", d)
             target.append(row)
             if live:
                 row_sref.append(sref)
