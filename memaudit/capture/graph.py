@@ -72,6 +72,23 @@ _PACKED: set[type] = set()
 _SCALARS = frozenset({int, float, bool, complex, str, torch.dtype, torch.device, torch.layout, torch.memory_format})
 
 
+def _share_record_names() -> None:
+    """A layout hint, no behaviour: CPython 3.11 stores an instance's attributes inline, in a key
+    table all instances of the class share, but stops adding names to that table once a few
+    dozen instances exist; an instance that gets a name not in it then gets a dict of its own.
+    The walk names records (``op``, ``slot``, ``node_seq``) after the hook made thousands of them,
+    so each record would get a dict (made, then traversed by the next collection): naming one
+    record at import puts the names in the table first."""
+    try:
+        rec = Record(None)
+        rec.op = rec.slot = rec.node_seq = None
+    except Exception:  # noqa: BLE001 - a Record that cannot be made so: no hint, nothing else changes
+        pass
+
+
+_share_record_names()
+
+
 def _no_tensor(value: Any) -> bool:
     """True for a value whose C++ type can hold no tensor: a number, string or dtype-like value, or
     a non-empty sequence of numbers (an int array). None and empty sequences prove nothing."""
