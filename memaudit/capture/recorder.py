@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import gc
 import importlib
-import itertools
 import math
 import os
 import sys
@@ -765,13 +764,14 @@ def _tensor_types() -> frozenset[type]:
 def _live_graph_roots() -> list[Any]:
     """Every grad_fn of a live tensor: the fallback roots when the caller names no outputs.
 
-    The heap is filtered by exact type in C (``itertools.compress``): no Python-level
-    ``isinstance`` per object, and no ``__class__`` read on objects that warn when touched
-    (deprecated module-level aliases such as ``torch.distributed.reduce_op``).
+    The heap is filtered by exact type (``type(o) in types``): no ``isinstance`` per object, and
+    no ``__class__`` read on objects that warn when touched (deprecated module-level aliases such
+    as ``torch.distributed.reduce_op``); one comprehension is a little faster than
+    ``itertools.compress`` over two ``map`` s. This scan is most of the cost when few rows are saved.
     """
     types = _tensor_types()
     objs = gc.get_objects()
-    tensors = list(itertools.compress(objs, map(types.__contains__, map(type, objs))))
+    tensors = [o for o in objs if type(o) in types]
     del objs
     roots = []
     with _warnings.catch_warnings():
