@@ -153,7 +153,8 @@ def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
             if isinstance(v, bool) or not isinstance(v, int | float) or k in ("layers", "scale"):
                 p[k] = v
             else:
-                p[k] = round(_med([q[k] for q in same]), 3)
+                m = _med([q[k] for q in same])
+                p[k] = int(m) if all(type(q[k]) is int for q in same) and m == int(m) else round(m, 3)
         p["spread_runs"] = {k: [min(q[k] for q in same), max(q[k] for q in same)] for k in PER_ROW}
         points.append(p)
     out = dict(first, points=points, runs=len(runs), created=max(r["created"] for r in runs))
