@@ -366,6 +366,7 @@ def _plain_template(dtype: torch.dtype, device: torch.device) -> dict[str, Any]:
     return dict(vars(make_row({"index": 0, "kind": kind_of(dtype), "format": format_of(dtype), "shape": [],
                                "dtype": dtype_name(dtype), "bytes": 0, "device": str(device)})))
 
+
 _WHATS: dict[str, dict[str, str]] = {}
 """op -> slot -> ``NODE.ATTRIBUTE`` (module_operand's node part for a plain row)."""
 
