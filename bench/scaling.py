@@ -14,6 +14,13 @@ report() ≤ 20 µs/row, JSON ≤ 5 µs/row, and all flat as the model grows.
 
     python bench/scaling.py --out reports/bench/cpu-scaling.json     # writes .json and .md
     python bench/scaling.py --quick --out /tmp/s.json                 # 1×, 2× at a small base
+
+On a shared machine one run moves by ±30%. Run the new and the old code alternately (each its
+own checkout), then combine each side's runs into per-point medians with their spread, the old
+side shown as the "before" line:
+
+    python bench/scaling.py --combine new-*.json --before old.json --before-label "main abc1234" --out OUT.json
+    python bench/scaling.py --combine old-*.json --out old.json      # (old.json: the old runs combined)
 """
 
 from __future__ import annotations
@@ -126,9 +133,41 @@ def measure(layers: int, width: int, seq: int, reps: int) -> dict[str, Any]:
     }
 
 
+PER_ROW = ("report_outputs_us_per_row", "report_no_outputs_us_per_row", "json_us_per_row")
+
+
+def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Runs of this script on the same model and depths as one result: each number of a point is
+    the median over the runs; ``spread_runs`` holds the min and max of the per-row costs."""
+    first = runs[0]
+    for r in runs[1:]:
+        if r["model"] != first["model"] or [p["layers"] for p in r["points"]] != [p["layers"] for p in first["points"]]:
+            raise SystemExit(f"runs differ in model or depths: {r['model']} vs {first['model']}")
+    points = []
+    for i, p0 in enumerate(first["points"]):
+        same = [r["points"][i] for r in runs]
+        p: dict[str, Any] = {}
+        for k, v in p0.items():
+            if k.startswith("spread_"):
+                continue  # one run's repetitions: replaced by the spread over the runs
+            if isinstance(v, bool) or not isinstance(v, int | float) or k in ("layers", "scale"):
+                p[k] = v
+            else:
+                m = _med([q[k] for q in same])
+                p[k] = int(m) if all(type(q[k]) is int for q in same) and m == int(m) else round(m, 3)
+        p["spread_runs"] = {k: [min(q[k] for q in same), max(q[k] for q in same)] for k in PER_ROW}
+        points.append(p)
+    out = dict(first, points=points, runs=len(runs), created=max(r["created"] for r in runs))
+    out["goals_met"] = {k: all(p[k] <= v for p in points) for k, v in GOALS_US.items()}
+    per = [p["report_outputs_us_per_row"] for p in points]
+    out["flat_report_outputs_max_over_min"] = round(max(per) / min(per), 3) if per and min(per) > 0 else None
+    return out
+
+
 def render_md(r: dict[str, Any]) -> str:
+    runs = f"medians of {r['runs']} runs (each the median of {r['reps']} repetitions)" if r.get("runs") else f"medians of {r['reps']} repetitions"
     out = ["# memaudit on CPU: cost per saved tensor as the model grows", "",
-           f"Created {r['created']} · {r['model']} · medians of {r['reps']} repetitions, thread CPU time · "
+           f"Created {r['created']} · {r['model']} · {runs}, thread CPU time · "
            + ", ".join(f"{k} `{v}`" for k, v in r["environment"].items()), "",
            "| depth | layers | saved tensors | rows | capture extra µs/saved | report(outputs) µs/row | report() µs/row | to_dict+JSON µs/row |",
            "|---|---|---|---|---|---|---|---|"]
@@ -138,19 +177,41 @@ def render_md(r: dict[str, Any]) -> str:
     out += ["", "Goals: " + ", ".join(f"{k} ≤ {v} µs" for k, v in GOALS_US.items()) + "; flat across depths.", ""]
     met = r.get("goals_met", {})
     out.append("Met: " + ", ".join(f"{k} {'✅' if v else '❌'}" for k, v in met.items()))
+    if r.get("runs"):
+        out += ["", "Spread over the runs (min–max, µs/row): " + "; ".join(
+            f"{p['scale']}× " + ", ".join(f"{short} {lo}–{hi}" for short, (lo, hi) in zip(
+                ("report(outputs)", "report()", "JSON"), (p["spread_runs"][k] for k in PER_ROW), strict=True))
+            for p in r["points"])]
+    before = r.get("before")
+    if before:
+        runs_b = f"medians of {before['runs']} runs" if before.get("runs") else "one run"
+        out += ["", f"Before ({before['label']}, same machine, {runs_b} alternating with the runs above; µs/row): " + "; ".join(
+            f"{p['scale']}× report(outputs) {p['report_outputs_us_per_row']}, report() {p['report_no_outputs_us_per_row']}, "
+            f"JSON {p['json_us_per_row']}" for p in before["points"]) + "."]
+        ratios = [f"{p['scale']}× " + ", ".join(f"{short} {q[k] / p[k]:.2f}×" for short, k in
+                  zip(("report(outputs)", "report()", "JSON"), PER_ROW, strict=True))
+                  for p, q in zip(r["points"], before["points"], strict=True)]
+        out += ["", "Old over new: " + "; ".join(ratios) + "."]
+    out += ["", "On this shared 2-core machine single numbers move by ±30%; the ratios before/after are the stable part."]
     return "\n".join(out) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--base-layers", type=int, default=24, help="layers at 1× (scales 1, 4, 16)")
+    ap.add_argument("--base-layers", type=int, default=28, help="layers at 1× (scales 1, 4, 16)")
     ap.add_argument("--scales", default="1,4,16")
     ap.add_argument("--width", type=int, default=16)
     ap.add_argument("--seq", type=int, default=8)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="base 4 layers, scales 1,2, 1 rep")
+    ap.add_argument("--combine", nargs="+", metavar="JSON", help="measure nothing: combine these runs (medians per point)")
+    ap.add_argument("--before", metavar="JSON", help="a run (or runs combined) of the old code, shown beside the result")
+    ap.add_argument("--before-label", default="old code", help="what --before ran (a branch and commit)")
     args = ap.parse_args(argv)
+    if args.combine:
+        r = combine([json.loads(Path(f).read_text()) for f in args.combine])
+        return _write(r, args)
     if args.quick:
         args.base_layers, args.scales, args.reps = 4, "1,2", 1
     torch.set_num_threads(1)
@@ -176,6 +237,16 @@ def main(argv: list[str] | None = None) -> int:
     r["goals_met"] = {k: all(p[k] <= v for p in points) for k, v in GOALS_US.items()}
     per = [p["report_outputs_us_per_row"] for p in points]
     r["flat_report_outputs_max_over_min"] = round(max(per) / min(per), 3) if per and min(per) > 0 else None
+    return _write(r, args)
+
+
+def _write(r: dict[str, Any], args: argparse.Namespace) -> int:
+    if args.before:
+        b = json.loads(Path(args.before).read_text())
+        if [p["layers"] for p in b["points"]] != [p["layers"] for p in r["points"]]:
+            raise SystemExit("--before ran other depths")
+        r["before"] = {"label": args.before_label, "runs": b.get("runs"), "created": b["created"],
+                       "points": [{k: p[k] for k in ("scale", "layers", "rows", *PER_ROW)} for p in b["points"]]}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(r, indent=2) + "\n")

@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import gc
 import json
+import operator
 import os
 import re
 import tempfile
@@ -139,7 +140,8 @@ def make_row(values: dict[str, Any]) -> Row:
 
 
 OPTIONAL_ROW_KEYS = ("module", "source")
-"""Row keys written only when set, so that reports made before them stay byte for byte as they were."""
+"""Row keys written only when set, so that reports made before them stay byte for byte as they were
+(:func:`row_dicts` names them one by one)."""
 
 
 def replace_row(row: Row, **changes: Any) -> Row:
@@ -158,14 +160,24 @@ def row_dict(r: Row) -> dict[str, Any]:
     """A row as JSON: ``asdict`` without its recursive deep copy (a row holds scalars and a shape
     list of ints; the same dict, an order of magnitude faster for 10⁵ rows), and without the
     optional keys that are None."""
-    d = dict(r.__dict__)  # dataclass __init__ (and make_row) set the fields in declaration order
-    if len(d) != len(_ROW_FIELDS):  # pragma: no cover - something set an extra attribute
-        d = {name: getattr(r, name) for name in _ROW_FIELDS}
-    d["shape"] = list(d["shape"])
-    for k in OPTIONAL_ROW_KEYS:
-        if d[k] is None:
-            del d[k]
-    return d
+    return row_dicts([r])[0]
+
+
+def row_dicts(rows: Iterable[Row]) -> list[dict[str, Any]]:
+    """:func:`row_dict` of each row, in one loop."""
+    out = []
+    n = len(_ROW_FIELDS)
+    for r in rows:
+        d = r.__dict__.copy()  # dataclass __init__ (and make_row) set the fields in declaration order
+        if len(d) != n:  # pragma: no cover - something set an extra attribute
+            d = {name: getattr(r, name) for name in _ROW_FIELDS}
+        d["shape"] = list(d["shape"])
+        if d["module"] is None:  # OPTIONAL_ROW_KEYS
+            del d["module"]
+        if d["source"] is None:
+            del d["source"]
+        out.append(d)
+    return out
 
 
 def module_operand(module: str | None, op: str | None, saved_as: str | None, slot: str | None,
@@ -213,34 +225,37 @@ class Totals:
     freed_bytes: int = 0
 
 
+_TOTALS_FIELDS = operator.attrgetter("bytes", "resides", "storage", "storage_bytes", "is_parameter", "aliases_output", "via")
+
+
 def compute_totals(rows: list[Row], freed: list[Row] | tuple[Row, ...] = ()) -> Totals:
     """Totals from live rows (and the freed ones, counted apart)."""
-    logical = sum(r.bytes for r in rows)
+    logical = 0
     device: dict[str, int] = {}
     host: dict[str, int] = {}
     params: set[str] = set()
     outputs: set[str] = set()
     hooked: set[str] = set()
     host_loose = unknown = 0
-    for r in rows:
-        if r.resides == "unknown":
-            unknown += r.bytes
-        if r.storage is None:
-            if r.resides == "host":
-                host_loose += r.bytes
-            continue
-        if r.resides == "host":
-            host[r.storage] = r.storage_bytes
-            continue
-        if r.resides != "device":
-            continue
-        device[r.storage] = r.storage_bytes
-        if r.is_parameter:
-            params.add(r.storage)
-        if r.aliases_output:
-            outputs.add(r.storage)
-        if r.via != "ctx":
-            hooked.add(r.storage)
+    for nbytes, resides, storage, storage_bytes, is_param, is_output, via in map(_TOTALS_FIELDS, rows):
+        logical += nbytes
+        if resides == "device":
+            if storage is None:
+                continue
+            device[storage] = storage_bytes
+            if is_param:
+                params.add(storage)
+            if is_output:
+                outputs.add(storage)
+            if via != "ctx":
+                hooked.add(storage)
+        elif resides == "unknown":
+            unknown += nbytes
+        elif resides == "host":
+            if storage is None:
+                host_loose += nbytes
+            else:
+                host[storage] = storage_bytes
     physical = sum(device.values())
     param_bytes = sum(device[s] for s in params)
     return Totals(
@@ -412,8 +427,8 @@ class CaseReport:
             else:
                 out[k] = copy.deepcopy(getattr(self, k))
         out.update({f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self) if f.name not in _NESTED})
-        out["rows"] = [row_dict(r) for r in self.rows]
-        out["freed"] = [row_dict(r) for r in self.freed]
+        out["rows"] = row_dicts(self.rows)
+        out["freed"] = row_dicts(self.freed)
         out["totals"] = asdict(self.totals)
         out["path"] = None if self.path is None else self.path.to_dict()
         if self.emulation is not None:  # measured cases carry neither key (reports stay as they were)

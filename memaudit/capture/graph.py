@@ -4,9 +4,11 @@ Every node reachable from the roots that was created while the capture was activ
 creation order. Its saved attributes (``_saved_*`` of C++ nodes, ``saved_tensors`` of Python
 ``autograd.Function`` nodes) are read while :class:`~memaudit.capture.stack.walking` is on, so
 each read answers with the record it was packed as and no foreign unpack runs (no checkpoint
-recompute, no copy back from the host). A saved tensor that answers without a record was saved
-outside memaudit's hooks (another thread, hooks disabled, a pair pushed from C++): it becomes a row
-``via="unhooked"`` and the case is incomplete. Tensors a Python node keeps as ``ctx`` attributes
+recompute, no copy back from the host). Where PyTorch exposes what a hook packed
+(``_raw_saved_*``, ``SavedTensor.data``), a value memaudit's own layer packed is read there, with
+no unpack at all: the same record the unpack would answer with. A saved tensor that answers
+without a record was saved outside memaudit's hooks (another thread, hooks disabled, a pair pushed
+from C++): it becomes a row ``via="unhooked"`` and the case is incomplete. Tensors a Python node keeps as ``ctx`` attributes
 bypass the hooks entirely; they become rows ``via="ctx"``.
 """
 
@@ -20,7 +22,7 @@ from typing import Any
 import torch
 from torch.autograd.function import BackwardCFunction
 
-from memaudit.capture.hooks import Record, state, walk_ended, walk_started
+from memaudit.capture.hooks import Layer, Record, state, walk_ended, walk_started
 from memaudit.capture.stack import walking
 from memaudit.capture.tensors import Buffer, buffer_of
 
@@ -55,8 +57,68 @@ def saved_attributes(node_type: type) -> tuple[str, ...]:
     )
 
 
-_KINDS: dict[type, tuple[str, tuple[str, ...] | None]] = {}
-"""Node class -> (op name, saved attributes; None for a Python ``autograd.Function`` node)."""
+_KINDS: dict[type, list[Any]] = {}
+"""Node class -> [op name, ``(attribute, raw attribute or None)`` per saved attribute (None for a
+Python ``autograd.Function`` node)]. An attribute without a raw twin is dropped from the list once
+a read proves it holds no tensor (see :func:`_no_tensor`)."""
+
+_SavedTensor = getattr(torch._C._autograd, "SavedTensor", None)
+_RAW = _SavedTensor is not None and hasattr(_SavedTensor, "data") and hasattr(_SavedTensor, "unpack_hook")
+"""Whether this PyTorch exposes a saved value's packed object and unpack hook."""
+_LAYER_UNPACK = getattr(Layer, "unpack", None)
+_PACKED: set[type] = set()
+"""Classes of the objects memaudit's layers pack (learned: a value whose unpack hook is a layer's)."""
+
+_SCALARS = frozenset({int, float, bool, complex, str, torch.dtype, torch.device, torch.layout, torch.memory_format})
+
+
+def _no_tensor(value: Any) -> bool:
+    """True for a value whose C++ type can hold no tensor: a number, string or dtype-like value, or
+    a non-empty sequence of numbers (an int array). None and empty sequences prove nothing."""
+    tp = type(value)
+    if tp in _SCALARS:
+        return True
+    return tp in (tuple, list) and bool(value) and all(type(v) in (int, float, bool) for v in value)
+
+
+def _kind(tp: type) -> list[Any]:
+    if issubclass(tp, BackwardCFunction):
+        return [tp.__name__, None]
+    raw = _RAW
+    return [tp.__name__, tuple((a, f"_raw{a}" if raw and hasattr(tp, f"_raw{a}") else None) for a in saved_attributes(tp))]
+
+
+def _packed(sv: Any) -> Record | None:
+    """The record memaudit's layer packed as saved value ``sv`` (the one its unpack would answer
+    with while walking), or None when another hook or none packed it, or it was released."""
+    data = sv.data
+    tp = type(data)
+    if tp in _PACKED:
+        return data.rec  # type: ignore[no-any-return]
+    if tp is type(None) or getattr(sv.unpack_hook, "__func__", None) is not _LAYER_UNPACK or _LAYER_UNPACK is None:
+        return None
+    rec = getattr(data, "rec", None)
+    if type(rec) is not Record:
+        return None
+    _PACKED.add(tp)
+    return rec
+
+
+def _packed_all(value: Any) -> list[Record] | None:
+    """:func:`_packed` of a raw attribute's value (one saved value, or a list of them), or None
+    unless memaudit's layer packed every one."""
+    if type(value) is _SavedTensor:
+        rec = _packed(value)
+        return None if rec is None else [rec]
+    if type(value) not in (tuple, list):
+        return None
+    out = []
+    for sv in value:
+        rec = _packed(sv) if type(sv) is _SavedTensor else None
+        if rec is None:
+            return None
+        out.append(rec)
+    return out
 
 
 def sequence_nr(node: Any) -> int:
@@ -135,13 +197,73 @@ def walk(roots: list[Any], in_region: Any, *, outside: bool = False) -> WalkResu
     capture): sequence numbers are per thread, so a node made in another thread cannot be told
     from one made before the capture; their records are claimed, and saves without a record are
     reported as unhooked.
+
+    One pass over the graph (the order of :func:`collect`) claims the records memaudit's layers
+    packed, read raw (no unpack runs; each record has one node, so the order does not matter).
+    Everything else, Python nodes and the attributes read through an unpack, is read afterwards
+    in creation order (ties in the pass's order), as the rows and warnings it makes are ordered.
     """
     result = WalkResult()
-    nodes = collect(roots)
-    try:
-        seqs = [node._sequence_nr() for node in nodes]
-    except (AttributeError, RuntimeError, TypeError):  # pragma: no cover - every Node has one
-        seqs = [sequence_nr(node) for node in nodes]
+    kinds = _KINDS
+    packed = _PACKED
+    saved_tensor = _SavedTensor
+    later: list[tuple[int, int, Any, Any, bool]] = []  # (seq, position, node, attribute or None, inside)
+    keep: list[Any] = []  # every node met, alive while the walk runs (wrappers are rebuilt on access)
+    met: set[int] = set()
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in met:
+            continue
+        met.add(id(node))
+        keep.append(node)
+        for nxt, _ in getattr(node, "next_functions", ()):
+            if nxt is not None:
+                stack.append(nxt)
+        tp = type(node)
+        kind = kinds.get(tp)
+        if kind is None:
+            kind = kinds[tp] = _kind(tp)
+        op, attrs = kind
+        if not attrs and attrs is not None:
+            continue  # a node that saves nothing (a view, an AccumulateGrad): nothing to read, wherever it was made
+        try:
+            seq = node._sequence_nr()
+        except (AttributeError, RuntimeError, TypeError):  # pragma: no cover - every Node has one
+            seq = -1
+        inside = in_region(seq)
+        if not inside and not outside:
+            continue
+        if attrs is None:
+            later.append((seq, len(keep), node, None, inside))
+            continue
+        for item in attrs:
+            attr, raw = item
+            if raw is not None:
+                try:
+                    sv = getattr(node, raw)
+                    if type(sv) is saved_tensor and type(data := sv.data) in packed:
+                        rec = data.rec
+                        if rec.op is None:
+                            rec.op, rec.slot = op, attr
+                        continue
+                    recs = _packed_all(sv)
+                except (RuntimeError, AttributeError, TypeError):
+                    recs = None
+                if recs is not None:  # what an unpack would answer while walking, without running it
+                    if recs:
+                        _claim(recs, op, attr)
+                    continue
+            later.append((seq, len(keep), node, item, inside))
+    if later:
+        later.sort(key=lambda e: (e[0], e[1]))  # stable: a node's attributes stay in their order
+        _read_later(later, result)
+    return result
+
+
+def _read_later(later: list[tuple[int, int, Any, Any, bool]], result: WalkResult) -> None:
+    """Python nodes, and saved attributes read through an unpack (while walking: memaudit's layers
+    answer with their record; a value no layer packed is an unhooked save)."""
     kinds = _KINDS
     st = state()
     prev = st.walking
@@ -149,36 +271,30 @@ def walk(roots: list[Any], in_region: Any, *, outside: bool = False) -> WalkResu
     st.walking = seen  # one walking window for every C++ attribute read (cleared per read)
     walk_started()
     try:
-        for i in sorted(range(len(nodes)), key=seqs.__getitem__):
-            node = nodes[i]
-            seq = seqs[i]
-            inside = in_region(seq)
-            if not inside and not outside:
-                continue
-            tp = type(node)
-            kind = kinds.get(tp)
-            if kind is None:
-                kind = kinds[tp] = (tp.__name__, None if issubclass(tp, BackwardCFunction) else saved_attributes(tp))
-            op, attrs = kind
-            if attrs is None:
+        for seq, _, node, item, inside in later:
+            kind = kinds[type(node)]
+            op = kind[0]
+            if item is None:
                 result.python_nodes.append(node)
                 _walk_python(node, op, result, inside, seq)
                 continue
-            for attr in attrs:
-                try:
-                    value = getattr(node, attr)
-                except (RuntimeError, AttributeError, TypeError):
-                    seen.clear()
-                    continue  # freed by backward, or not readable
-                if seen:
-                    _claim(seen, op, attr)
-                    seen.clear()
-                elif value is not None:
-                    _unhooked(result, op, attr, value, inside, seq)
+            attr, raw = item
+            try:
+                value = getattr(node, attr)
+            except (RuntimeError, AttributeError, TypeError):
+                seen.clear()
+                continue  # freed by backward, or not readable
+            if seen:
+                _claim(seen, op, attr)
+                seen.clear()
+            elif value is not None:
+                if raw is None and _no_tensor(value):  # never a tensor here: not read again
+                    kind[1] = tuple(a for a in kind[1] if a[0] != attr)
+                    continue
+                _unhooked(result, op, attr, value, inside, seq)
     finally:
         walk_ended()
         st.walking = prev
-    return result
 
 
 def _walk_python(node: Any, op: str, result: WalkResult, inside: bool, seq: int) -> None:

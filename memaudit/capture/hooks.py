@@ -74,23 +74,23 @@ class Record(weakref.ref):
     class-level defaults; the hot path sets only slots (no instance dict is made).
     """
 
-    __slots__ = ("raw", "version", "output_nr", "is_output", "frame", "__dict__")
+    __slots__ = ("raw", "version", "output_nr", "is_output", "frame", "op", "slot", "node_seq", "__dict__")
 
     raw: tuple[Any, ...] | None
     version: int
     output_nr: int | None  # a non-leaf's output_nr when packed (PyTorch's in-place message names it)
     is_output: bool  # packed as an output of the node being built (kept as a detached alias)
     frame: Frame | None  # the module call that was innermost when packed (modules.py)
+    op: str | None  # the node that holds it, once report()'s walk named it
+    slot: str | None  # the node's attribute (saved_tensors[k], _saved_self, ...)
+    node_seq: int | None  # sequence number of the Python autograd node that holds it (set by the walk)
     buffers: list[tuple[str | None, Buffer]] | None = None
     container: dict[str, Any] | None = None
-    op: str | None = None
-    slot: str | None = None
     hook: HookInfo | None = None
     context: tuple[str, str] | None = None
     warning: str | None = None
     resides: str | None = None  # set when the pack already knows (an unreadable tensor)
     source: tuple[str, int] | None = None  # (file, line) of the user frame, under capture(stack=True)
-    node_seq: int | None = None  # sequence number of the Python autograd node that holds it (set by the walk)
 
     @property
     def ref(self) -> Record:
@@ -146,6 +146,7 @@ def new_record(value: Any) -> tuple[_Saved, Record]:
     rec.output_nr = None
     rec.is_output = False
     rec.frame = None
+    rec.op = rec.slot = rec.node_seq = None
     return saved, rec
 
 
@@ -320,6 +321,7 @@ class Layer:
             saved = _Saved()
             rec = Record(saved)
             saved.rec = rec
+            rec.op = rec.slot = rec.node_seq = None
             fields = None
             prov = state.provenance
             if prov:  # a classifier queued what this tensor is (_take, inline)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import gc
 import importlib
-import itertools
 import math
 import os
 import sys
@@ -27,7 +26,7 @@ import torch
 
 from memaudit.capture import graph, hooks, modules, stack
 from memaudit.capture.hooks import Record
-from memaudit.capture.tensors import _NAMES, Buffer, buffer_of, dtype_name, format_of, kind_of, storage_ref
+from memaudit.capture.tensors import Buffer, buffer_of, dtype_name, format_of, kind_of, storage_ref
 from memaudit.capture.verify import AllocatorCheck
 from memaudit.report import CaseReport, Row, compute_totals, gc_paused, make_row, module_operand, replace_row
 from memaudit.spec import CaseSpec
@@ -114,7 +113,9 @@ class Capture:
         self._other_threads = False
         """True once another thread ran during the capture (see :meth:`attach`)."""
         self._spans: dict[int, list[list[modules.Frame]]] = {}  # thread id -> the module calls made there
-        self._reports: list[tuple[Any, list[_Unlabelled]]] = []  # reports returned, for late labels
+        self._reports: list[tuple[Any, list[int], list[Any], list[_Unlabelled]]] = []
+        """Reports returned, for late labels: (weak reference to the case, live rows named while
+        built, the storage reference of each live row, the other rows only memaudit named)."""
 
     # ---- entering and leaving ------------------------------------------------------------------
     def __enter__(self) -> Capture:
@@ -254,33 +255,44 @@ class Capture:
     def _label_returned(self, sref: Any) -> None:
         """Apply the labels of storage ``sref`` to the unnamed rows of the reports already returned."""
         alive = []
-        for ref, pending in self._reports:
+        for entry in self._reports:
+            ref, named, srefs, pending = entry
             case = ref()
             if case is None:
                 continue
-            alive.append((ref, pending))
-            for p in pending:
-                if p.buf.sref is not sref:
+            alive.append(entry)
+            rows = case.rows
+            for index in named:  # a live row named while built: no group, its view as the row says
+                if srefs[index] is sref and index < len(rows) and rows[index].index == index:
+                    row = rows[index]
+                    self._name_late(rows, index, sref, row.storage_offset, tuple(row.shape), None)
+            for live, index, row_sref, offset, shape, row_group in pending:
+                if row_sref is not sref:
                     continue
-                label = self.label_for(p.buf)
-                if label is None:
-                    continue
-                rows = case.rows if p.live else case.freed
-                if p.index >= len(rows) or rows[p.index].index != p.index:
+                target = case.rows if live else case.freed
+                if index >= len(target) or target[index].index != index:
                     continue  # the caller rebuilt the list: nothing to name safely
-                row = rows[p.index]
-                exact = label.offset == p.buf.offset and label.shape == p.buf.shape
-                group = label.group if exact and p.group is None else p.group
-                rows[p.index] = dataclasses.replace(row, operand=label.name, group=group)
+                self._name_late(target, index, sref, offset, shape, row_group)
         self._reports = alive
+
+    def _name_late(self, rows: list[Row], index: int, sref: Any, offset: int, shape: tuple[int, ...], row_group: int | None) -> None:
+        label = self._label_at(sref, offset, shape)
+        if label is None:
+            return
+        exact = label.offset == offset and label.shape == shape
+        group = label.group if exact and row_group is None else row_group
+        rows[index] = dataclasses.replace(rows[index], operand=label.name, group=group)
 
     def label_for(self, buf: Buffer) -> Label | None:
         """The label given to the storage of ``buf`` (the exact view first), or None."""
-        entry = self._labels.get(id(buf.sref)) if buf.sref is not None else None
+        return self._label_at(buf.sref, buf.offset, buf.shape) if buf.sref is not None else None
+
+    def _label_at(self, sref: Any, offset: int, shape: tuple[int, ...]) -> Label | None:
+        entry = self._labels.get(id(sref))
         if not entry:
             return None
         labels = entry[1]
-        exact = [lab for lab in labels if lab.offset == buf.offset and lab.shape == buf.shape]
+        exact = [lab for lab in labels if lab.offset == offset and lab.shape == shape]
         if exact:
             return exact[0]
         return labels[0] if len({lab.name for lab in labels}) == 1 else None
@@ -315,8 +327,7 @@ class Capture:
         self.walk_nodes = walked.python_nodes
         try:
             builder = _RowBuilder(self, outputs, include_freed)
-            for rec in self.records:
-                builder.add_record(rec)
+            builder.add_records(self.records)
             for found in walked.found:
                 builder.add_found(found)
             rows, freed = builder.finish()
@@ -344,8 +355,8 @@ class Capture:
         )
         if self._allocator is not None:
             case.allocator = self._allocator.result(builder.device_storages(), outputs)
-        if pending:
-            self._reports.append((weakref.ref(case), pending))
+        if pending or builder.named:
+            self._reports.append((weakref.ref(case), builder.named, builder.row_srefs, pending))
         return case
 
     def module_of_node(self, seq: int) -> str | None:
@@ -357,14 +368,23 @@ class Capture:
         return None
 
 
-@dataclass
-class _Unlabelled:
-    """A row of a returned report that only memaudit's fallback named (a late label may name it)."""
+_PLAIN_NAMES: dict[tuple[torch.dtype, torch.device], tuple[dict[str, Any], int]] = {}
+"""(dtype, device) -> (row template, element size) for plain rows."""
 
-    live: bool
-    index: int
-    buf: Buffer
-    group: int | None
+
+def _plain_template(dtype: torch.dtype, device: torch.device) -> dict[str, Any]:
+    """The fields of a plain row that (dtype, device) fixes, the rest at Row's defaults, in
+    declaration order (``make_row`` of them)."""
+    return dict(vars(make_row({"index": 0, "kind": kind_of(dtype), "format": format_of(dtype), "shape": [],
+                               "dtype": dtype_name(dtype), "bytes": 0, "device": str(device)})))
+
+
+_WHATS: dict[str, dict[str, str]] = {}
+"""op -> slot -> ``NODE.ATTRIBUTE`` (module_operand's node part for a plain row)."""
+
+_Unlabelled = tuple[bool, int, Any, int, tuple[int, ...], int | None]
+"""A row of a returned report that only memaudit's fallback named (a late label may name it):
+``(live, index, storage ref, byte offset, shape, group)``."""
 
 
 class _RowBuilder:
@@ -381,14 +401,19 @@ class _RowBuilder:
         self.srefs: dict[int, Any] = {}  # id(sref) -> sref, for every storage a live row names
         self._names: dict[int, str] = {}
         self._views: dict[tuple[bool, int, int, tuple[int, ...]], int] = {}
-        self._row_sref: list[Any] = []
+        self.row_srefs: list[Any] = []  # the storage reference of each live row (None: none)
         # The weak references themselves are kept, so their ids stay unique while this builder lives.
         self._output_refs = [r[0] for t in iter_tensors(outputs) if (r := storage_ref(t)) is not None]
         self._outputs = {id(r) for r in self._output_refs}
         self._param_storages: set[int] = set()
+        self._shared_storages: set[int] = set()  # storages of live rows not flagged as parameter
         self._labelled = bool(cap._labels)  # no labels given: no lookup per row
         self._nth: dict[tuple[bool, int], int] = {}  # (live, index) -> position among its module call's saves
-        self._bufs: dict[tuple[bool, int], Buffer] = {}  # (live, index) -> buffer, for late labels
+        self._bufs: dict[tuple[bool, int], tuple[Any, int, tuple[int, ...]]] = {}  # (live, index) -> (sref, offset, shape), for late labels
+        self.named: list[int] = []  # live rows add_records gave memaudit's name (late labels may rename them)
+        self._named_freed: list[_Unlabelled] = []  # freed rows it named
+        self._unnamed: list[tuple[bool, int]] = []  # rows name_rest must visit when no plugin annotates
+        self._containers = False  # a row points at a container (finish() checks their parameter flag)
         self._frame_saves: dict[int, int] = {}  # id(frame) -> saves seen so far
         self._sources: dict[str, str] = {}
 
@@ -410,8 +435,8 @@ class _RowBuilder:
             view = (live, id(buf.sref), buf.offset, buf.shape)
             first = self._views.setdefault(view, index)
             dup = None if first == index else first
-            if fields.get("is_parameter") and live:
-                self._param_storages.add(id(buf.sref))
+            if live:
+                (self._param_storages if fields.get("is_parameter") else self._shared_storages).add(id(buf.sref))
         if buf is not None and self._labelled:
             label = self.cap.label_for(buf)
             if label is not None and fields.get("operand") is None:
@@ -426,9 +451,12 @@ class _RowBuilder:
         if nth is not None:
             self._nth[(live, index)] = nth
         if buf is not None and buf.sref is not None:
-            self._bufs[(live, index)] = buf
+            self._bufs[(live, index)] = (buf.sref, buf.offset, buf.shape)
         if live:
-            self._row_sref.append(buf.sref if buf is not None else None)
+            self.row_srefs.append(buf.sref if buf is not None else None)
+        if row.container_index is not None:
+            self._containers = True
+        self._unnamed.append((live, index))
         return row
 
     def add_record(self, rec: Record) -> None:
@@ -441,11 +469,6 @@ class _RowBuilder:
             self.node_of[i] = rec.node_seq
 
     def _add_record(self, rec: Record) -> None:
-        raw = rec.raw
-        if (raw is not None and raw[7] is None and rec.buffers is None and rec.hook is None and rec.container is None
-                and rec.resides is None and not self._labelled):
-            self._add_plain(rec, raw)
-            return
         live = rec.alive() or self.include_freed
         if rec.warning:
             self.warnings.append(rec.warning)
@@ -487,51 +510,109 @@ class _RowBuilder:
                 buf = Buffer(buf.shape, buf.dtype, buf.device, None, 0, 0, buf.bytes, buf.is_parameter)
             self._row(fields, buf, live)
 
-    def _add_plain(self, rec: Record, raw: tuple[Any, ...]) -> None:
-        """``add_record`` for the common record: one plain tensor packed by memaudit's own layer,
-        no classifier fields, no labels. The same row the general path builds, without the
-        intermediate Buffer and dicts."""
-        shape, dtype, device, sref, nbytes, offset, is_param, _ = raw
-        ref = rec.ref
-        live = (ref is not None and ref() is not None) or self.include_freed
-        if rec.warning:
-            self.warnings.append(rec.warning)
-            self.incomplete = True
-        op, slot = rec.op, rec.slot
-        if op is None and rec.context is not None:
-            op, slot = rec.context
-        names = _NAMES.get((dtype, device))
-        if names is None:
-            names = _NAMES[(dtype, device)] = (kind_of(dtype), format_of(dtype), dtype_name(dtype), str(device))
-        elt = dtype.itemsize
-        target = self.rows if live else self.freed
-        index = len(target)
-        shape_t = tuple(shape)
-        off = offset * elt
-        nbytes_logical = math.prod(shape_t) * elt
-        values = {
-            "op": op, "saved_as": slot, "resides": "device",
-            "kind": names[0], "format": names[1], "shape": list(shape_t), "dtype": names[2],
-            "bytes": nbytes_logical, "device": names[3], "is_parameter": is_param,
-            "storage_bytes": nbytes, "storage_offset": off, "slot": slot,
-        }
-        frame = rec.frame if self.cap.modules else None
-        if frame is not None:
-            values["module"] = frame.name
-            nth = self._frame_saves.get(id(frame), 0)
-            self._frame_saves[id(frame)] = nth + 1
-            self._nth[(live, index)] = nth
-        if rec.source is not None and self.cap.stack:
-            values["source"] = self._source(rec.source)
-        values["storage"] = self._storage_name(sref)
-        first = self._views.setdefault((live, id(sref), off, shape_t), index)
-        values["index"], values["duplicate_of"] = index, None if first == index else first
-        if is_param and live:
-            self._param_storages.add(id(sref))
-        target.append(make_row(values))
-        self._bufs[(live, index)] = Buffer(shape_t, dtype, device, sref, nbytes, off, nbytes_logical, is_param)
-        if live:
-            self._row_sref.append(sref)
+    def add_records(self, records: Iterable[Record]) -> None:
+        """:meth:`add_record` of each record. A plain one (one plain tensor packed by memaudit's own
+        layer, no classifier fields, no labels given) becomes its row inline: the row the general
+        path builds, without the intermediate Buffer and dicts; and with no plugin to annotate the
+        rows, it gets memaudit's own operand here (what :meth:`name_rest` would give it)."""
+        if self._labelled:
+            for rec in records:
+                self.add_record(rec)
+            return
+        rows, freed, warnings = self.rows, self.freed, self.warnings
+        include_freed, modules_on, stack_on = self.include_freed, self.cap.modules, self.cap.stack
+        eager = not self.cap.plugins
+        names_of, snames, srefs, views = _PLAIN_NAMES, self._names, self.srefs, self._views
+        frame_saves, nth_of, bufs = self._frame_saves, self._nth, self._bufs
+        row_sref, params, shared, node_of = self.row_srefs, self._param_storages, self._shared_storages, self.node_of
+        named, named_freed, unnamed = self.named, self._named_freed, self._unnamed
+        prod, new, set_dict, source_of = math.prod, object.__new__, object.__setattr__, self._source
+        tuples, whats = (tuple, torch.Size), _WHATS
+        for rec in records:
+            raw = rec.raw
+            if (raw is None or raw[7] is not None or rec.buffers is not None or rec.hook is not None
+                    or rec.container is not None or rec.resides is not None):
+                self.add_record(rec)
+                continue
+            shape, dtype, device, sref, nbytes, offset, is_param, _ = raw
+            ref = rec.ref
+            live = (ref is not None and ref() is not None) or include_freed
+            if rec.warning:
+                warnings.append(rec.warning)
+                self.incomplete = True
+            op, slot = rec.op, rec.slot
+            if op is None and rec.context is not None:
+                op, slot = rec.context
+            names = names_of.get((dtype, device))
+            if names is None:
+                names = names_of[(dtype, device)] = (_plain_template(dtype, device), dtype.itemsize)
+            template, elt = names
+            target = rows if live else freed
+            index = len(target)
+            shape_t = shape if type(shape) in tuples else tuple(shape)  # a torch.Size hashes and compares as the tuple
+            off = offset * elt
+            module = nth = None
+            frame = rec.frame if modules_on else None
+            if frame is not None:
+                module = frame.name
+                key = id(frame)
+                nth = frame_saves.get(key, 0)
+                frame_saves[key] = nth + 1
+            key = id(sref)
+            storage = snames.get(key)
+            if storage is None:
+                storage = snames[key] = f"s{len(snames)}"
+                srefs[key] = sref
+            first = views.setdefault((live, key, off, shape_t), index)
+            operand = None
+            if eager:  # module_operand(module, op, slot, slot, nth), inline
+                if op is not None and slot is not None:
+                    by_slot = whats.get(op)
+                    if by_slot is None:
+                        by_slot = whats[op] = {}
+                    what = by_slot.get(slot)
+                    if what is None:
+                        what = by_slot[slot] = f"{op}.{slot.removeprefix('_saved_')}"
+                    operand = f"{module}:{what}" if module else what
+                elif module is not None:
+                    operand = f"{module}:saved[{nth}]" if nth is not None else module
+            # Every field, in Row's declaration order (as make_row leaves them): a copy of the
+            # template (faster than a 27-key literal), the row's own values set; frozen: set whole.
+            d = template.copy()
+            d["index"] = index
+            d["shape"] = list(shape_t)
+            d["bytes"] = prod(shape_t) * elt
+            d["op"] = op
+            d["saved_as"] = d["slot"] = slot
+            d["operand"] = operand
+            d["storage"] = storage
+            d["storage_offset"] = off
+            d["storage_bytes"] = nbytes
+            d["is_parameter"] = is_param
+            if first != index:
+                d["duplicate_of"] = first
+            if module is not None:
+                d["module"] = module
+            if stack_on and rec.source is not None:
+                d["source"] = source_of(rec.source)
+            row = new(Row)
+            set_dict(row, "__dict__", d)
+            target.append(row)
+            if live:
+                row_sref.append(sref)
+                (params if is_param else shared).add(key)
+                if rec.node_seq is not None:
+                    node_of[index] = rec.node_seq
+            if operand is not None:
+                if live:
+                    named.append(index)
+                else:
+                    named_freed.append((False, index, sref, off, shape_t, None))
+            else:
+                if nth is not None:
+                    nth_of[(live, index)] = nth
+                bufs[(live, index)] = (sref, off, shape_t)
+                unnamed.append((live, index))
 
     def _kept_copy(self, fields: dict[str, Any], buf: Buffer, kept: list[Buffer], rec: Record) -> Buffer:
         """The buffer a foreign pair keeps in place of ``buf`` (a host copy, a cast copy)."""
@@ -582,9 +663,15 @@ class _RowBuilder:
 
     def name_rest(self, rows: list[Row], live: bool) -> list[_Unlabelled]:
         """Give every row still without an operand memaudit's own name (module, node, attribute:
-        :func:`memaudit.report.module_operand`); returns them, for labels given later."""
-        pending = []
-        for i, row in enumerate(rows):
+        :func:`memaudit.report.module_operand`); returns them, for labels given later (with the
+        freed rows :meth:`add_records` named already; its live ones are in ``named``)."""
+        pending = [] if live else list(self._named_freed)
+        if self.cap.plugins:  # a plugin may have named any row, or rebuilt the list
+            visit: Iterable[int] = range(len(rows))
+        else:  # the builder's own list: row i has index i
+            visit = [i for lv, i in self._unnamed if lv is live]
+        for i in visit:
+            row = rows[i]
             if row.operand is not None:
                 continue
             name = module_operand(row.module, row.op, row.saved_as, row.slot, self._nth.get((live, row.index)))
@@ -592,28 +679,36 @@ class _RowBuilder:
                 rows[i] = replace_row(row, operand=name)
             buf = self._bufs.get((live, row.index))
             if buf is not None:
-                pending.append(_Unlabelled(live, row.index, buf, row.group))
+                pending.append((live, row.index, *buf, row.group))
         return pending
 
     def finish(self) -> tuple[list[Row], list[Row]]:
         # Parameters by storage: a row that shares a parameter's storage is parameter memory.
         rows = self.rows
-        for i, (row, sref) in enumerate(zip(rows, self._row_sref, strict=True)):
-            if sref is None:
-                continue
-            param = row.is_parameter or id(sref) in self._param_storages
-            output = row.aliases_output or id(sref) in self._outputs
-            if (param, output) != (row.is_parameter, row.aliases_output):
-                rows[i] = dataclasses.replace(row, is_parameter=param, aliases_output=output)
-        for i, row in enumerate(rows):
-            if row.container_index is not None and rows[row.container_index].is_parameter and not row.is_parameter:
-                rows[i] = dataclasses.replace(row, is_parameter=True)
+        params, outputs = self._param_storages, self._outputs
+        # Only a row not flagged as a parameter in a parameter's storage, or a row in an output's
+        # storage, can change: none in the usual case, and then no row is visited.
+        touched = (params & self._shared_storages) | (outputs & self._names.keys())
+        if touched:
+            for i, sref in enumerate(self.row_srefs):
+                key = id(sref) if sref is not None else None
+                if key not in touched:
+                    continue  # nothing to change
+                row = rows[i]
+                param = row.is_parameter or key in params
+                output = row.aliases_output or key in outputs
+                if (param, output) != (row.is_parameter, row.aliases_output):
+                    rows[i] = dataclasses.replace(row, is_parameter=param, aliases_output=output)
+        if self._containers:
+            for i, row in enumerate(rows):
+                if row.container_index is not None and rows[row.container_index].is_parameter and not row.is_parameter:
+                    rows[i] = dataclasses.replace(row, is_parameter=True)
         return rows, self.freed
 
     def device_storages(self) -> dict[int, tuple[Any, int]]:
         """id -> (storage ref, nbytes) of every live device-resident storage the rows name."""
         out: dict[int, tuple[Any, int]] = {}
-        for row, sref in zip(self.rows, self._row_sref, strict=True):
+        for row, sref in zip(self.rows, self.row_srefs, strict=True):
             if sref is not None and row.resides == "device":
                 out[id(sref)] = (sref, row.storage_bytes)
         return out
@@ -682,13 +777,14 @@ def _tensor_types() -> frozenset[type]:
 def _live_graph_roots() -> list[Any]:
     """Every grad_fn of a live tensor: the fallback roots when the caller names no outputs.
 
-    The heap is filtered by exact type in C (``itertools.compress``): no Python-level
-    ``isinstance`` per object, and no ``__class__`` read on objects that warn when touched
-    (deprecated module-level aliases such as ``torch.distributed.reduce_op``).
+    The heap is filtered by exact type (``type(o) in types``): no ``isinstance`` per object, and
+    no ``__class__`` read on objects that warn when touched (deprecated module-level aliases such
+    as ``torch.distributed.reduce_op``); one comprehension is a little faster than
+    ``itertools.compress`` over two ``map`` s. This scan is most of the cost when few rows are saved.
     """
     types = _tensor_types()
     objs = gc.get_objects()
-    tensors = list(itertools.compress(objs, map(types.__contains__, map(type, objs))))
+    tensors = [o for o in objs if type(o) in types]
     del objs
     roots = []
     with _warnings.catch_warnings():
