@@ -420,3 +420,30 @@ def test_labels_match_by_storage() -> None:
         y2 = Fn.apply(x, other)
     rows2 = cap2.report(outputs=y2).rows
     assert [(r.operand, r.group) for r in rows2] == [("x", None), ("x", None), ("FnBackward.saved_tensors[2]", None)]
+
+
+def test_region_holds_the_first_node_made_inside_and_not_the_last_made_before() -> None:
+    """The capture's region (sequence numbers ``lo <= seq < hi``) starts at the first node made
+    inside and ends before the first node made after: a ctx-only save (which no hook sees, so
+    the walk names it only for nodes in the region) is reported for the node made first inside
+    the block, and not for the one made just before it or just after."""
+
+    class KeepsOnCtx(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, t: torch.Tensor) -> torch.Tensor:
+            ctx.kept = t * 3
+            return t * 2
+
+        @staticmethod
+        def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+            return g * 2
+
+    x = torch.randn(3, requires_grad=True)
+    before = KeepsOnCtx.apply(x)  # the last node made before the capture
+    with capture(plugins=[], modules=False) as cap:
+        first = KeepsOnCtx.apply(x)  # the first node made inside
+    after = KeepsOnCtx.apply(x)  # the first node made after
+    seqs = [y.grad_fn._sequence_nr() for y in (before, first, after)]
+    assert seqs[0] + 1 == seqs[1] and seqs[1] + 1 == seqs[2]
+    rows = cap.report(outputs=[before, first, after]).rows
+    assert [(r.via, r.saved_as) for r in rows] == [("ctx", "ctx.kept")]

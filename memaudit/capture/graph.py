@@ -128,23 +128,6 @@ def sequence_nr(node: Any) -> int:
         return -1
 
 
-def collect(roots: list[Any]) -> list[Any]:
-    """Every node reachable from ``roots`` (kept alive in the list: wrappers are rebuilt on access)."""
-    seen: set[int] = set()
-    nodes: list[Any] = []
-    stack = list(roots)
-    while stack:
-        node = stack.pop()
-        if node is None or id(node) in seen:
-            continue
-        seen.add(id(node))
-        nodes.append(node)
-        for nxt, _ in getattr(node, "next_functions", ()):
-            if nxt is not None:
-                stack.append(nxt)
-    return nodes
-
-
 def _tensors(value: Any) -> Iterator[tuple[str, torch.Tensor]]:
     """(suffix, tensor) for a tensor, or the tensors of a list/tuple/dict one level down."""
     if isinstance(value, torch.Tensor):
@@ -198,7 +181,7 @@ def walk(roots: list[Any], in_region: Any, *, outside: bool = False) -> WalkResu
     from one made before the capture; their records are claimed, and saves without a record are
     reported as unhooked.
 
-    One pass over the graph (the order of :func:`collect`) claims the records memaudit's layers
+    One pass over the graph (depth first from the roots) claims the records memaudit's layers
     packed, read raw (no unpack runs; each record has one node, so the order does not matter).
     Everything else, Python nodes and the attributes read through an unpack, is read afterwards
     in creation order (ties in the pass's order), as the rows and warnings it makes are ordered.
