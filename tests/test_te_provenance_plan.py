@@ -95,23 +95,10 @@ def test_te_returns_buffers_in_declared_slot_order(name: str) -> None:
     assert all(t is b for t, b in zip(tensors, before, strict=True))
 
 
-class SaveLikeFuser(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, to_save: list[Any]) -> torch.Tensor:
-        tensors, objects = prepare_for_saving(*to_save)
-        ctx.save_for_backward(*tensors)
-        ctx.tensor_objects = objects
-        return x * 2
-
-    @staticmethod
-    def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
-        return g * 2, None
-
-
 def saved_rows(objs: list[Any], *, freed: bool = False) -> tuple[list[tuple[Any, ...]], list[str]]:
     x = torch.randn(2, requires_grad=True)
     with capture() as cap:
-        y = SaveLikeFuser.apply(x, objs)
+        y = FuserLike.apply(x, objs, {})
     if freed:
         y.sum().backward()
         rep = cap.report(include_freed=True)
@@ -197,3 +184,83 @@ def test_a_class_that_changes_its_layout_is_said_and_named_by_identity_again() -
     assert tec.named_by_position(GrowingStorage) is False
     rows, warnings = saved_rows([GrowingStorage()])  # by identity from now on: named again
     assert [r[0] for r in rows] == ["_data", "_transpose", "_scale_inv"] and warnings == []
+
+
+def test_fuser_roles_hold_for_a_class_whose_save_order_is_longer_than_it_declares() -> None:
+    """TE's custom-recipe ``NVFP4TensorRef`` declares no ``_INNER_TENSORS`` but returns four
+    buffers (te-internals §5.4): the fuser's roles must count four entries per object whether
+    the call was named by identity (first) or by position (after)."""
+    import transformer_engine.pytorch as te
+    from transformer_engine.pytorch.custom_recipes.reference_nvfp4 import NVFP4TensorRef
+    from transformer_engine.pytorch.ops.op import OperationContext
+
+    groups, hidden, ffn, splits = 2, 32, 48, [16, 48]
+    ops = [
+        te.ops.GroupedLinear(groups, hidden, 2 * ffn, bias=False, device="cpu", dtype=torch.bfloat16),
+        te.ops.ScaledSwiGLU(),
+        te.ops.GroupedLinear(groups, ffn, hidden, bias=False, device="cpu", dtype=torch.bfloat16),
+    ]
+
+    def ref(m: int, k: int) -> Any:
+        return NVFP4TensorRef(data=torch.empty(m, k // 2, dtype=U8), scale=torch.empty(m, k // 16, dtype=U8),
+                              data_t=torch.empty(k, m // 2, dtype=U8), scale_t=torch.empty(k, m // 16, dtype=U8))
+
+    tec.forget_plans()
+    for call in ("identity", "position"):
+        ctxs = [OperationContext() for _ in ops]
+        sizes = torch.tensor(splits)
+        ctxs[0].save_for_backward(sizes, None, None, None, None, *[ref(m, hidden) for m in splits], *ops[0].parameters())
+        ctxs[1].save_for_backward(torch.empty(sum(splits), 2 * ffn, dtype=torch.bfloat16), torch.empty(sum(splits)))
+        ctxs[2].save_for_backward(sizes, None, None, None, None, *[ref(m, ffn) for m in splits], *ops[2].parameters())
+        to_save: list[Any] = []
+        for ctx in ctxs:  # fuser.py:218-224
+            start = len(to_save)
+            to_save.extend(ctx.to_save)
+            ctx.to_save = None
+            ctx._saved_tensors_range = (start, len(to_save))
+        x = torch.randn(2, requires_grad=True)
+        with capture() as cap:
+            y = FuserLike.apply(x, to_save, {"basic_ops": ops, "basic_op_ctxs": ctxs})
+        rows = cap.report(outputs=y).rows
+        inputs = [(r.slot, r.operand, r.group) for r in rows if r.container == "NVFP4TensorRef"]
+        expect = [(slot, f"fc{n}.input", g) for n in (1, 2) for g in range(groups) for slot in ("data", "data_t", "scale", "scale_t")]
+        assert inputs == expect, call
+        assert [r.operand for r in rows if r.container is None][-2:] == ["fc2.weight[0]", "fc2.weight[1]"], call
+        assert tec.named_by_position(NVFP4TensorRef) is True
+
+
+class FuserLike(torch.autograd.Function):
+    """``OperationFuser``'s save (ops/fuser.py:214-230): prepare, save, keep the objects and ops."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, to_save: list[Any], extra: dict[str, Any]) -> torch.Tensor:
+        tensors, objects = prepare_for_saving(*to_save)
+        ctx.save_for_backward(*tensors)
+        ctx.tensor_objects = objects
+        for k, v in extra.items():
+            setattr(ctx, k, v)
+        return x * 2
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
+        return g * 2, None, None
+
+
+def test_a_storage_class_defined_after_a_capture_is_wrapped_by_the_next() -> None:
+    saved_rows([float8()])  # a capture has run: the classes known then are wrapped
+
+    class LateStorage(QuantizedTensorStorage):
+        def __init__(self) -> None:
+            self._rowwise_data = torch.empty(4, 8, dtype=U8)
+
+        def prepare_for_saving(self) -> tuple[list[torch.Tensor | None], LateStorage]:
+            tensors = [self._rowwise_data]
+            self._rowwise_data = None
+            return tensors, self
+
+        def restore_from_saved(self, tensors: list[torch.Tensor | None]) -> list[torch.Tensor | None]:
+            self._rowwise_data = tensors[0]
+            return tensors[1:]
+
+    rows, _ = saved_rows([LateStorage()])
+    assert rows == [("_rowwise_data", "data", "rowwise", "LateStorage", [4, 8], 32)]

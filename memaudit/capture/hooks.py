@@ -352,6 +352,7 @@ class Layer:
             self._describe(rec, t, state)
         rec.output_nr = None
         rec.is_output = False
+        rec.version = -1
         try:
             rec.version = t._version
             if not t.is_leaf:
@@ -365,7 +366,7 @@ class Layer:
                     rec.is_output = True
                     t = t.detach()
         except Exception:  # noqa: BLE001 - an object torch cannot version or detach: keep it as given
-            rec.version = -1
+            pass
         saved.value = t
         rec.frame = state.frame
         if state.context is not None:

@@ -377,13 +377,22 @@ def _warn_unknown(plan: _Plan, cls: str, tensors: list[Any], warnings: list[str]
 _INSTALLED: dict[type, Callable[..., Any]] = {}
 
 
+_ROOTS_SEEN: list[tuple[int, int]] = [(-1, -1)]
+
+
 def install_provenance() -> None:
-    """Wrap ``prepare_for_saving`` on every TE storage class, once per process.
+    """Wrap ``prepare_for_saving`` on every TE storage class, once per class and process.
 
     The wrappers are inert outside a capture (one thread-local check), so no capture pays for
     patching classes, and nested captures share one set of wrappers.
     """
-    if len(_INSTALLED) == len(storage_classes()):  # every later capture: nothing to do
+    # A storage class defined since the last capture (a custom recipe imported later) is found
+    # by the count of the roots' direct subclasses changing: two C calls per capture, no walk.
+    seen = (len(QuantizedTensorStorage.__subclasses__()), len(GroupedTensorStorage.__subclasses__()))
+    if seen != _ROOTS_SEEN[0]:
+        _ROOTS_SEEN[0] = seen
+        storage_classes.cache_clear()
+    elif len(_INSTALLED) == len(storage_classes()):  # every later capture: nothing to do
         return
     for cls in storage_classes():
         if cls not in _INSTALLED:
@@ -469,13 +478,10 @@ def _entry_counts(tensor_objects: list[Any]) -> list[int]:
         if obj is None:
             counts.append(1)
             continue
+        # Named by identity: as many entries as it returned. Named by position: its save order's
+        # length, which the wrapper checked against what TE returned.
         attrs = hooks.decomposed(obj)
-        if attrs is not None:
-            counts.append(len(attrs))
-        elif isinstance(obj, GroupedTensorStorage):
-            counts.append(len(GROUPED_SLOTS))
-        else:
-            counts.append(len(getattr(type(obj), "_INNER_TENSORS", ())) or 1)
+        counts.append(len(attrs) if attrs is not None else len(slot_names(obj) or ()) or 1)
     return counts
 
 
