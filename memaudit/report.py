@@ -632,7 +632,6 @@ def _validators() -> dict[str, Any]:
 
     config = ConfigDict(strict=True, extra="forbid")
     count = Annotated[int, Field(ge=0, le=MAX_INT)]
-    dim = Annotated[int, Field(ge=1, le=MAX_DIM)]
     groups = Annotated[int, Field(ge=0, le=MAX_DIM)]  # 0: a bare capture() report (no target, recipe or shape)
     text = Annotated[str, Field(min_length=1)]
 
@@ -925,17 +924,43 @@ def check_depth(text: str, source: str) -> None:
         raise UsageError(f"nested {worst} levels deep (at most {MAX_DEPTH})", source=source)
 
 
+def _file_identity(path: str | os.PathLike[str]) -> tuple[Path, tuple[int, int] | None]:
+    """(resolved path, (device, inode) where the file exists): two spellings of one file, a
+    symlink and its target, or two hard links have one identity."""
+    p = Path(path)
+    try:
+        st = os.stat(p)
+    except (OSError, ValueError):
+        ino = None
+    else:
+        ino = (st.st_dev, st.st_ino)
+    return p.resolve(), ino
+
+
 def check_output(path: str | os.PathLike[str], key: str) -> Path:
     """Fail now (UsageError naming ``key`` and the path), before any work, if ``path`` cannot be
-    written: a directory, a path under a file, a folder memaudit may not write. Returns the path
-    a write goes to (a symlink's target: the link stays a link)."""
+    written: a directory, a path under a file, a folder memaudit may not write, a name the OS
+    refuses (a component over 255 bytes, a symlink loop). Returns the path a write goes to (a
+    symlink's target: the link stays a link)."""
+    try:
+        return _check_output(path, key)
+    except UsageError:
+        raise
+    except (OSError, RuntimeError, ValueError) as exc:  # ENAMETOOLONG, ELOOP, a NUL byte: what the OS says
+        raise UsageError(f"cannot write {_short(str(path))}: {_os_reason(exc)}", key=key) from None
+
+
+def _check_output(path: str | os.PathLike[str], key: str) -> Path:
     p = Path(path)
     if p.is_symlink():
-        p = p.resolve()
+        p = p.resolve(strict=True)
     if p.is_dir():
         raise UsageError(f"{str(path)!r} is a directory; name a file", key=key)
     if p.exists() and not p.is_file():
         raise UsageError(f"{str(path)!r} exists and is not a regular file", key=key)
+    if len(os.fsencode(p.name)) > _NAME_MAX - 20:  # the temp file beside it adds a few bytes
+        raise UsageError(f"cannot write {_short(str(path))}: its name is {len(os.fsencode(p.name))} bytes "
+                         f"(at most {_NAME_MAX - 20})", key=key)
     parent = p.parent
     while not parent.exists():
         parent = parent.parent
@@ -948,19 +973,52 @@ def check_output(path: str | os.PathLike[str], key: str) -> Path:
             pass
     except OSError as exc:
         raise UsageError(f"cannot write {str(path)!r}: {exc.strerror or exc} in {str(parent)!r}", key=key) from None
+    for part in p.relative_to(parent).parts:  # the folders a write will make, and the file itself
+        if len(os.fsencode(part)) > _NAME_MAX:
+            raise UsageError(f"cannot write {_short(str(path))}: a name in it is {len(os.fsencode(part))} bytes "
+                             f"(at most {_NAME_MAX})", key=key)
     return p
 
 
-def check_outputs(outputs: dict[str, str | os.PathLike[str] | None]) -> None:
-    """:func:`check_output` for each given ``{key: path}``, and no file named twice."""
-    seen: dict[Path, str] = {}
+_NAME_MAX = 255
+"""The longest file name (one path component, in bytes) on Linux and macOS file systems."""
+
+
+def check_outputs(outputs: dict[str, str | os.PathLike[str] | None],
+                  inputs: dict[str, str | os.PathLike[str] | None] | None = None) -> None:
+    """:func:`check_output` for each given ``{key: path}``; and no output is an input or another
+    output, however spelled (``sub/../x``, a symlink, a hard link: the same resolved path or the
+    same inode). ``inputs`` are ``{what: path}`` of the files the command reads; one that does not
+    exist (yet) is still compared by its resolved path."""
+    seen: dict[Path | tuple[int, int], str] = {}
+    for what, path in (inputs or {}).items():
+        if path is None:
+            continue
+        try:
+            resolved, ino = _file_identity(path)
+        except (OSError, RuntimeError, ValueError):
+            continue  # an input the OS cannot name is refused when it is read
+        seen[resolved] = what
+        if ino is not None:
+            seen[ino] = what
+    names = set((inputs or {}).keys())
     for key, path in outputs.items():
         if path is None:
             continue
-        p = check_output(path, key).absolute()
-        if p in seen:
-            raise UsageError(f"{str(path)!r} is also given to {seen[p]}; name two files", key=key)
-        seen[p] = key
+        check_output(path, key)
+        try:
+            resolved, ino = _file_identity(path)
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise UsageError(f"cannot write {_short(str(path))}: {_os_reason(exc)}", key=key) from None
+        other = seen.get(resolved) or (seen.get(ino) if ino is not None else None)
+        if other is not None:
+            if other in names:
+                raise UsageError(f"{str(path)!r} is also the input {other} ({str((inputs or {})[other])!r}): an output "
+                                 "never overwrites what memaudit reads; name another file", key=key)
+            raise UsageError(f"{str(path)!r} is also given to {other}; name two files", key=key)
+        seen[resolved] = key
+        if ino is not None:
+            seen[ino] = key
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
@@ -976,32 +1034,34 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
 def atomic_write(path: str | os.PathLike[str], write: Callable[[Any], object], *, binary: bool = False) -> None:
     """Call ``write(file)`` on a temp file in the same folder (UTF-8 text, or bytes with
     ``binary``), then rename it to ``path`` (through a symlink to its target). An OSError is a
-    UsageError naming the path; the temp file is removed also on KeyboardInterrupt and SystemExit
-    (the CLI turns SIGTERM into one)."""
+    UsageError naming the path. The temp file's name is chosen before it is made, so that it is
+    removed whenever the write does not finish: also on KeyboardInterrupt and SystemExit (the
+    CLI turns SIGTERM into one), whenever they arrive."""
     p = Path(path)
-    if p.is_symlink():
-        p = p.resolve()
     try:
+        if p.is_symlink():
+            p = p.resolve(strict=True)
         p.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    except OSError as exc:
-        raise UsageError(f"cannot write: {exc.strerror or exc}", source=str(path)) from None
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise UsageError(f"cannot write: {_os_reason(exc)}", source=str(path)) from None
+    stem = os.fsencode(p.name)[:200].decode("utf-8", "ignore")
+    tmp = p.parent / f".{stem}.{os.urandom(4).hex()}.tmp"
     try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)  # the umask applies
         with (os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8")) as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
         os.replace(tmp, p)
     except BaseException as exc:
         try:
             os.unlink(tmp)
-        except FileNotFoundError:
+        except OSError:
             pass
         if isinstance(exc, OSError):
-            raise UsageError(f"cannot write: {exc.strerror or exc}", source=str(path)) from None
+            raise UsageError(f"cannot write: {_os_reason(exc)}", source=str(path)) from None
+        if isinstance(exc, UnicodeEncodeError):
+            raise UsageError(f"cannot write: text that is not valid Unicode ({exc.reason})", source=str(path)) from None
         raise
 
 

@@ -387,15 +387,16 @@ def test_the_suite_is_big_enough() -> None:
     assert len(CASES) >= 250, len(CASES)
 
 
-def test_a_budget_that_applied_to_no_case_is_a_warning_and_fails_under_strict(tmp_path: Path) -> None:
+def test_a_budget_that_applied_to_no_case_fails_unless_allow_na(tmp_path: Path) -> None:
     (tmp_path / "good.json").write_text(json.dumps(REPORT), encoding="utf-8")
     text = SCENARIO.replace("tokens = 64", "tokens = 1024").replace("hidden = 16", "hidden = 256").replace("ffn = 32", "ffn = 512")
     text = text.replace('max_bytes = "1 GiB"', 'max_bytes = "1 GiB"\nwhen = { fused = true }')
     (tmp_path / "s.toml").write_text(text, encoding="utf-8")
     argv = ["check", str(tmp_path / "good.json"), "--scenario", str(tmp_path / "s.toml")]
     result = CliRunner().invoke(app, argv)
-    assert result.exit_code == 0 and "applied to no case" in result.stderr
-    assert CliRunner().invoke(app, [*argv, "--strict"]).exit_code == 1
+    assert result.exit_code == 1 and "budget 'small' applied to no case: 1 case(s) record no path.fused" in result.stderr
+    allowed = CliRunner().invoke(app, [*argv, "--allow-na"])
+    assert allowed.exit_code == 0 and "warning: budget 'small' applied to no case" in allowed.stderr
 
 
 def test_a_huge_verdict_table_is_capped_failures_first() -> None:
