@@ -757,6 +757,10 @@ def _row_problems(rows: list[Row], which: str, groups: int) -> tuple[str, str] |
     return None
 
 
+def _a(word: str) -> str:
+    return f"an {word}" if word[0] in "aeiou" else f"a {word}"
+
+
 def validate_case(d: Any, *, source: str = "<report>", schema: str = SCHEMA, where: str | None = None) -> CaseReport:
     """A case from its decoded JSON object, validated strictly; a UsageError names ``source``,
     the case (``cases[ID]``) and the field.
@@ -805,9 +809,9 @@ def validate_case(d: Any, *, source: str = "<report>", schema: str = SCHEMA, whe
         raise UsageError(f"{len(splits)} splits for {groups} group(s)", source=source, key=f"{where}.splits")
     if status != "ok":
         if not c.get("reason"):
-            raise UsageError(f"a {status} case says why: reason is missing", source=source, key=f"{where}.reason")
+            raise UsageError(f"{_a(status)} case says why: reason is missing", source=source, key=f"{where}.reason")
         if rows or freed:
-            raise UsageError(f"a {status} case has no rows, got {len(rows) + len(freed)}", source=source, key=f"{where}.rows")
+            raise UsageError(f"{_a(status)} case has no rows, got {len(rows) + len(freed)}", source=source, key=f"{where}.rows")
     for which, rs in (("rows", rows), ("freed", freed)):
         problem = _row_problems(rs, which, groups)
         if problem is not None:
@@ -953,7 +957,7 @@ def check_output(path: str | os.PathLike[str], key: str) -> Path:
 def _check_output(path: str | os.PathLike[str], key: str) -> Path:
     p = Path(path)
     if p.is_symlink():
-        p = p.resolve(strict=True)
+        p = p.resolve()  # a loop raises (RuntimeError or OSError); a dangling link names the file to make
     if p.is_dir():
         raise UsageError(f"{str(path)!r} is a directory; name a file", key=key)
     if p.exists() and not p.is_file():
@@ -1040,7 +1044,7 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[Any], object], *
     p = Path(path)
     try:
         if p.is_symlink():
-            p = p.resolve(strict=True)
+            p = p.resolve()  # a loop raises (RuntimeError or OSError); a dangling link names the file to make
         p.parent.mkdir(parents=True, exist_ok=True)
     except (OSError, RuntimeError, ValueError) as exc:
         raise UsageError(f"cannot write: {_os_reason(exc)}", source=str(path)) from None

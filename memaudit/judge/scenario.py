@@ -664,10 +664,10 @@ class Unjudged:
 
 def _why_not_judged(rule: Rule, case: CaseLike) -> str:
     """Why ``rule`` is n/a on ``case``: ``not run``, ``filtered``, ``no path key`` or ``another path``."""
-    if case.status != "ok":
-        return "not run"
     if rule.not_applicable(case) is not None:
         return "filtered"
+    if case.status != "ok":
+        return "not run"
     path = case.path
     for k, v in rule.when:
         if path is None or k not in path:
@@ -694,8 +694,7 @@ def unjudged(report: Report, verdicts: Sequence[Verdict], scenario: Scenario) ->
             (counts["not run"], f"{counts['not run']} case(s) did not run (skipped or error)"),
             (counts["another path"], f"{counts['another path']} case(s) took another path than {keys}"),
             (counts["no path key"], f"{counts['no path key']} case(s) record no {keys}"),
-            (counts["filtered"], f"{counts['filtered']} case(s) are outside its recipes or groups"),
-        ) if n]
+        ) if n] or [f"all {counts['filtered']} case(s) are outside its recipes or groups"] * bool(counts["filtered"])
         vacuous = not (counts["not run"] or counts["another path"])
         out.append(Unjudged(rule.name, "; ".join(parts) or "the report has none of the scenario's cases", vacuous))
     return out
