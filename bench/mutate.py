@@ -17,7 +17,8 @@ mutants of each module are sampled (``--per-module``, a fixed ``--seed``), and e
 tests that execute its function, found once by tracing the whole suite (``--trace``: which test
 calls which function of these modules; cached in ``--cache``). A mutant is killed when those
 tests fail (or time out); it survives when they pass. The mutant is applied to a copy of the
-package (first on ``PYTHONPATH``); the working tree is never touched.
+checkout made when the run starts (its package first on ``PYTHONPATH``, its tests run); the
+working tree is never touched, and may be edited during a run.
 
     python bench/mutate.py --trace                      # once per change of the tests (about 5 minutes)
     python bench/mutate.py --per-module 60 --out reports/bench/mutation.json --md reports/bench/mutation.md
@@ -42,6 +43,7 @@ import subprocess
 import sys
 import time
 import tomllib
+import types
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -76,6 +78,10 @@ class Mutant:
     code_line: int
     """``co_firstlineno`` of that function's code (its first decorator's line, else its ``def``)."""
     op: str
+    outer: str
+    """Qualified name of the outermost function around the mutant (a module function or a method):
+    the one whose code a running process swaps (``--fork``)."""
+    outer_line: int
     start: tuple[int, int]
     end: tuple[int, int]
     original: str
@@ -140,6 +146,10 @@ class _Finder(ast.NodeVisitor):
         i = max(i for i, k in enumerate(self.kinds) if k == "def")
         return ".".join(n for n, _ in self.stack[: i + 1]), self.stack[i][1]
 
+    def _outer(self) -> tuple[str, int]:
+        i = self.kinds.index("def")
+        return ".".join(n for n, _ in self.stack[: i + 1]), self.stack[i][1]
+
     # -- what is never mutated
     def visit_JoinedStr(self, node: ast.JoinedStr) -> None:  # noqa: N802 - positions inside f-strings are unreliable in 3.11
         return
@@ -162,7 +172,8 @@ class _Finder(ast.NodeVisitor):
         if original is None:
             return
         func, line = self._function()
-        self.out.append(Mutant(self.module, func, line, op, (node.lineno, node.col_offset),
+        outer, outer_line = self._outer()
+        self.out.append(Mutant(self.module, func, line, op, outer, outer_line, (node.lineno, node.col_offset),
                                (node.end_lineno, node.end_col_offset), original, replacement))  # type: ignore[attr-defined]
 
     def _expr(self, node: ast.expr) -> str:
@@ -236,8 +247,8 @@ class _Finder(ast.NodeVisitor):
         self.generic_visit(node)
 
 
-def mutants_of(module: str) -> list[Mutant]:
-    source = (ROOT / module).read_text(encoding="utf-8")
+def mutants_of(module: str, root: Path = ROOT) -> list[Mutant]:
+    source = (root / module).read_text(encoding="utf-8")
     finder = _Finder(module, source)
     finder.visit(ast.parse(source))
     return finder.out
@@ -321,29 +332,38 @@ def tests_of(mapping: dict[str, Any], m: Mutant) -> list[str]:
 
 
 # ---- running one mutant -------------------------------------------------------------------------------
-def _copy_package(work: Path) -> Path:
-    pkg = work / "pkg"
-    if pkg.exists():
-        shutil.rmtree(pkg)
-    shutil.copytree(ROOT / "memaudit", pkg / "memaudit", ignore=shutil.ignore_patterns("__pycache__"))
-    return pkg
+SNAPSHOT = ("memaudit", "tests", "bench", "reports", "scenarios", "pyproject.toml")
+"""What a mutant's tests run in: a copy of the checkout made when the run starts, so that editing
+the working tree during a run changes nothing (the mutated module is a file of this copy)."""
 
 
-def run_mutant(m: Mutant, tests: list[str], pkg: Path, timeout: float) -> dict[str, Any]:
-    target = pkg / m.module
-    original = (ROOT / m.module).read_text(encoding="utf-8")
+def snapshot(work: Path) -> Path:
+    tree = work / "tree"
+    if tree.exists():
+        shutil.rmtree(tree)
+    tree.mkdir(parents=True)
+    for name in SNAPSHOT:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, tree / name, ignore=shutil.ignore_patterns("__pycache__", ".mutation-cache"))
+        else:
+            shutil.copy2(src, tree / name)
+    return tree
+
+
+def run_mutant(m: Mutant, tests: list[str], tree: Path, timeout: float) -> dict[str, Any]:
+    target = tree / m.module
+    original = target.read_text(encoding="utf-8")
     try:
         mutated = apply(original, m)
     except SyntaxError as exc:
         return {"status": "invalid", "detail": str(exc)}
-    for pyc in (target.parent / "__pycache__").glob(f"{target.stem}.*.pyc"):
-        pyc.unlink()
     target.write_text(mutated, encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(pkg), str(ROOT)]), "PYTHONDONTWRITEBYTECODE": "1"}
-    args = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *tests]
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
+    args = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
     start = time.perf_counter()
     try:
-        proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(args, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout)
         code = proc.returncode
         tail = proc.stdout[-2000:]
     except subprocess.TimeoutExpired:
@@ -360,6 +380,180 @@ def run_mutant(m: Mutant, tests: list[str], pkg: Path, timeout: float) -> dict[s
         status = "killed"
     return {"status": status, "exit": code, "seconds": round(took, 1), "killed_by": killer if status == "killed" else None,
             "tests": len(tests)}
+
+
+# ---- running mutants in a warm process: fork, swap one function's code, run its tests in-process ------------
+def _function_objects(module: Any) -> list[types.FunctionType]:
+    """Every function object the module defines: module functions, methods (static, class,
+    properties' accessors, nested classes), and what ``functools`` wrappers wrap."""
+    out: list[types.FunctionType] = []
+    seen: set[int] = set()
+
+    def add(obj: Any) -> None:
+        for _ in range(8):
+            if isinstance(obj, staticmethod | classmethod):
+                obj = obj.__func__
+                continue
+            if isinstance(obj, property):
+                for f in (obj.fget, obj.fset, obj.fdel):
+                    if f is not None:
+                        add(f)
+                return
+            inner = getattr(obj, "__wrapped__", None)
+            if isinstance(obj, types.FunctionType) and id(obj) not in seen:
+                seen.add(id(obj))
+                out.append(obj)
+            if inner is None:
+                return
+            obj = inner
+
+    classes = [v for v in vars(module).values() if isinstance(v, type) and v.__module__ == module.__name__]
+    while classes:
+        cls = classes.pop()
+        for v in vars(cls).values():
+            if isinstance(v, type) and v.__module__ == module.__name__:
+                classes.append(v)
+            else:
+                add(v)
+    for v in vars(module).values():
+        if not isinstance(v, type):
+            add(v)
+    return out
+
+
+def _code_of(code: types.CodeType, qualname: str, line: int) -> types.CodeType | None:
+    stack = [code]
+    while stack:
+        c = stack.pop()
+        if c.co_qualname == qualname and c.co_firstlineno == line:
+            return c
+        stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+    return None
+
+
+def _swap(m: Mutant, tree: Path) -> bool:
+    """Give the live function around ``m`` the mutated code (every reference to it sees the change);
+    clear functools caches that may hold what the original computed. False when it cannot be done."""
+    import functools
+    import importlib
+
+    name = m.module.removesuffix(".py").replace("/", ".")
+    module = importlib.import_module(name)
+    source = (tree / m.module).read_text(encoding="utf-8")
+    new = _code_of(compile(apply(source, m), str(tree / m.module), "exec"), m.outer, m.outer_line)
+    live = [f for f in _function_objects(module) if f.__code__.co_qualname == m.outer and f.__code__.co_firstlineno == m.outer_line]
+    if new is None or not live:
+        return False
+    for f in live:
+        try:
+            f.__code__ = new
+        except ValueError:  # another closure layout
+            return False
+    for mod in list(sys.modules.values()):
+        if getattr(mod, "__name__", "").startswith("memaudit"):
+            for v in list(vars(mod).values()):
+                if isinstance(v, functools._lru_cache_wrapper):  # type: ignore[attr-defined]
+                    v.cache_clear()
+    return True
+
+
+def serve(plan_path: Path) -> int:
+    """The warm process (``--serve``, run in the snapshot): import once, then per mutant fork a child
+    that swaps the code and runs ``pytest -x`` on its tests; one JSON line per mutant on stdout."""
+    import importlib
+    import signal
+
+    import pytest  # noqa: F401 - imported once, before the forks
+    import torch  # noqa: F401
+
+    plan = json.loads(plan_path.read_text(encoding="utf-8"))
+    tree = Path(plan["tree"])
+    for mod in MODULES:
+        importlib.import_module(mod.removesuffix(".py").replace("/", "."))
+    importlib.import_module("memaudit.cli")
+    log = tree.parent / "child.log"
+    for item in plan["mutants"]:
+        m = Mutant(**{**item["mutant"], "start": tuple(item["mutant"]["start"]), "end": tuple(item["mutant"]["end"])})
+        start = time.perf_counter()
+        pid = os.fork()
+        if pid == 0:  # the child
+            code = 98
+            try:
+                fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                os.dup2(fd, 1)
+                os.dup2(fd, 2)
+                if not _swap(m, tree):
+                    os._exit(97)
+                import pytest as pt
+
+                code = int(pt.main(["-x", "-q", "-p", "no:cacheprovider", *item["tests"]]))
+                sys.stdout.flush()
+                sys.stderr.flush()
+            except BaseException:  # noqa: BLE001 - the child reports by its exit status
+                import traceback
+
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        deadline = start + item["timeout"]
+        status = None
+        while status is None:
+            done, st = os.waitpid(pid, os.WNOHANG)
+            if done:
+                status = os.waitstatus_to_exitcode(st)
+            elif time.perf_counter() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                status = -9
+            else:
+                time.sleep(0.02)
+        tail = log.read_text(encoding="utf-8", errors="replace")[-3000:] if log.exists() else ""
+        print(json.dumps({"key": m.key, "exit": status, "seconds": round(time.perf_counter() - start, 1), "tail": tail}), flush=True)
+    return 0
+
+
+def _result(exit_code: int, tail: str, seconds: float, tests: int) -> dict[str, Any]:
+    killer = next((line.split(" ")[1] for line in tail.splitlines() if line.startswith(("FAILED ", "ERROR "))), None)
+    if exit_code == 0:
+        status = "survived"
+    elif exit_code == 5:
+        status = "no tests"
+    elif exit_code in (1, -9, -1):  # a test failed, or the tests never finished (a loop the mutant made)
+        status = "killed"
+        killer = killer or ("timeout" if exit_code in (-9, -1) else None)
+    else:
+        status = "error"
+    return {"status": status, "exit": exit_code, "seconds": seconds, "killed_by": killer if status == "killed" else None, "tests": tests}
+
+
+def run_forked(sample: list[Mutant], mapping: dict[str, Any], tree: Path, work: Path, timeout: float) -> Any:
+    """Yield (mutant, tests, result) for each mutant, from one warm ``--serve`` process."""
+    items = []
+    for m in sample:
+        tests = tests_of(mapping, m)
+        budget = sum(mapping["durations"].get(t, 1.0) for t in tests)
+        items.append({"mutant": asdict(m), "tests": tests, "timeout": min(timeout, 60 + 5 * budget)})
+    plan = work / "plan.json"
+    plan.write_text(json.dumps({"tree": str(tree), "mutants": [i for i in items if i["tests"]]}), encoding="utf-8")
+    for item in items:
+        if not item["tests"]:
+            yield Mutant(**{**item["mutant"], "start": tuple(item["mutant"]["start"]), "end": tuple(item["mutant"]["end"])}), [], \
+                {"status": "no tests", "tests": 0}
+    by_key = {Mutant(**{**i["mutant"], "start": tuple(i["mutant"]["start"]), "end": tuple(i["mutant"]["end"])}).key: i for i in items}
+    proc = subprocess.Popen([sys.executable, str(tree / "bench" / "mutate.py"), "--serve", str(plan)], cwd=tree,
+                            env={**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"},
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        r = json.loads(line)
+        item = by_key[r["key"]]
+        m = Mutant(**{**item["mutant"], "start": tuple(item["mutant"]["start"]), "end": tuple(item["mutant"]["end"])})
+        res = _result(r["exit"], r["tail"], r["seconds"], len(item["tests"]))
+        if res["status"] == "error" or r["exit"] == 97:  # could not swap the code in place: a fresh process
+            res = run_mutant(m, item["tests"], tree, item["timeout"])
+            res["isolated"] = True
+        yield m, item["tests"], res
+    proc.wait()
 
 
 # ---- the report -------------------------------------------------------------------------------------------
@@ -452,7 +646,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="the results (JSON)")
     ap.add_argument("--md", type=Path, help="the summary (markdown)")
     ap.add_argument("--list", action="store_true", help="print the sampled mutants and exit")
+    ap.add_argument("--isolated", action="store_true", help="a fresh pytest process per mutant (slower; the default forks a warm one)")
+    ap.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.serve:
+        return serve(args.serve)
 
     if args.trace or not (args.cache / "map.json").exists():
         trace(args.cache)
@@ -473,12 +671,15 @@ def main(argv: list[str] | None = None) -> int:
         for m in sample:
             print(m.key, m.start[0], m.describe())
         return 0
-    pkg = _copy_package(args.cache)
+    tree = snapshot(args.cache)
     results = []
     start = time.perf_counter()
-    for i, m in enumerate(sample, 1):
-        tests = tests_of(mapping, m)
-        r = run_mutant(m, tests, pkg, args.timeout) if tests else {"status": "no tests", "tests": 0}
+    if args.isolated:
+        runs = ((m, t, run_mutant(m, t, tree, args.timeout) if t else {"status": "no tests", "tests": 0})
+                for m in sample for t in [tests_of(mapping, m)])
+    else:
+        runs = run_forked(sample, mapping, tree, args.cache, args.timeout)
+    for i, (m, _tests, r) in enumerate(runs, 1):
         row = {**{k: v for k, v in asdict(m).items() if k not in ("start", "end")}, "key": m.key, "line": m.start[0],
                "describe": m.describe(), **r}
         results.append(row)

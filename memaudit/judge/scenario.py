@@ -48,7 +48,7 @@ from memaudit.judge.rules import (
 )
 from memaudit.judge.shipped import SHIPPED, resolve_scenario
 from memaudit.judge.versions import te_version_of, validate_specifier
-from memaudit.report import KINDS, ORIENTATIONS, Report, check_depth, read_input
+from memaudit.report import KINDS, MAX_INT, ORIENTATIONS, Report, check_depth, read_input
 from memaudit.spec import DTYPES, CaseSpec, default_splits
 from memaudit.targets import registry
 
@@ -193,11 +193,17 @@ def parse_count(v: Any, *, source: str, key: str) -> tuple[str, int]:
     """``1`` (== 1), ``"== 1"``, ``"<= 2"``, ``">= 1"``."""
     r = _Reader(source)
     if isinstance(v, int) and not isinstance(v, bool):
-        return "==", r.integer(v, key, minimum=0)
-    m = _COUNT.match(v) if isinstance(v, str) else None
-    if not m:
-        raise r.fail(key, f"malformed count {v!r}; use an integer or '== N', '<= N', '>= N' ({', '.join(COUNT_OPS)})")
-    return m.group(1) or "==", int(m.group(2))
+        op, n = "==", v
+    else:
+        m = _COUNT.match(v) if isinstance(v, str) else None
+        if not m:
+            raise r.fail(key, f"malformed count {v!r}; use an integer or '== N', '<= N', '>= N' ({', '.join(COUNT_OPS)})")
+        if len(m.group(2).lstrip("0")) > 19:
+            raise r.fail(key, f"a count is at most 2**63-1, got {len(m.group(2))} digits")
+        op, n = m.group(1) or "==", int(m.group(2))
+    if not 0 <= n <= MAX_INT:
+        raise r.fail(key, f"a count is from 0 to 2**63-1, got {n if n < 0 else f'an integer of {n.bit_length()} bits'}")
+    return op, n
 
 
 def parse_rule(d: Any, *, source: str, key: str, dims: tuple[str, ...] | None = None,

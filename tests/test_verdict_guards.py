@@ -1,0 +1,317 @@
+"""Tests that guard verdicts and bytes where the mutation run (bench/mutate.py, issue 29) found no
+test: selections without an operand, a container filter that excludes, uneven per-operand,group
+counts, rows without a storage, boundaries (a ratio exactly at its maximum, the tolerance's
+percent limit, counts and bytes at 2**63-1, nesting at the depth limit), a saved row sharing a
+parameter's storage, TE offload rows on the host, and the fused layout that names PR #3545's
+buffers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from _budget_cases import Rows, bf16_case, fp8_case, fused_case, make_case
+from _reports import bf16_rows, copy_report, make_report, resize_row, sample_report, write
+
+from memaudit.errors import UsageError
+from memaudit.judge.baseline import compare_reports, parse_tolerance
+from memaudit.judge.budgets import evaluate_rule
+from memaudit.judge.checks import Context, measure_bytes
+from memaudit.judge.rules import ByteExpr, Count, MaxBytes, Ratio, Rule, Selection
+from memaudit.judge.scenario import parse_count
+from memaudit.report import MAX_DEPTH, MAX_INT, Row, compute_totals, load_report
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def rule(check, select: Selection | None = None, **kw) -> Rule:
+    return Rule(name=kw.pop("name", "r"), check=check, select=select, source="s.toml", key="budget[0]", **kw)
+
+
+# ---- selections without an operand ------------------------------------------------------------------
+def test_byte_and_count_rules_whose_selection_names_no_operand() -> None:
+    case = fp8_case("fp8-current", 4)
+    scales = [r for r in case.rows if r.kind == "scale_inv"]
+    sel = Selection(kind=("scale_inv",))
+    exact = sum(r.bytes for r in scales)
+    assert evaluate_rule(rule(MaxBytes(ByteExpr.parse(str(exact), source="s", key="k"), "logical"), sel), case).verdict == "pass"
+    assert evaluate_rule(rule(MaxBytes(ByteExpr.parse(str(exact - 1), source="s", key="k"), "logical"), sel), case).verdict == "fail"
+    assert evaluate_rule(rule(Count("==", len(scales)), sel), case).verdict == "pass"
+    assert evaluate_rule(rule(Count("==", len(scales) + 1), sel), case).verdict == "fail"
+    # without an operand, a case that saved nothing is bad input, not a pass
+    empty = make_case("fp8-current", 4, [])
+    with pytest.raises(UsageError, match="saved no rows"):
+        evaluate_rule(rule(Count(">=", 1), sel), empty)
+
+
+def test_the_container_filter_excludes_rows() -> None:
+    case = fp8_case("fp8-current", 4)
+    inside = Selection(operand=("fc1.input",), container=("Float8TensorStorage",))
+    outside = Selection(operand=("fc1.input",), container=("GroupedTensor*",))
+    assert evaluate_rule(rule(Count("==", 0), outside), case).verdict == "pass"  # the filter excluded every row
+    assert evaluate_rule(rule(Count("==", 0), inside), case).verdict == "fail"
+    assert not [r for r in case.rows if outside.matches(r)]
+
+
+def test_per_operand_group_counts_with_uneven_rows() -> None:
+    """fc1.input keeps two data rows in group 0, fc2.input one: counting the wrong operand gives other numbers."""
+    b = Rows()
+    for g, n in ((0, 2), (1, 1)):
+        for _ in range(n):
+            b.add("fc1.input", "data", "fp8", [8], "uint8", 8, group=g, orientation="columnwise")
+    for g in (0, 1):
+        b.add("fc2.input", "data", "fp8", [8], "uint8", 8, group=g, orientation="columnwise")
+    case = make_case("fp8-current", 2, b.rows, tokens=32)
+    sel = Selection(operand=("fc1.input", "fc2.input"), kind=("data",))
+    v = evaluate_rule(rule(Count("==", 1, per="operand,group"), sel), case)
+    assert v.verdict == "fail"
+    assert "fc1.input[0]: 2" in v.message and "fc2.input[0]" not in v.message.split("failing:")[1].split("\n")[0]
+    assert evaluate_rule(rule(Count("<=", 2, per="operand,group"), sel), case).verdict == "pass"
+    assert evaluate_rule(rule(Count("==", 3, per="operand"), sel), case).verdict == "fail"
+    per_op = evaluate_rule(rule(Count(">=", 3, per="operand"), sel), case)
+    assert per_op.verdict == "fail" and "fc2.input: 2" in per_op.message and "fc1.input: 3" not in per_op.message.split("failing:")[1]
+
+
+# ---- rows without a storage ---------------------------------------------------------------------------
+def test_rows_without_a_storage_count_by_their_own_bytes() -> None:
+    rows = [
+        Row(index=0, kind="tensor", format="bf16", shape=[4], dtype="bfloat16", bytes=8, storage="s0", storage_bytes=64),
+        Row(index=1, kind="tensor", format="bf16", shape=[2], dtype="bfloat16", bytes=4, storage=None),
+        Row(index=2, kind="tensor", format="bf16", shape=[3], dtype="bfloat16", bytes=6, storage=None, is_parameter=True),
+    ]
+    assert measure_bytes(rows, "logical") == 18
+    assert measure_bytes(rows, "physical") == 64 + 4 + 6
+    assert measure_bytes(rows, "saved") == 64 + 4  # a loose parameter row is not saved memory
+    case = make_case("bf16", 1, rows, target="reference", tokens=16, hidden=16, ffn=16)
+    sel = Selection(kind=("tensor",))
+    assert evaluate_rule(rule(MaxBytes(ByteExpr.parse("68", source="s", key="k"), "saved"), sel), case).verdict == "pass"
+    assert evaluate_rule(rule(MaxBytes(ByteExpr.parse("67", source="s", key="k"), "saved"), sel), case).verdict == "fail"
+
+
+def test_a_saved_row_sharing_a_parameters_storage_is_not_saved_memory() -> None:
+    """A view of a weight that autograd saved without the parameter flag still lives in the weight's storage."""
+    param = Row(index=0, kind="tensor", format="bf16", shape=[8, 8], dtype="bfloat16", bytes=128, storage="s0", storage_bytes=128,
+                is_parameter=True)
+    view = Row(index=1, kind="tensor", format="bf16", shape=[8], dtype="bfloat16", bytes=16, storage="s0", storage_bytes=128,
+               storage_offset=16)
+    own = Row(index=2, kind="tensor", format="bf16", shape=[8], dtype="bfloat16", bytes=16, storage="s1", storage_bytes=16)
+    t = compute_totals([param, view, own])
+    assert (t.physical_bytes, t.parameter_bytes, t.saved_bytes, t.logical_bytes) == (144, 128, 16, 160)
+    alone = compute_totals([view, own])  # without the parameter row, the view's storage is saved memory
+    assert alone.saved_bytes == 144
+    assert measure_bytes([param, view, own], "saved") == 16
+
+
+# ---- boundaries ---------------------------------------------------------------------------------------
+def test_a_ratio_exactly_at_its_maximum_passes_and_just_above_fails() -> None:
+    base, other = bf16_case(4), bf16_case(4, copy_input=False)
+    sel = Selection(operand=("fc1.input",))
+    num = measure_bytes([r for r in base.rows if sel.matches(r)], "logical")
+    ctx = Context(find_case=lambda case, ratio: other)
+    assert evaluate_rule(rule(Ratio(1.0, (("recipe", "bf16"),), "logical"), sel), base, ctx).verdict == "pass"
+    assert num and evaluate_rule(rule(Ratio(1.0 - 1e-9, (("recipe", "bf16"),), "logical"), sel), base, ctx).verdict == "fail"
+
+
+def test_tolerance_limits() -> None:
+    with pytest.raises(UsageError, match="below 100%"):
+        parse_tolerance("100%")
+    assert parse_tolerance("99.99%").fraction == pytest.approx(0.9999)
+    assert parse_tolerance("0%").exact and not parse_tolerance("1").exact
+    tol = parse_tolerance("4096")
+    assert tol.allowed(10**9) == 4096 and tol.allowed_rows(10) is None
+    assert parse_tolerance("0").allowed_rows(10) == 0
+    pct = parse_tolerance("50%")
+    assert pct.allowed(1001) == 500 and pct.allowed_rows(3) == 1 and pct.allowed(-5) == 0
+
+
+@pytest.mark.parametrize("grow", [4095, 4096, 4097])
+def test_growth_at_the_byte_tolerance(grow: int) -> None:
+    from _reports import TE_FP8
+
+    base = sample_report()
+    cur = resize_row(base, TE_FP8, 3, grow)  # the activation: one storage of its own
+    cmp = compare_reports(base, cur, tolerance="4096")
+    assert cmp.regressed is (grow > 4096)
+
+
+def test_counts_and_bytes_at_2_to_the_63_minus_1(tmp_path: Path) -> None:
+    assert parse_count(MAX_INT, source="s", key="k") == ("==", MAX_INT)
+    assert parse_count(f"<= {MAX_INT}", source="s", key="k") == ("<=", MAX_INT)
+    for bad in (MAX_INT + 1, f">= {MAX_INT + 1}", "== " + "9" * 5000):
+        with pytest.raises(UsageError, match="2\\*\\*63-1"):
+            parse_count(bad, source="s", key="k")
+    rows = [Row(index=0, kind="tensor", format="bf16", shape=[1], dtype="bfloat16", bytes=MAX_INT, storage="s0", storage_bytes=MAX_INT)]
+    rep = make_report([make_case("bf16", 1, rows, target="reference", tokens=16, hidden=16, ffn=16)])
+    path = write(rep, tmp_path / "max.json")
+    assert load_report(path).cases[0].totals.saved_bytes == MAX_INT
+    text = path.read_text(encoding="utf-8").replace(str(MAX_INT), str(MAX_INT + 1))
+    (tmp_path / "over.json").write_text(text, encoding="utf-8")
+    with pytest.raises(UsageError, match="less than or equal to 9223372036854775807"):
+        load_report(tmp_path / "over.json")
+
+
+def _nested(depth: int) -> object:
+    """A value that nests ``depth`` levels (a flat object is 1)."""
+    x: object = 1
+    for _ in range(depth):
+        x = {"a": x}
+    return x
+
+
+@pytest.mark.parametrize(("where", "base"), [("environment", 1), ("path", 3), ("allocator", 3)])
+def test_nesting_at_the_depth_limit(tmp_path: Path, where: str, base: int) -> None:
+    """A report may nest exactly MAX_DEPTH levels (counting from the top object); one more is refused."""
+    d = json.loads(sample_report().to_json())
+    for depth, ok in ((MAX_DEPTH - base, True), (MAX_DEPTH - base + 1, False)):
+        x = json.loads(json.dumps(d))
+        if where == "environment":
+            x["environment"]["deep"] = _nested(depth - 1)
+        else:
+            x["cases"][0][where] = {**(x["cases"][0][where] or {}), "deep": _nested(depth - 1)}
+        (tmp_path / "r.json").write_text(json.dumps(x), encoding="utf-8")
+        if ok:
+            load_report(tmp_path / "r.json")
+        else:
+            with pytest.raises(UsageError, match=f"nested {MAX_DEPTH + 1} levels deep"):
+                load_report(tmp_path / "r.json")
+    # deeper than the decoder itself goes: refused, not a crash
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    with pytest.raises(UsageError, match="nested too deep"):
+        load_report(tmp_path / "deep.json")
+
+
+def test_totals_are_checked_field_by_field(tmp_path: Path) -> None:
+    """Each field of the totals, one off, is refused naming that field (the case and the file too)."""
+    rep = sample_report()
+    rep.cases[0].rows = [*rep.cases[0].rows[:3],
+                         Row(index=3, kind="tensor", format="bf16", shape=[2], dtype="bfloat16", bytes=4, resides="host"),
+                         Row(index=4, kind="tensor", format="bf16", shape=[2], dtype="bfloat16", bytes=4, resides="unknown"),
+                         Row(index=5, kind="tensor", format="bf16", shape=[2], dtype="bfloat16", bytes=4, storage="s9",
+                             storage_bytes=4, aliases_output=True),
+                         Row(index=6, kind="tensor", format="bf16", shape=[2], dtype="bfloat16", bytes=4, storage="s8",
+                             storage_bytes=4, via="ctx")]
+    rep.cases[0].freed = [Row(index=0, kind="tensor", format="bf16", shape=[2], dtype="bfloat16", bytes=6, storage="s7", storage_bytes=6)]
+    rep.cases[0].totals = compute_totals(rep.cases[0].rows, rep.cases[0].freed)
+    t = rep.cases[0].totals
+    assert min(t.host_bytes, t.unknown_bytes, t.output_bytes, t.ctx_bytes, t.freed_rows, t.freed_bytes) > 0
+    good = json.loads(rep.to_json())
+    (tmp_path / "ok.json").write_text(json.dumps(good), encoding="utf-8")
+    assert load_report(tmp_path / "ok.json").to_json() == rep.to_json()
+    for name in good["cases"][0]["totals"]:
+        bad = json.loads(json.dumps(good))
+        bad["cases"][0]["totals"][name] += 1
+        (tmp_path / "bad.json").write_text(json.dumps(bad), encoding="utf-8")
+        with pytest.raises(UsageError, match=rf"bad.json: cases\[{rep.cases[0].id}\]\.totals\.{name}: says"):
+            load_report(tmp_path / "bad.json")
+
+
+# ---- TE: offload rows on the host, and the fused layout ----------------------------------------------
+def test_te_offload_rows_reside_on_the_host() -> None:
+    from memaudit.te.classify import TEClassifier
+
+    te = TEClassifier()
+    assert te.resides("te-offload", 3) == "host"  # TE's offload hands back an int index for a moved tensor
+    assert te.resides("te-offload", SimpleNamespace()) is None  # a tensor it kept
+    assert te.resides("other", 3) is None and te.resides(None, 3) is None
+    host = Row(index=0, kind="tensor", format="bf16", shape=[4], dtype="bfloat16", bytes=8, storage="s0", storage_bytes=8, resides="host")
+    loose = Row(index=1, kind="tensor", format="bf16", shape=[4], dtype="bfloat16", bytes=8, resides="host")
+    dev = Row(index=2, kind="tensor", format="bf16", shape=[4], dtype="bfloat16", bytes=8, storage="s1", storage_bytes=32)
+    t = compute_totals([host, loose, dev])
+    assert (t.host_bytes, t.saved_bytes, t.physical_bytes, t.logical_bytes) == (16, 32, 32, 24)
+
+
+class GroupedLinear(SimpleNamespace):
+    pass
+
+
+class ScaledSwiGLU(SimpleNamespace):
+    pass
+
+
+class _Fuser(SimpleNamespace):
+    pass
+
+
+def _fuser(groups: int, *, fused: bool, single: bool = False) -> tuple[_Fuser, int]:
+    """A stand-in for TE's OperationFuser node after a forward: its basic ops, their contexts' saved
+    ranges and one flat ``tensor_objects`` entry per saved tensor (te-internals §2.1 / §2.4)."""
+    from memaudit.te import classify
+
+    fc1 = GroupedLinear(num_groups=groups, single_grouped_weight=single, _scale_bias=False)
+    fc2 = GroupedLinear(num_groups=groups, single_grouped_weight=single, _scale_bias=False)
+    act = ScaledSwiGLU()
+    w = 1 if single else groups
+    if fused:
+        n = len(classify._FUSED_META) + 4 + 2 * w
+        ranges = [(0, n), None, (n, n)]
+    else:
+        n1 = 5 + groups + w
+        ranges = [(0, n1), (n1, n1 + 2), (n1 + 2, n1 + 2 + 5 + groups + w)]
+        n = ranges[2][1]
+    ctxs = [SimpleNamespace(_saved_tensors_range=r, use_grouped_tensor_path=False) for r in ranges]
+    node = _Fuser(basic_ops=[fc1, act, fc2], basic_op_ctxs=ctxs, tensor_objects=[None] * n)
+    return node, n
+
+
+def _rows_of(n: int) -> list[Row]:
+    return [Row(index=i, kind="tensor", format="bf16", shape=[1], dtype="bfloat16", bytes=2, op="_Fuser",
+                saved_as=f"saved_tensors[{i}]", slot=f"saved_tensors[{i}]", storage=f"s{i}", storage_bytes=2) for i in range(n)]
+
+
+@pytest.mark.parametrize("groups", [1, 4])
+def test_the_fused_layout_names_the_pr_3545_buffers(groups: int) -> None:
+    from memaudit.te.classify import label_fuser_rows
+
+    node, n = _fuser(groups, fused=True)
+    rows = _rows_of(n)
+    label_fuser_rows(node, rows)
+    names = [r.operand for r in rows]
+    assert names[:7] == ["fc1.split_sizes", "fc1.base_split_offsets", "fc1.split_points", "fc1.input_offsets",
+                         "fc1.output_offsets", "fc2.input_offsets", "fc2.output_offsets"]
+    assert names[7] == "fc1.input"
+    assert names[8:8 + groups] == [f"fc1.weight[{g}]" for g in range(groups)]
+    assert names[8 + groups:11 + groups] == ["activation.activation_in", "activation.scales", "fc2.input"]
+    assert names[11 + groups:] == [f"fc2.weight[{g}]" for g in range(groups)]
+    assert [r.group for r in rows if r.operand and ".weight[" in r.operand] == [*range(groups), *range(groups)]
+
+
+def test_the_fused_layout_with_one_grouped_weight_and_the_unfused_layout() -> None:
+    from memaudit.te.classify import _fused_layout, label_fuser_rows
+
+    node, n = _fuser(4, fused=True, single=True)
+    rows = _rows_of(n)
+    label_fuser_rows(node, rows)
+    assert [r.operand for r in rows][7:] == ["fc1.input", "fc1.weight", "activation.activation_in", "activation.scales",
+                                             "fc2.input", "fc2.weight"]
+    # the unfused path: the activation context saves two entries, so this is not the fused layout
+    unfused, m = _fuser(4, fused=False)
+    assert _fused_layout(unfused.basic_ops, unfused.basic_op_ctxs) is None
+    rows = _rows_of(m)
+    label_fuser_rows(unfused, rows)
+    names = [r.operand for r in rows]
+    assert names[:5] == ["fc1.split_sizes", "fc1.base_split_offsets", "fc1.split_points", "fc1.input_offsets", "fc1.output_offsets"]
+    assert names[5:9] == ["fc1.input"] * 4 and [r.group for r in rows[5:9]] == [0, 1, 2, 3]
+    assert names[9:13] == [f"fc1.weight[{g}]" for g in range(4)]
+    assert names[13:15] == ["activation.activation_in", "activation.scales"]
+    # too few entries for the fused save, or another op sequence: not the fused layout either
+    short = _Fuser(basic_ops=node.basic_ops, basic_op_ctxs=[SimpleNamespace(_saved_tensors_range=(0, 5)), None, None],
+                   tensor_objects=[None] * 5)
+    assert _fused_layout(short.basic_ops, short.basic_op_ctxs) is None
+    assert _fused_layout([ScaledSwiGLU(), GroupedLinear(), GroupedLinear()], node.basic_op_ctxs) is None
+    assert _fused_layout(node.basic_ops[:2], node.basic_op_ctxs[:2]) is None
+
+
+def test_compare_sees_a_fused_case_keep_rowwise_nvfp4_again() -> None:
+    """The regression PR #3545 fixed, coming back: rowwise NVFP4 input data and scales saved again."""
+    base = make_report([fused_case("nvfp4", 4, pruned=True)])
+    cur = make_report([fused_case("nvfp4", 4, pruned=False)])
+    cmp = compare_reports(base, cur)
+    labels = {f.label for f in cmp.failures}
+    assert cmp.regressed and {"operand fc1.input", "orientation rowwise", "kind data", "kind scale_inv"} <= labels
+
+
+def test_copy_report_round_trip_keeps_every_row() -> None:
+    rep = make_report([make_case("bf16", 1, bf16_rows(), target="reference", tokens=16, hidden=16, ffn=16)])
+    assert copy_report(rep).to_json() == rep.to_json()
