@@ -682,9 +682,10 @@ def schema() -> dict[str, Any]:
     """The JSON Schema of a report's records (``memaudit schema``): rows, totals and a case (its
     shape dimensions are further integer keys)."""
     v = _validators()
+    case = v["cases"][SCHEMA].json_schema()
+    case["additionalProperties"] = {"type": "integer", "minimum": 1, "maximum": MAX_DIM}  # the shape dimensions
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": SCHEMA,
-            "$defs": {"Row": v["Row"].json_schema(), "Totals": v["Totals"].json_schema(),
-                      "Case": v["cases"][SCHEMA].json_schema()}}
+            "$defs": {"Row": v["Row"].json_schema(), "Totals": v["Totals"].json_schema(), "Case": case}}
 
 
 def _validation_error(exc: Any, source: str, where: str, data: Any) -> UsageError:
