@@ -13,7 +13,8 @@ A small AST mutator (issue 29). Each mutant changes one thing in one function:
 * ``call``  a dropped call (a statement ``f(...)`` -> ``pass``)
 
 Only code inside functions is mutated (not annotations, f-strings, docstrings or asserts). The
-mutants of each module are sampled (``--per-module``, a fixed ``--seed``), and each runs only the
+mutants of each module are sampled (``--per-module``, ranked by a hash of each mutant's key and
+``--seed``, so that edits elsewhere leave the sample as it was), and each runs only the
 tests that execute its function, found once by tracing the whole suite (``--trace``: which test
 calls which function of these modules; cached in ``--cache``). A mutant is killed when those
 tests fail (or time out); it survives when they pass. The mutant is applied to a copy of the
@@ -37,14 +38,13 @@ import ast
 import hashlib
 import json
 import os
-import random
 import shutil
 import subprocess
 import sys
 import time
 import tomllib
 import types
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -86,12 +86,15 @@ class Mutant:
     end: tuple[int, int]
     original: str
     replacement: str
+    nth: int = 0
+    """Which of its function's identical changes this is (two ``return False`` in one function)."""
 
     @property
     def key(self) -> str:
-        """Stable across edits elsewhere in the module: module, function, operator and the change."""
+        """Stable across edits elsewhere in the module: module, function, operator, the change and
+        which of the function's identical changes it is."""
         digest = hashlib.sha1(f"{self.original}\x00{self.replacement}".encode()).hexdigest()[:8]
-        return f"{self.module}::{self.function}::{self.op}::{digest}"
+        return f"{self.module}::{self.function}::{self.op}::{digest}" + (f"::{self.nth}" if self.nth else "")
 
     def describe(self) -> str:
         def short(s: str) -> str:
@@ -237,7 +240,7 @@ class _Finder(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Return(self, node: ast.Return) -> None:  # noqa: N802
-        if node.value is not None and not (isinstance(node.value, ast.Constant) and node.value.value is None):
+        if node.value is not None and not isinstance(node.value, ast.Constant):  # a constant is the const operator's
             self._add("ret", node, "return None")
         self.generic_visit(node)
 
@@ -251,7 +254,20 @@ def mutants_of(module: str, root: Path = ROOT) -> list[Mutant]:
     source = (root / module).read_text(encoding="utf-8")
     finder = _Finder(module, source)
     finder.visit(ast.parse(source))
-    return finder.out
+    seen: dict[tuple[str, str, str, str], int] = {}
+    out = []
+    for m in finder.out:
+        k = (m.function, m.op, m.original, m.replacement)
+        out.append(replace(m, nth=seen.get(k, 0)))
+        seen[k] = seen.get(k, 0) + 1
+    return out
+
+
+def sample_of(mutants: list[Mutant], n: int, seed: int) -> list[Mutant]:
+    """``n`` mutants chosen by a hash of their keys: the same mutants are chosen again after edits
+    elsewhere (a new or removed candidate changes the sample by at most one)."""
+    rank = sorted(mutants, key=lambda m: hashlib.sha1(f"{seed}:{m.key}".encode()).hexdigest())
+    return sorted(rank[:n], key=lambda m: m.start)
 
 
 def apply(source: str, m: Mutant) -> str:
@@ -657,7 +673,6 @@ def main(argv: list[str] | None = None) -> int:
     mapping = json.loads((args.cache / "map.json").read_text(encoding="utf-8"))
     modules = tuple(args.modules.split(",")) if args.modules else MODULES
     only = set(json.loads(args.only.read_text(encoding="utf-8"))) if args.only else None
-    rng = random.Random(args.seed)
     sample: list[Mutant] = []
     candidates = 0
     for mod in modules:
@@ -666,7 +681,7 @@ def main(argv: list[str] | None = None) -> int:
         if only is not None:
             sample += [m for m in all_mutants if m.key in only]
         else:
-            sample += rng.sample(all_mutants, min(args.per_module, len(all_mutants)))
+            sample += sample_of(all_mutants, args.per_module, args.seed)
     if args.list:
         for m in sample:
             print(m.key, m.start[0], m.describe())
