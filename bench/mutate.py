@@ -539,7 +539,10 @@ def _result(exit_code: int, tail: str, seconds: float, tests: int) -> dict[str, 
         killer = killer or ("timeout" if exit_code in (-9, -1) else None)
     else:
         status = "error"
-    return {"status": status, "exit": exit_code, "seconds": seconds, "killed_by": killer if status == "killed" else None, "tests": tests}
+    summary = next((line.strip("= ") for line in reversed(tail.splitlines()) if " in " in line and ("passed" in line or "failed" in line
+                                                                                                      or "skipped" in line)), "")
+    return {"status": status, "exit": exit_code, "seconds": seconds, "killed_by": killer if status == "killed" else None, "tests": tests,
+            "summary": summary}
 
 
 def run_forked(sample: list[Mutant], mapping: dict[str, Any], tree: Path, work: Path, timeout: float) -> Any:

@@ -315,3 +315,247 @@ def test_compare_sees_a_fused_case_keep_rowwise_nvfp4_again() -> None:
 def test_copy_report_round_trip_keeps_every_row() -> None:
     rep = make_report([make_case("bf16", 1, bf16_rows(), target="reference", tokens=16, hidden=16, ffn=16)])
     assert copy_report(rep).to_json() == rep.to_json()
+
+
+# ---- byte expressions: variables at their smallest, the nesting limit, where a syntax error is -----------
+def test_groups_of_one_is_a_value_a_byte_expression_reads() -> None:
+    case = make_case("bf16", 1, bf16_rows(), target="reference", tokens=64, hidden=16, ffn=32)
+    assert ByteExpr.parse("tokens * groups", source="s", key="k").value(case) == 64
+    assert ByteExpr.parse("hidden * groups * 2", source="s", key="k").value(case) == 32
+
+
+def test_byte_expressions_nest_to_the_limit_and_no_further() -> None:
+    from memaudit.judge.byte_expr import MAX_DEPTH
+
+    assert ByteExpr.parse("1+" * (MAX_DEPTH - 1) + "1", source="s", key="k").const == MAX_DEPTH  # leaves at depth MAX_DEPTH
+    with pytest.raises(UsageError, match=f"nested more than {MAX_DEPTH} deep"):
+        ByteExpr.parse("1+" * MAX_DEPTH + "1", source="s", key="k")
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("tokens tokens", "invalid syntax at column 8"),
+    ("tokens)", "unmatched ')' at column 7"),
+    ("  (tokens", "'(' was never closed at column 3"),
+    ("tokens +", "invalid syntax at the end"),
+])
+def test_where_a_malformed_byte_expression_goes_wrong(text: str, says: str) -> None:
+    with pytest.raises(UsageError, match=re_escape(f"malformed byte expression {text!r}: {says}")):
+        ByteExpr.parse(text, source="s", key="k")
+
+
+def re_escape(text: str) -> str:
+    import re
+
+    return re.escape(text)
+
+
+# ---- selections: format and slot filters ---------------------------------------------------------------
+def test_format_and_slot_filters_select_and_exclude() -> None:
+    case = fp8_case("fp8-current", 4)
+    transposes = [r for r in case.rows if r.slot == "_transpose"]
+    assert transposes
+    assert [r.index for r in case.rows if Selection(slot=("_transpose",)).matches(r)] == [r.index for r in transposes]
+    assert [r.index for r in case.rows if Selection(slot=("_trans*",)).matches(r)] == [r.index for r in transposes]
+    assert not [r for r in case.rows if Selection(slot=("nothing*",)).matches(r)]
+    fp8 = [r.index for r in case.rows if r.format == "fp8"]
+    assert fp8 and [r.index for r in case.rows if Selection(format=("fp8",)).matches(r)] == fp8
+    assert [r.index for r in case.rows if Selection(format=("fp*",)).matches(r)] == [r.index for r in case.rows if r.format.startswith("fp")]
+    assert evaluate_rule(rule(Count("==", len(transposes)), Selection(slot=("_transpose",))), case).verdict == "pass"
+    assert evaluate_rule(rule(Count("==", 0), Selection(operand=("fc1.input",), slot=("_data",))), case).verdict == "pass"
+
+
+# ---- per-bucket counts: labels, order and the rows shown -----------------------------------------------
+def _bucket_case() -> object:
+    """Rows given out of order, one unlabelled; fc1.input has rows in groups 0 and 2 (group 1 has no tokens)."""
+    b = Rows()
+    b.add("fc2.input", "data", "fp8", [8], "uint8", 8, group=0, orientation="columnwise", slot="_transpose")
+    b.add(None, "tensor", "bf16", [4], "bfloat16", 8)
+    b.add("fc1.input", "data", "fp8", [8], "uint8", 8, group=2, orientation="columnwise", slot="_transpose")
+    b.add("fc1.input", "data", "fp8", [8], "uint8", 8, group=0, orientation="rowwise", slot="_data")
+    b.add("fc1.input", "data", "fp8", [8], "uint8", 8, group=0, orientation="columnwise", slot="_transpose")
+    b.add("fc1.weight[1]", "data", "fp8", [8], "uint8", 8, group=1, orientation="columnwise", slot="_transpose")
+    b.add("fc1.weight[0]", "data", "fp8", [8], "uint8", 8, group=0, orientation="columnwise", slot="_transpose")
+    b.add("fc1.input", "scale_inv", "fp32", [1], "float32", 4, group=None)
+    case = make_case("fp8-current", 3, b.rows, tokens=48)
+    case.spec = case.spec.replace(splits=(16, 0, 32))
+    return case
+
+
+def test_per_operand_buckets_are_sorted_with_the_unlabelled_last() -> None:
+    case = _bucket_case()
+    v = evaluate_rule(rule(Count(">=", 9, per="operand"), Selection(kind=("data", "tensor"))), case)
+    assert v.actual.startswith("fc1.input: 3, fc1.weight[0]: 1, fc1.weight[1]: 1, fc2.input: 1, (unlabelled): 1")
+    # a bucket short of rows shows its operand's other rows, and only those
+    short = evaluate_rule(rule(Count(">=", 2, per="operand"), Selection(operand=("fc1.input", "fc2.input"), orientation=("rowwise",))), case)
+    assert short.verdict == "fail" and "failing: fc1.input: 1, fc2.input: 0" in short.message
+    shown = short.message.split("did not match:")[1]
+    assert shown.count("fc2.input") == 1 and shown.count("fc1.input") == 4  # its rowwise row, then its transposes and scale
+    assert "fc1.weight" not in shown
+
+
+def test_per_group_buckets_leave_out_rows_without_a_group_for_nonempty() -> None:
+    case = _bucket_case()
+    case.spec = case.spec.replace(splits=())  # no splits recorded: nonempty means "has a group"
+    v = evaluate_rule(rule(Count("==", 99, per="group"), Selection(operand=("fc1.input",), group="nonempty")), case)
+    assert v.actual.startswith("group 0: 2, group 2: 1") and "group None" not in v.actual
+    with_none = evaluate_rule(rule(Count("==", 99, per="group"), Selection(operand=("fc1.input",))), case)
+    assert with_none.actual == "group 0: 2, group 2: 1, group None: 1"
+
+
+def test_per_operand_group_buckets_count_each_group_of_each_operand() -> None:
+    case = _bucket_case()
+    sel = Selection(operand=("fc1.input", "fc1.weight*"), kind=("data",), orientation=("columnwise",), group="nonempty")
+    v = evaluate_rule(rule(Count("==", 1, per="operand,group"), sel), case)
+    # fc1.input: groups 0 and 2 (group 1 has no tokens); fc1.weight[1] lives in the empty group: left out
+    assert v.verdict == "pass" and v.actual == "1 each (3 x operand,group)"
+    more = evaluate_rule(rule(Count("==", 2, per="operand,group"), Selection(operand=("fc1.input",), kind=("data",))), case)
+    assert more.verdict == "fail" and more.actual == "fc1.input[2]: 1, fc1.input: 0"  # the scale has no group: a bucket of its own
+    shown = more.message.split("\n")
+    assert any("_transpose" in line and "fc1.input[2]" in line for line in shown)
+    assert not any("fc1.input[0]" in line for line in shown)  # group 0 holds 2: not failing, its rows not shown
+
+
+def test_a_byte_check_on_the_totals_lists_rows_by_measure() -> None:
+    case = bf16_case(4)
+    saved = evaluate_rule(rule(MaxBytes(ByteExpr.parse("1 B", source="s", key="k"), "saved")), case)
+    physical = evaluate_rule(rule(MaxBytes(ByteExpr.parse("1 B", source="s", key="k"), "physical")), case)
+    params = {r.index for r in case.rows if r.is_parameter}
+    assert params and not set(saved.rows) & params  # parameters are not saved memory: not listed
+    assert set(physical.rows) & params
+
+
+# ---- comparisons: small pieces of the gate's arithmetic ------------------------------------------------
+def test_row_diffs_deltas_and_finding_percentages() -> None:
+    from memaudit.judge.baseline import Finding, RowDiff
+
+    r = Row(index=0, kind="tensor", format="bf16", shape=[4], dtype="bfloat16", bytes=8)
+    assert RowDiff("k", r, None).delta == -8 and RowDiff("k", None, r).delta == 8 and RowDiff("k", r, r).delta == 0
+    f = Finding("c", "saved_bytes", None, 200, 250, "worse", True, "t")
+    assert f.pct == 25.0 and f.delta == 50 and f.numeric
+    assert Finding("c", "saved_bytes", None, 0, 5, "worse", True, "t").pct is None
+    assert Finding("c", "status", None, "ok", "error", "worse", True, "t").pct is None
+
+
+def test_tolerance_names_and_exactness() -> None:
+    assert str(parse_tolerance("0")) == "0 (exact)" and parse_tolerance("0").exact
+    assert str(parse_tolerance("1 MiB")) == "1.0 MiB" and not parse_tolerance("1 MiB").exact
+    assert str(parse_tolerance("0.5%")) == "0.5%" and not parse_tolerance("0.5%").exact
+
+
+def test_environment_differences_name_the_values_as_given() -> None:
+    from memaudit.judge.baseline import env_differences
+
+    out = env_differences({"device_class": "h200", "torch": "sm-2.1"}, {"device_class": "sm90", "torch": "sm-2.2"})
+    assert "device class differs: baseline h200, current SM90" in out
+    assert "torch version differs: baseline sm-2.1, current sm-2.2" in out
+
+
+def test_baseline_update_says_what_changed_and_what_was_added() -> None:
+    from _reports import REF_BF16, TE_NVFP4, make_case as report_case
+
+    from memaudit.judge.baseline import update_baseline
+
+    base = sample_report()
+    cur = copy_report(base)
+    cur.cases = [c for c in cur.cases if c.id != TE_NVFP4]
+    grown = resize_row(cur, REF_BF16, 0, 64)
+    _, changes = update_baseline(grown, make_report([c for c in base.cases if c.id != TE_NVFP4]))
+    updated = next(c for c in changes if c.action == "updated")
+    assert updated.text().endswith("; changed: rows, totals")
+    skipped = make_report([report_case(TE_NVFP4, status="skipped", reason="needs sm100")])
+    _, added = update_baseline(skipped, None)
+    assert added[0].text() == f"added {TE_NVFP4}; skipped (needs sm100)"
+    ok = make_report([report_case(REF_BF16)])
+    _, added_ok = update_baseline(ok, None)
+    assert added_ok[0].note is None and added_ok[0].text().startswith(f"added {REF_BF16}: saved ")
+
+
+def test_a_case_diff_names_its_target_and_recipe_from_either_side() -> None:
+    from memaudit.judge.baseline import CaseDiff
+
+    case = sample_report().cases[0]
+    for d in (CaseDiff(case.id, case, None), CaseDiff(case.id, None, case), CaseDiff(case.id, case, case)):
+        assert (d.target, d.recipe) == (case.target, case.recipe)
+
+
+# ---- reading and writing reports: messages, modes, streaming -------------------------------------------
+def test_values_in_messages_are_named_or_cut() -> None:
+    from memaudit.report import _short  # the one helper every report message shows a value with
+
+    assert _short(2**64) == "an integer of 65 bits" and _short(2**63) == str(2**63)
+    assert _short("x" * 60) == repr("x" * 58)[:57] + "..." and len(_short("y" * 500)) == 60
+    assert _short("short") == "'short'" and _short(True) == "True"
+
+
+def test_a_5000_digit_number_in_a_report_is_named_not_printed(tmp_path: Path) -> None:
+    d = json.loads(sample_report().to_json())
+    text = json.dumps(d).replace('"saved_bytes": ', '"saved_bytes": 1' + "0" * 1000 + ', "x": ', 1)
+    (tmp_path / "r.json").write_text(text, encoding="utf-8")
+    with pytest.raises(UsageError) as err:
+        load_report(tmp_path / "r.json")
+    assert "an integer of 3322 bits" in str(err.value) and "0000000000" not in str(err.value)
+
+
+def test_the_depth_scan_skips_strings_and_their_escapes() -> None:
+    from memaudit.report import check_depth
+
+    deep = "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1)
+    check_depth('x = "' + deep + '"', "s")  # brackets in a string do not nest
+    check_depth('x = "a\\"' + deep + '"', "s")  # nor after an escaped quote inside it
+    check_depth('x = "a\\\\"\ny = "' + deep + '"', "s")  # an escaped backslash ends before the quote
+    with pytest.raises(UsageError, match=f"nested {MAX_DEPTH + 1} levels deep"):
+        check_depth('x = "a\\\\" ' + deep, "s")
+    check_depth("[" * MAX_DEPTH + "]" * MAX_DEPTH, "s")
+    with pytest.raises(UsageError, match=f"nested {MAX_DEPTH + 1} levels"):
+        check_depth(deep, "s")
+
+
+def test_os_errors_are_named_in_the_oss_words(tmp_path: Path) -> None:
+    from memaudit.report import check_output, read_input
+
+    long = tmp_path / ("z" * 300)
+    with pytest.raises(UsageError, match="cannot read: File name too long"):
+        read_input(long)
+    with pytest.raises(UsageError, match="File name too long|a name in it is 300 bytes"):
+        check_output(long / "x.json", "--json")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    with pytest.raises(UsageError, match="--json: cannot write"):
+        check_output(tmp_path / "loop", "--json")
+    (tmp_path / "bad.txt").write_bytes(b"\xff\xfe")
+    with pytest.raises(UsageError, match="not UTF-8 text"):
+        read_input(tmp_path / "bad.txt")
+
+
+def test_written_files_get_the_usual_mode(tmp_path: Path) -> None:
+    import os
+
+    from memaudit.report import atomic_write_text
+
+    old = os.umask(0o022)
+    try:
+        atomic_write_text(tmp_path / "a.md", "x")
+        os.umask(0o007)
+        atomic_write_text(tmp_path / "b.md", "x")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "a.md").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "b.md").stat().st_mode & 0o777 == 0o660
+
+
+def test_a_lone_surrogate_in_a_key_is_refused_naming_where(tmp_path: Path) -> None:
+    d = json.loads(sample_report().to_json())
+    text = json.dumps(d).replace('"options": {}', '"options": {"a\\udc80": 1}', 1)
+    (tmp_path / "r.json").write_text(text, encoding="utf-8")
+    with pytest.raises(UsageError, match=r"r.json: cases\[.*\]\.options\.a.*: holds a lone surrogate '\\\\udc80'"):
+        load_report(tmp_path / "r.json")
+
+
+def test_a_streamed_report_keeps_text_that_is_not_ascii(tmp_path: Path) -> None:
+    from memaudit.report import write_report, write_report_streaming
+
+    rep = sample_report()
+    rep.cases[2].reason = "braucht sm100 — Blackwell ✓"
+    write_report(rep, tmp_path / "whole.json")
+    assert write_report_streaming(rep, iter(rep.cases), tmp_path / "streamed.json") == len(rep.cases)
+    assert (tmp_path / "streamed.json").read_bytes() == (tmp_path / "whole.json").read_bytes()
+    assert "✓".encode() in (tmp_path / "whole.json").read_bytes()
