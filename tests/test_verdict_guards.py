@@ -451,7 +451,8 @@ def test_environment_differences_name_the_values_as_given() -> None:
 
 
 def test_baseline_update_says_what_changed_and_what_was_added() -> None:
-    from _reports import REF_BF16, TE_NVFP4, make_case as report_case
+    from _reports import REF_BF16, TE_NVFP4
+    from _reports import make_case as report_case
 
     from memaudit.judge.baseline import update_baseline
 
