@@ -560,3 +560,88 @@ def test_a_streamed_report_keeps_text_that_is_not_ascii(tmp_path: Path) -> None:
     assert write_report_streaming(rep, iter(rep.cases), tmp_path / "streamed.json") == len(rep.cases)
     assert (tmp_path / "streamed.json").read_bytes() == (tmp_path / "whole.json").read_bytes()
     assert "✓".encode() in (tmp_path / "whole.json").read_bytes()
+
+
+# ---- the estimator's padding breakdown, against block counts -------------------------------------------
+def _blocks(m: int, k: int, rb: int, cb: int) -> int:
+    """Scaling blocks of ``rb`` x ``cb`` elements that cover an (m, k) tensor: one scale each."""
+    import math
+
+    return math.ceil(m / rb) * math.ceil(k / cb)
+
+
+def _ideal_scale_bytes(recipe: str, m: int, k: int, orientation: str, block_dim: int) -> int:
+    block = {"mxfp8": 32, "nvfp4": 16, "fp8-block": 128}[recipe]
+    item = 4 if recipe == "fp8-block" else 1  # float32 block-FP8 scales; E8M0 / E4M3 bytes otherwise
+    if block_dim == 2:
+        return _blocks(m, k, 128, 128) * item
+    return (_blocks(m, k, 1, block) if orientation == "rowwise" else _blocks(m, k, block, 1)) * item
+
+
+@pytest.mark.parametrize(("recipe", "m", "k"), [("mxfp8", 100, 70), ("nvfp4", 48, 40), ("fp8-block", 300, 130)])
+def test_unpadded_scale_elements_are_one_per_block(recipe: str, m: int, k: int) -> None:
+    from memaudit.te.estimate.shapes import unpadded_scale_elems
+
+    block = {"mxfp8": 32, "nvfp4": 16, "fp8-block": 128}[recipe]
+    cells = [(i, j) for i in range(m) for j in range(k)]
+    assert unpadded_scale_elems(recipe, m, k, False) == len({(i, j // block) for i, j in cells})
+    assert unpadded_scale_elems(recipe, m, k, True) == len({(i // block, j) for i, j in cells})
+    if recipe == "fp8-block":
+        assert unpadded_scale_elems(recipe, m, k, True, block_dim=2) == len({(i // 128, j // 128) for i, j in cells})
+        assert unpadded_scale_elems(recipe, m, k, False, block_dim=2) == len({(i // 128, j // 128) for i, j in cells})
+
+
+def test_grouped_block_fp8_scales_carry_the_2d_columnwise_slack() -> None:
+    """quantizer.cpp (te-internals §5.2): block-FP8 grouped scales from the totals, plus
+    ceil(K/128)*4*(G-1) float32 elements for 2-D columnwise scales."""
+    from memaudit.te.estimate.shapes import grouped_buffers_cpp
+
+    t, k = 4096, 1000
+    for g, slack in ((1, 0), (4, 8 * 4 * 3)):
+        got = grouped_buffers_cpp("fp8-block", t, k, g, block_dim=2)
+        assert got["scale_inv"] == (32 * 8, "float32")  # (ceil(T/128), roundup(ceil(K/128), 4))
+        assert got["columnwise_scale_inv"] == (8 * 32 + slack, "float32")  # (ceil(K/128), roundup(ceil(T/128), 4))
+    one_d = grouped_buffers_cpp("fp8-block", t, k, 4, block_dim=1)
+    assert one_d["scale_inv"] == (8 * 4096, "float32") and one_d["columnwise_scale_inv"] == (32 * 1000, "float32")
+    rect = grouped_buffers_cpp("mxfp8", 256, 64, 2)
+    assert rect["scale_inv"] == (256 * 4, "uint8") and rect["columnwise_scale_inv"] == (8 * 128, "uint8")
+
+
+@pytest.mark.parametrize("recipe", ["mxfp8", "nvfp4", "fp8-block"])
+@pytest.mark.parametrize("path", ["unfused-split", "unfused-grouped", "fused"])
+@pytest.mark.parametrize("groups", [1, 4])
+def test_the_padding_an_estimate_reports_is_what_scale_blocks_leave_over(recipe: str, path: str, groups: int) -> None:
+    from memaudit.te.estimate import estimate_config, resolve
+
+    tokens, hidden, ffn = 2048, 192, 320
+    for arch in ("sm100", "sm90"):
+        try:
+            c = resolve(recipe, tokens, hidden, ffn, groups, path=path, arch=arch)
+            break
+        except UsageError:
+            continue
+    else:
+        pytest.skip(f"{recipe} has no {path} path")
+    case = estimate_config(c)
+    dims = {"fc1.input": (None, hidden), "fc2.input": (None, ffn), "fc1.weight": (2 * ffn, hidden), "fc2.weight": (hidden, ffn)}
+    expected_ideal, entries = 0, {}
+    for r in case.rows:
+        ideal = r.bytes
+        if r.kind == "scale_inv" and r.operand and r.slot and "scale_inv" in r.slot:
+            base = r.operand.split("[")[0]
+            n, k = dims[base]
+            two_d = recipe == "fp8-block" and ".weight" in base
+            if n is not None:
+                ideal = _ideal_scale_bytes(recipe, n, k, r.orientation, 2 if two_d else 1)
+            elif r.group is not None:
+                ideal = _ideal_scale_bytes(recipe, c.splits[r.group], k, r.orientation, 1)
+            else:
+                ideal = sum(_ideal_scale_bytes(recipe, m, k, r.orientation, 1) for m in c.splits)
+            if ideal != r.bytes:
+                entries[r.index] = (ideal, r.bytes)
+        expected_ideal += ideal
+    pad = case.path["padding"]
+    assert pad["padded_bytes"] == sum(r.bytes for r in case.rows)
+    assert pad["ideal_bytes"] == expected_ideal
+    assert {e["index"]: (e["ideal_bytes"], e["padded_bytes"]) for e in pad["rows"]} == entries
+    assert entries  # these shapes pad: the check has something to check
