@@ -342,8 +342,16 @@ def trace(cache: Path) -> Path:
 
 
 def tests_of(mapping: dict[str, Any], m: Mutant) -> list[str]:
-    want = [m.module, m.code_line]
-    tests = [t for t, funcs in mapping["tests"].items() if want in funcs]
+    """The tests that call the mutant's function; where none does (it runs at import or collection
+    time, or once per process behind a cache), those of its outermost function, else every test
+    that calls any function of its module. Fastest first, so that a killed mutant stops early."""
+    tests: list[str] = []
+    for want in ([m.module, m.code_line], [m.module, m.outer_line]):
+        tests = [t for t, funcs in mapping["tests"].items() if want in funcs]
+        if tests:
+            break
+    else:
+        tests = [t for t, funcs in mapping["tests"].items() if any(f == m.module for f, _ in funcs)]
     return sorted(tests, key=lambda t: mapping["durations"].get(t, 0.0))
 
 

@@ -860,8 +860,9 @@ def validate_report(d: Any, *, source: str = "<report>") -> Report:
     seen: dict[str, int] = {}
     with gc_paused():
         for i, c in enumerate(cases):
+            cid = c.get("id") if isinstance(c, dict) else None
             case = validate_case(c, source=source, schema=schema,
-                                 where=None if isinstance(c, dict) and isinstance(c.get("id"), str) else f"cases[{i}]")
+                                 where=None if isinstance(cid, str) and 0 < len(cid) <= 200 else f"cases[{i}]")
             if case.id in seen:
                 raise UsageError(f"case id {case.id!r} appears twice (cases[{seen[case.id]}] and cases[{i}]): ids must be unique",
                                  source=source, key=f"cases[{i}].id")

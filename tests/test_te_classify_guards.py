@@ -197,15 +197,18 @@ def test_annotate_names_a_containers_buffers_with_its_role() -> None:
     rows += [_row(6 + j, container_index=5, saved_as="saved_tensors[5]") for j in range(2)]
     rows.append(_row(8, saved_as="saved_tensors[6]"))
     rows.append(_row(9, op="OtherBackward0", saved_as="saved_tensors[5]"))
-    cap = SimpleNamespace(walk_nodes=[node], walk_row_nodes={i: 7 for i in range(9)})
+    # the node holds the container row (and the others), not the buffers: they are reached through it
+    cap = SimpleNamespace(walk_nodes=[node], walk_row_nodes={i: 7 for i in (0, 1, 2, 3, 4, 5, 8)})
     out = tec.TEClassifier().annotate(rows, cap)  # type: ignore[arg-type]
     assert [r.operand for r in out[5:8]] == ["fc1.input"] * 3  # the container and both of its buffers
     assert out[8].operand == "fc1.weight" and out[9].operand is None
-    # label_fuser_rows without the children map finds the same buffers by a scan
+    # without the children map, the container's buffers are found by a scan; a plain row names only itself
     again = [_row(i) for i in range(5)] + [_row(5, "container", saved_as="saved_tensors[5]")]
     again += [_row(6 + j, container_index=5, saved_as="saved_tensors[5]") for j in range(2)]
-    tec.label_fuser_rows(node, again)
-    assert [r.operand for r in again[5:]] == ["fc1.input"] * 3
+    again.append(_row(8, container_index=None, saved_as="saved_tensors[6]"))
+    tec.label_fuser_rows(node, again, mine=[5, 8])
+    assert [r.operand for r in again[5:8]] == ["fc1.input"] * 3 and again[8].operand == "fc1.weight"
+    assert all(r.operand is None for r in again[:5])  # not held by the node here: left alone
 
 
 def test_unfused_roles_with_a_scale_bias_and_weights_per_group() -> None:
@@ -223,3 +226,34 @@ def test_unfused_roles_with_a_scale_bias_and_weights_per_group() -> None:
     single = GroupedLinear(num_groups=2, single_grouped_weight=True, _scale_bias=False)
     assert [tec._unfused_role(single, grouped, "fc2", k) for k in (5, 6)] == [("fc2.input", None), ("fc2.weight", None)]
     assert summary is not None
+
+
+def test_an_unknown_buffer_of_a_tensor_saved_whole_is_warned_in_the_capture() -> None:
+    """A QuantizedTensor subclass with a buffer memaudit does not know, saved whole: its row is kind
+    'tensor' and the case says so (the warning reaches the capture that is running)."""
+    from transformer_engine.pytorch.tensor.mxfp8_tensor import MXFP8Quantizer, MXFP8Tensor
+
+    class NovelMXFP8Tensor(MXFP8Tensor):
+        pass
+
+    NovelMXFP8Tensor._INNER_TENSORS = (*MXFP8Tensor._INNER_TENSORS, ("_novel", None))
+    t = MXFP8Quantizer(E4M3).make_empty((64, 32), dtype=torch.bfloat16, device="cpu")
+    t.__class__ = NovelMXFP8Tensor
+    t._novel = torch.empty(3)
+
+    class SaveWhole(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: torch.Tensor, obj: torch.Tensor) -> torch.Tensor:
+            ctx.save_for_backward(obj)
+            return x * 2
+
+        @staticmethod
+        def backward(ctx: Any, g: torch.Tensor) -> tuple[Any, ...]:
+            return g, None
+
+    x = torch.randn(2, requires_grad=True)
+    with capture() as cap:
+        y = SaveWhole.apply(x, t)
+    case = cap.report(outputs=y)
+    assert [(r.slot, r.kind) for r in case.rows][-1] == ("_novel", "tensor")
+    assert case.warnings == ["unknown TE buffer NovelMXFP8Tensor._novel: classified as kind 'tensor'"]

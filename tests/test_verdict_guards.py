@@ -645,3 +645,140 @@ def test_the_padding_an_estimate_reports_is_what_scale_blocks_leave_over(recipe:
     assert pad["ideal_bytes"] == expected_ideal
     assert {e["index"]: (e["ideal_bytes"], e["padded_bytes"]) for e in pad["rows"]} == entries
     assert entries  # these shapes pad: the check has something to check
+
+
+# ---- more guards from the second mutation run ----------------------------------------------------------
+def test_row_notes_name_every_flag() -> None:
+    r = Row(index=0, kind="tensor", format="bf16", shape=[1], dtype="bfloat16", bytes=2, is_parameter=True, via="ctx",
+            resides="host", aliases_output=True, duplicate_of=3, container_index=1, note="kept as a cpu copy")
+    assert r.notes() == ["param", "ctx", "host", "output", "dup of #3", "in #1", "kept as a cpu copy"]
+    assert Row(index=0, kind="tensor", format="bf16", shape=[1], dtype="bfloat16", bytes=2).notes() == []
+
+
+def test_report_errors_name_the_exact_key(tmp_path: Path) -> None:
+    d = json.loads(sample_report().to_json())
+    cid = d["cases"][0]["id"]
+    cases = {
+        "missing": (lambda x: x["cases"][0]["rows"][1].pop("bytes"), rf"cases\[{cid}\]\.rows\[1\]: missing key\(s\) bytes$"),
+        "unknown": (lambda x: x["cases"][0]["totals"].update(bonus=1), rf"cases\[{cid}\]\.totals: unknown key\(s\) bonus$"),
+        "budget row": (lambda x: x["cases"][0].update(budgets=[{"rule": "r", "kind": "count", "verdict": "pass", "expected": "",
+                                                                 "actual": "", "select": "", "message": "", "rows": [0, -1]}]),
+                       rf"cases\[{cid}\]\.budgets\[0\]\.rows\[1\]: input should be greater than or equal to 0, got -1$"),
+        "long id": (lambda x: x["cases"][0].update(id="r" * 300, status=7), r"cases\[0\]\.status: "),
+    }
+    for name, (mutate, pattern) in cases.items():
+        x = json.loads(json.dumps(d))
+        mutate(x)
+        (tmp_path / "r.json").write_text(json.dumps(x), encoding="utf-8")
+        with pytest.raises(UsageError, match=pattern):
+            load_report(tmp_path / "r.json")
+        assert name
+
+
+def test_closing_brackets_count_once() -> None:
+    from memaudit.report import check_depth
+
+    with pytest.raises(UsageError, match=f"nested {MAX_DEPTH + 1} levels"):
+        check_depth("[[]][[]]" + "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1), "s")
+
+
+def test_check_output_says_where_a_write_goes_and_why_the_os_refuses(tmp_path: Path) -> None:
+    from memaudit.report import check_output
+
+    (tmp_path / "real.md").write_text("x", encoding="utf-8")
+    (tmp_path / "link.md").symlink_to(tmp_path / "real.md")
+    assert check_output(tmp_path / "link.md", "--markdown") == tmp_path / "real.md"
+    assert check_output(tmp_path / "new.md", "--markdown") == tmp_path / "new.md"
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    with pytest.raises(UsageError, match="Symlink loop|Too many levels of symbolic links"):
+        check_output(tmp_path / "loop", "--json")
+
+
+def test_two_outputs_that_are_hard_links_of_one_file_are_refused(tmp_path: Path) -> None:
+    import os
+
+    from memaudit.report import check_outputs
+
+    (tmp_path / "a.md").write_text("x", encoding="utf-8")
+    os.link(tmp_path / "a.md", tmp_path / "b.md")
+    with pytest.raises(UsageError, match="is also given to --markdown"):
+        check_outputs({"--markdown": tmp_path / "a.md", "--benchmark-json": tmp_path / "b.md"})
+    check_outputs({"--markdown": tmp_path / "a.md", "--benchmark-json": tmp_path / "c.md"})
+
+
+def test_a_count_per_operand_says_which_rows_it_did_not_match_on_a_line_of_its_own() -> None:
+    case = _bucket_case()
+    v = evaluate_rule(rule(Count(">=", 2, per="operand"), Selection(operand=("fc1.input",), orientation=("rowwise",))), case)
+    assert "failing: fc1.input: 1\nrows of those operands that the selection did not match:" in v.message
+
+
+def test_per_group_buckets_are_in_group_order_for_many_groups() -> None:
+    """Groups 1 and 8 of a 9-group case: a set of them iterates 8 first; the buckets must not."""
+    b = Rows()
+    for g in (8, 1, 8):
+        b.add("fc1.input", "data", "fp8", [8], "uint8", 8, group=g)
+    case = make_case("fp8-current", 9, b.rows, tokens=9 * 16)
+    v = evaluate_rule(rule(Count("==", 99, per="group"), Selection(operand=("fc1.input",))), case)
+    assert v.actual == "group 1: 1, group 8: 2"
+    og = evaluate_rule(rule(Count("==", 99, per="operand,group"), Selection(operand=("fc1.input",))), case)
+    assert og.actual == "fc1.input[1]: 1, fc1.input[8]: 2"
+
+
+def test_a_short_path_is_normalised() -> None:
+    from memaudit.capture.recorder import short_path
+
+    assert short_path("./tests/test_verdict_guards.py") == "tests/test_verdict_guards.py"
+    assert short_path("<string>") == "<string>"
+    assert short_path(str(ROOT / "tests" / "conftest.py")) == "tests/conftest.py"
+
+
+def test_the_hook_pair_of_a_capture() -> None:
+    import torch
+
+    from memaudit.capture import capture
+
+    with capture() as cap:
+        pack, unpack = cap.hook_pair
+        x = torch.randn(3)
+        assert unpack(pack(x)) is x
+    with pytest.raises(RuntimeError, match="needs a capture active in this thread"):
+        cap.hook_pair  # noqa: B018
+
+
+def test_a_selection_describes_every_field() -> None:
+    sel = Selection(operand=("fc1.*",), kind=("data", "scale_inv"), orientation=("none",), format=("fp8",), container=("F*",),
+                    slot=("_data",), group=(0, 2), is_parameter=False, duplicate=True)
+    assert sel.describe() == ("operand=fc1.*, kind=data|scale_inv, orientation=none, format=fp8, container=F*, slot=_data, "
+                              "group=0|2, is_parameter=false, duplicate=true")
+    assert Selection(group="nonempty").describe() == "group=nonempty" and Selection().describe() == "all rows"
+
+
+def test_a_group_with_one_token_is_not_empty() -> None:
+    from memaudit.judge.rules import nonempty_groups
+
+    case = fp8_case("fp8-current", 4)
+    case.spec = case.spec.replace(splits=(1, 0, 16, 0))
+    assert nonempty_groups(case) == frozenset({0, 2})
+    case.spec = case.spec.replace(splits=())
+    assert nonempty_groups(case) is None
+
+
+def test_power_and_modulo_are_refused_where_they_stand() -> None:
+    with pytest.raises(UsageError, match=re_escape("'**' at column 8 of 'tokens ** 2' is not allowed (use a unit such as MiB")):
+        ByteExpr.parse("tokens ** 2", source="s", key="k")
+    with pytest.raises(UsageError) as err:
+        ByteExpr.parse("tokens % 2", source="s", key="k")
+    assert "'%' at column 8 of 'tokens % 2' is not allowed (a byte expression has" in str(err.value)
+
+
+def test_a_fused_flag_on_one_side_only_names_both_sides() -> None:
+    from _reports import TE_BF16
+
+    base = sample_report()
+    cur = copy_report(base)
+    cur.case(TE_BF16).path = None
+    f = next(f for f in compare_reports(base, cur).failures if f.metric == "path.fused")
+    assert "(the current case has none; baseline false, current none)" in f.text
+    back = compare_reports(cur, base)
+    g = next(f for f in back.cases if f.id == TE_BF16).findings[0]
+    assert "(the baseline case has none; baseline none, current false)" in g.text and g.failing
