@@ -626,7 +626,8 @@ def markdown(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "A survivor is either equivalent (explained below, counted out) or a test gap. "
         f"Goal: at least {GOAL:.0%} of the non-equivalent mutants of every module killed.",
         "",
-        f"Run: {meta['when']}, {meta['seconds']:.0f} s on {meta['cpus']} cores.",
+        f"Run: {meta['when']}, {meta['seconds']:.0f} s on {meta['cpus']} cores"
+        + (f" ({meta['rerun']} survivors of the full run run again after new tests, with a fresh trace)." if meta.get("rerun") else "."),
         "",
         "| module | sampled | killed | survived | equivalent | no test runs it | score | goal met |",
         "|---|---:|---:|---:|---:|---:|---:|---|",
@@ -673,6 +674,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="the results (JSON)")
     ap.add_argument("--md", type=Path, help="the summary (markdown)")
     ap.add_argument("--list", action="store_true", help="print the sampled mutants and exit")
+    ap.add_argument("--merge", type=Path, help="an earlier run's JSON: its results stand, except the mutants run now")
     ap.add_argument("--isolated", action="store_true", help="a fresh pytest process per mutant (slower; the default forks a warm one)")
     ap.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -713,6 +715,12 @@ def main(argv: list[str] | None = None) -> int:
               f" ({r.get('tests', 0)} tests, {r.get('seconds', 0)} s)", flush=True)
     meta = {"per_module": args.per_module, "seed": args.seed, "candidates": candidates, "seconds": time.perf_counter() - start,
             "cpus": os.cpu_count(), "when": time.strftime("%Y-%m-%d")}
+    if args.merge:
+        earlier = json.loads(args.merge.read_text(encoding="utf-8"))
+        now = {r["key"]: r for r in results}
+        results = [now.pop(r["key"], r) for r in earlier["mutants"]] + list(now.values())
+        meta = {**earlier["meta"], "seconds": earlier["meta"]["seconds"] + meta["seconds"],
+                "rerun": earlier["meta"].get("rerun", 0) + len(sample)}
     notes = load_notes()
     if args.out:
         args.out.write_text(json.dumps({"meta": meta, "summary": summarize(results, notes), "mutants": results}, indent=1) + "\n",

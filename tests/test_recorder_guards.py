@@ -73,3 +73,88 @@ def test_a_labelled_view_of_a_weight_is_parameter_memory() -> None:
     assert sorted(r.bytes for r in in_w) == [32, 256] and all(r.is_parameter for r in in_w)
     assert case.totals.parameter_bytes == 256
     assert case.totals.saved_bytes == case.totals.physical_bytes - 256
+
+
+@pytest.mark.parametrize(("depth", "resides"), [(1, "device"), (4, "device"), (5, "unknown")])  # the tensor inside depth-1 containers
+def test_a_pairs_payload_is_searched_three_levels_deep(depth: int, resides: str) -> None:
+    """What a user pair keeps is looked for in lists, tuples and dicts up to three levels down; deeper,
+    memaudit cannot tell where the tensor lives and says so."""
+    def wrap(t: torch.Tensor) -> object:
+        x: object = t.clone()
+        for level in range(depth - 1):
+            x = [x] if level % 2 else {"k": x}
+        return x
+
+    def unwrap(x: object) -> torch.Tensor:
+        while not isinstance(x, torch.Tensor):
+            x = x[0] if isinstance(x, list) else x["k"]  # type: ignore[index]
+        return x
+
+    a = torch.randn(5, requires_grad=True)
+    with capture() as cap, torch.autograd.graph.saved_tensors_hooks(wrap, unwrap):
+        y = a.sin()
+    case = cap.report(outputs=y)
+    assert {r.resides for r in case.rows} == {resides}
+    assert case.complete is (resides != "unknown")
+
+
+def test_buffers_of_a_container_that_is_not_a_parameter_stay_saved_memory() -> None:
+    """A wrapper subclass saved whole (a container row and its buffers): nothing in it is a parameter."""
+    from torch.utils._python_dispatch import return_and_correct_aliasing  # noqa: F401 - needs the dispatch utilities
+
+    class Pair(torch.Tensor):
+        @staticmethod
+        def __new__(cls, a: torch.Tensor, b: torch.Tensor) -> Pair:
+            return torch.Tensor._make_wrapper_subclass(cls, a.shape, dtype=a.dtype, device=a.device)
+
+        def __init__(self, a: torch.Tensor, b: torch.Tensor) -> None:
+            self.a, self.b = a, b
+
+        def __tensor_flatten__(self) -> tuple[list[str], None]:
+            return ["a", "b"], None
+
+        @classmethod
+        def __torch_dispatch__(cls, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN206
+            def unwrap(x: object) -> object:
+                return x.a if isinstance(x, Pair) else x
+            return func(*[unwrap(a) for a in args], **(kwargs or {}))
+
+    class SaveWhole(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, obj):  # noqa: ANN001, ANN205
+            ctx.save_for_backward(obj)
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):  # noqa: ANN001, ANN205
+            return g, None
+
+    p = Pair(torch.randn(4), torch.randn(4))
+    x = torch.randn(2, requires_grad=True)
+    with capture() as cap:
+        y = SaveWhole.apply(x, p)
+    case = cap.report(outputs=y)
+    assert [r.kind for r in case.rows] == ["container", "tensor", "tensor"]
+    assert not any(r.is_parameter for r in case.rows)
+    assert case.totals.saved_bytes == case.totals.physical_bytes == 32
+
+
+def test_the_allocator_check_is_given_every_device_storage_the_rows_name() -> None:
+    seen: list[dict] = []
+
+    class Recorder:
+        def result(self, storages: dict, outputs: object) -> dict:
+            seen.append(storages)
+            return {"hidden_bytes": 0}
+
+        def stop(self) -> None:
+            pass
+
+    a = torch.randn(6, requires_grad=True)
+    with capture() as cap:
+        cap._allocator = Recorder()
+        y = (a * 2).sin()
+    case = cap.report(outputs=y)
+    assert case.allocator == {"hidden_bytes": 0}
+    assert sorted(n for _, n in seen[0].values()) == sorted({r.storage: r.storage_bytes for r in case.rows if r.storage}.values())
+    assert len(seen[0]) == len({r.storage for r in case.rows if r.storage})
