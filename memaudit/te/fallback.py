@@ -1,9 +1,10 @@
 """The best available answer for a grouped-MLP case that cannot run on real kernels here.
 
 ``memaudit run --recipe nvfp4`` on a machine without Blackwell: TE's real forward with emulated
-kernels where TE and a CUDA device are present (``--kernels emulated --arch sm100``: TE's own
-Python decides what is saved), else TE 2.20.2's layout rules (``memaudit estimate``). Each
-answer is labelled (``execution``) and comes with the command that gives it on its own.
+kernels wherever TE is installed (``--kernels emulated --arch sm100``: TE's own Python decides what
+is saved; on a GPU, or with no GPU on fake CUDA, :mod:`memaudit.te.emulate.host`), else TE 2.20.2's
+layout rules (``memaudit estimate``): without TE, or on a CPU-only torch build. Each answer is
+labelled (``execution``) and comes with the command that gives it on its own.
 """
 
 from __future__ import annotations
@@ -43,16 +44,15 @@ def emulate_command(spec: CaseSpec) -> str:
 
 
 def can_emulate() -> str | None:
-    """None where TE's real forward can run with emulated kernels here, else why not."""
+    """None where TE's real forward can run with emulated kernels here (on a GPU, or with no GPU on
+    fake CUDA: torch's CUDA build), else why not."""
     import importlib.util
 
-    import torch
+    from memaudit.te.emulate.host import unavailable
 
-    if not torch.cuda.is_available():
-        return "no CUDA device (TE's forward uses CUDA outside its kernels)"
     if importlib.util.find_spec("transformer_engine") is None:
         return "TransformerEngine is not installed"
-    return None
+    return unavailable()
 
 
 def _emulated(spec: CaseSpec, reason: str, flags: dict[str, Any], backward: bool) -> Fallback | None:
@@ -101,8 +101,14 @@ def _estimated(spec: CaseSpec, reason: str) -> Fallback | None:
         case = estimate(espec)
     except UsageError:
         return None  # a configuration TE would reject: the case stays skipped with its reason
-    better = ("with TE and any CUDA GPU, TE's real forward with emulated kernels: "
-              + emulate_command(espec.replace(device="cuda")))
+    why = can_emulate()
+    command = emulate_command(espec.replace(device="cuda"))
+    if why is None:
+        better = f"TE's real forward with emulated kernels: {command}"
+    elif why == "TransformerEngine is not installed":
+        better = f"with TE installed (a GPU is not needed), TE's real forward with emulated kernels: {command}"
+    else:
+        better = f"TE's real forward with emulated kernels cannot run here ({why}); where it can: {command}"
     return Fallback("estimated", reason, estimate_command(espec), lambda: case, better)
 
 

@@ -127,6 +127,13 @@ def _fusions(gm: Any, log: EmulationLog) -> Iterator[None]:
                 table.remove(func)
 
 
+def import_te_modules() -> None:
+    """Import the TE modules :func:`emulation` patches (a process that forks cases imports them once)."""
+    import transformer_engine.pytorch.ops.fused.grouped_mlp  # noqa: F401
+    import transformer_engine.pytorch.tensor.nvfp4_tensor  # noqa: F401
+    import transformer_engine.pytorch.utils  # noqa: F401
+
+
 @contextmanager
 def emulation(
     machine: Machine,

@@ -82,8 +82,10 @@ class EmulatedRun:
         """The case's label: machine, the stand-ins and real kernels its forward called."""
         log = self.log
         kernels: Any = log.kernels if log is not None else None
+        from memaudit.te.emulate.host import name
+
         return Emulation(
-            machine={**self.machine.describe(), "kernels": self.kernels},
+            machine={**self.machine.describe(), "kernels": self.kernels, "host": name()},
             standins=sorted(kernels.standins) if kernels else [],
             real=sorted(kernels.real) if kernels else [],
             fusions=list(log.fusions) if log is not None else [],
