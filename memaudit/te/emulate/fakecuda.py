@@ -21,6 +21,7 @@ process of its own (:mod:`memaudit.te.emulate.host`).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import types
 import warnings
@@ -63,6 +64,9 @@ PATCHES = (
           "cpp_extensions/gemm.py:43 get_cublas_workspace_size_bytes"),
     Patch("current_stream", "torch.cuda.current_stream() -> a stream stub (cuda_stream 0)",
           "TE ops/fused/grouped_mlp.py:1508 (the fused op hands it to the cuDNN-frontend stand-in)"),
+    Patch("streams", "torch.cuda.Stream, Event and stream(): stubs with nothing to order (no device work)",
+          "TE's CPU offload only (cpu_offload.py:76-77, 287-312, 351-357, 397-398, 441, 509); the grouped MLP's "
+          "forward makes none"),
     Patch("is_current_stream_capturing", "torch.cuda.is_current_stream_capturing() -> False",
           "TE quantization.py:594 FP8GlobalStateManager.fp8_graph_capturing (from ops/op.py:440, every quantized forward)"),
     Patch("sign_mask", "NVFP4's RHT sign mask: TE's own get_sign_from_vector on the vector's CPU value",
@@ -131,9 +135,13 @@ def unavailable() -> str | None:
     return None
 
 
-def _te_frame() -> tuple[str, int, str] | None:
-    """(path under transformer_engine/, line, function) of the innermost TE frame calling now."""
-    f: Any = sys._getframe(2)
+Frame = tuple[str, int, str]
+"""(file, line, function) of a Python frame; a TE file as its path under ``transformer_engine/``."""
+
+
+def _te_frame() -> Frame | None:
+    """The innermost TE frame calling now."""
+    f: Any = sys._getframe(1)
     while f is not None:
         name = f.f_code.co_filename
         at = name.rfind("/transformer_engine/")
@@ -143,16 +151,35 @@ def _te_frame() -> tuple[str, int, str] | None:
     return None
 
 
-def _site_text(frame: tuple[str, int, str] | None) -> str:
-    return "outside TE" if frame is None else f"transformer_engine/{frame[0]}:{frame[1]} ({frame[2]})"
+def _reader() -> Frame | None:
+    """The innermost frame calling now outside torch and this module (who read the value)."""
+    f: Any = sys._getframe(1)
+    while f is not None:
+        name = f.f_code.co_filename
+        if name != __file__ and "/torch/" not in name and not name.startswith("<"):
+            at = name.rfind("/transformer_engine/")
+            return (name[at + len("/transformer_engine/"):] if at >= 0 else name), f.f_lineno, f.f_code.co_name
+        f = f.f_back
+    return None
+
+
+def _where(frame: Frame | None) -> str:
+    if frame is None:
+        return "an unknown place"
+    te = not frame[0].startswith("/")
+    return f"{'transformer_engine/' if te else ''}{frame[0]}:{frame[1]} ({frame[2]})"
 
 
 def _known_sites() -> str:
     return "; ".join(f"{s.file.rsplit('/', 1)[-1]}:{s.line} {s.what}" for s in VALUE_SITES)
 
 
-def unknown_read(frame: tuple[str, int, str] | None, why: str) -> UnknownValueRead:
-    return UnknownValueRead(f"TE read a tensor's value at {_site_text(frame)}: {why}; with no GPU tensors hold no values, "
+def unknown_read(why: str) -> UnknownValueRead:
+    """The error for a value read memaudit cannot answer, naming who read it (and TE's frame)."""
+    reader, te = _reader(), _te_frame()
+    where = _where(reader) + ("" if te is None or (reader is not None and reader[0] == te[0] and reader[1] == te[1])
+                              else f", called from {_where(te)}")
+    return UnknownValueRead(f"a tensor's value was read at {where}: {why}; with no GPU tensors hold no values, "
                             f"and memaudit knows them only at {_known_sites()}")
 
 
@@ -200,13 +227,13 @@ class FakeCudaMode(FakeTensorMode):
         return found
 
     def _read(self, func: Any, t: Any) -> Any:
-        frame = _te_frame()
+        frame = _reader()
         site = next((s for s in VALUE_SITES if frame is not None and frame[0] == s.file and frame[2] == s.function), None)
         value = self.value_of(t)
         if site is None:
-            raise unknown_read(frame, f"{func} is not a read memaudit knows")
+            raise unknown_read(f"{func} is not a read memaudit knows")
         if value is None:
-            raise unknown_read(frame, f"{func} of a tensor whose value is not known")
+            raise unknown_read(f"{func} of a tensor whose value is not known")
         key = f"{site.file}:{site.line}"
         self.reads[key] = self.reads.get(key, 0) + 1
         return value.item()
@@ -217,7 +244,7 @@ class FakeCudaMode(FakeTensorMode):
         try:
             out = super().__torch_dispatch__(func, types, args, kwargs or {})
         except (DataDependentOutputException, DynamicOutputShapeException) as exc:
-            raise unknown_read(_te_frame(), f"{func} needs the values ({type(exc).__name__})") from None
+            raise unknown_read(f"{func} needs the values ({type(exc).__name__})") from None
         if func in _VALUE_OPS:
             self._carry(func, args, kwargs or {}, out)
         elif self.values and self._written(func):
@@ -253,11 +280,16 @@ class FakeCudaMode(FakeTensorMode):
 
 
 class _Stream:
-    """What ``torch.cuda.current_stream()`` answers: TE reads ``cuda_stream`` (grouped_mlp.py:1508)."""
+    """A stream with nothing to order: ``torch.cuda.current_stream()`` and ``torch.cuda.Stream()``.
+    TE reads ``cuda_stream`` (grouped_mlp.py:1508); its CPU offload makes streams and waits on them
+    (cpu_offload.py:287, 324, 351, 441, 509)."""
 
     cuda_stream = 0
     device_index = 0
     device = torch.device("cuda", 0)
+
+    def __init__(self, device: Any = None, priority: int = 0, **kwargs: Any) -> None:
+        return None
 
     def synchronize(self) -> None:
         return None
@@ -267,6 +299,32 @@ class _Stream:
 
     def wait_event(self, event: Any) -> None:
         return None
+
+    def record_event(self, event: Any = None) -> Any:
+        return event if event is not None else _Event()
+
+    def query(self) -> bool:
+        return True
+
+
+class _Event:
+    """``torch.cuda.Event()``: TE's CPU offload records and waits on events (cpu_offload.py:76-77,
+    311-312, 356-357, 397-398); with no device work there is nothing to wait for."""
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
+        return None
+
+    def record(self, stream: Any = None) -> None:
+        return None
+
+    def wait(self, stream: Any = None) -> None:
+        return None
+
+    def synchronize(self) -> None:
+        return None
+
+    def query(self) -> bool:
+        return True
 
 
 def device_properties(arch: str) -> types.SimpleNamespace:
@@ -299,7 +357,7 @@ def _set(owner: Any, name: str, value: Any) -> Iterator[None]:
 
 @contextmanager
 def cuda_answers(arch: str) -> Iterator[None]:
-    """The four ``torch.cuda`` answers of :data:`PATCHES` for the block (no fake tensors)."""
+    """The ``torch.cuda`` answers of :data:`PATCHES` for the block (no fake tensors)."""
     import torch.cuda.graphs as graphs
 
     props = device_properties(arch)
@@ -307,6 +365,9 @@ def cuda_answers(arch: str) -> Iterator[None]:
         stack.enter_context(_set(torch.cuda, "current_device", lambda: 0))
         stack.enter_context(_set(torch.cuda, "get_device_properties", lambda device=None: props))
         stack.enter_context(_set(torch.cuda, "current_stream", lambda device=None: _Stream()))
+        stack.enter_context(_set(torch.cuda, "Stream", _Stream))
+        stack.enter_context(_set(torch.cuda, "Event", _Event))
+        stack.enter_context(_set(torch.cuda, "stream", lambda stream=None: contextlib.nullcontext()))
         stack.enter_context(_set(torch.cuda, "is_current_stream_capturing", lambda: False))
         stack.enter_context(_set(graphs, "is_current_stream_capturing", lambda: False))
         yield
@@ -328,7 +389,7 @@ def fake_cuda(arch: str) -> Iterator[FakeCudaMode]:
         """TE's own function on the vector's CPU value (nvfp4_tensor.py:45-46)."""
         value = mode.value_of(vector)
         if value is None:
-            raise unknown_read(_te_frame(), "the RHT sign vector's value is not known")
+            raise unknown_read("the RHT sign vector's value is not known")
         with unset_fake_temporarily():
             mask = original_sign(value)
         mode.reads[sign_site] = mode.reads.get(sign_site, 0) + 1

@@ -79,15 +79,14 @@ class ChildFailed(RuntimeError):
     """The child process that ran a case ended without a report."""
 
 
-def _child(arch: str, fn: Callable[[], list[CaseReport]], out: int) -> None:
+def _child(arch: str, fn: Callable[[], Any], out: int) -> None:
     code = 0
     try:
         import torch
 
         torch.set_num_threads(1)  # values it computes are a few integers; no thread pool after fork
         with fakecuda.fake_cuda(arch):
-            cases = fn()
-        payload = {"cases": [c.to_dict() for c in cases]}
+            payload = {"result": fn()}
     except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
         payload = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
         code = 1
@@ -102,11 +101,12 @@ def _child(arch: str, fn: Callable[[], list[CaseReport]], out: int) -> None:
         os._exit(code)
 
 
-def run_in_child(arch: str, fn: Callable[[], list[CaseReport]]) -> list[CaseReport]:
-    """``fn()`` in a child process forked from this one, on fake CUDA for ``arch``; its cases.
+def call_in_child(arch: str, fn: Callable[[], Any]) -> Any:
+    """``fn()`` in a child process forked from this one, on fake CUDA for ``arch``; its result,
+    which must be JSON data.
 
-    Raises :class:`ChildFailed` when the child raised outside ``fn``'s own error handling or
-    died (a signal, an abort in C++), naming what ended it."""
+    Raises :class:`ChildFailed` when ``fn`` raised or the child died (a signal, an abort in C++),
+    naming what ended it."""
     sys.stdout.flush()
     sys.stderr.flush()
     read, write = os.pipe()
@@ -136,8 +136,13 @@ def run_in_child(arch: str, fn: Callable[[], list[CaseReport]]) -> list[CaseRepo
         payload: dict[str, Any] = json.loads(data) if data else {}
     except json.JSONDecodeError:
         payload = {}
-    if "cases" in payload:
-        return [CaseReport.from_dict(d) for d in payload["cases"]]
+    if "result" in payload:
+        return payload["result"]
     if "error" in payload:
         raise ChildFailed(f"in the fake-CUDA child process: {payload['error']}\n{payload.get('traceback', '')}")
-    raise ChildFailed(f"the fake-CUDA child process exited with status {os.WEXITSTATUS(status)} and no report")
+    raise ChildFailed(f"the fake-CUDA child process exited with status {os.WEXITSTATUS(status)} and no result")
+
+
+def run_in_child(arch: str, fn: Callable[[], list[CaseReport]]) -> list[CaseReport]:
+    """The cases ``fn()`` makes in a child process on fake CUDA for ``arch`` (:func:`call_in_child`)."""
+    return [CaseReport.from_dict(d) for d in call_in_child(arch, lambda: [c.to_dict() for c in fn()])]

@@ -17,10 +17,13 @@ FUSED_ENV = "NVTE_CUTEDSL_FUSED_GROUPED_MLP"
 
 
 def here_arch() -> str | None:
-    """The architecture name of this machine's GPU, or None (no GPU, or one not in ARCHS)."""
+    """The architecture name of this machine's GPU, or None (no GPU, fake CUDA in force, or a GPU
+    not in ARCHS): only a real GPU of the emulated architecture runs real kernels."""
     import torch
 
-    if not torch.cuda.is_available():
+    from memaudit.te.emulate import fakecuda
+
+    if fakecuda.active() is not None or not torch.cuda.is_available():
         return None
     cc = torch.cuda.get_device_capability()
     return next((name for name, v in ARCHS.items() if v == cc), None)
