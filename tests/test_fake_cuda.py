@@ -291,3 +291,60 @@ def test_te_cpu_offload_rows_reside_on_the_host(monkeypatch: pytest.MonkeyPatch)
     assert got["capture"] == [n, nbytes] and got["host_rows"] == n
     assert got["host_row_bytes"] == got["host_bytes"] == nbytes and got["storages"] == [None] * n
     assert set(got["operands"]) == {"fc1.input", "activation.activation_in", "fc2.input"}
+
+
+# ---- the pytest plugin --------------------------------------------------------------------------
+TE_TEST = '''
+import pytest
+import torch
+import transformer_engine.pytorch as te
+from transformer_engine.common import recipe as r
+
+RECIPE = r.NVFP4BlockScaling(disable_rht=False, disable_stochastic_rounding=True, disable_2d_quantization=True)
+# the fused op's quantized inputs are GroupedTensors (the weights are per-group NVFP4 tensors)
+INPUTS = {"container": "GroupedTensorStorage", "format": "nvfp4"}
+ROWWISE_INPUTS = {**INPUTS, "kind": ["data", "scale_inv"], "orientation": "rowwise"}
+
+
+def forward():
+    bf16 = torch.bfloat16
+    model = te.ops.Sequential(te.ops.GroupedLinear(4, 256, 512, bias=False, device="cuda", dtype=bf16),
+                              te.ops.ScaledSwiGLU(glu_interleave_size=32),
+                              te.ops.GroupedLinear(4, 256, 256, bias=False, device="cuda", dtype=bf16))
+    x = torch.randn(2048, 256, device="cuda", dtype=bf16, requires_grad=True)
+    splits = torch.tensor([512, 0, 1024, 512], device="cuda")
+    probs = torch.rand(2048, device="cuda", requires_grad=True)
+    with te.autocast(recipe=RECIPE):
+        return model(x, splits, probs, splits)
+
+
+@pytest.mark.saved_budget(emulate="sm100", max_bytes="64 MiB", rules=[
+    {"name": "one-columnwise-data-per-input", "select": {**INPUTS, "kind": "data", "orientation": "columnwise"}, "count": 2}])
+def test_passes(saved_tensors):
+    forward()
+
+
+@pytest.mark.saved_budget(emulate="sm100", forbid=[ROWWISE_INPUTS])
+def test_pr3545_buffers_are_forbidden(saved_tensors):
+    forward()
+
+
+@pytest.mark.saved_budget(emulate="sm100", rules=[{"name": "pr3545", "select": ROWWISE_INPUTS, "forbid": True,
+                                                  "known_failure": {"te": "<2.21", "reason": "PR #3545"}}])
+def test_known_failure(saved_tensors):
+    forward()
+'''
+
+
+def test_the_pytest_plugin_emulates_a_tests_te_forward_with_no_gpu(pytester: pytest.Pytester) -> None:
+    """``@pytest.mark.saved_budget(emulate="sm100")``: the test's own TE model, fused NVFP4 on an
+    emulated Blackwell; with no GPU its body runs on fake CUDA in a child process and the budgets
+    judge what it saved (the PR #3545 buffers fail a forbid, and xfail under a known_failure)."""
+    from tests.test_plugin import PLUGIN_ARGS
+
+    pytester.makepyfile(test_te=TE_TEST)
+    result = pytester.runpytest(*PLUGIN_ARGS, "-p", "no:cacheprovider", "-rxXf")
+    result.assert_outcomes(passed=1, failed=1, xfailed=1)
+    out = result.stdout.str()
+    assert "forbid container=GroupedTensorStorage" in out and "rowwise_data" in out and "nvfp4" in out
+    assert fakecuda.active() is None

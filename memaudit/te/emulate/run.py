@@ -93,3 +93,15 @@ class EmulatedRun:
             real=sorted(kernels.real) if kernels else [],
             fusions=list(log.fusions) if log is not None else [],
         )
+
+
+@contextmanager
+def emulated(arch: str = "sm100", *, fused: bool | None = None, kernels: str = "emulated") -> Iterator[EmulatedRun]:
+    """TE's real Python on an emulated ``arch`` around a block of the caller's own code (the
+    ``saved_budget`` marker's ``emulate``): gates, versions, stand-ins and the fused op's
+    registration, fused where TE fuses on ``arch`` unless ``fused`` says otherwise. On a machine
+    with no GPU the block must already run on fake CUDA (:mod:`memaudit.te.emulate.host`)."""
+    run = EmulatedRun(kernels, arch, arch == "sm100" if fused is None else fused, recipe="")
+    with run.active():
+        yield run
+
