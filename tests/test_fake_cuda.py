@@ -348,3 +348,62 @@ def test_the_pytest_plugin_emulates_a_tests_te_forward_with_no_gpu(pytester: pyt
     out = result.stdout.str()
     assert "forbid container=GroupedTensorStorage" in out and "rowwise_data" in out and "nvfp4" in out
     assert fakecuda.active() is None
+
+
+# ---- the NVFP4 single-group failure (docs/te-nvfp4-weight-scale-view.md) ------------------------
+FIX = ("ceil_div(fc1_weight_shape[1], k_sf_divisor)", "ceil_div(fc1_weight_k, k_sf_divisor)")
+"""grouped_mlp.py:1629 and 1666, as the input path computes it (1479): the packed K."""
+
+
+def _with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TE's fused forward with the two weight-scale views computed from the packed K (a test-only
+    copy of TE's own function, changed in exactly those two expressions)."""
+    import inspect
+    import textwrap
+
+    import transformer_engine.pytorch.ops.fused.grouped_mlp as gm
+
+    source = textwrap.dedent(inspect.getsource(gm.GroupedMLP_CuTeGEMMGLU.fuser_forward))
+    assert source.count(FIX[0]) == 2
+    namespace: dict[str, Any] = {}
+    exec(compile(source.replace(*FIX), gm.__file__, "exec"), vars(gm), namespace)  # noqa: S102 - TE's own source
+    monkeypatch.setattr(gm.GroupedMLP_CuTeGEMMGLU, "fuser_forward", namespace["fuser_forward"])
+
+
+@pytest.mark.parametrize("groups", [1, 4, 8])
+def test_nvfp4_single_grouped_weight_fails_at_the_suspected_te_bug(groups: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With NVTE_GROUPED_LINEAR_SINGLE_PARAM=1 TE keeps one grouped weight, and the fused NVFP4
+    forward fails at every group count where the weight scales are viewed (grouped_mlp.py:1626);
+    MXFP8, whose packed and unpacked K are the same, runs."""
+    monkeypatch.setenv("NVTE_GROUPED_LINEAR_SINGLE_PARAM", "1")
+    case = run_case(*_emulated("nvfp4", groups, fused=True, single_grouped_weight=True))
+    assert case.status == "error" and case.execution == "emulated"
+    # FC1 weight (2F, H) = (256, 128): TE allocates 256 x ru(128 / 16, 4) scales per group and the
+    # view asks for ceil(256 / 128) x ceil(128 / 32) x 512, twice that (with the packed K: 128 / 2 / 32)
+    assert (case.reason or "").startswith(f"RuntimeError: shape '[{groups}, 2, 4, 32, 4, 4]' is invalid for input of size "
+                                          f"{groups * 256 * 8} (")
+    assert "(suspected TE bug: NVFP4 FC1 weight scales viewed with the unpacked K" in case.reason
+    assert "docs/te-nvfp4-weight-scale-view.md" in case.reason
+    mxfp8 = run_case(*_emulated("mxfp8", groups, fused=True, single_grouped_weight=True))
+    assert mxfp8.status == "ok" and mxfp8.fused, mxfp8.reason
+
+
+def test_nvfp4_one_group_fails_on_the_dense_branch_and_the_packed_k_fixes_both(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One group, discrete weights, cuDNN frontend >= 1.27: TE's dense single-group branch fails
+    at grouped_mlp.py:1663. Computed from the packed K, both branches run, and the dense branch
+    saves what the estimator's dense single-group model says."""
+    from memaudit.te.estimate import estimate
+
+    target, spec = _emulated("nvfp4", 1, fused=True)
+    case = run_case(target, spec)
+    assert case.status == "error" and "suspected TE bug" in (case.reason or "")
+    _with_the_fix(monkeypatch)
+    fixed = run_case(target, spec)
+    assert fixed.status == "ok" and fixed.fused, fixed.reason
+    est = estimate(fixed.spec, path="fused", arch="sm100", dense_single_group=True)
+    fields = lambda c: sorted((r.operand, r.kind, r.orientation, tuple(r.shape), r.bytes) for r in c.rows)  # noqa: E731
+    assert fields(fixed) == fields(est) and fixed.totals.saved_bytes == est.totals.saved_bytes
+    monkeypatch.setenv("NVTE_GROUPED_LINEAR_SINGLE_PARAM", "1")
+    for groups in (1, 4, 8):
+        single = run_case(*_emulated("nvfp4", groups, fused=True, single_grouped_weight=True))
+        assert single.status == "ok" and single.fused, (groups, single.reason)
