@@ -243,7 +243,7 @@ def caught(m: Mutation, base: CaseReport, mutated: CaseReport) -> tuple[bool, li
     cmp = compare_reports(report_of(base), report_of(mutated), fail_on="increase" if m.grows else "change")
     labels = sorted({f.label for d in cmp.cases for f in d.findings if f.failing})
     named = set(labels)
-    buffers = [rd.key for d in cmp.cases for rd in d.row_diffs]
+    buffers = sorted({rd.key.split(" #")[0] for d in cmp.cases for rd in d.row_diffs})
     operand = any(x.startswith("operand ") for x in labels) or (m.equal_total and bool(buffers))
     ok = (cmp.regressed and operand
           and (m.kind is None or bool({f"kind {m.kind}", f"kind {m.kind} rows"} & named))
