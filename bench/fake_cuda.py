@@ -108,7 +108,7 @@ def whole_matrix(shape: dict[str, int], runs: int) -> dict[str, Any]:
             done = subprocess.run([str(exe), "run", "--scenario", str(path), "--quiet", "--json", str(Path(tmp) / "r.json")],
                                   capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
             walls.append(time.perf_counter() - t0)
-            if done.returncode != 0:
+            if done.returncode not in (0, 3):  # 3: NVFP4 with one group errs (docs/te-nvfp4-weight-scale-view.md)
                 raise SystemExit(f"memaudit run exited {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
         cases = json.loads((Path(tmp) / "r.json").read_text(encoding="utf-8"))["cases"]
     start = subprocess.run([sys.executable, "-c", "import time; t = time.perf_counter(); import torch; a = time.perf_counter(); "
@@ -146,6 +146,8 @@ def profile_one(shape: dict[str, int], recipe: str, groups: int) -> str:
 
 def speed(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
+    import torch  # noqa: F401  (before TE: TE's libraries load torch's)
+
     from memaudit.te.emulate.context import import_te_modules
     from memaudit.te.target import import_te
 
@@ -203,6 +205,8 @@ def speed_markdown(out: dict[str, Any], path: str) -> str:
 
 
 def replay(args: argparse.Namespace) -> None:
+    import torch  # noqa: F401  (before TE: TE's libraries load torch's)
+
     from memaudit.report import load_report
     from memaudit.te.emulate import fakecuda
     from memaudit.te.emulate.context import import_te_modules

@@ -407,3 +407,12 @@ def test_nvfp4_one_group_fails_on_the_dense_branch_and_the_packed_k_fixes_both(m
     for groups in (1, 4, 8):
         single = run_case(*_emulated("nvfp4", groups, fused=True, single_grouped_weight=True))
         assert single.status == "ok" and single.fused, (groups, single.reason)
+
+
+def test_every_patch_is_documented_with_the_line_it_serves() -> None:
+    text = (Path(__file__).resolve().parent.parent / "docs" / "fake-cuda.md").read_text(encoding="utf-8")
+    for patch in fakecuda.PATCHES:
+        assert f"| `{patch.name}` |" in text, patch.name
+        assert ".py:" in patch.serves, patch.name  # each names the TE or torch line it is for
+    for site in fakecuda.VALUE_SITES:
+        assert f"{site.file.rsplit('/', 1)[-1]}:{site.line}" in text

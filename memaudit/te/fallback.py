@@ -19,6 +19,8 @@ from memaudit.targets.base import Fallback
 from memaudit.te.recipes import RECIPES
 
 TARGET = "te-grouped-mlp"
+EMULATION_FAILED = "TE's real forward with emulated kernels failed"
+"""How the warning of an estimate that replaced a failed emulated forward begins."""
 EMULATED_ARCH = "sm100"
 """The architecture an emulated fallback runs: every recipe and the fused op exist there."""
 
@@ -86,7 +88,7 @@ def _emulated(spec: CaseSpec, reason: str, flags: dict[str, Any], backward: bool
         if estimated is None:
             return case
         answer = estimated.run()
-        answer.warnings = [*answer.warnings, f"TE's real forward with emulated kernels failed ({case.reason}); "
+        answer.warnings = [*answer.warnings, f"{EMULATION_FAILED} ({case.reason}); "
                            f"this is the estimate instead (reproduce the failure: {emulate_command(espec)})"]
         return answer
 

@@ -32,7 +32,8 @@ _CUDA_OUTSIDE_KERNELS = (
     "'alpha and beta must be CUDA tensors'; ops/fused/grouped_mlp.py:1508 torch.cuda.current_stream; "
     "tensor/nvfp4_tensor.py:175 torch.cuda.current_device() in NVFP4Quantizer"
 )
-"""Where TE 2.20.2's forward needs CUDA outside its kernels (why it runs neither on CPU nor on meta)."""
+"""Where TE 2.20.2's forward needs CUDA outside its kernels (why it runs neither on CPU nor on meta
+tensors; with no GPU, fake CUDA tensors answer these, :mod:`memaudit.te.emulate.fakecuda`)."""
 ACTIVATIONS = ("swiglu", "clamped-qgeglu", "srelu")
 KERNELS = ("real", "emulated", "standins")
 
@@ -292,7 +293,8 @@ class TEGroupedMLPTarget:
         RunFlag("kernels", Literal[KERNELS], "real",
                 "TE target. emulated runs TE's real forward (no backward) on an emulated "
                 "machine (--arch) with kernel stand-ins that allocate as TE's C++ does, real kernels only where this "
-                "GPU is that architecture; standins replaces every kernel."),
+                "GPU is that architecture; standins replaces every kernel. With no GPU (torch's CUDA build) each case "
+                "runs on fake CUDA in a child process."),
         RunFlag("arch", Literal[tuple(EMULATED_ARCHS)], "sm100", "TE target with --kernels emulated|standins: the emulated architecture."),
         RunFlag("cublaslt", str | None, None, "TE target with --kernels emulated|standins: the emulated cuBLASLt version "
                 "(e.g. 13.1.0; TE's path choice reads it). Default: this GPU's when it is --arch, else 13.6.0."),
@@ -384,9 +386,9 @@ class TEGroupedMLPTarget:
     fallback_recipes = RECIPES
 
     def fallback(self, spec: CaseSpec, reason: str, mode: str, *, backward: bool = True) -> Fallback | None:
-        """A case TE refuses on real kernels here: TE's real forward with emulated kernels where a
-        GPU is present, else TE's layout rules (:mod:`memaudit.te.fallback`). None with
-        ``--kernels emulated|standins``: the user chose the machine."""
+        """A case TE refuses on real kernels here: TE's real forward with emulated kernels wherever
+        it runs (a GPU, or fake CUDA), else TE's layout rules (:mod:`memaudit.te.fallback`). None
+        with ``--kernels emulated|standins``: the user chose the machine."""
         if self.emulated is not None:
             return None
         from memaudit.te.fallback import grouped_mlp_fallback

@@ -56,8 +56,8 @@ class Patch:
 
 PATCHES = (
     Patch("current_device", "torch.cuda.current_device() -> 0",
-          "TE utils.py:806 canonicalize_device (every module's constructor); tensor/nvfp4_tensor.py:175 and 188 "
-          "(NVFP4Quantizer); utils.py:162 get_device_compute_capability; utils.py:844 get_sm_count"),
+          "TE utils.py:806 canonicalize_device (every module's constructor); tensor/nvfp4_tensor.py:176 and 196 "
+          "(NVFP4Quantizer); utils.py:161 get_device_compute_capability; utils.py:844 get_sm_count"),
     Patch("get_device_properties", "torch.cuda.get_device_properties() -> the emulated architecture's (major, minor, SMs)",
           "TE utils.py:154 _get_device_compute_capability; utils.py:743 is_bf16_compatible (via torch's "
           "get_device_capability); utils.py:844 get_sm_count (the GEMM stand-ins' argument only); "
