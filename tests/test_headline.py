@@ -49,6 +49,8 @@ def test_nvfp4_without_a_gpu_runs_tes_code_emulated_said_first_and_labelled(tmp_
     # G=1 takes TE's dense single-group branch, which fails in TE's own Python (a suspected TE bug,
     # docs/te-nvfp4-weight-scale-view.md): the next best answer, the estimate, says so
     assert g1.execution == "estimated" and any("suspected TE bug" in w for w in g1.warnings), g1.warnings
+    assert f"note: {g1.id}: TE's real forward with emulated kernels failed (RuntimeError: shape" in err
+    assert both.index("emulated kernels failed") < both.index("summary")
     assert "emulated sm100" in out and "emulated sm100" in (tmp_path / "r.md").read_text(encoding="utf-8")
 
 
