@@ -211,7 +211,7 @@ def replay(args: argparse.Namespace) -> None:
     from memaudit.te.emulate import fakecuda
     from memaudit.te.emulate.context import import_te_modules
     from memaudit.te.target import import_te
-    from tests._fake_cuda import EMULATED, MEASURED, committed_groups, differences, row_for_row
+    from tests._fake_cuda import EMULATED, MEASURED, against_measured, committed_groups, differences
     from tests._fake_cuda import replay as replay_group
 
     import_te()
@@ -232,7 +232,7 @@ def replay(args: argparse.Namespace) -> None:
         measured = ""
         if group.file in MEASURED:
             ref = {c.id: c for c in load_report(EMULATED / MEASURED[group.file]).cases}
-            ok = sum(not row_for_row(ref[c.id], c) for c in fresh)
+            ok = sum(not against_measured(ref[c.id], c) for c in fresh)
             vs_measured[0] += ok
             vs_measured[1] += len(fresh)
             measured = f"{ok}/{len(fresh)} ({MEASURED[group.file]})"
@@ -257,8 +257,8 @@ def replay(args: argparse.Namespace) -> None:
         "`module` and `emulation.machine.host` (`no GPU (fake CUDA)`); and the five errors at TE 2.20.2's NVFP4 weight-scale "
         "view keep their message and gain the suspected-TE-bug note (docs/te-nvfp4-weight-scale-view.md).",
         "",
-        "Against the H200's real kernels: the sm90 all-stand-in cases, row by row in order (operand, kind, orientation, "
-        "shape, dtype, bytes, storage grouping) and totals.",
+        "Against the H200's real kernels: the sm90 all-stand-in cases, every row in order byte for byte in its JSON, and "
+        "every case field but the emulated case's own label and its forward-only warning.",
         "",
         "| committed file | shape | cases | ok / error | identical | vs H200 real kernels | replay (one process) |",
         "|---|---|---|---|---|---|---|",

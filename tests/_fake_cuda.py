@@ -149,3 +149,24 @@ def row_for_row(measured: CaseReport, emulated: CaseReport) -> list[str]:
     if measured.totals != emulated.totals:
         out.append(f"totals {measured.totals} -> {emulated.totals}")
     return out
+
+
+EMULATED_ONLY = frozenset({"execution", "emulation", "warnings"})
+"""Case keys a measured case does not have, or has otherwise: an emulated case says it is emulated
+(``execution``, ``emulation``) and warns that only its forward ran."""
+
+
+def against_measured(measured: CaseReport, emulated: CaseReport) -> list[str]:
+    """Where ``emulated`` differs from the real-kernel ``measured`` case: every row byte for byte in
+    its JSON (the keys the measured rows have), and every case key but :data:`EMULATED_ONLY`."""
+    a, b = measured.to_dict(), emulated.to_dict()
+    out = row_for_row(measured, emulated)
+    for i, (ra, rb) in enumerate(zip(a["rows"], b["rows"], strict=False)):
+        rb = {k: v for k, v in rb.items() if k in ra}
+        if json.dumps(ra, sort_keys=True) != json.dumps(rb, sort_keys=True):
+            out.append(f"rows[{i}]: {json.dumps(ra, sort_keys=True)} -> {json.dumps(rb, sort_keys=True)}")
+    for key in sorted((a.keys() | b.keys()) - EMULATED_ONLY - {"rows"}):
+        if json.dumps(a.get(key), sort_keys=True) != json.dumps(b.get(key), sort_keys=True):
+            out.append(f"{key}: {json.dumps(a.get(key), sort_keys=True)[:200]} -> {json.dumps(b.get(key), sort_keys=True)[:200]}")
+    return out
+

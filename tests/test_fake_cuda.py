@@ -34,7 +34,15 @@ from memaudit.report import load_report  # noqa: E402
 from memaudit.runner import run_case  # noqa: E402
 from memaudit.spec import CaseSpec  # noqa: E402
 from memaudit.te.target import TEGroupedMLPTarget  # noqa: E402
-from tests._fake_cuda import EMULATED, MEASURED, committed_groups, differences, replay, row_for_row  # noqa: E402
+from tests._fake_cuda import (  # noqa: E402
+    EMULATED,
+    MEASURED,
+    against_measured,
+    committed_groups,
+    differences,
+    replay,
+    row_for_row,
+)
 
 GROUPS = committed_groups()
 SMALL = {"tokens": 2048, "hidden": 128, "ffn": 128}
@@ -72,14 +80,16 @@ def test_every_committed_h200_emulated_case_comes_out_byte_for_byte(group: Any, 
 @pytest.mark.parametrize("name", sorted(MEASURED))
 def test_sm90_all_standin_cases_equal_the_h200_real_kernels_row_for_row(name: str, replays: dict[str, list[Any]]) -> None:
     """The only real-kernel ground truth: every kernel a stand-in on an emulated sm90, on fake CUDA,
-    against the H200 running the real kernels (operand, kind, orientation, shape, dtype, bytes,
-    storage grouping per row, in order, and the totals)."""
+    against the H200 running the real kernels: every row in order, byte for byte in its JSON
+    (operand, kind, orientation, shape, dtype, bytes, storage and offset, op, slot, ...), the
+    totals, path, options and status; only the emulated case's label and forward-only warning differ."""
     measured = {c.id: c for c in load_report(EMULATED / MEASURED[name]).cases}
     fresh = next(cases for g, cases in replays.items() if g.startswith(name + ":"))
     assert len(fresh) == len(measured) == 12
     for case in fresh:
         assert case.status == "ok" and case.emulation is not None and case.emulation.machine["kernels"] == "standins"
         assert row_for_row(measured[case.id], case) == [], case.id
+        assert against_measured(measured[case.id], case) == [], case.id
 
 
 # ---- the layer itself --------------------------------------------------------------------------
