@@ -57,7 +57,8 @@ def can_emulate() -> str | None:
     return unavailable()
 
 
-def _emulated(spec: CaseSpec, reason: str, flags: dict[str, Any], backward: bool) -> Fallback | None:
+def _emulated(spec: CaseSpec, reason: str, flags: dict[str, Any], backward: bool) -> Fallback | str:
+    """TE's real forward with emulated kernels for ``spec``, or why it cannot run here."""
     import os
 
     from memaudit.te.target import FUSED_ENV, TEGroupedMLPTarget
@@ -66,8 +67,8 @@ def _emulated(spec: CaseSpec, reason: str, flags: dict[str, Any], backward: bool
     before = os.environ.get(FUSED_ENV)
     try:
         options = target.configure({**flags, "kernels": "emulated", "arch": EMULATED_ARCH, "cublaslt": None})
-    except RuntimeError:  # TE was already imported with the fused op on: emulation cannot switch it
-        return None
+    except RuntimeError as exc:  # TE was already imported with the fused op on: emulation cannot switch it
+        return str(exc)
     finally:  # the emulated forward sets the switch itself; the real cases keep theirs
         if before is None:
             os.environ.pop(FUSED_ENV, None)
@@ -75,8 +76,9 @@ def _emulated(spec: CaseSpec, reason: str, flags: dict[str, Any], backward: bool
             os.environ[FUSED_ENV] = before
     espec = spec.replace(target=TARGET, device=spec.device if spec.device.startswith("cuda") else "cuda",
                          options={**spec.options, **options})
-    if target.skip_reason(espec) is not None:
-        return None
+    why = target.skip_reason(espec)
+    if why is not None:
+        return why
 
     def run() -> CaseReport:
         from memaudit.runner import run_case
@@ -95,7 +97,8 @@ def _emulated(spec: CaseSpec, reason: str, flags: dict[str, Any], backward: bool
     return Fallback("emulated", reason, emulate_command(espec), run)
 
 
-def _estimated(spec: CaseSpec, reason: str) -> Fallback | None:
+def _estimated(spec: CaseSpec, reason: str, why: str | None = None) -> Fallback | None:
+    """The estimate for ``spec``; ``why`` emulation cannot run here, where that was tried."""
     from memaudit.te.estimate import estimate
 
     espec = spec.replace(target=TARGET)
@@ -103,7 +106,7 @@ def _estimated(spec: CaseSpec, reason: str) -> Fallback | None:
         case = estimate(espec)
     except UsageError:
         return None  # a configuration TE would reject: the case stays skipped with its reason
-    why = can_emulate()
+    why = why or can_emulate()
     command = emulate_command(espec.replace(device="cuda"))
     if why is None:
         better = f"TE's real forward with emulated kernels: {command}"
@@ -121,10 +124,14 @@ def grouped_mlp_fallback(spec: CaseSpec, reason: str, mode: str, flags: dict[str
         return None
     if spec.device == "meta":  # nothing may be allocated: no emulated forward (it runs on CUDA), the estimate at most
         return _estimated(spec, reason) if mode in ("auto", "estimate") else None
+    why = None
     if mode in ("auto", "emulate") and can_emulate() is None:
         found = _emulated(spec, reason, dict(flags or {}), backward)
-        if found is not None or mode == "emulate":
+        if not isinstance(found, str):
             return found
+        if mode == "emulate":
+            return None
+        why = found
     if mode in ("auto", "estimate"):
-        return _estimated(spec, reason)
+        return _estimated(spec, reason, why)
     return None
