@@ -426,3 +426,14 @@ def test_every_patch_is_documented_with_the_line_it_serves() -> None:
         assert ".py:" in patch.serves, patch.name  # each names the TE or torch line it is for
     for site in fakecuda.VALUE_SITES:
         assert f"{site.file.rsplit('/', 1)[-1]}:{site.line}" in text
+
+
+def test_a_child_that_hangs_is_killed_and_named() -> None:
+    def hangs() -> list[Any]:
+        import time
+
+        time.sleep(60)
+        return []
+
+    with pytest.raises(host.ChildFailed, match=r"did not finish within 0.5 s \(killed\)"):
+        host.call_in_child("sm100", hangs, timeout_s=0.5)

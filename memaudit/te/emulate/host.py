@@ -17,8 +17,10 @@ from __future__ import annotations
 import gc
 import json
 import os
+import select
 import signal
 import sys
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -75,6 +77,10 @@ def cuda_answers(arch: str) -> Iterator[None]:
         yield
 
 
+CHILD_TIMEOUT_S = 600.0
+"""How long a child may run one call (a case takes well under a second; a hang is killed)."""
+
+
 class ChildFailed(RuntimeError):
     """The child process that ran a case ended without a report."""
 
@@ -101,12 +107,12 @@ def _child(arch: str, fn: Callable[[], Any], out: int) -> None:
         os._exit(code)
 
 
-def call_in_child(arch: str, fn: Callable[[], Any]) -> Any:
+def call_in_child(arch: str, fn: Callable[[], Any], *, timeout_s: float = CHILD_TIMEOUT_S) -> Any:
     """``fn()`` in a child process forked from this one, on fake CUDA for ``arch``; its result,
     which must be JSON data.
 
-    Raises :class:`ChildFailed` when ``fn`` raised or the child died (a signal, an abort in C++),
-    naming what ended it."""
+    Raises :class:`ChildFailed` when ``fn`` raised, the child died (a signal, an abort in C++) or
+    ran past ``timeout_s`` (then it is killed), naming what ended it."""
     sys.stdout.flush()
     sys.stderr.flush()
     read, write = os.pipe()
@@ -124,8 +130,17 @@ def call_in_child(arch: str, fn: Callable[[], Any]) -> Any:
     gc.unfreeze()
     os.close(write)
     chunks = []
-    with os.fdopen(read, "rb") as pipe:
-        while chunk := pipe.read(1 << 20):
+    deadline = time.monotonic() + timeout_s
+    with os.fdopen(read, "rb", buffering=0) as pipe:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([pipe], [], [], left)[0]:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                raise ChildFailed(f"the fake-CUDA child process did not finish within {timeout_s:g} s (killed)")
+            chunk = pipe.read(1 << 20)
+            if not chunk:
+                break
             chunks.append(chunk)
     _, status = os.waitpid(pid, 0)
     data = b"".join(chunks)
