@@ -87,6 +87,10 @@ class ChildFailed(RuntimeError):
 
 def _child(arch: str, fn: Callable[[], Any], out: int) -> None:
     code = 0
+    # fresh stream objects: another thread of the parent (a progress display) may have held the old
+    # ones' locks at the fork, and only the forking thread lives on here
+    sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115 - the child's for its whole life
+    sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
     try:
         import torch
 
