@@ -154,7 +154,7 @@ def profile_one(shape: dict[str, int], recipe: str, groups: int) -> str:
         stats = pstats.Stats(prof, stream=out)
         stats.sort_stats("cumulative").print_stats(25)
         stats.sort_stats("tottime").print_stats(15)
-        return out.getvalue().replace(str(ROOT) + "/", "").replace(sys.prefix + "/", "")
+        return out.getvalue().replace(str(ROOT) + "/", "").replace(sys.prefix + "/", "").replace(sys.base_prefix + "/", "<python>/")
 
     return call_in_child("sm100", run)
 
