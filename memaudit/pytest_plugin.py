@@ -16,6 +16,11 @@ pytest run in an environment where memaudit is installed.
 ``device="meta"`` in the marker makes meta the default device while the fixture is active
 (``torch.device("meta")``): a model and inputs the test builds without naming a device hold no
 values and allocate nothing, so a budget can be checked at production shape on any machine.
+
+``emulate="sm100"`` runs the test body with TE's real Python on an emulated machine (kernel
+stand-ins, ``memaudit.te.emulate``): on a GPU in this process, with no GPU on fake CUDA in a child
+process forked for the test (build the model inside the test body: ``device="cuda"`` tensors are
+fake there), whose capture comes back for the budgets.
 """
 
 from __future__ import annotations
@@ -27,17 +32,22 @@ import pytest
 
 MARKER = "saved_budget"
 FIXTURE = "saved_tensors"
-MARKER_KEYS = ("max_bytes", "exact_bytes", "count", "forbid", "rules", "allow_incomplete", "stack", "device")
+MARKER_KEYS = ("max_bytes", "exact_bytes", "count", "forbid", "rules", "allow_incomplete", "stack", "device", "emulate")
+EMULATE = ("sm90", "sm100")
+"""``emulate`` values: the architectures TE's forward can be emulated on (``memaudit.te.emulate``)."""
 MARKER_HELP = (
     f"{MARKER}(max_bytes=None, exact_bytes=None, count=None, forbid=None, rules=None): budgets on the "
     f"tensors autograd saved during the test (captured by the {FIXTURE} fixture, requested automatically). "
     "max_bytes/exact_bytes: saved bytes ('64 MiB'); count: {operand pattern: N or '<= N'}; "
     "forbid: [operand pattern or select table]; rules: [budget tables as in scenario files]; "
     "stack=True: name the source line of each saved tensor in the failure; device='meta': meta is the default "
-    "device in the test (shapes only, nothing allocated). See docs/budgets.md."
+    "device in the test (shapes only, nothing allocated); emulate='sm100': TE's real forward with emulated kernels "
+    "(with no GPU, the test body runs on fake CUDA in a child process). See docs/budgets.md."
 )
 
 _rules_key = pytest.StashKey[list]()
+_case_key = pytest.StashKey[object]()
+"""The case a test body that ran in a child process (``emulate`` with no GPU) sent back."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -66,12 +76,19 @@ def saved_tensors(request: pytest.FixtureRequest) -> Iterator[Any]:
     marks = list(request.node.iter_markers(MARKER))
     stack = any(m.kwargs.get("stack") is True for m in marks)
     device = marker_device(marks)
+    arch = marker_emulate(marks)
     with contextlib.ExitStack() as contexts:
         cap = contexts.enter_context(capture(stack=stack))
         if device is not None:
             import torch
 
             contexts.enter_context(torch.device(device))
+        if arch is not None:
+            from memaudit.te.emulate.host import needs_child
+            from memaudit.te.emulate.run import emulated
+
+            if not needs_child():  # a GPU: here; with no GPU the body runs in a child (pytest_pyfunc_call)
+                contexts.enter_context(emulated(arch))
         yield cap
 
 
@@ -80,6 +97,15 @@ def marker_device(marks: list[pytest.Mark]) -> str | None:
     for m in marks:
         if "device" in m.kwargs:
             return m.kwargs["device"]
+    return None
+
+
+def marker_emulate(marks: list[pytest.Mark]) -> str | None:
+    """The architecture a marker's ``emulate`` asks for (``True`` is sm100), or None."""
+    for m in marks:
+        if "emulate" in m.kwargs:
+            value = m.kwargs["emulate"]
+            return "sm100" if value is True else value or None
     return None
 
 
@@ -116,6 +142,9 @@ def marker_rules(marks: list[pytest.Mark], *, source: str) -> list[Any]:
             elif k in ("allow_incomplete", "stack"):
                 if not isinstance(v, bool):
                     raise UsageError(f"expected true or false, got {v!r}", source=source, key=key)
+            elif k == "emulate":
+                if not (v is True or v in EMULATE):
+                    raise UsageError(f"expected True or one of {', '.join(map(repr, EMULATE))}, got {v!r}", source=source, key=key)
             elif k == "device":
                 if v != "meta":
                     raise UsageError(f"expected 'meta' (the only device the fixture makes the default), got {v!r}",
@@ -150,6 +179,45 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     pytest.fail(f"bad @pytest.mark.{MARKER}: {problem}", pytrace=False)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """``emulate`` on a machine with no GPU: the test body runs on fake CUDA in a child process
+    (TE keeps global state, and fake tensors must not reach this process); the capture it made
+    comes back for the budgets."""
+    arch = marker_emulate(list(pyfuncitem.iter_markers(MARKER)))
+    if arch is None:
+        return None
+    from memaudit.te.emulate.host import needs_child
+
+    if not needs_child():
+        return None
+    import inspect
+
+    from memaudit.report import CaseReport
+    from memaudit.te.emulate.host import ChildFailed, call_in_child, unavailable
+    from memaudit.te.emulate.run import emulated
+
+    why = unavailable()
+    if why is not None:
+        pytest.skip(f"@pytest.mark.{MARKER}(emulate={arch!r}): emulated kernels cannot run here: {why}")
+    cap = pyfuncitem.funcargs.get(FIXTURE)
+    params = inspect.signature(pyfuncitem.obj).parameters
+    kwargs = {k: v for k, v in pyfuncitem.funcargs.items() if k in params}
+
+    def body() -> dict[str, Any]:
+        with emulated(arch):
+            pyfuncitem.obj(**kwargs)
+        return cap.report(case_id=pyfuncitem.nodeid, include_freed=True).to_dict() if cap is not None else {}
+
+    try:
+        case = call_in_child(arch, body)
+    except ChildFailed as exc:
+        pytest.fail(str(exc), pytrace=False)
+    if case:
+        pyfuncitem.stash[_case_key] = CaseReport.from_dict(case)
+    return True
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     """After the test body passes, judge what it saved."""
@@ -169,7 +237,9 @@ def _judge(item: pytest.Item, rules: list[Any]) -> None:
     cap = getattr(item, "funcargs", {}).get(FIXTURE)
     if cap is None:
         pytest.fail(f"@pytest.mark.{MARKER} needs the {FIXTURE} fixture, which this test did not get", pytrace=False)
-    case = cap.report(case_id=item.nodeid, include_freed=True)  # the test's graphs are gone by now
+    case = item.stash.get(_case_key, None)  # what a body run in a child process saved
+    if case is None:
+        case = cap.report(case_id=item.nodeid, include_freed=True)  # the test's graphs are gone by now
     if not case.rows and not case.freed:
         pytest.fail(f"@pytest.mark.{MARKER}: the test saved no tensor for backward inside {FIXTURE}, so the "
                     "budget checked nothing (run the forward inside the fixture's capture)", pytrace=False)

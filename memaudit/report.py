@@ -319,7 +319,8 @@ class Emulation:
     stand-ins (``execution: "emulated"`` in the JSON; measured cases carry neither key)."""
 
     machine: dict[str, str]
-    """The emulated machine (``arch`` and the library versions its gates read)."""
+    """The emulated machine (``arch`` and the library versions its gates read) and ``host``, the
+    machine that ran it: a GPU's name, or ``no GPU (fake CUDA)`` (reports before it have none)."""
     standins: list[str]
     """Kernel entry points the forward called that were stand-ins."""
     real: list[str]
@@ -330,6 +331,10 @@ class Emulation:
     def label(self) -> str:
         """``emulated sm100`` (what tables and PR comments show beside the status)."""
         return f"emulated {self.machine.get('arch', '?')}"
+
+    def host(self) -> str | None:
+        """The machine that ran the emulation (a GPU's name, or no GPU), where the report records it."""
+        return self.machine.get("host")
 
 
 _SPEC_KEYS = ("target", "recipe", "groups", "shape", "dtype", "device", "splits", "options")
