@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 import torch
 
-from memaudit.capture import graph, hooks, modules, stack
+from memaudit.capture import compiled, graph, hooks, modules, stack
 from memaudit.capture.hooks import Record
 from memaudit.capture.tensors import Buffer, buffer_of, dtype_name, format_of, kind_of, storage_ref
 from memaudit.capture.verify import AllocatorCheck
@@ -126,6 +126,7 @@ class Capture:
             self._installed.append(plugin)
         self.active = True
         stack.ACTIVE.add(self)
+        compiled.enter()
         try:
             self._push()
         except BaseException:
@@ -139,6 +140,7 @@ class Capture:
         finally:
             self.active = False
             stack.ACTIVE.discard(self)
+            compiled.exit()
             while self._installed:
                 self._installed.pop().uninstall()
             if self._allocator is not None:
