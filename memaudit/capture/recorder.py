@@ -68,16 +68,38 @@ def _probe_sequence_nr() -> int | None:
     Read directly where torch exposes it; elsewhere a meta probe makes a node (touching no
     device) and the next node gets the number after it.
     """
+    if _peek_sequence_nr is not None:  # a counter: readable in inference mode too
+        return _peek_sequence_nr()
     if torch.is_inference_mode_enabled():
         return None
-    if _peek_sequence_nr is not None:
-        return _peek_sequence_nr()
     try:
         with torch.enable_grad():
             probe = torch.empty(0, requires_grad=True, device="meta").view(0)
         return graph.sequence_nr(probe.grad_fn) + 1
     except RuntimeError:  # pragma: no cover - inference mode is caught above
         return None
+
+
+def _current_task() -> Any:
+    """The asyncio task running in this thread, or None (asyncio is not imported for this)."""
+    aio = sys.modules.get("asyncio")
+    if aio is None or aio._get_running_loop() is None:
+        return None
+    return aio.current_task()
+
+
+def _refuse_interleaved(task: Any) -> None:
+    """A capture entered in an asyncio task while one entered in *another* task is active in this
+    thread: refused, saying why (saved-tensor hooks are per thread, and the tasks interleave)."""
+    for other in hooks.state().captures:
+        theirs = getattr(other, "task", None)
+        if other.active and theirs is not None and theirs is not task and not theirs.done():
+            raise RuntimeError(
+                f"capture() entered in asyncio task {task.get_name()!r} while a capture entered in task "
+                f"{theirs.get_name()!r} is still active in the same thread: saved-tensor hooks belong to the thread, "
+                "so two interleaved captures would record each other's forwards and could not end in any order. "
+                "Run the captures one after the other, or each forward in a thread of its own (asyncio.to_thread)"
+            )
 
 
 class Capture:
@@ -104,12 +126,17 @@ class Capture:
         (in ``walk_nodes``) whose ``saved_tensors`` holds it."""
         """Python-function nodes met by the graph walk; held only while ``report()`` runs."""
         self._labels: dict[int, tuple[Any, list[Label]]] = {}
-        self._regions: list[list[int | None]] = []
+        self._regions: dict[int, list[list[int | None]]] = {}
+        """thread id -> [lo, hi) of this thread's autograd sequence numbers while it recorded (each
+        thread counts its own: a region is only compared with nodes of the thread it was read in)."""
         self._installed: list[Plugin] = []
         self._verify = verify_allocator
         self._allocator: AllocatorCheck | None = None
         self._threads: set[int] = set()
         self._layers: dict[int, list[hooks.Layer]] = {}
+        self.task: Any = None
+        """The asyncio task that entered this capture (None outside a running event loop)."""
+        self._task_token: Any = None
         self._other_threads = False
         """True once another thread ran during the capture (see :meth:`attach`)."""
         self._spans: dict[int, list[list[modules.Frame]]] = {}  # thread id -> the module calls made there
@@ -119,6 +146,10 @@ class Capture:
 
     # ---- entering and leaving ------------------------------------------------------------------
     def __enter__(self) -> Capture:
+        self.task = _current_task()
+        if self.task is not None:
+            _refuse_interleaved(self.task)
+            self._task_token = hooks.TASK_CAPTURES.set((*hooks.TASK_CAPTURES.get(), self))
         if self._verify:
             self._allocator = AllocatorCheck()
         for plugin in self.plugins:
@@ -141,6 +172,12 @@ class Capture:
             self.active = False
             stack.ACTIVE.discard(self)
             compiled.exit()
+            if self._task_token is not None:
+                try:
+                    hooks.TASK_CAPTURES.reset(self._task_token)
+                except ValueError:  # exited in another context than entered: leave that context's as it is
+                    pass
+                self._task_token = None
             while self._installed:
                 self._installed.pop().uninstall()
             if self._allocator is not None:
@@ -156,7 +193,7 @@ class Capture:
         self._other_threads = True
 
     def _push(self) -> None:
-        self._regions.append([_probe_sequence_nr(), None])
+        self._regions.setdefault(threading.get_ident(), []).append([_probe_sequence_nr(), None])
         tid = threading.get_ident()
         self._threads.add(tid)
         if self.modules:
@@ -177,12 +214,21 @@ class Capture:
             mine.append(st.spans)
         self._note_threads()
 
+    def _close_region(self) -> None:
+        for region in reversed(self._regions.get(threading.get_ident(), [])):
+            if region[1] is None:
+                region[1] = _probe_sequence_nr()
+                return
+
     def _pop(self) -> None:
         self._note_threads()
+        layers = self._layers.get(threading.get_ident())
+        if not layers:  # this thread's push failed (hooks disabled here): there is no pair to pop
+            self._close_region()
+            return
         try:
             stack.pop_capture(self)
         finally:
-            layers = self._layers.get(threading.get_ident())
             if layers:  # this thread's push succeeded: undo what it added
                 layers.pop()
                 st = hooks.state()
@@ -191,7 +237,7 @@ class Capture:
                 if self.modules:
                     st.tracking -= 1
                     modules.release()
-            self._regions[-1][1] = _probe_sequence_nr()
+            self._close_region()
 
     @property
     def hook_pair(self) -> tuple[Any, Any]:
@@ -300,9 +346,14 @@ class Capture:
         return labels[0] if len({lab.name for lab in labels}) == 1 else None
 
     # ---- report ---------------------------------------------------------------------------------
+    def _own_regions(self) -> list[list[int | None]]:
+        """The regions of the thread calling report() (all of them when it never recorded)."""
+        mine = self._regions.get(threading.get_ident())
+        return mine if mine else [r for rs in self._regions.values() for r in rs]
+
     def _in_region(self) -> Any:
         ranges = []
-        for lo, hi in self._regions:
+        for lo, hi in self._own_regions():
             if lo is None:
                 return lambda seq: True
             ranges.append((lo, hi if hi is not None else _probe_sequence_nr() or sys.maxsize))
@@ -310,6 +361,15 @@ class Capture:
             (lo1, hi1), = ranges
             return lambda seq: lo1 <= seq < hi1
         return lambda seq: any(lo <= seq < hi for lo, hi in ranges)
+
+    def _outside(self) -> Any:
+        """Which out-of-region roots may be another thread's: any made before this thread's last
+        region ended (a root made in this thread after the capture ended is this thread's own)."""
+        ends = [hi for lo, hi in self._own_regions() if lo is not None]
+        if not ends or any(hi is None for hi in ends):
+            return lambda seq: True
+        last = max(ends)
+        return lambda seq: seq < last
 
     def report(self, outputs: Any = None, *, case_id: str = "capture", include_freed: bool = False) -> CaseReport:
         """Rows and totals of everything saved so far.
@@ -325,7 +385,8 @@ class Capture:
 
     def _report(self, outputs: Any, case_id: str, include_freed: bool) -> CaseReport:
         roots = [t.grad_fn for t in iter_tensors(outputs) if t.grad_fn is not None] if outputs is not None else _live_graph_roots()
-        walked = graph.walk(roots, self._in_region(), outside=outputs is not None and self._other_threads)
+        outside = self._outside() if outputs is not None and self._other_threads else None
+        walked = graph.walk(roots, self._in_region(), outside=outside)
         self.walk_nodes = walked.python_nodes
         try:
             builder = _RowBuilder(self, outputs, include_freed)

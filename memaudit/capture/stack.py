@@ -134,16 +134,40 @@ ACTIVE: weakref.WeakSet[Capture] = weakref.WeakSet()
 """Captures active in any thread (a thread started while one is active may save unseen tensors)."""
 
 
+def _attached(mine: list[Capture], fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` run attached to the captures of ``mine`` still active when it runs."""
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with contextlib.ExitStack() as stack:
+            for cap in dict.fromkeys(mine):
+                try:
+                    stack.enter_context(cap.attach())
+                except RuntimeError:  # that capture ended before this got going
+                    pass
+            return fn(*args, **kwargs)
+
+    return run
+
+
+def _is_pool_worker(thread: threading.Thread) -> bool:
+    target = getattr(thread, "_target", None)
+    return getattr(target, "__module__", None) == "concurrent.futures.thread" and getattr(target, "__name__", "") == "_worker"
+
+
 def _watch_thread_starts() -> None:
     """Threads started inside a capture are captured too; other active captures are told.
 
     A ``threading.Thread`` started while captures are active in the starting thread runs its
     ``run()`` attached to them (:meth:`Capture.attach`): saved-tensor hooks are thread-local, and
-    without this a forward in a worker would be unseen. Captures active only in *other* threads
-    are told a thread started (their report then looks for unhooked saves outside their thread).
-    Threads that already ran when a capture started (pools) are not attached: call
-    ``cap.attach()`` in them.
+    without this a forward in a worker would be unseen. A ``ThreadPoolExecutor``'s workers are
+    attached per task instead: a task submitted inside a capture runs attached (whenever its
+    worker was started), and the worker is bare again once the task returns, so a pool outliving
+    the capture keeps nothing of memaudit (``asyncio.to_thread`` and ``run_in_executor`` submit
+    tasks too). Captures active only in *other* threads are told a thread started (their report
+    then looks for unhooked saves outside their thread).
     """
+    import concurrent.futures
+
     original = threading.Thread.start
     original = getattr(original, "__wrapped__", original)
 
@@ -152,23 +176,25 @@ def _watch_thread_starts() -> None:
         for cap in list(ACTIVE):
             if cap not in mine:
                 cap.thread_started()
-        if mine:
-            run = self.run
-
-            def attached_run() -> None:
-                with contextlib.ExitStack() as stack:
-                    for cap in dict.fromkeys(mine):
-                        try:
-                            stack.enter_context(cap.attach())
-                        except RuntimeError:  # that capture ended before the thread got going
-                            pass
-                    run()
-
-            self.run = attached_run  # type: ignore[method-assign]
+        if mine and not _is_pool_worker(self):
+            self.run = _attached(mine, self.run)  # type: ignore[method-assign]
         original(self)
 
     start.__wrapped__ = original  # type: ignore[attr-defined]
     threading.Thread.start = start  # type: ignore[method-assign]
+
+    pool = concurrent.futures.ThreadPoolExecutor
+    submit = pool.submit
+    submit = getattr(submit, "__wrapped__", submit)
+
+    def pool_submit(self: Any, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        mine = [cap for cap in state().captures if cap.active]
+        if mine:
+            fn = _attached(mine, fn)
+        return submit(self, fn, *args, **kwargs)
+
+    pool_submit.__wrapped__ = submit  # type: ignore[attr-defined]
+    pool.submit = pool_submit  # type: ignore[method-assign]
 
 
 def push_capture(cap: Capture) -> Layer:
