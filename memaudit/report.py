@@ -34,9 +34,10 @@ STATUSES = ("ok", "skipped", "error")
 RESIDES = ("device", "host", "recomputed", "unknown")
 """Where a saved buffer is kept: on its device; on the host (a pair such as ``save_on_cpu`` keeps a
 copy there); nowhere (``checkpoint`` recomputes it in backward); or where no one can tell."""
-VIA = ("hook", "ctx", "unhooked")
+VIA = ("hook", "ctx", "unhooked", "cache")
 """How a row was found: packed by memaudit's hook; a ``ctx`` attribute of a Python node (no hook
-sees those); a saved tensor the graph walk met that no memaudit hook packed."""
+sees those); a saved tensor the graph walk met that no memaudit hook packed; an output selective
+activation checkpointing caches for backward outside any hook (read off the checkpoint's frame)."""
 
 
 @dataclass(frozen=True)

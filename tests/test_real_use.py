@@ -312,3 +312,93 @@ def test_graphs_built_before_the_capture_are_not_reported(other: str) -> None:
     assert all(r.via == "hook" for r in case.rows)
     assert {r.op for r in case.rows} == {"AddmmBackward0", "GeluBackward0"}
     assert case.totals.saved_bytes == _bare_block_saves()
+
+
+# ---- completeness: selective checkpointing, parameter aliases, one allocation twice --------------
+def _sac_forward() -> tuple[nn.Module, torch.Tensor, Callable[[], torch.Tensor]]:
+    import functools
+
+    from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+
+    def policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
+        saves = op in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default)
+        return CheckpointPolicy.MUST_SAVE if saves else CheckpointPolicy.PREFER_RECOMPUTE
+
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(256, 1024), nn.GELU(), nn.Linear(1024, 256))
+    x = torch.randn(512, 256, requires_grad=True)
+    context = functools.partial(create_selective_checkpoint_contexts, policy)
+    return m, x, lambda: checkpoint(m, x, use_reentrant=False, context_fn=context)
+
+
+def test_selective_checkpointing_counts_its_cached_outputs_as_memtracker_does() -> None:
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    m, x, forward = _sac_forward()
+    tracker = MemTracker()
+    tracker.track_external(m, x)
+    with tracker:
+        y_truth = forward()
+        snap = tracker.get_tracker_snapshot()
+    acts = {str(k): v for k, v in snap[torch.device("cpu")].items()}["_MemRefType.ACT"]
+    assert acts == 512 * 1024 * 4 + 512 * 256 * 4  # the two cached addmm outputs (the second is y)
+    del y_truth
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # SAC warns of a user pair around it: memaudit's is none
+        with capture() as cap:
+            y = forward()
+    case = cap.report(outputs=y)
+    cached = [r for r in case.rows if r.via == "cache"]
+    assert sum(r.bytes for r in cached) == acts
+    assert case.complete
+    # saved = the cached outputs + the region's input, which checkpoint keeps (MemTracker: not an activation)
+    assert case.totals.saved_bytes == acts + x.numel() * 4
+    assert {r.module for r in cached} == {"Sequential"}
+    y.sum().backward()  # backward reads the cache: it is released
+    assert not [r for r in cap.report().rows if r.via == "cache"]
+
+
+def test_detached_parameter_aliases_are_parameters() -> None:
+    import torch.nn.functional as F
+    from torch.func import functional_call
+
+    lin = nn.Linear(256, 256)
+    x = torch.randn(8, 256, requires_grad=True)
+    with capture() as cap:
+        y = functional_call(lin, {k: v.detach().requires_grad_() for k, v in lin.named_parameters()}, (x,))
+    case = cap.report(outputs=y)
+    assert case.totals.saved_bytes == x.numel() * 4  # only x: the weight is the module's own memory
+    assert case.totals.parameter_bytes == 256 * 256 * 4
+
+    class Detaches(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.randn(256, 256))
+
+        def forward(self, t: torch.Tensor) -> torch.Tensor:
+            return F.linear(t, self.weight.detach())
+
+    model = Detaches()
+    with capture() as cap:
+        y = model(x)
+    case = cap.report(outputs=y)
+    assert case.totals.saved_bytes == 0 and case.totals.parameter_bytes == 256 * 256 * 4
+
+
+@pytest.mark.parametrize("make", ["from_numpy", "frombuffer"])
+def test_one_allocation_seen_through_two_tensors_is_counted_once(make: str) -> None:
+    np = pytest.importorskip("numpy")
+    arr = np.zeros((128, 128), dtype=np.float32)
+    buf = bytearray(65536)
+
+    def view() -> torch.Tensor:
+        t = torch.from_numpy(arr) if make == "from_numpy" else torch.frombuffer(buf, dtype=torch.float32)
+        return t.requires_grad_()
+
+    with capture() as cap:
+        a, b = view(), view()
+        y = a * b
+    case = cap.report(outputs=y)
+    assert a.untyped_storage() is not b.untyped_storage() or True  # two storage objects, one allocation
+    assert case.totals.saved_bytes == 65536  # the memory the buffer really has
+    assert len({r.storage for r in case.rows}) == 1

@@ -155,11 +155,14 @@ def new_record(value: Any) -> tuple[_Saved, Record]:
 class HookInfo:
     """A foreign pair, described without holding it: its name and the kind a plugin or torch gives it."""
 
-    __slots__ = ("name", "kind")
+    __slots__ = ("name", "kind", "frame")
 
-    def __init__(self, name: str, kind: str | None) -> None:
+    def __init__(self, name: str, kind: str | None, frame: Any = None) -> None:
         self.name = name
         self.kind = kind
+        self.frame = frame
+        """A weak reference to non-reentrant checkpoint's frame (selective checkpointing keeps its
+        cached outputs there, outside any hook), or None."""
 
 
 TASK_CAPTURES: contextvars.ContextVar[tuple[Capture, ...]] = contextvars.ContextVar("memaudit_task_captures", default=())
@@ -478,6 +481,14 @@ class Layer:
         if value._version != rec.version:
             raise RuntimeError(version_error(value, rec))
         return value
+
+
+# torch.utils.checkpoint looks for "the user's pair" under its own (``_current_user_saved_tensors_hooks``:
+# selective checkpointing warns about one and may route its cached outputs through it). A capture's
+# own layer is no user's pair: it reads as checkpoint-internal with no user pair below it, as bare.
+# A layer that stands for a foreign pair forwards these attributes to it (_ForwardingPack).
+Layer._pack._checkpoint_internal = True  # type: ignore[attr-defined]
+Layer._pack._user_hooks = None  # type: ignore[attr-defined]
 
 
 class _ForwardingPack:

@@ -49,11 +49,13 @@ class Frame:
     numbers of the autograd nodes created during it (``lo`` <= seq < ``hi``; ``hi`` is None while
     the call is open, or when it never closed)."""
 
-    __slots__ = ("name", "module_id", "lo", "hi", "parent", "inputs")
+    __slots__ = ("name", "module_id", "lo", "hi", "parent", "inputs", "module")
 
-    def __init__(self, name: str, module_id: int, lo: int, parent: Frame | None = None, inputs: tuple[Any, ...] = ()) -> None:
+    def __init__(self, name: str, module_id: int, lo: int, parent: Frame | None = None, inputs: tuple[Any, ...] = (),
+                 module: Any = None) -> None:
         self.name = name
         self.module_id = module_id
+        self.module = module  # a weak reference to the module
         self.lo = lo
         self.hi: int | None = None
         self.parent = parent
@@ -225,7 +227,7 @@ def _pre(module: torch.nn.Module, args: Any) -> None:
         else:
             calls = entry[2] = entry[2] + 1
             name = entry[1] if calls == 1 else f"{entry[1]}#{calls}"
-        frame = Frame(name, mid, _next_sequence_nr(), parent, inputs)
+        frame = Frame(name, mid, _next_sequence_nr(), parent, inputs, entry[0])
         frames.append(frame)
         st.spans.append(frame)
         st.frame = frame

@@ -393,6 +393,7 @@ class Capture:
             builder.add_records(self.records)
             for found in walked.found:
                 builder.add_found(found)
+            self._add_selective_cache(builder)
             rows, freed = builder.finish()
             self.walk_row_nodes = builder.node_of
             for plugin in self.plugins:
@@ -422,6 +423,67 @@ class Capture:
             self._reports.append((weakref.ref(case), builder.named, builder.row_srefs, pending))
         return case
 
+    def _add_selective_cache(self, builder: _RowBuilder) -> None:
+        """Rows for what selective activation checkpointing caches (``via="cache"``): the outputs
+        its policy saves are kept by its dispatch mode, outside every hook; a region whose cache
+        memaudit cannot read makes the case incomplete, loudly."""
+        frames: dict[int, tuple[Any, list[modules.Frame]]] = {}
+        for rec in self.records:
+            hook = rec.hook
+            if hook is None or hook.frame is None or hook.kind != "checkpoint":
+                continue
+            frame = hook.frame()
+            if frame is None:
+                continue
+            calls = frames.setdefault(id(frame), (frame, []))[1]
+            if rec.frame is not None:
+                calls.append(rec.frame)
+        seen: set[int] = set()
+        for frame, calls in frames.values():
+            module = _common_call(calls).name if calls and self.modules else None
+            cached = stack.selective_cache(frame)
+            if cached is None:
+                if stack.has_dispatch_mode(frame):
+                    builder.warnings.append(
+                        "a checkpointed region runs under a context_fn whose saved outputs memaudit cannot read "
+                        "(not selective checkpointing's cache): what it keeps is not counted (case incomplete)"
+                    )
+                    builder.incomplete = True
+                continue
+            for name, t in cached:
+                if id(t) in seen:
+                    continue
+                seen.add(id(t))
+                fields = {"op": "checkpoint", "saved_as": f"selective_cache.{name}", "slot": f"selective_cache.{name}",
+                          "via": "cache", "note": "cached by selective activation checkpointing", **buffer_of(t).row_fields()}
+                if module is not None:
+                    fields["module"] = module
+                builder._row(fields, buffer_of(t), True)
+
+    def module_storages(self) -> list[Any]:
+        """Weak references to the storages of the parameters and buffers of every module called
+        during the capture (parameter memory, whatever tensor object saved it)."""
+        roots: dict[int, Any] = {}
+        for per_thread in self._spans.values():
+            for spans in per_thread:
+                for f in spans:
+                    if f.parent is None and f.module is not None:
+                        roots.setdefault(id(f.module), f.module)
+        out = []
+        for ref in roots.values():
+            m = ref()
+            if m is None:
+                continue
+            try:
+                tensors = [*m.parameters(), *m.buffers()]
+            except Exception:  # noqa: BLE001 - a module that cannot list them: nothing to add
+                continue
+            for t in tensors:
+                r = storage_ref(t)
+                if r is not None:
+                    out.append(r[0])
+        return out
+
     def module_of_node(self, seq: int) -> str | None:
         """The module call (in the calling thread) during which autograd node ``seq`` was made."""
         for spans in reversed(self._spans.get(threading.get_ident(), [])):
@@ -429,6 +491,14 @@ class Capture:
             if name is not None:
                 return name
         return None
+
+
+def _common_call(calls: list[modules.Frame]) -> modules.Frame:
+    """The innermost module call that every one of ``calls`` runs inside (the checkpointed module)."""
+    common: modules.Frame | None = calls[0]
+    while common is not None and not all(c.within(common) for c in calls):
+        common = common.parent
+    return common if common is not None else calls[0]
 
 
 _PLAIN_NAMES: dict[tuple[torch.dtype, torch.device], tuple[dict[str, Any], int]] = {}
@@ -466,9 +536,14 @@ class _RowBuilder:
         self._views: dict[tuple[bool, int, int, tuple[int, ...]], int] = {}
         self.row_srefs: list[Any] = []  # the storage reference of each live row (None: none)
         # The weak references themselves are kept, so their ids stay unique while this builder lives.
+        self._canon: dict[int, Any] = {}  # id(sref) -> the sref standing for its memory (canon())
+        self._memory: dict[tuple[str, int, int], Any] = {}
         self._output_refs = [r[0] for t in iter_tensors(outputs) if (r := storage_ref(t)) is not None]
-        self._outputs = {id(r) for r in self._output_refs}
-        self._param_storages: set[int] = set()
+        self._outputs = {id(self.canon(r)) for r in self._output_refs}
+        # Parameters by storage: the modules called in the capture name their parameters' storages,
+        # so a detached alias of a weight (functional_call, F.linear(x, w.detach())) is parameter memory.
+        self._module_refs = [r for r in cap.module_storages()]
+        self._param_storages: set[int] = {id(self.canon(r)) for r in self._module_refs}
         self._shared_storages: set[int] = set()  # storages of live rows not flagged as parameter
         self._labelled = bool(cap._labels)  # no labels given: no lookup per row
         self._nth: dict[tuple[bool, int], int] = {}  # (live, index) -> position among its module call's saves
@@ -479,6 +554,26 @@ class _RowBuilder:
         self._containers = False  # a row points at a container (finish() checks their parameter flag)
         self._frame_saves: dict[int, int] = {}  # id(frame) -> saves seen so far
         self._sources: dict[str, str] = {}
+
+    def canon(self, sref: Any) -> Any:
+        """The storage reference that stands for ``sref``'s memory: two storage objects over the same
+        bytes (``torch.from_numpy`` or ``torch.frombuffer`` of one buffer, twice) are one storage.
+        Live storages are keyed by (device, data pointer, size), metadata only; a dead, empty or
+        meta storage stands for itself."""
+        key = id(sref)
+        out = self._canon.get(key)
+        if out is None:
+            out = sref
+            st = sref()
+            if st is not None:
+                try:
+                    ptr, n = st.data_ptr(), st.nbytes()
+                except Exception:  # noqa: BLE001 - a storage without a data pointer stands for itself
+                    ptr = n = 0
+                if ptr and n:
+                    out = self._memory.setdefault((str(st.device), ptr, n), sref)
+            self._canon[key] = out
+        return out
 
     def _storage_name(self, sref: Any) -> str:
         key = id(sref)
@@ -493,13 +588,14 @@ class _RowBuilder:
         index = len(target)
         dup = None
         storage = None
-        if buf is not None and buf.sref is not None:
-            storage = self._storage_name(buf.sref)
-            view = (live, id(buf.sref), buf.offset, buf.shape)
+        sref = self.canon(buf.sref) if buf is not None and buf.sref is not None else None
+        if sref is not None:
+            storage = self._storage_name(sref)
+            view = (live, id(sref), buf.offset, buf.shape)
             first = self._views.setdefault(view, index)
             dup = None if first == index else first
             if live:
-                (self._param_storages if fields.get("is_parameter") else self._shared_storages).add(id(buf.sref))
+                (self._param_storages if fields.get("is_parameter") else self._shared_storages).add(id(sref))
         if buf is not None and self._labelled:
             label = self.cap.label_for(buf)
             if label is not None and fields.get("operand") is None:
@@ -516,7 +612,7 @@ class _RowBuilder:
         if buf is not None and buf.sref is not None:
             self._bufs[(live, index)] = (buf.sref, buf.offset, buf.shape)
         if live:
-            self.row_srefs.append(buf.sref if buf is not None else None)
+            self.row_srefs.append(sref)
         if row.container_index is not None:
             self._containers = True
         self._unnamed.append((live, index))
@@ -589,7 +685,7 @@ class _RowBuilder:
         frame_saves, nth_of, bufs = self._frame_saves, self._nth, self._bufs
         row_sref, params, shared, node_of = self.row_srefs, self._param_storages, self._shared_storages, self.node_of
         named, named_freed, unnamed = self.named, self._named_freed, self._unnamed
-        prod, new, set_dict, source_of = math.prod, object.__new__, object.__setattr__, self._source
+        prod, new, set_dict, source_of, canon = math.prod, object.__new__, object.__setattr__, self._source, self.canon
         tuples, whats = (tuple, torch.Size), _WHATS
         for rec in records:
             raw = rec.raw
@@ -598,6 +694,7 @@ class _RowBuilder:
                 self.add_record(rec)
                 continue
             shape, dtype, device, sref, nbytes, offset, is_param, _ = raw
+            sref = canon(sref)
             ref = rec.ref
             live = (ref is not None and ref() is not None) or include_freed
             if rec.warning:

@@ -45,7 +45,71 @@ def describe_hook(pack: Callable[..., Any]) -> HookInfo:
         kind = "save_on_cpu"
     for namer in _hook_namers:
         kind = kind or namer(pack)
-    return HookInfo(f"{module}.{name}" if module else name, kind)
+    frame = _checkpoint_frame(pack) if kind == "checkpoint" else None
+    return HookInfo(f"{module}.{name}" if module else name, kind, frame)
+
+
+def _checkpoint_frame(pack: Any) -> Any:
+    """A weak reference to the ``_CheckpointFrame`` non-reentrant checkpoint's pack closes over."""
+    for cell in getattr(pack, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            continue
+        if type(value).__name__ == "_CheckpointFrame":
+            try:
+                return weakref.ref(value)
+            except TypeError:
+                return None
+    return None
+
+
+def selective_cache(frame: Any) -> list[tuple[str, torch.Tensor]] | None:
+    """What selective activation checkpointing keeps for the region of ``frame``: the outputs its
+    policy saves, cached by its dispatch mode outside any hook (``storage[op][k]``), as
+    ``(name, tensor)``; [] when the region caches nothing now; None when the frame has no
+    selective cache memaudit knows how to read (plain checkpoint)."""
+    closure = getattr(getattr(frame, "recompute_fn", None), "__closure__", None) or ()
+    storage = None
+    for cell in closure:
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            continue
+        if type(value).__name__ in ("_CachedTorchDispatchMode", "_CachingTorchDispatchMode"):
+            storage = getattr(value, "storage", None)
+            break
+    if not isinstance(storage, dict):
+        return None
+    out: list[tuple[str, torch.Tensor]] = []
+    for key, entries in list(storage.items()):
+        op = getattr(key[0] if isinstance(key, tuple) else key, "__name__", None) or str(key)
+        for idx, entry in list(entries.items()) if isinstance(entries, dict) else enumerate(entries):
+            for k, t in enumerate(_cached_tensors(entry)):
+                out.append((f"{op}[{idx}]" + (f"[{k}]" if k else ""), t))
+    return out
+
+
+def has_dispatch_mode(frame: Any) -> bool:
+    """True when the region's recompute runs under a TorchDispatchMode (a ``context_fn``)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    for cell in getattr(getattr(frame, "recompute_fn", None), "__closure__", None) or ():
+        try:
+            if isinstance(cell.cell_contents, TorchDispatchMode):
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+def _cached_tensors(entry: Any, depth: int = 3) -> list[torch.Tensor]:
+    val = getattr(entry, "val", entry)
+    if isinstance(val, torch.Tensor):
+        return [val]
+    if depth > 0 and isinstance(val, list | tuple):
+        return [t for v in val for t in _cached_tensors(v, depth - 1)]
+    return []
 
 
 def register_hook_namer(namer: Callable[[Callable[..., Any]], str | None]) -> None:
