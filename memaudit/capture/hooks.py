@@ -137,11 +137,11 @@ class _Saved:
     rec: Record
 
 
-def new_record(value: Any) -> tuple[_Saved, Record]:
+def new_record(value: Any, on_release: Callable[[Record], None] | None = None) -> tuple[_Saved, Record]:
     """What a pack returns for ``value`` and its record (``raw`` None, version -1: to be filled)."""
     saved = _Saved()
     saved.value = value
-    rec = Record(saved)
+    rec = Record(saved, on_release)
     saved.rec = rec
     rec.raw = None
     rec.version = -1
@@ -190,6 +190,7 @@ class ThreadState:
         self.roots: dict[int, tuple[Callable[[], Any], dict[int, tuple[Callable[[], Any], str]]]] = {}
         self.sources = 0  # active captures in this thread that record source lines (stack=True)
         self.tracking = 0  # active captures in this thread that name modules (modules=True)
+        self.naming = 0  # active captures in this thread that name records early (name_early=True)
 
 
 def _take(prov: dict[int, tuple[Any, ...]], t: Any) -> Any:
@@ -310,6 +311,8 @@ class Layer:
         self.hook = hook
         self.expand = expand
         self.state = _local.state
+        timed = [cap for cap in recorders if cap.track_peak]
+        self.on_release = _releaser(timed) if timed else None
 
     @property
     def pack(self) -> Callable[[Any], Any]:
@@ -329,7 +332,7 @@ class Layer:
         tp = type(t)
         if tp is _Tensor or tp is _Parameter:
             saved = _Saved()
-            rec = Record(saved)
+            rec = Record(saved, self.on_release)
             saved.rec = rec
             rec.op = rec.slot = rec.node_seq = None
             fields = None
@@ -358,7 +361,7 @@ class Layer:
                 rec.raw = None
                 self._odd(rec, t, exc)
         else:
-            saved, rec = new_record(None)
+            saved, rec = new_record(None, self.on_release)
             self._describe(rec, t, state)
         rec.output_nr = None
         rec.is_output = False
@@ -394,7 +397,7 @@ class Layer:
     def pack_delegated(self, t: Any) -> Any:
         """Pack under a foreign pair: its pack runs first and as without memaudit."""
         payload = self.delegate_pack(t)  # type: ignore[misc]
-        saved, rec = new_record(payload)
+        saved, rec = new_record(payload, self.on_release)
         state = self.state
         self._describe(rec, t, state)
         rec.hook = self.hook
@@ -489,6 +492,17 @@ class Layer:
 # A layer that stands for a foreign pair forwards these attributes to it (_ForwardingPack).
 Layer._pack._checkpoint_internal = True  # type: ignore[attr-defined]
 Layer._pack._user_hooks = None  # type: ignore[attr-defined]
+
+
+def _releaser(caps: list[Capture]) -> Callable[[Record], None]:
+    """The callback that tells ``caps`` when autograd released a record (for the peak: each notes
+    how many packs it had seen by then)."""
+
+    def released(rec: Record) -> None:
+        for cap in caps:
+            cap.released.append((rec, len(cap.records)))
+
+    return released
 
 
 class _ForwardingPack:

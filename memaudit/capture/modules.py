@@ -74,6 +74,9 @@ class Frame:
         return False
 
 
+on_root_done: Any = None
+"""Called with a root module's output when its call returns in a thread that names records early."""
+
 _lock = threading.Lock()
 _users = 0
 _handles: list[Any] = []
@@ -259,6 +262,8 @@ def _post(module: torch.nn.Module, args: Any, output: Any) -> None:
             top.hi = _next_sequence_nr()
             frames.pop()
             st.frame = frames[-1] if frames else None
+            if not frames and st.naming and on_root_done is not None:
+                on_root_done(output)
             return
         for i in range(len(frames) - 1, -1, -1):
             if frames[i].module_id == mid:

@@ -31,6 +31,18 @@ from memaudit.capture.verify import AllocatorCheck
 from memaudit.report import CaseReport, Row, compute_totals, gc_paused, make_row, module_operand, replace_row
 from memaudit.spec import CaseSpec
 
+def _name_early(outputs: Any) -> None:
+    """A root module returned, or a backward starts, in a thread where a ``name_early`` capture
+    is active: name what the graph of ``outputs`` holds."""
+    for cap in hooks.state().captures:
+        if cap.name_early and cap.active:
+            cap.name_now(outputs)
+            return
+
+
+modules.on_root_done = _name_early
+stack.before_backward = _name_early
+
 CAPTURE_SPEC = CaseSpec("capture", "-", 0, dtype="-", splits=())
 """The spec of a bare ``capture()`` report: no target, recipe or shape."""
 
@@ -110,8 +122,16 @@ class Capture:
     """
 
     def __init__(
-        self, plugins: Iterable[Plugin] | None = None, *, verify_allocator: bool = False, modules: bool = True, stack: bool = False
+        self, plugins: Iterable[Plugin] | None = None, *, verify_allocator: bool = False, modules: bool = True, stack: bool = False,
+        track_peak: bool = False, name_early: bool = False,
     ) -> None:
+        self.track_peak = track_peak
+        """Note when autograd releases each record, for :meth:`peak` (a callback per release)."""
+        self.name_early = name_early
+        """Name records (node and attribute) when a root module's forward returns and before each
+        backward, so rows of graphs gone by ``report()`` are named as while alive (the pytest plugin)."""
+        self.released: list[tuple[Record, int]] = []
+        """(record, packs seen) per release, in order (``track_peak``)."""
         self.modules = modules
         """Name each row by the module whose forward saved it (``Row.module``; global module hooks)."""
         self.stack = stack
@@ -158,6 +178,8 @@ class Capture:
         self.active = True
         stack.ACTIVE.add(self)
         compiled.enter()
+        if self.name_early:
+            stack.watch_backward(True)
         try:
             self._push()
         except BaseException:
@@ -172,6 +194,8 @@ class Capture:
             self.active = False
             stack.ACTIVE.discard(self)
             compiled.exit()
+            if self.name_early:
+                stack.watch_backward(False)
             if self._task_token is not None:
                 try:
                     hooks.TASK_CAPTURES.reset(self._task_token)
@@ -205,6 +229,8 @@ class Capture:
                 modules.release()
             raise
         st = hooks.state()
+        if self.name_early:
+            st.naming += 1
         if self.stack:
             st.sources += 1
         if self.modules:
@@ -232,6 +258,8 @@ class Capture:
             if layers:  # this thread's push succeeded: undo what it added
                 layers.pop()
                 st = hooks.state()
+                if self.name_early:
+                    st.naming -= 1
                 if self.stack:
                     st.sources -= 1
                 if self.modules:
@@ -371,7 +399,7 @@ class Capture:
         last = max(ends)
         return lambda seq: seq < last
 
-    def report(self, outputs: Any = None, *, case_id: str = "capture", include_freed: bool = False) -> CaseReport:
+    def report(self, outputs: Any = None, *, case_id: str = "capture", include_freed: bool = False, walk: bool = True) -> CaseReport:
         """Rows and totals of everything saved so far.
 
         ``outputs`` roots the graph walk that names each row's node (``op``) and attribute
@@ -381,10 +409,15 @@ class Capture:
         totals; ``include_freed=True`` reports them as rows (what was saved at any point).
         """
         with gc_paused():
-            return self._report(outputs, case_id, include_freed)
+            return self._report(outputs, case_id, include_freed, walk)
 
-    def _report(self, outputs: Any, case_id: str, include_freed: bool) -> CaseReport:
-        roots = [t.grad_fn for t in iter_tensors(outputs) if t.grad_fn is not None] if outputs is not None else _live_graph_roots()
+    def _report(self, outputs: Any, case_id: str, include_freed: bool, walk: bool = True) -> CaseReport:
+        if not walk:
+            roots = []
+        elif outputs is not None:
+            roots = [t.grad_fn for t in iter_tensors(outputs) if t.grad_fn is not None]
+        else:
+            roots = _live_graph_roots()
         outside = self._outside() if outputs is not None and self._other_threads else None
         walked = graph.walk(roots, self._in_region(), outside=outside)
         self.walk_nodes = walked.python_nodes
@@ -460,6 +493,86 @@ class Capture:
                     fields["module"] = module
                 builder._row(fields, buffer_of(t), True)
 
+    def peak(self) -> tuple[int, list[Record]]:
+        """The most saved bytes alive at once over the capture, and the records alive then.
+
+        Replays packs and releases in the order they happened (``track_peak``): a storage counts
+        once, at its full size, while any record that names it is alive; parameters (by storage, as
+        in the totals) and what a foreign pair keeps elsewhere (checkpoint, host copies) do not
+        count. Bytes only a report finds (``ctx`` attributes, selective-checkpoint caches) are not
+        in this replay: compare with the final report's totals."""
+        params = {id(r) for r in self.module_storages()}
+        released: dict[int, int] = {}
+        for rec, n in self.released:
+            released.setdefault(id(rec), n)
+        order = sorted((n, i) for i, rec in enumerate(self.records) if (n := released.get(id(rec))) is not None)
+        contrib: list[list[tuple[int, int]]] = []
+        for rec in self.records:
+            mine: list[tuple[int, int]] = []
+            if rec.hook is None and rec.resides is None:
+                for _, buf in rec.described():
+                    if buf.sref is not None and not buf.is_parameter and id(buf.sref) not in params:
+                        mine.append((id(buf.sref), buf.storage_bytes))
+            contrib.append(mine)
+        refs: dict[int, int] = {}
+        now = best = 0
+        best_at = 0
+        k = 0
+        for i in range(len(self.records)):
+            while k < len(order) and order[k][0] <= i:
+                for key, nbytes in contrib[order[k][1]]:
+                    refs[key] -= 1
+                    if refs[key] == 0:
+                        now -= nbytes
+                k += 1
+            for key, nbytes in contrib[i]:
+                refs[key] = refs.get(key, 0) + 1
+                if refs[key] == 1:
+                    now += nbytes
+            if now > best:
+                best, best_at = now, i
+        alive = [rec for i, rec in enumerate(self.records) if i <= best_at and released.get(id(rec), len(self.records) + 1) > best_at]
+        return best, alive
+
+    def report_of(self, records: list[Record], *, case_id: str = "capture") -> CaseReport:
+        """A report of ``records`` only, each a row whether autograd released it or not (the rows
+        alive at :meth:`peak`)."""
+        kept = self.records
+        self.records = records
+        try:
+            return self.report(case_id=case_id, include_freed=True, walk=False)
+        finally:
+            self.records = kept
+
+    def name_now(self, outputs: Any) -> None:
+        """Name the records the graph of ``outputs`` holds (node and attribute), reading raw: no
+        unpack runs, nothing else is read (``name_early``)."""
+        roots = [t.grad_fn for t in iter_tensors(outputs) if t.grad_fn is not None]
+        if roots:
+            with gc_paused():
+                graph.walk(roots, _never)
+
+    def label_names(self) -> list[str]:
+        """Every operand name given with :meth:`label`."""
+        return sorted({lab.name for _, labels in self._labels.values() for lab in labels})
+
+    def module_names(self) -> set[str]:
+        """Every module name a row of this capture could carry: each call made, and every module
+        under the roots called (qualified names, as rows name them)."""
+        names: set[str] = set()
+        roots: dict[int, Any] = {}
+        for per_thread in self._spans.values():
+            for spans in per_thread:
+                for f in spans:
+                    names.add(f.name)
+                    if f.parent is None and f.module is not None:
+                        roots.setdefault(id(f.module), f.module)
+        for ref in roots.values():
+            root = ref()
+            if root is not None:
+                names.update(entry[1] for entry in modules.qualified_names(root).values())
+        return names
+
     def module_storages(self) -> list[Any]:
         """Weak references to the storages of the parameters and buffers of every module called
         during the capture (parameter memory, whatever tensor object saved it)."""
@@ -491,6 +604,14 @@ class Capture:
             if name is not None:
                 return name
         return None
+
+
+_RELEASED_RESIDES = {"checkpoint": "recomputed", "save_on_cpu": "host"}
+"""Where a released record's pair kept it, by the pair's kind (its payload is gone)."""
+
+
+def _never(seq: int) -> bool:
+    return False
 
 
 def _common_call(calls: list[modules.Frame]) -> modules.Frame:
@@ -635,7 +756,12 @@ class _RowBuilder:
         op, slot = rec.op, rec.slot
         if op is None and rec.context is not None:
             op, slot = rec.context
-        resides, kept = self._residence(rec) if rec.hook is not None and rec.alive() else (rec.resides or "device", None)
+        if rec.hook is None:
+            resides, kept = rec.resides or "device", None
+        elif rec.alive():
+            resides, kept = self._residence(rec)
+        else:  # released (listed with include_freed): where that pair kept it, as far as its kind tells
+            resides, kept = _RELEASED_RESIDES.get(rec.hook.kind, "unknown"), None
         base: dict[str, Any] = {"op": op, "saved_as": slot, "resides": resides}
         frame = rec.frame if self.cap.modules else None
         if frame is not None:

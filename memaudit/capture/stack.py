@@ -153,6 +153,47 @@ def install() -> None:
             _installed = True
 
 
+before_backward: Any = None
+"""Called with a backward's outputs before it runs, in a thread that names records early."""
+
+
+_backward_users = 0
+_backward_originals: dict[str, Any] = {}
+
+
+def watch_backward(on: bool) -> None:
+    """While a capture that names records early is active (the pytest plugin's), route
+    ``torch.autograd.backward`` and ``grad`` (``Tensor.backward`` calls the first) through a
+    wrapper that names the graph before backward releases it; put them back after the last."""
+    global _backward_users
+    with _install_lock:
+        _backward_users += 1 if on else -1
+        if on and _backward_users == 1:
+            for name in ("backward", "grad"):
+                original = getattr(torch.autograd, name)
+                _backward_originals[name] = original
+                setattr(torch.autograd, name, _naming(original))
+        elif not on and _backward_users <= 0:
+            _backward_users = 0
+            for name, original in _backward_originals.items():
+                setattr(torch.autograd, name, original)
+            _backward_originals.clear()
+
+
+def _naming(original: Any) -> Any:
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if state().naming and before_backward is not None:
+            try:
+                before_backward(args[0] if args else kwargs.get("tensors", kwargs.get("outputs")))
+            except Exception:  # noqa: BLE001 - naming never changes what backward does
+                pass
+        return original(*args, **kwargs)
+
+    run.__wrapped__ = original  # type: ignore[attr-defined]
+    run.__name__, run.__qualname__, run.__doc__ = original.__name__, original.__qualname__, original.__doc__
+    return run
+
+
 def _label_checkpoint_inputs() -> None:
     """Name the inputs non-reentrant checkpoint saves through ``_CheckpointFrame.save_inputs``."""
     from torch.utils import checkpoint as ckpt
