@@ -31,6 +31,7 @@ from memaudit.capture.verify import AllocatorCheck
 from memaudit.report import CaseReport, Row, compute_totals, gc_paused, make_row, module_operand, replace_row
 from memaudit.spec import CaseSpec
 
+
 def _name_early(outputs: Any) -> None:
     """A root module returned, or a backward starts, in a thread where a ``name_early`` capture
     is active: name what the graph of ``outputs`` holds."""
