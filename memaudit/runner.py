@@ -63,6 +63,7 @@ def run_case(target: Target, spec: CaseSpec, *, backward: bool = True, verify_al
         case.complete = measured.complete
         case.totals = compute_totals(case.rows, case.freed)
         case.allocator = measured.allocator
+        case.modules = measured.modules
         case.warnings = measured.warnings + built.warnings
         if backward:
             built.backward(outputs)

@@ -28,7 +28,17 @@ from memaudit.capture import compiled, graph, hooks, modules, stack
 from memaudit.capture.hooks import Record
 from memaudit.capture.tensors import Buffer, buffer_of, dtype_name, format_of, kind_of, storage_ref
 from memaudit.capture.verify import AllocatorCheck
-from memaudit.report import CaseReport, Row, compute_totals, gc_paused, make_row, module_operand, replace_row
+from memaudit.report import (
+    CaseReport,
+    ModuleGroup,
+    Row,
+    compute_totals,
+    gc_paused,
+    group_bytes,
+    make_row,
+    module_operand,
+    replace_row,
+)
 from memaudit.spec import CaseSpec
 
 
@@ -433,6 +443,7 @@ class Capture:
             for plugin in self.plugins:
                 rows = plugin.annotate(rows, self)
             pending = builder.name_rest(rows, True) + builder.name_rest(freed, False)
+            groups = self._module_groups(builder, rows) if self.modules else []
         finally:
             self.walk_nodes = []
             self.walk_row_nodes = {}
@@ -450,12 +461,56 @@ class Capture:
             totals=compute_totals(rows, freed),
             warnings=_unique(warnings),
             complete=not (walked.unseen or builder.incomplete),
+            modules=groups,
         )
         if self._allocator is not None:
             case.allocator = self._allocator.result(builder.device_storages(), outputs)
         if pending or builder.named:
             self._reports.append((weakref.ref(case), builder.named, builder.row_srefs, pending))
         return case
+
+    def _module_groups(self, builder: _RowBuilder, rows: list[Row]) -> list[ModuleGroup]:
+        """Rows grouped by module call (with the calls inside it), largest first, and what a
+        checkpoint of each call would free (:class:`memaudit.report.ModuleGroup`)."""
+        by_name: dict[str, modules.Frame] = {}
+        for per_thread in self._spans.values():
+            for spans in per_thread:
+                for f in spans:
+                    by_name.setdefault(f.name, f)
+        members: dict[int, list[int]] = {}
+        calls: dict[int, modules.Frame] = {}
+        own: dict[int, int] = {}
+        holders: dict[str, set[int]] = {}
+        for i, r in enumerate(rows):
+            if r.storage is not None and r.resides == "device":
+                holders.setdefault(r.storage, set()).add(i)
+            f = by_name.get(r.module) if r.module is not None else None
+            if f is None:
+                continue
+            own[id(f)] = own.get(id(f), 0) + 1
+            g: modules.Frame | None = f
+            while g is not None:
+                calls[id(g)] = g
+                members.setdefault(id(g), []).append(i)
+                g = g.parent
+        out = []
+        for key, inside in members.items():
+            frame = calls[key]
+            mine = set(inside)
+            inputs = set()
+            for ref in frame.inputs:
+                st = ref() if ref is not None else None
+                if st is not None:
+                    name = builder.storage_name_of(weakref.ref(st))
+                    if name is not None:
+                        inputs.add(name)
+            frees = [i for i in inside
+                     if rows[i].storage is not None and rows[i].resides == "device" and not rows[i].is_parameter
+                     and holders[rows[i].storage] <= mine and rows[i].storage not in inputs]
+            out.append(ModuleGroup(frame.name, sorted(mine), own.get(key, 0), group_bytes(rows, mine), sorted(frees),
+                                   group_bytes(rows, frees)))
+        out.sort(key=lambda g: (-g.saved_bytes, g.module))
+        return out
 
     def _add_selective_cache(self, builder: _RowBuilder) -> None:
         """Rows for what selective activation checkpointing caches (``via="cache"``): the outputs
@@ -696,6 +751,10 @@ class _RowBuilder:
                     out = self._memory.setdefault((str(st.device), ptr, n), sref)
             self._canon[key] = out
         return out
+
+    def storage_name_of(self, sref: Any) -> str | None:
+        """The name (``s3``) a live row gave the storage ``sref`` refers to, or None."""
+        return self._names.get(id(self.canon(sref)))
 
     def _storage_name(self, sref: Any) -> str:
         key = id(sref)
