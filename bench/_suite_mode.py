@@ -1,8 +1,8 @@
 """pytest plugin for bench/pytorch_suites.py: run every test bare, inside ``capture()``, or under a
 plain pass-through hook pair (``MEMAUDIT_SUITE_MODE`` = ``bare`` | ``capture`` | ``control``).
 
-In ``capture`` mode each test body runs inside ``memaudit.capture()``; before every
-``torch.autograd.backward`` / ``torch.autograd.grad`` (``Tensor.backward`` calls the first) the
+In ``capture`` mode each test body runs inside ``memaudit.capture()``; before every backward
+(the engine's entry that ``torch.autograd.backward``, ``grad`` and ``Tensor.backward`` call) the
 capture reports with the backward's outputs (``report(outputs)``, the graph walk), and after the
 body it reports without outputs (``report()``, the heap scan), whose wall time is appended to
 ``MEMAUDIT_SUITE_TIMES`` (JSON lines). A report that raises fails the test with a marker string,
@@ -32,37 +32,34 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 class _Reporting:
-    """``torch.autograd.backward`` and ``grad`` wrapped to report(outputs) first."""
+    """The autograd engine's entry (``torch.autograd._engine_run_backward``, which ``backward``,
+    ``grad`` and ``Tensor.backward`` call) wrapped to report(outputs) first. The public functions
+    stay as they are: TorchScript resolves ``torch.autograd.grad`` by identity."""
 
     def __init__(self, cap: Any) -> None:
-        import torch
+        import torch.autograd as autograd
 
-        self.torch = torch
+        self.autograd = autograd
         self.cap = cap
-        self.originals = {name: getattr(torch.autograd, name) for name in ("backward", "grad")}
+        self.original = autograd._engine_run_backward
         self.errors: list[str] = []
 
     def __enter__(self) -> _Reporting:
-        for name, original in self.originals.items():
-            setattr(self.torch.autograd, name, self._wrap(original))
+        original = self.original
+
+        def run(t_outputs: Any, *args: Any, **kwargs: Any) -> Any:
+            if self.cap.active:
+                try:
+                    self.cap.report(outputs=list(t_outputs))
+                except Exception as exc:  # noqa: BLE001 - recorded as memaudit's failure
+                    self.errors.append(f"report(outputs): {type(exc).__name__}: {exc}")
+            return original(t_outputs, *args, **kwargs)
+
+        self.autograd._engine_run_backward = run
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for name, original in self.originals.items():
-            setattr(self.torch.autograd, name, original)
-
-    def _wrap(self, original: Any) -> Any:
-        def run(*args: Any, **kwargs: Any) -> Any:
-            outputs = args[0] if args else kwargs.get("tensors", kwargs.get("outputs"))
-            if self.cap.active and outputs is not None:
-                try:
-                    self.cap.report(outputs=outputs)
-                except Exception as exc:  # noqa: BLE001 - recorded as memaudit's failure
-                    self.errors.append(f"report(outputs): {type(exc).__name__}: {exc}")
-            return original(*args, **kwargs)
-
-        run.__wrapped__ = original  # type: ignore[attr-defined]
-        return run
+        self.autograd._engine_run_backward = self.original
 
 
 @pytest.hookimpl(wrapper=True)

@@ -402,3 +402,33 @@ def test_one_allocation_seen_through_two_tensors_is_counted_once(make: str) -> N
     assert a.untyped_storage() is not b.untyped_storage() or True  # two storage objects, one allocation
     assert case.totals.saved_bytes == 65536  # the memory the buffer really has
     assert len({r.storage for r in case.rows}) == 1
+
+
+def test_a_nested_tensor_modified_in_place_raises_pytorchs_message() -> None:
+    def run() -> None:
+        a = torch.nested.nested_tensor([torch.randn(2, 3), torch.randn(4, 3)], requires_grad=True)
+        b = a.clone()
+        c = b.sin()
+        b.add_(1)
+        c.backward(torch.nested.nested_tensor([torch.ones(2, 3), torch.ones(4, 3)]))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        bare = outcome(run)
+        assert bare[0] == "RuntimeError" and "modified by an inplace operation" in bare[1]
+        with capture():
+            assert outcome(run) == bare
+
+
+def test_torchscript_resolves_autograd_grad_inside_a_naming_capture() -> None:
+    from memaudit.capture import Capture
+
+    with Capture(name_early=True):  # the pytest plugin's capture: it names graphs before backward
+
+        @torch.jit.script
+        def grad_of(x: torch.Tensor) -> list[torch.Tensor | None]:
+            return torch.autograd.grad([(x * x).sum()], [x])
+
+        x = torch.ones(3, requires_grad=True)
+        g = grad_of(x)[0]
+        assert g is not None and torch.equal(g, 2 * x.detach())

@@ -658,12 +658,23 @@ def _node_name(node: Any) -> str:
     return head if sep and (tail == "" or tail.isdigit()) else name
 
 
+def _sizes_text(value: torch.Tensor) -> str:
+    """The sizes as PyTorch's message prints them: a list, or a nested tensor's size matrix (read
+    here, at unpack, where PyTorch reads it too; the pack hook never does)."""
+    if not value.is_nested:
+        return str(list(value.shape))
+    sizes = value._nested_tensor_size().tolist()
+    width = max((len(str(v)) for row in sizes for v in row), default=1) + 1
+    body = "".join(" ".join(f"{v:>{width}d}" for v in row) + "\n" for row in sizes)
+    return f"{body}[ torch.LongTensor{{{len(sizes)},{len(sizes[0]) if sizes else 0}}} ]"
+
+
 def version_error(value: torch.Tensor, rec: Record) -> str:
     """PyTorch's own message for a saved tensor modified in place (``SavedVariable::unpack``)."""
     current = value._version
     msg = (
         "one of the variables needed for gradient computation has been modified by an inplace "
-        f"operation: [{value.type()} {list(value.shape)}]"
+        f"operation: [{value.type()} {_sizes_text(value)}]"
     )
     fn = None
     if rec.is_output:

@@ -162,35 +162,38 @@ _backward_originals: dict[str, Any] = {}
 
 
 def watch_backward(on: bool) -> None:
-    """While a capture that names records early is active (the pytest plugin's), route
-    ``torch.autograd.backward`` and ``grad`` (``Tensor.backward`` calls the first) through a
-    wrapper that names the graph before backward releases it; put them back after the last."""
+    """While a capture that names records early is active (the pytest plugin's), route the autograd
+    engine's entry (``torch.autograd._engine_run_backward``, which ``backward``, ``grad`` and
+    ``Tensor.backward`` all call) through a wrapper that names the graph before backward releases
+    it; put it back after the last. The public functions stay as they are (TorchScript resolves
+    ``torch.autograd.grad`` by identity)."""
     global _backward_users
+    import torch.autograd as autograd
+
     with _install_lock:
         _backward_users += 1 if on else -1
         if on and _backward_users == 1:
-            for name in ("backward", "grad"):
-                original = getattr(torch.autograd, name)
-                _backward_originals[name] = original
-                setattr(torch.autograd, name, _naming(original))
+            original = getattr(autograd, "_engine_run_backward", None)
+            if original is not None:
+                _backward_originals["_engine_run_backward"] = original
+                autograd._engine_run_backward = _naming(original)  # type: ignore[attr-defined]
         elif not on and _backward_users <= 0:
             _backward_users = 0
             for name, original in _backward_originals.items():
-                setattr(torch.autograd, name, original)
+                setattr(autograd, name, original)
             _backward_originals.clear()
 
 
 def _naming(original: Any) -> Any:
-    def run(*args: Any, **kwargs: Any) -> Any:
+    def run(t_outputs: Any, *args: Any, **kwargs: Any) -> Any:
         if state().naming and before_backward is not None:
             try:
-                before_backward(args[0] if args else kwargs.get("tensors", kwargs.get("outputs")))
+                before_backward(t_outputs)
             except Exception:  # noqa: BLE001 - naming never changes what backward does
                 pass
-        return original(*args, **kwargs)
+        return original(t_outputs, *args, **kwargs)
 
     run.__wrapped__ = original  # type: ignore[attr-defined]
-    run.__name__, run.__qualname__, run.__doc__ = original.__name__, original.__qualname__, original.__doc__
     return run
 
 
