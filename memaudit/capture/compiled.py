@@ -14,8 +14,8 @@ callbacks right after ``torch._dynamo`` is first imported. The callbacks stay re
 Dynamo is imported, and do nothing while no capture names modules.
 
 ``torch.compile(module)`` warns on every call while any global module hook exists; memaudit's
-hooks alone must not make it warn, so that warning is filtered while they are registered and no
-other global hook is.
+hooks alone must not make it warn, so torch's ``_has_any_global_hook`` (read only for that warning)
+discounts them while they are registered.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import importlib.abc
 import importlib.machinery
 import sys
 import threading
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -33,16 +32,15 @@ _hide: Callable[[], None] | None = None
 _show: Callable[[], None] | None = None
 _registered = False
 _finder: _DynamoImport | None = None
-_filter: tuple[Any, ...] | None = None
 
 OPTIMIZED_MODULE: list[type] = []
 """``torch._dynamo.eval_frame.OptimizedModule`` once Dynamo is imported (what modules.py maps to the
 module it wraps)."""
 
-_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks on modules"
 
 
 _skipped: set[str] = set()
+_modules_seen = 0  # len(sys.modules) at the last scan
 
 
 def _skip_memaudit() -> None:
@@ -56,9 +54,13 @@ def _skip_memaudit() -> None:
     This marks the code objects only (Dynamo's frame-skip strategy): where Dynamo traces a hook as
     part of a frame it compiles (``Module.__call__``), the hook is inlined as before.
     """
+    global _modules_seen
+    if len(sys.modules) == _modules_seen:  # nothing imported since the last scan (the usual case)
+        return
     skip = getattr(getattr(sys.modules.get("torch._dynamo"), "eval_frame", None), "skip_code", None)
     if skip is None:  # pragma: no cover - a torch without it
         return
+    _modules_seen = len(sys.modules)
     for name, module in list(sys.modules.items()):
         if module is None or name in _skipped or not (name == "memaudit" or name.startswith("memaudit.")):
             continue
@@ -179,32 +181,43 @@ def _ended(args: Any) -> None:
         show()
 
 
+_original_has_hook: Callable[[], Any] | None = None
+
+
 def _filter_warning() -> None:
-    global _filter
+    """``OptimizedModule.__call__`` warns when ``torch.nn.modules.module._has_any_global_hook()``;
+    while memaudit's hooks are registered, that function answers as if they were not (no warnings
+    filter: mutating the filters would re-arm every once-per-location warning in the process)."""
+    global _original_has_hook
     import torch.nn.modules.module as mm
 
-    if _filter is not None:
+    if _original_has_hook is not None:
         return
-    if (mm._global_backward_pre_hooks or mm._global_backward_hooks or getattr(mm, "_global_forward_hooks_with_kwargs", None)
-            or len(mm._global_forward_pre_hooks) > 1 or len(mm._global_forward_hooks) > 1):
-        return  # another global hook exists: torch warns bare too
-    warnings.filterwarnings("ignore", message=_WARNING, category=UserWarning)
-    _filter = warnings.filters[0]
+    _original_has_hook = mm._has_any_global_hook
+
+    def _has_any_global_hook() -> Any:
+        ours_pre = ours_post = 0
+        for hook in mm._global_forward_pre_hooks.values():
+            ours_pre += getattr(hook, "__module__", None) == "memaudit.capture.modules"
+        for hook in mm._global_forward_hooks.values():
+            ours_post += getattr(hook, "__module__", None) == "memaudit.capture.modules"
+        return (mm._global_backward_pre_hooks or mm._global_backward_hooks
+                or getattr(mm, "_global_forward_hooks_with_kwargs", None)
+                or len(mm._global_forward_pre_hooks) > ours_pre or len(mm._global_forward_hooks) > ours_post
+                or len(mm._global_forward_hooks_always_called) > ours_post)
+
+    _has_any_global_hook.__wrapped__ = _original_has_hook  # type: ignore[attr-defined]
+    mm._has_any_global_hook = _has_any_global_hook
 
 
 def _unfilter_warning() -> None:
-    global _filter
-    if _filter is None:
+    global _original_has_hook
+    import torch.nn.modules.module as mm
+
+    if _original_has_hook is None:
         return
-    try:
-        warnings.filters.remove(_filter)
-    except ValueError:  # a catch_warnings() block restored the filters since
-        pass
-    else:
-        mutated = getattr(warnings, "_filters_mutated", None) or getattr(warnings, "_filters_mutated_lock_held", None)
-        if mutated is not None:
-            mutated()
-    _filter = None
+    mm._has_any_global_hook = _original_has_hook
+    _original_has_hook = None
 
 
 class _DynamoImport(importlib.abc.MetaPathFinder):
