@@ -432,3 +432,45 @@ def test_torchscript_resolves_autograd_grad_inside_a_naming_capture() -> None:
         x = torch.ones(3, requires_grad=True)
         g = grad_of(x)[0]
         assert g is not None and torch.equal(g, 2 * x.detach())
+
+
+def _malloc_in_use() -> int | None:
+    """Bytes glibc's malloc has handed out and not taken back (``mallinfo2``): the CPU allocator's view."""
+    import ctypes
+    import ctypes.util
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+                                                   "uordblks", "fordblks", "keepcost")]
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        fn = libc.mallinfo2
+    except (OSError, AttributeError):
+        return None
+    fn.restype = MallInfo2
+    info = fn()
+    return info.uordblks + info.hblkhd
+
+
+def test_selective_checkpointing_cache_is_what_the_cpu_allocator_keeps() -> None:
+    import gc
+
+    if _malloc_in_use() is None:
+        pytest.skip("no glibc mallinfo2 here: the CPU allocator's view is not readable")
+    m, x, forward = _sac_forward()
+    y = forward()
+    y.sum().backward()  # warm up: first-call allocations are not the forward's
+    del y
+    gc.collect()
+    before = _malloc_in_use()
+    y = forward()
+    gc.collect()
+    retained = _malloc_in_use() - before  # what the forward keeps: SAC's cache (its last output is y) and small objects
+    y.sum().backward()
+    del y
+    with capture() as cap:
+        y = forward()
+    cached = sum(r.bytes for r in cap.report(outputs=y).rows if r.via == "cache")
+    assert cached == 512 * 1024 * 4 + 512 * 256 * 4
+    assert 0 <= retained - cached < 64 * 1024  # the rest: autograd nodes and metadata, not tensor memory
