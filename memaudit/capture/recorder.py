@@ -12,6 +12,7 @@ import dataclasses
 import gc
 import importlib
 import math
+import operator
 import os
 import sys
 import threading
@@ -34,7 +35,6 @@ from memaudit.report import (
     Row,
     compute_totals,
     gc_paused,
-    group_bytes,
     make_row,
     module_operand,
     replace_row,
@@ -142,6 +142,7 @@ class Capture:
         """Name records (node and attribute) when a root module's forward returns and before each
         backward, so rows of graphs gone by ``report()`` are named as while alive (the pytest plugin)."""
         self.released: list[tuple[Record, int]] = []
+        self._param_refs: dict[int, tuple[Any, list[Any]]] = {}  # id(root module) -> (its weakref, its storages)
         """(record, packs seen) per release, in order (``track_peak``)."""
         self.modules = modules
         """Name each row by the module whose forward saved it (``Row.module``; global module hooks)."""
@@ -471,7 +472,8 @@ class Capture:
 
     def _module_groups(self, builder: _RowBuilder, rows: list[Row]) -> list[ModuleGroup]:
         """Rows grouped by module call (with the calls inside it), largest first, and what a
-        checkpoint of each call would free (:class:`memaudit.report.ModuleGroup`)."""
+        checkpoint of each call would free (:class:`memaudit.report.ModuleGroup`). One pass over
+        the rows and their calls' ancestors; bytes as :func:`memaudit.report.group_bytes`."""
         by_name: dict[str, modules.Frame] = {}
         for per_thread in self._spans.values():
             for spans in per_thread:
@@ -479,24 +481,51 @@ class Capture:
                     by_name.setdefault(f.name, f)
         members: dict[int, list[int]] = {}
         calls: dict[int, modules.Frame] = {}
-        own: dict[int, int] = {}
+        own: dict[str, int] = {}
         holders: dict[str, set[int]] = {}
-        for i, r in enumerate(rows):
-            if r.storage is not None and r.resides == "device":
-                holders.setdefault(r.storage, set()).add(i)
-            f = by_name.get(r.module) if r.module is not None else None
-            if f is None:
+        kept: list[tuple[str, int, bool] | None] = []  # per row: (storage, bytes, parameter) where it is device memory
+        chains: dict[str | None, list[list[int]] | None] = {}  # module name -> the member lists of its call and its ancestors
+        fields = _GROUP_FIELDS
+        for i, (module, storage, resides, nbytes_, is_param) in enumerate(map(fields, rows)):
+            if storage is not None and resides == "device":
+                kept.append((storage, nbytes_, is_param))
+                held = holders.get(storage)
+                if held is None:
+                    holders[storage] = {i}
+                else:
+                    held.add(i)
+            else:
+                kept.append(None)
+            chain = chains.get(module, ())
+            if chain == ():
+                f = by_name.get(module) if module is not None else None
+                chain = chains[module] = None if f is None else []
+                g: modules.Frame | None = f
+                while g is not None:
+                    calls[id(g)] = g
+                    chain.append(members.setdefault(id(g), []))  # type: ignore[union-attr]
+                    g = g.parent
+            if chain is None:
                 continue
-            own[id(f)] = own.get(id(f), 0) + 1
-            g: modules.Frame | None = f
-            while g is not None:
-                calls[id(g)] = g
-                members.setdefault(id(g), []).append(i)
-                g = g.parent
+            own[module] = own.get(module, 0) + 1
+            for lst in chain:
+                lst.append(i)
+
+        def nbytes(indices: list[int]) -> int:
+            sizes: dict[str, int] = {}
+            params: set[str] = set()
+            for i in indices:
+                k = kept[i]
+                if k is not None:
+                    sizes[k[0]] = k[1]
+                    if k[2]:
+                        params.add(k[0])
+            return sum(n for st, n in sizes.items() if st not in params)
+
         out = []
+        new, set_dict = object.__new__, object.__setattr__
         for key, inside in members.items():
             frame = calls[key]
-            mine = set(inside)
             inputs = set()
             for ref in frame.inputs:
                 st = ref() if ref is not None else None
@@ -504,11 +533,24 @@ class Capture:
                     name = builder.storage_name_of(weakref.ref(st))
                     if name is not None:
                         inputs.add(name)
-            frees = [i for i in inside
-                     if rows[i].storage is not None and rows[i].resides == "device" and not rows[i].is_parameter
-                     and holders[rows[i].storage] <= mine and rows[i].storage not in inputs]
-            out.append(ModuleGroup(frame.name, sorted(mine), own.get(key, 0), group_bytes(rows, mine), sorted(frees),
-                                   group_bytes(rows, frees)))
+            frees = []
+            mine: set[int] | None = None
+            for i in inside:
+                k = kept[i]
+                if k is None or k[2] or k[0] in inputs:
+                    continue
+                held = holders[k[0]]
+                if len(held) > 1:  # held by other rows too: are they all inside this call?
+                    if mine is None:
+                        mine = set(inside)
+                    if not held <= mine:
+                        continue
+                frees.append(i)
+            group = new(ModuleGroup)  # frozen: set whole, as make_row does for rows
+            set_dict(group, "__dict__", {"module": frame.name, "rows": inside, "own_rows": own.get(frame.name, 0),
+                                         "saved_bytes": nbytes(inside), "frees": frees,
+                                         "frees_bytes": nbytes(frees) if frees else 0})
+            out.append(group)
         out.sort(key=lambda g: (-g.saved_bytes, g.module))
         return out
 
@@ -639,18 +681,23 @@ class Capture:
                     if f.parent is None and f.module is not None:
                         roots.setdefault(id(f.module), f.module)
         out = []
-        for ref in roots.values():
+        for key, ref in roots.items():
             m = ref()
             if m is None:
                 continue
-            try:
-                tensors = [*m.parameters(), *m.buffers()]
-            except Exception:  # noqa: BLE001 - a module that cannot list them: nothing to add
-                continue
-            for t in tensors:
-                r = storage_ref(t)
-                if r is not None:
-                    out.append(r[0])
+            cached = self._param_refs.get(key)
+            if cached is None or cached[0]() is not m:  # listed once per root per capture (named_modules is slow)
+                refs = []
+                try:
+                    tensors = [*m.parameters(), *m.buffers()]
+                except Exception:  # noqa: BLE001 - a module that cannot list them: nothing to add
+                    tensors = []
+                for t in tensors:
+                    r = storage_ref(t)
+                    if r is not None:
+                        refs.append(r[0])
+                cached = self._param_refs[key] = (ref, refs)
+            out.extend(cached[1])
         return out
 
     def module_of_node(self, seq: int) -> str | None:
@@ -661,6 +708,8 @@ class Capture:
                 return name
         return None
 
+
+_GROUP_FIELDS = operator.attrgetter("module", "storage", "resides", "storage_bytes", "is_parameter")
 
 _RELEASED_RESIDES = {"checkpoint": "recomputed", "save_on_cpu": "host"}
 """Where a released record's pair kept it, by the pair's kind (its payload is gone)."""
