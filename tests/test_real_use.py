@@ -459,18 +459,23 @@ def test_selective_checkpointing_cache_is_what_the_cpu_allocator_keeps() -> None
     if _malloc_in_use() is None:
         pytest.skip("no glibc mallinfo2 here: the CPU allocator's view is not readable")
     m, x, forward = _sac_forward()
-    y = forward()
-    y.sum().backward()  # warm up: first-call allocations are not the forward's
-    del y
-    gc.collect()
-    before = _malloc_in_use()
-    y = forward()
-    gc.collect()
-    retained = _malloc_in_use() - before  # what the forward keeps: SAC's cache (its last output is y) and small objects
-    y.sum().backward()
-    del y
     with capture() as cap:
         y = forward()
     cached = sum(r.bytes for r in cap.report(outputs=y).rows if r.via == "cache")
     assert cached == 512 * 1024 * 4 + 512 * 256 * 4
-    assert 0 <= retained - cached < 64 * 1024  # the rest: autograd nodes and metadata, not tensor memory
+    y.sum().backward()  # also a warm-up: first-call allocations are not the forward's
+    del y, cap
+    seen = []
+    for _ in range(5):  # malloc is process-wide: another thread (a compile worker) may free meanwhile
+        gc.collect()
+        before = _malloc_in_use()
+        y = forward()
+        gc.collect()
+        retained = _malloc_in_use() - before  # what the forward keeps: SAC's cache (its last output is y), small objects
+        y.sum().backward()
+        del y
+        seen.append(retained)
+        if 0 <= retained - cached < 64 * 1024:  # the rest: autograd nodes and metadata, not tensor memory
+            break
+    else:
+        pytest.fail(f"the allocator kept {seen} B over the forward, selective checkpointing's cache is {cached} B")
