@@ -420,6 +420,7 @@ def test_a_nested_tensor_modified_in_place_raises_pytorchs_message() -> None:
             assert outcome(run) == bare
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:FutureWarning")
 def test_torchscript_resolves_autograd_grad_inside_a_naming_capture() -> None:
     from memaudit.capture import Capture
 
