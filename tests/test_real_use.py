@@ -480,3 +480,26 @@ def test_selective_checkpointing_cache_is_what_the_cpu_allocator_keeps() -> None
             break
     else:
         pytest.fail(f"the allocator kept {seen} B over the forward, selective checkpointing's cache is {cached} B")
+
+
+def test_a_thread_started_inside_a_capture_that_outlives_it_leaves_no_global_module_hook() -> None:
+    go, done = threading.Event(), threading.Event()
+    lin = nn.Linear(8, 8)
+    seen: list[Any] = []
+
+    def worker() -> None:
+        seen.append(lin(torch.randn(2, 8)).tanh())  # inside the capture
+        go.wait()
+        done.set()
+
+    with capture() as cap:
+        t = threading.Thread(target=worker)
+        t.start()
+        while not seen:
+            time.sleep(0.001)
+    try:
+        assert global_module_hooks() == 0  # the thread still runs, the capture is over
+        assert {r.module for r in cap.report(outputs=seen[0]).rows if r.op == "AddmmBackward0"} == {"Linear"}
+    finally:
+        go.set()
+        t.join()

@@ -166,6 +166,7 @@ class Capture:
         self._allocator: AllocatorCheck | None = None
         self._threads: set[int] = set()
         self._layers: dict[int, list[hooks.Layer]] = {}
+        self._held: dict[int, list[bool]] = {}  # per thread, per push: whether it holds the global module hooks
         self.task: Any = None
         """The asyncio task that entered this capture (None outside a running event loop)."""
         self._task_token: Any = None
@@ -228,18 +229,20 @@ class Capture:
         """Called when a Python thread starts while this capture is active."""
         self._other_threads = True
 
-    def _push(self) -> None:
+    def _push(self, hold_module_hooks: bool = True) -> None:
         self._regions.setdefault(threading.get_ident(), []).append([_probe_sequence_nr(), None])
         tid = threading.get_ident()
         self._threads.add(tid)
-        if self.modules:
+        hold = self.modules and hold_module_hooks
+        if hold:
             modules.acquire()
         try:
             self._layers.setdefault(tid, []).append(stack.push_capture(self))
         except BaseException:
-            if self.modules:
+            if hold:
                 modules.release()
             raise
+        self._held.setdefault(tid, []).append(hold)
         st = hooks.state()
         if self.name_early:
             st.naming += 1
@@ -276,6 +279,8 @@ class Capture:
                     st.sources -= 1
                 if self.modules:
                     st.tracking -= 1
+                held = self._held.get(threading.get_ident())
+                if held and held.pop():
                     modules.release()
             self._close_region()
 
@@ -292,7 +297,7 @@ class Capture:
         return layers[-1].pack, layers[-1].unpack
 
     @contextmanager
-    def attach(self) -> Iterator[Capture]:
+    def attach(self, *, hold_module_hooks: bool = True) -> Iterator[Capture]:
         """Record in the calling thread too (saved-tensor hooks are thread-local).
 
         Use it inside a worker thread whose forward should be captured::
@@ -300,10 +305,13 @@ class Capture:
             def worker():
                 with cap.attach():
                     y = model(x)
+
+        ``hold_module_hooks=False``: the global module hooks go when the capture ends even while
+        this thread is still attached (what a thread started inside a capture uses: it may outlive it).
         """
         if not self.active:
             raise RuntimeError("attach() needs an active capture")
-        self._push()
+        self._push(hold_module_hooks)
         try:
             yield self
         finally:

@@ -242,14 +242,14 @@ ACTIVE: weakref.WeakSet[Capture] = weakref.WeakSet()
 """Captures active in any thread (a thread started while one is active may save unseen tensors)."""
 
 
-def _attached(mine: list[Capture], fn: Callable[..., Any]) -> Callable[..., Any]:
+def _attached(mine: list[Capture], fn: Callable[..., Any], hold_module_hooks: bool = True) -> Callable[..., Any]:
     """``fn`` run attached to the captures of ``mine`` still active when it runs."""
 
     def run(*args: Any, **kwargs: Any) -> Any:
         with contextlib.ExitStack() as stack:
             for cap in dict.fromkeys(mine):
                 try:
-                    stack.enter_context(cap.attach())
+                    stack.enter_context(cap.attach(hold_module_hooks=hold_module_hooks))
                 except RuntimeError:  # that capture ended before this got going
                     pass
             return fn(*args, **kwargs)
@@ -284,8 +284,8 @@ def _watch_thread_starts() -> None:
         for cap in list(ACTIVE):
             if cap not in mine:
                 cap.thread_started()
-        if mine and not _is_pool_worker(self):
-            self.run = _attached(mine, self.run)  # type: ignore[method-assign]
+        if mine and not _is_pool_worker(self):  # it may outlive the capture: it holds no global module hook
+            self.run = _attached(mine, self.run, hold_module_hooks=False)  # type: ignore[method-assign]
         original(self)
 
     start.__wrapped__ = original  # type: ignore[attr-defined]
