@@ -38,7 +38,6 @@ OPTIMIZED_MODULE: list[type] = []
 module it wraps)."""
 
 
-
 _skipped: set[str] = set()
 _modules_seen = 0  # len(sys.modules) at the last scan
 
@@ -133,15 +132,15 @@ def watch(hide: Callable[[], None], show: Callable[[], None]) -> None:
         _hide, _show = hide, show
         if "torch._dynamo" in sys.modules:
             _register()
-        _filter_warning()
+        _discount_our_hooks()
 
 
 def unwatch() -> None:
-    """Stop: no callback runs, and the warning filter is gone."""
+    """Stop: no callback runs, and torch's global-hook check is its own again."""
     global _hide, _show
     with _lock:
         _hide = _show = None
-        _unfilter_warning()
+        _restore_hook_check()
 
 
 def _register() -> None:
@@ -184,7 +183,7 @@ def _ended(args: Any) -> None:
 _original_has_hook: Callable[[], Any] | None = None
 
 
-def _filter_warning() -> None:
+def _discount_our_hooks() -> None:
     """``OptimizedModule.__call__`` warns when ``torch.nn.modules.module._has_any_global_hook()``;
     while memaudit's hooks are registered, that function answers as if they were not (no warnings
     filter: mutating the filters would re-arm every once-per-location warning in the process)."""
@@ -210,7 +209,7 @@ def _filter_warning() -> None:
     mm._has_any_global_hook = _has_any_global_hook
 
 
-def _unfilter_warning() -> None:
+def _restore_hook_check() -> None:
     global _original_has_hook
     import torch.nn.modules.module as mm
 
