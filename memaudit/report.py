@@ -34,9 +34,10 @@ STATUSES = ("ok", "skipped", "error")
 RESIDES = ("device", "host", "recomputed", "unknown")
 """Where a saved buffer is kept: on its device; on the host (a pair such as ``save_on_cpu`` keeps a
 copy there); nowhere (``checkpoint`` recomputes it in backward); or where no one can tell."""
-VIA = ("hook", "ctx", "unhooked")
+VIA = ("hook", "ctx", "unhooked", "cache")
 """How a row was found: packed by memaudit's hook; a ``ctx`` attribute of a Python node (no hook
-sees those); a saved tensor the graph walk met that no memaudit hook packed."""
+sees those); a saved tensor the graph walk met that no memaudit hook packed; an output selective
+activation checkpointing caches for backward outside any hook (read off the checkpoint's frame)."""
 
 
 @dataclass(frozen=True)
@@ -337,6 +338,55 @@ class Emulation:
         return self.machine.get("host")
 
 
+@dataclass(frozen=True)
+class ModuleGroup:
+    """The rows one module call saved, with the calls inside it: what a checkpoint of it frees.
+
+    ``module`` is the call's name (as in ``Row.module``, ``blocks.0#2`` for a module's second call);
+    ``rows`` the indices of the live rows saved in it or in a call inside it; ``own_rows`` how many
+    of those carry this name itself. ``saved_bytes`` counts the device storages those rows hold
+    (each once, parameters excluded, as the totals). ``frees`` are the rows a non-reentrant
+    checkpoint of this call would no longer keep: rows whose storage no row outside the call holds
+    and that is not one of the call's tensor arguments (checkpoint keeps its inputs);
+    ``frees_bytes`` is their storages' bytes. Groups are sorted by ``saved_bytes``, largest first.
+    """
+
+    module: str
+    rows: list[int]
+    own_rows: int
+    saved_bytes: int
+    frees: list[int]
+    frees_bytes: int
+
+
+def group_bytes(rows: list[Row], indices: Iterable[int]) -> int:
+    """Device storages of ``rows[i]`` for ``i`` in ``indices``, each once, parameters excluded."""
+    storages: dict[str, int] = {}
+    params: set[str] = set()
+    for i in indices:
+        r = rows[i]
+        if r.resides != "device" or r.storage is None:
+            continue
+        storages[r.storage] = r.storage_bytes
+        if r.is_parameter:
+            params.add(r.storage)
+    return sum(n for s, n in storages.items() if s not in params)
+
+
+def check_module_groups(groups: list[ModuleGroup], rows: list[Row], source: str, where: str) -> None:
+    """A report's module groups must agree with its rows (indices in range, bytes as the rows say)."""
+    for k, g in enumerate(groups):
+        key = f"{where}.modules[{k}]"
+        bad = [i for i in (*g.rows, *g.frees) if not 0 <= i < len(rows)]
+        if bad:
+            raise UsageError(f"row index {bad[0]} out of range (the case has {len(rows)} rows)", source=source, key=key)
+        if not set(g.frees) <= set(g.rows):
+            raise UsageError("frees names rows that are not in the group", source=source, key=f"{key}.frees")
+        for field_, want in (("saved_bytes", group_bytes(rows, g.rows)), ("frees_bytes", group_bytes(rows, g.frees))):
+            if getattr(g, field_) != want:
+                raise UsageError(f"{getattr(g, field_)} disagrees with its rows ({want})", source=source, key=f"{key}.{field_}")
+
+
 _SPEC_KEYS = ("target", "recipe", "groups", "shape", "dtype", "device", "splits", "options")
 """The spec's fields, flat at the top of each case in the JSON (``shape`` as one key per dimension)."""
 
@@ -367,6 +417,9 @@ class CaseReport:
     """The CUDA allocator cross-check (``--verify-allocator``): ``hidden_bytes`` and its inputs."""
     emulation: Emulation | None = None
     """Set when the case ran emulated kernels (see :class:`Emulation`); None when measured."""
+    modules: list[ModuleGroup] = field(default_factory=list)
+    """Rows grouped by the module call that saved them, largest first (what to checkpoint); written
+    to the JSON only when there are any."""
 
     def __post_init__(self) -> None:
         if not self.id:
@@ -434,6 +487,10 @@ class CaseReport:
         out.update({f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self) if f.name not in _NESTED})
         out["rows"] = row_dicts(self.rows)
         out["freed"] = row_dicts(self.freed)
+        if self.modules:
+            out["modules"] = [asdict(g) for g in self.modules]
+        else:
+            out.pop("modules", None)
         out["totals"] = asdict(self.totals)
         out["path"] = None if self.path is None else self.path.to_dict()
         if self.emulation is not None:  # measured cases carry neither key (reports stay as they were)
@@ -456,6 +513,11 @@ class CaseReport:
         rows = [_from_dict(Row, r, source, f"{where}.rows[{i}]") for i, r in enumerate(d.pop("rows", []))]
         freed = [_from_dict(Row, r, source, f"{where}.freed[{i}]") for i, r in enumerate(d.pop("freed", []))]
         totals = _from_dict(Totals, d.pop("totals", {}), source, f"{where}.totals")
+        groups = d.pop("modules", [])
+        if not isinstance(groups, list):
+            raise UsageError(f"expected a list of module groups, got {_short(groups)}", source=source, key=f"{where}.modules")
+        modules = [_from_dict(ModuleGroup, g, source, f"{where}.modules[{k}]") for k, g in enumerate(groups)]
+        check_module_groups(modules, rows, source, where)
         execution = d.pop("execution", "measured")
         emulation = d.pop("emulation", None)
         if execution not in ("measured", "emulated") or (execution == "emulated") != (emulation is not None):
@@ -475,10 +537,11 @@ class CaseReport:
         case.rows = rows
         case.freed = freed
         case.totals = totals
+        case.modules = modules
         return case
 
 
-_NESTED = ("spec", "rows", "freed", "totals", "path", "emulation")
+_NESTED = ("spec", "rows", "freed", "totals", "path", "emulation", "modules")
 
 
 STATUSES = ("ok", "skipped", "error")
@@ -564,7 +627,7 @@ class Report:
 MAX_INT = 2**63 - 1
 """No count or byte number in a report is larger (what a signed 64-bit counter holds)."""
 
-_STRICT = (Row, Totals)
+_STRICT = (Row, Totals, ModuleGroup)
 """Leaf records validated by pydantic in strict mode (no coercion: ``"12"`` is not 12, 1.5 is
 not an integer, ``"no"`` is not a boolean)."""
 

@@ -81,6 +81,7 @@ def run_case_here(target: Target, spec: CaseSpec, *, backward: bool = True, veri
         case.complete = measured.complete
         case.totals = compute_totals(case.rows, case.freed)
         case.allocator = measured.allocator
+        case.modules = measured.modules
         case.warnings = measured.warnings + built.warnings
         if backward:
             built.backward(outputs)

@@ -251,6 +251,7 @@ def run(
     from memaudit.runner import plan_fallbacks
 
     fallbacks = plan_fallbacks(tgt, specs, mode, backward=backward)
+    from memaudit.render.modules import module_table
     from memaudit.render.tables import case_table, summary_table
 
     console, err_console = consoles()
@@ -260,6 +261,8 @@ def run(
     def show(case: Any) -> None:
         if not quiet and case.status == "ok":
             console.print(case_table(case, show_expected=expected, width=console.width))
+            if (groups := module_table(case)) is not None:
+                console.print(groups)
         elif not quiet:
             line = Text(case.id, style="bold")
             line.append(f": {case.status}: {case.reason}", style="")
