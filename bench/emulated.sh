@@ -26,7 +26,7 @@ SMALL="--tokens 2048 --hidden 256 --ffn 768"
   echo "== the whole emulated matrix in one process (6 recipes x G 1,4,8 x fused/unfused)"; python3 bench/emulated_timing.py; python3 bench/emulated_timing.py --tokens 82944 --hidden 3072 --ffn 1536
   echo "== emulated sm100 matrix again (determinism)"; ma run --target te-grouped-mlp --recipe all --groups 1,4,8 --kernels emulated --arch sm100 --fused --quiet --json /tmp/again.json > /dev/null
   python3 -c "import json,sys; a,b=(json.load(open(p)) for p in sys.argv[1:]); [d.pop('created') for d in (a,b)]; print('identical' if json.dumps(a,sort_keys=True)==json.dumps(b,sort_keys=True) else 'DIFFERENT')" "$W/sm100-fused.json" /tmp/again.json
-  echo "== GPU tests: PR #3545 end to end and the mutations"; t python3 -m pytest -p no:cacheprovider -q -rs tests/test_emulate_gpu.py
+  echo "== GPU tests: PR #3545 end to end and the mutations"; t python3 -m pytest -p no:cacheprovider -q -rs tests/test_emulated.py
   echo "== mutation score"; t python3 bench/mutation_score.py --out "$W/mutation.md"
   echo "== GPU tests (PyTorch)"; python3 -m pytest -p no:cacheprovider -q -m gpu -rs tests/test_capture_gpu.py
   echo "== GPU tests (TE, real kernels)"; python3 -m pytest -p no:cacheprovider -q -m gpu -rs tests/test_te_gpu.py tests/test_no_sync_gpu.py

@@ -2,20 +2,29 @@
 
 ::
 
-    @pytest.mark.saved_budget(max_bytes="64 MiB", count={"fc1.input": 1}, forbid=["fc1.output"])
+    @pytest.mark.saved_budget(max_bytes="64 MiB", count={"fc1.input": 1}, forbid=["fc2:GeluBackward0.*"])
     def test_mlp(saved_tensors):
-        y = model(x)
         saved_tensors.label(x, "fc1.input")
+        y = model(x)
 
 ``saved_tensors`` yields an entered :func:`memaudit.capture` and exits it at teardown. After the
-test body, the marker's budgets are evaluated on ``saved_tensors.report()`` with the same rule
-engine as scenario files; a failing budget fails the test with the rule, the numbers and the
-offending rows. This module imports neither torch nor TE at import time: it is loaded by every
+test body, the marker's budgets are evaluated with the same rule engine as scenario files:
+``max_bytes`` / ``exact_bytes`` on the peak of saved bytes alive at once during the test (the rows
+alive then), ``max_total_bytes`` on the sum of everything saved, and ``count`` / ``forbid`` / row
+selections on every row saved during the test. Rows are named as the CLI names them
+(``MODULE:NODE.ATTRIBUTE``, named before the graph is released); a ``count`` or ``forbid`` pattern
+that matches nothing memaudit could name in the test is an error, not a pass. A failing budget
+fails the test with the rule, the numbers and the offending rows. This module imports neither torch nor TE at import time: it is loaded by every
 pytest run in an environment where memaudit is installed.
 
 ``device="meta"`` in the marker makes meta the default device while the fixture is active
 (``torch.device("meta")``): a model and inputs the test builds without naming a device hold no
 values and allocate nothing, so a budget can be checked at production shape on any machine.
+
+``emulate="sm100"`` runs the test body with TE's real Python on an emulated machine (kernel
+stand-ins, ``memaudit.te.emulate``): on a GPU in this process, with no GPU on fake CUDA in a child
+process forked for the test (build the model inside the test body: ``device="cuda"`` tensors are
+fake there), whose capture comes back for the budgets.
 """
 
 from __future__ import annotations
@@ -27,17 +36,24 @@ import pytest
 
 MARKER = "saved_budget"
 FIXTURE = "saved_tensors"
-MARKER_KEYS = ("max_bytes", "exact_bytes", "count", "forbid", "rules", "allow_incomplete", "stack", "device")
+MARKER_KEYS = ("max_bytes", "exact_bytes", "max_total_bytes", "count", "forbid", "rules", "allow_incomplete", "stack", "device",
+               "emulate")
+EMULATE = ("sm90", "sm100")
+"""``emulate`` values: the architectures TE's forward can be emulated on (``memaudit.te.emulate``)."""
 MARKER_HELP = (
-    f"{MARKER}(max_bytes=None, exact_bytes=None, count=None, forbid=None, rules=None): budgets on the "
+    f"{MARKER}(max_bytes=None, exact_bytes=None, max_total_bytes=None, count=None, forbid=None, rules=None): budgets on the "
     f"tensors autograd saved during the test (captured by the {FIXTURE} fixture, requested automatically). "
-    "max_bytes/exact_bytes: saved bytes ('64 MiB'); count: {operand pattern: N or '<= N'}; "
+    "max_bytes/exact_bytes: the peak of saved bytes alive at once ('64 MiB'); max_total_bytes: the sum of every "
+    "tensor saved during the test, whenever; count: {operand pattern: N or '<= N'}; "
     "forbid: [operand pattern or select table]; rules: [budget tables as in scenario files]; "
     "stack=True: name the source line of each saved tensor in the failure; device='meta': meta is the default "
-    "device in the test (shapes only, nothing allocated). See docs/budgets.md."
+    "device in the test (shapes only, nothing allocated); emulate='sm100': TE's real forward with emulated kernels "
+    "(with no GPU, the test body runs on fake CUDA in a child process). See docs/budgets.md."
 )
 
 _rules_key = pytest.StashKey[list]()
+_case_key = pytest.StashKey[object]()
+"""The case a test body that ran in a child process (``emulate`` with no GPU) sent back."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -61,17 +77,24 @@ def saved_tensors(request: pytest.FixtureRequest) -> Iterator[Any]:
     ``device="meta"``, meta is also the default device until teardown."""
     import contextlib
 
-    from memaudit.capture import capture
+    from memaudit.capture import Capture
 
     marks = list(request.node.iter_markers(MARKER))
     stack = any(m.kwargs.get("stack") is True for m in marks)
     device = marker_device(marks)
+    arch = marker_emulate(marks)
     with contextlib.ExitStack() as contexts:
-        cap = contexts.enter_context(capture(stack=stack))
+        cap = contexts.enter_context(Capture(stack=stack, track_peak=True, name_early=True))
         if device is not None:
             import torch
 
             contexts.enter_context(torch.device(device))
+        if arch is not None:
+            from memaudit.te.emulate.host import needs_child
+            from memaudit.te.emulate.run import emulated
+
+            if not needs_child():  # a GPU: here; with no GPU the body runs in a child (pytest_pyfunc_call)
+                contexts.enter_context(emulated(arch))
         yield cap
 
 
@@ -80,6 +103,15 @@ def marker_device(marks: list[pytest.Mark]) -> str | None:
     for m in marks:
         if "device" in m.kwargs:
             return m.kwargs["device"]
+    return None
+
+
+def marker_emulate(marks: list[pytest.Mark]) -> str | None:
+    """The architecture a marker's ``emulate`` asks for (``True`` is sm100), or None."""
+    for m in marks:
+        if "emulate" in m.kwargs:
+            value = m.kwargs["emulate"]
+            return "sm100" if value is True else value or None
     return None
 
 
@@ -96,6 +128,8 @@ def marker_rules(marks: list[pytest.Mark], *, source: str) -> list[Any]:
             key = f"{MARKER}.{k}"
             if k in ("max_bytes", "exact_bytes"):
                 rules.append(parse_rule({"name": k, k: v}, source=source, key=MARKER))
+            elif k == "max_total_bytes":
+                rules.append(parse_rule({"name": k, "max_bytes": v}, source=source, key=MARKER))
             elif k == "count":
                 if not isinstance(v, dict) or not v:
                     raise UsageError(f"expected {{operand pattern: count}}, got {v!r}", source=source, key=key)
@@ -116,6 +150,9 @@ def marker_rules(marks: list[pytest.Mark], *, source: str) -> list[Any]:
             elif k in ("allow_incomplete", "stack"):
                 if not isinstance(v, bool):
                     raise UsageError(f"expected true or false, got {v!r}", source=source, key=key)
+            elif k == "emulate":
+                if not (v is True or v in EMULATE):
+                    raise UsageError(f"expected True or one of {', '.join(map(repr, EMULATE))}, got {v!r}", source=source, key=key)
             elif k == "device":
                 if v != "meta":
                     raise UsageError(f"expected 'meta' (the only device the fixture makes the default), got {v!r}",
@@ -150,6 +187,49 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     pytest.fail(f"bad @pytest.mark.{MARKER}: {problem}", pytrace=False)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """``emulate`` on a machine with no GPU: the test body runs on fake CUDA in a child process
+    (TE keeps global state, and fake tensors must not reach this process); the capture it made
+    comes back for the budgets."""
+    arch = marker_emulate(list(pyfuncitem.iter_markers(MARKER)))
+    if arch is None:
+        return None
+    from memaudit.te.emulate.host import needs_child
+
+    if not needs_child():
+        return None
+    import inspect
+
+    from memaudit.te.emulate.host import ChildFailed, call_in_child, unavailable
+    from memaudit.te.emulate.run import emulated
+
+    why = unavailable()
+    if why is not None:
+        pytest.skip(f"@pytest.mark.{MARKER}(emulate={arch!r}): emulated kernels cannot run here: {why}")
+    cap = pyfuncitem.funcargs.get(FIXTURE)
+    params = inspect.signature(pyfuncitem.obj).parameters
+    kwargs = {k: v for k, v in pyfuncitem.funcargs.items() if k in params}
+
+    def body() -> dict[str, Any]:
+        with emulated(arch):
+            pyfuncitem.obj(**kwargs)
+        if cap is None:
+            return {}
+        nodeid = pyfuncitem.nodeid
+        return {"history": cap.report(case_id=nodeid, include_freed=True).to_dict(),
+                "peak": peak_case(cap, nodeid).to_dict(), "labels": cap.label_names(),
+                "modules": sorted(cap.module_names())}
+
+    try:
+        case = call_in_child(arch, body)
+    except ChildFailed as exc:
+        pytest.fail(str(exc), pytrace=False)
+    if case:
+        pyfuncitem.stash[_case_key] = case
+    return True
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     """After the test body passes, judge what it saved."""
@@ -169,13 +249,30 @@ def _judge(item: pytest.Item, rules: list[Any]) -> None:
     cap = getattr(item, "funcargs", {}).get(FIXTURE)
     if cap is None:
         pytest.fail(f"@pytest.mark.{MARKER} needs the {FIXTURE} fixture, which this test did not get", pytrace=False)
-    case = cap.report(case_id=item.nodeid, include_freed=True)  # the test's graphs are gone by now
-    if not case.rows and not case.freed:
+    child = item.stash.get(_case_key, None)  # what a body run in a child process saved
+    if child is not None:
+        from memaudit.report import CaseReport
+
+        history, peak = CaseReport.from_dict(child["history"]), CaseReport.from_dict(child["peak"])
+        labels, modules = list(child["labels"]), set(child["modules"])
+    else:
+        history = cap.report(case_id=item.nodeid, include_freed=True)  # every row saved during the test
+        peak, labels, modules = None, cap.label_names(), cap.module_names()
+    if not history.rows:
         pytest.fail(f"@pytest.mark.{MARKER}: the test saved no tensor for backward inside {FIXTURE}, so the "
                     "budget checked nothing (run the forward inside the fixture's capture)", pytrace=False)
+    if peak is None:
+        peak = peak_case(cap, item.nodeid)
     try:
+        unnamed = [p for rule in rules for p in unnameable(rule, history, labels, modules)]
+        if unnamed:
+            raise UsageError("; ".join(unnamed))
         allow = any(m.kwargs.get("allow_incomplete") is True for m in item.iter_markers(MARKER))
-        verdicts = evaluate_case(case, rules, Context(te_version=te_version(imported_only=True), allow_incomplete=allow))
+        context = Context(te_version=te_version(imported_only=True), allow_incomplete=allow)
+        verdicts = []
+        for rule in rules:
+            on_peak = rule.kind in ("max_bytes", "exact_bytes") and rule.select is None and rule.name != "max_total_bytes"
+            verdicts += evaluate_case(peak if on_peak else history, [rule], context)
     except UsageError as exc:
         problem = str(exc)
     else:
@@ -187,9 +284,56 @@ def _judge(item: pytest.Item, rules: list[Any]) -> None:
         lines = [f"saved-tensor budget failed ({len(bad)} of {len(verdicts)}):"]
         for v in bad:
             lines.append("  " + v.message.replace("\n", "\n  "))
-        lines.append(f"all {len(case.rows)} saved rows ({fmt_bytes(case.totals.saved_bytes)} saved, parameters excluded):")
-        lines.extend("    " + line for line in format_rows(case.rows, limit=40))
+        lines.append(f"at the peak, {len(peak.rows)} saved rows alive at once ({fmt_bytes(peak.totals.saved_bytes)} saved, "
+                     "parameters excluded):")
+        lines.extend("    " + line for line in format_rows(peak.rows, limit=40))
         pytest.fail("\n".join(lines), pytrace=False)
     xfails = [v for v in verdicts if v.verdict == "xfail"]
     if xfails:
         pytest.xfail("; ".join(f"{v.rule}: {v.message}" for v in xfails))
+
+
+def peak_case(cap: Any, case_id: str) -> Any:
+    """The rows alive at the peak of saved bytes during the test, as a case: the replay of packs and
+    releases, or the end state where a report finds more (``ctx`` attributes, cached outputs)."""
+    best, alive = cap.peak()
+    now = cap.report(case_id=case_id)
+    if now.totals.saved_bytes >= best:
+        return now
+    case = cap.report_of(alive, case_id=case_id)
+    case.complete = case.complete and now.complete
+    case.warnings = list(dict.fromkeys([*case.warnings, *now.warnings]))
+    return case
+
+
+def unnameable(rule: Any, case: Any, labels: list[str], modules: set[str]) -> list[str]:
+    """A ``count`` or ``forbid`` operand pattern that matches no row of the test and no name memaudit
+    could give in it: it could never fire (or never count), so it is an error rather than a pass."""
+    from fnmatch import fnmatchcase
+
+    from memaudit.judge.rules import operand_matches
+
+    select = rule.select
+    if rule.kind not in ("count", "forbid") or select is None or not select.operand:
+        return []
+    rows = case.rows + case.freed
+    operands = [r.operand for r in rows]
+    # a classifier (TE's) named rows of this test with names of its own: a pattern may be one of its
+    classified = any(r.operand and ":" not in r.operand and r.operand not in labels
+                     and not (r.op and r.operand.startswith(r.op + ".")) for r in rows)
+    bad = []
+    for pattern in select.operand:
+        if any(operand_matches(pattern, o) for o in operands) or any(fnmatchcase(n, pattern) for n in labels):
+            continue
+        head, colon, _ = pattern.partition(":")
+        if colon and any(fnmatchcase(m, head) for m in modules):
+            continue  # a module of the test: a name memaudit gives (MODULE:NODE.ATTRIBUTE), just not saved now
+        if not colon and classified:
+            continue  # a classifier names operands of its own (TE's fc1.input): the pattern may be one
+        some = ", ".join(sorted(modules)[:6]) or "none called"
+        bad.append(
+            f"{rule.kind} pattern {pattern!r} matches no saved row and no name memaudit could give in this test, so it "
+            f"could never {'fire' if rule.kind == 'forbid' else 'count anything'}: rows are named MODULE:NODE.ATTRIBUTE as "
+            f"the CLI shows them (modules here: {some}), or by labels given with {FIXTURE}.label()"
+        )
+    return bad

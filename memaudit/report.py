@@ -34,9 +34,10 @@ STATUSES = ("ok", "skipped", "error")
 RESIDES = ("device", "host", "recomputed", "unknown")
 """Where a saved buffer is kept: on its device; on the host (a pair such as ``save_on_cpu`` keeps a
 copy there); nowhere (``checkpoint`` recomputes it in backward); or where no one can tell."""
-VIA = ("hook", "ctx", "unhooked")
+VIA = ("hook", "ctx", "unhooked", "cache")
 """How a row was found: packed by memaudit's hook; a ``ctx`` attribute of a Python node (no hook
-sees those); a saved tensor the graph walk met that no memaudit hook packed."""
+sees those); a saved tensor the graph walk met that no memaudit hook packed; an output selective
+activation checkpointing caches for backward outside any hook (read off the checkpoint's frame)."""
 
 
 @dataclass(frozen=True)
@@ -319,7 +320,8 @@ class Emulation:
     stand-ins (``execution: "emulated"`` in the JSON; measured cases carry neither key)."""
 
     machine: dict[str, str]
-    """The emulated machine (``arch`` and the library versions its gates read)."""
+    """The emulated machine (``arch`` and the library versions its gates read) and ``host``, the
+    machine that ran it: a GPU's name, or ``no GPU (fake CUDA)`` (reports before it have none)."""
     standins: list[str]
     """Kernel entry points the forward called that were stand-ins."""
     real: list[str]
@@ -330,6 +332,59 @@ class Emulation:
     def label(self) -> str:
         """``emulated sm100`` (what tables and PR comments show beside the status)."""
         return f"emulated {self.machine.get('arch', '?')}"
+
+    def host(self) -> str | None:
+        """The machine that ran the emulation (a GPU's name, or no GPU), where the report records it."""
+        return self.machine.get("host")
+
+
+@dataclass(frozen=True)
+class ModuleGroup:
+    """The rows one module call saved, with the calls inside it: what a checkpoint of it frees.
+
+    ``module`` is the call's name (as in ``Row.module``, ``blocks.0#2`` for a module's second call);
+    ``rows`` the indices of the live rows saved in it or in a call inside it; ``own_rows`` how many
+    of those carry this name itself. ``saved_bytes`` counts the device storages those rows hold
+    (each once, parameters excluded, as the totals). ``frees`` are the rows a non-reentrant
+    checkpoint of this call would no longer keep: rows whose storage no row outside the call holds
+    and that is not one of the call's tensor arguments (checkpoint keeps its inputs);
+    ``frees_bytes`` is their storages' bytes. Groups are sorted by ``saved_bytes``, largest first.
+    """
+
+    module: str
+    rows: list[int]
+    own_rows: int
+    saved_bytes: int
+    frees: list[int]
+    frees_bytes: int
+
+
+def group_bytes(rows: list[Row], indices: Iterable[int]) -> int:
+    """Device storages of ``rows[i]`` for ``i`` in ``indices``, each once, parameters excluded."""
+    storages: dict[str, int] = {}
+    params: set[str] = set()
+    for i in indices:
+        r = rows[i]
+        if r.resides != "device" or r.storage is None:
+            continue
+        storages[r.storage] = r.storage_bytes
+        if r.is_parameter:
+            params.add(r.storage)
+    return sum(n for s, n in storages.items() if s not in params)
+
+
+def check_module_groups(groups: list[ModuleGroup], rows: list[Row], source: str, where: str) -> None:
+    """A report's module groups must agree with its rows (indices in range, bytes as the rows say)."""
+    for k, g in enumerate(groups):
+        key = f"{where}.modules[{k}]"
+        bad = [i for i in (*g.rows, *g.frees) if not 0 <= i < len(rows)]
+        if bad:
+            raise UsageError(f"row index {bad[0]} out of range (the case has {len(rows)} rows)", source=source, key=key)
+        if not set(g.frees) <= set(g.rows):
+            raise UsageError("frees names rows that are not in the group", source=source, key=f"{key}.frees")
+        for field_, want in (("saved_bytes", group_bytes(rows, g.rows)), ("frees_bytes", group_bytes(rows, g.frees))):
+            if getattr(g, field_) != want:
+                raise UsageError(f"{getattr(g, field_)} disagrees with its rows ({want})", source=source, key=f"{key}.{field_}")
 
 
 _SPEC_KEYS = ("target", "recipe", "groups", "shape", "dtype", "device", "splits", "options")
@@ -362,6 +417,9 @@ class CaseReport:
     """The CUDA allocator cross-check (``--verify-allocator``): ``hidden_bytes`` and its inputs."""
     emulation: Emulation | None = None
     """Set when the case ran emulated kernels (see :class:`Emulation`); None when measured."""
+    modules: list[ModuleGroup] = field(default_factory=list)
+    """Rows grouped by the module call that saved them, largest first (what to checkpoint); written
+    to the JSON only when there are any."""
 
     def __post_init__(self) -> None:
         if not self.id:
@@ -429,6 +487,10 @@ class CaseReport:
         out.update({f.name: copy.deepcopy(getattr(self, f.name)) for f in fields(self) if f.name not in _NESTED})
         out["rows"] = row_dicts(self.rows)
         out["freed"] = row_dicts(self.freed)
+        if self.modules:
+            out["modules"] = [asdict(g) for g in self.modules]
+        else:
+            out.pop("modules", None)
         out["totals"] = asdict(self.totals)
         out["path"] = None if self.path is None else self.path.to_dict()
         if self.emulation is not None:  # measured cases carry neither key (reports stay as they were)
@@ -444,7 +506,7 @@ class CaseReport:
         return validate_case(d, source=source, schema=schema)
 
 
-_NESTED = ("spec", "rows", "freed", "totals", "path", "emulation")
+_NESTED = ("spec", "rows", "freed", "totals", "path", "emulation", "modules")
 
 
 @dataclass
@@ -653,6 +715,7 @@ def _validators() -> dict[str, Any]:
     })
     totals = typed(Totals, {})
     emulation = typed(Emulation, {"machine": dict[str, str]})
+    module_group = typed(ModuleGroup, {"module": text, "rows": list[count], "frees": list[count]})
 
     budget = TypedDict("Budget", {**dict.fromkeys(("rule", "kind", "verdict", "expected", "actual", "select", "message"), str),
                                   "rows": list[count]})  # type: ignore[operator]
@@ -665,9 +728,9 @@ def _validators() -> dict[str, Any]:
         "options": dict[str, scalar | None], "status": Literal[STATUSES], "reason": text | None,
         "path": dict[str, Any] | None, "rows": list[row], "freed": list[row], "totals": totals,
         "warnings": list[str], "budgets": list[budget], "complete": bool, "allocator": dict[str, Any] | None,
-        "execution": Literal["measured", "emulated"], "emulation": emulation,
+        "execution": Literal["measured", "emulated"], "emulation": emulation, "modules": list[module_group],
     }
-    written = set(case_fields) - {"execution", "emulation"}  # what a /2 report writes for every case
+    written = set(case_fields) - {"execution", "emulation", "modules"}  # what a /2 report writes for every case
     first = {"id", "target", "recipe", "groups"}  # what a /1 report surely has
     adapters = {}
     for schema_name, required in ((SCHEMA, written), ("memaudit.report/1", first)):
@@ -817,6 +880,8 @@ def validate_case(d: Any, *, source: str = "<report>", schema: str = SCHEMA, whe
         problem = _row_problems(rs, which, groups)
         if problem is not None:
             raise UsageError(problem[1], source=source, key=f"{where}.{problem[0]}")
+    modules = [ModuleGroup(**g) for g in c.get("modules", [])]
+    check_module_groups(modules, rows, source, where)
     totals = Totals(**c.get("totals", {}))
     truth = compute_totals(rows, freed)
     for f in fields(Totals):
@@ -830,6 +895,7 @@ def validate_case(d: Any, *, source: str = "<report>", schema: str = SCHEMA, whe
         spec, id=c["id"], status=status, reason=c.get("reason"), path=PathInfo(path) if path is not None else None,
         rows=rows, totals=totals, warnings=c.get("warnings", []), budgets=c.get("budgets", []), complete=c.get("complete", True),
         freed=freed, allocator=c.get("allocator"), emulation=Emulation(**emulation) if emulation is not None else None,
+        modules=modules,
     )
 
 

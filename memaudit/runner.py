@@ -36,7 +36,25 @@ def run_case(target: Target, spec: CaseSpec, *, backward: bool = True, verify_al
     ``verify_allocator`` (CUDA) first runs one forward and backward as a warm-up (lazy library
     handles and workspaces are allocated there, not in the measured forward), then compares the
     allocator's growth over the measured forward with the rows (``case.allocator``).
+
+    A target whose ``case_host(spec)`` names a host (a child process, for TE's forward on fake
+    CUDA) runs the case there; a host that fails to return it makes the case's error cell.
     """
+    host = getattr(target, "case_host", None)
+    elsewhere = host(spec) if host is not None else None
+    if elsewhere is None:
+        return run_case_here(target, spec, backward=backward, verify_allocator=verify_allocator, stack=stack)
+    try:
+        return elsewhere(lambda: run_case_here(target, spec, backward=backward, verify_allocator=verify_allocator, stack=stack))
+    except Exception as exc:  # noqa: BLE001 - one cell's fault is that cell's error
+        case = empty_case(spec)
+        case.status, case.reason = "error", _first_line(exc)
+        return case
+
+
+def run_case_here(target: Target, spec: CaseSpec, *, backward: bool = True, verify_allocator: bool = False,
+                  stack: bool = False) -> CaseReport:
+    """:func:`run_case` in this process, whatever host the target names."""
     case = empty_case(spec)
     reason = target.skip_reason(spec)
     if reason:
@@ -63,6 +81,7 @@ def run_case(target: Target, spec: CaseSpec, *, backward: bool = True, verify_al
         case.complete = measured.complete
         case.totals = compute_totals(case.rows, case.freed)
         case.allocator = measured.allocator
+        case.modules = measured.modules
         case.warnings = measured.warnings + built.warnings
         if backward:
             built.backward(outputs)

@@ -1,6 +1,6 @@
 """Emulated TE cases, run-time patches of TE's save path, and the injected regressions.
 
-Shared by ``tests/test_emulate_gpu.py`` and ``bench/mutation_score.py``. Every patch wraps
+Shared by ``tests/test_emulated.py`` and ``bench/mutation_score.py``. Every patch wraps
 ``OperationContext.save_for_backward`` (``ops/op.py:50``), the one place every op of the grouped
 MLP hands TE's real saved set to autograd, and changes that set as a TE change would.
 """
@@ -84,8 +84,15 @@ def _mxfp8_keeps_rowwise(tensors: list[Any]) -> list[Any]:
     return tensors
 
 
+def _plain(t: Any) -> bool:
+    """A plain tensor (not a parameter, not a TE storage): on fake CUDA, a FakeTensor."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return type(t) in (torch.Tensor, FakeTensor)
+
+
 def _extra_input_copy(tensors: list[Any]) -> list[Any]:
-    x = next((t for t in tensors if type(t) is torch.Tensor and t.dtype == torch.bfloat16 and t.dim() == 2), None)
+    x = next((t for t in tensors if _plain(t) and t.dtype == torch.bfloat16 and t.dim() == 2), None)
     return tensors if x is None else [*tensors, torch.empty_like(x, dtype=torch.float32)]
 
 
@@ -133,7 +140,7 @@ def _drops_scale(tensors: list[Any]) -> list[Any]:
 
 
 def _fp32_activation(tensors: list[Any]) -> list[Any]:
-    return [torch.empty_like(t, dtype=torch.float32) if i == 0 and type(t) is torch.Tensor and t.dtype == torch.bfloat16
+    return [torch.empty_like(t, dtype=torch.float32) if i == 0 and _plain(t) and t.dtype == torch.bfloat16
             and t.dim() == 2 else t for i, t in enumerate(tensors)]
 
 
@@ -146,18 +153,61 @@ def _keeps_transpose(tensors: list[Any]) -> list[Any]:
     return tensors
 
 
+def _transpose_instead(tensors: list[Any]) -> list[Any]:
+    from transformer_engine.pytorch.tensor.storage.float8_tensor_storage import Float8TensorStorage
+
+    for t in tensors:
+        if isinstance(t, Float8TensorStorage) and t._transpose is None and t._data is not None and t._data.dim() == 2:
+            t._transpose = torch.empty(t._data.shape[::-1], dtype=t._data.dtype, device=t._data.device)
+            t._data = None
+    return tensors
+
+
+def _drops_columnwise_amax(tensors: list[Any]) -> list[Any]:
+    for t in tensors:
+        if _grouped(t) and _is(t, "NVFP4Quantizer") and t.columnwise_amax is not None:
+            t.columnwise_amax = None
+    return tensors
+
+
+def _fp8_grouped_keeps_columnwise(tensors: list[Any]) -> list[Any]:
+    for t in tensors:
+        if _grouped(t) and _is(t, "Float8CurrentScalingQuantizer") and t.rowwise_data is not None and t.columnwise_data is None:
+            t.columnwise_data = torch.empty_like(t.rowwise_data)
+    return tensors
+
+
+def _fp32_columnwise_scales(tensors: list[Any]) -> list[Any]:
+    for t in tensors:
+        if _grouped(t) and _is(t, "MXFP8Quantizer") and t.columnwise_scale_inv is not None:
+            t.columnwise_scale_inv = torch.empty(t.columnwise_scale_inv.numel(), dtype=torch.float32,
+                                                 device=t.columnwise_scale_inv.device)
+    return tensors
+
+
+def _nvfp4_unfused_keeps_rowwise(tensors: list[Any]) -> list[Any]:
+    for t in tensors:
+        if _grouped(t) and _is(t, "NVFP4Quantizer") and t.rowwise_data is None and t.columnwise_data is not None:
+            t.rowwise_data = torch.empty_like(t.columnwise_data)
+            t.scale_inv = torch.empty_like(t.columnwise_scale_inv)
+    return tensors
+
+
 @dataclass(frozen=True)
 class Mutation:
-    """One injected saved-state regression: where it runs, what it does, what compare must name."""
+    """One injected saved-state regression: where it runs, what it does, what compare must name
+    (``kind`` None: the kind's bytes do not change, as when bytes move between orientations)."""
 
     name: str
     recipe: str
     groups: int
     fused: bool
     mutate: Mutate
-    kind: str
+    kind: str | None
     orientation: str | None
     grows: bool = True
+    equal_total: bool = False
+    """The case's saved bytes stay the same: only where they are saved changes."""
 
 
 MUTATIONS = (
@@ -169,4 +219,37 @@ MUTATIONS = (
     Mutation("MXFP8 fused: a columnwise scale is dropped (a decrease)", "mxfp8", 4, True, _drops_scale, "scale_inv", "columnwise", grows=False),
     Mutation("FP8 delayed on Blackwell: the quantized inputs keep a transpose", "fp8-delayed", 4, False, _keeps_transpose, "data", "columnwise"),
     Mutation("bf16: the activation input is saved in fp32", "bf16", 4, False, _fp32_activation, "tensor", None),
+    # added with fake CUDA (issue 27): every one runs on CPU as well
+    Mutation("FP8 delayed: every quantized tensor keeps its transpose instead of its rowwise data (equal total)",
+             "fp8-delayed", 4, False, _transpose_instead, None, "columnwise", equal_total=True),
+    Mutation("NVFP4 fused: the inputs' columnwise amax is dropped (a decrease)", "nvfp4", 4, True, _drops_columnwise_amax,
+             "amax", "columnwise", grows=False),
+    Mutation("FP8 current, grouped path: the inputs keep a columnwise copy too", "fp8-current", 4, False,
+             _fp8_grouped_keeps_columnwise, "data", "columnwise"),
+    Mutation("MXFP8 fused: the inputs' columnwise scales are saved in fp32", "mxfp8", 4, True, _fp32_columnwise_scales,
+             "scale_inv", "columnwise"),
+    Mutation("NVFP4 unfused: the inputs keep rowwise data and scales (PR #3545's buffers, unfused)", "nvfp4", 4, False,
+             _nvfp4_unfused_keeps_rowwise, "data", "rowwise"),
 )
+
+
+def caught(m: Mutation, base: CaseReport, mutated: CaseReport) -> tuple[bool, list[str]]:
+    """Whether ``compare`` (fail on increase; on change for a decrease) fails on ``mutated`` against
+    ``base`` and names what ``m`` changed: an operand, its kind and orientation. Where bytes only
+    move (``equal_total``), the saved bytes must not change and the operand is named by the buffers
+    behind the failing finding (``row_diffs``: what ``compare -v`` prints). Returns the labels named."""
+    from memaudit.judge.baseline import compare_reports
+
+    cmp = compare_reports(report_of(base), report_of(mutated), fail_on="increase" if m.grows else "change")
+    labels = sorted({f.label for d in cmp.cases for f in d.findings if f.failing})
+    named = set(labels)
+    buffers = sorted({rd.key.split(" #")[0] for d in cmp.cases for rd in d.row_diffs})
+    operand = any(x.startswith("operand ") for x in labels) or (m.equal_total and bool(buffers))
+    ok = (cmp.regressed and operand
+          and (m.kind is None or bool({f"kind {m.kind}", f"kind {m.kind} rows"} & named))
+          and (m.orientation is None or bool({f"orientation {m.orientation}", f"orientation {m.orientation} rows"} & named))
+          and (not m.equal_total or (mutated.totals.saved_bytes == base.totals.saved_bytes and "saved_bytes" not in named)))
+    if m.equal_total:
+        labels += [f"buffer {b}" for b in buffers]
+    return ok, labels
+

@@ -1,10 +1,12 @@
 """The headline command without Blackwell: ``memaudit run --recipe nvfp4`` says before running
-that real kernels cannot run it, answers with the best there is (emulated kernels with TE and a
-GPU, else the estimate), labels the answer everywhere, and exits 4 when nothing was measured or
-emulated. ``memaudit doctor`` lists every recipe and path on any machine."""
+that real kernels cannot run it, answers with the best there is (TE's real forward with emulated
+kernels wherever TE is installed: on a GPU, or with no GPU on fake CUDA; else the estimate, saying
+why), labels the answer everywhere, and exits 4 when nothing was measured or emulated.
+``memaudit doctor`` lists every recipe and path on any machine."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -14,11 +16,15 @@ from typer.testing import CliRunner
 
 from memaudit.cli import app, exitcodes
 from memaudit.report import load_report
+from memaudit.te.emulate import fakecuda
 from memaudit.te.estimate import estimate
 from memaudit.te.recipes import MINIMUM_CAPABILITY, RECIPES
 
 SMALL = ["--tokens", "512", "--hidden", "64", "--ffn", "128"]
-needs_cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU fallback (no GPU)")
+needs_cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the answers with no GPU")
+needs_fake_cuda = pytest.mark.skipif(torch.cuda.is_available() or fakecuda.unavailable() is not None
+                                     or importlib.util.find_spec("transformer_engine") is None,
+                                     reason="TE's forward on fake CUDA: no GPU, torch's CUDA build and TE")
 
 
 def _run(*args: str) -> tuple[int, str, str, str]:
@@ -27,60 +33,92 @@ def _run(*args: str) -> tuple[int, str, str, str]:
     return result.exit_code, result.stdout, result.stderr, result.output
 
 
+@needs_fake_cuda
+def test_nvfp4_without_a_gpu_runs_tes_code_emulated_said_first_and_labelled(tmp_path: Path) -> None:
+    code, out, err, both = _run("run", "--recipe", "nvfp4", "--groups", "1,4", *SMALL, "--quiet",
+                                "--json", str(tmp_path / "r.json"), "--markdown", str(tmp_path / "r.md"))
+    assert code == exitcodes.OK, err  # emulated counts as an answer from TE's code
+    assert "nvfp4 cannot run on real kernels here" in err
+    assert "compute capability 10.0" in err  # what real kernels need
+    assert "answering 2 case(s) with TE's real forward with emulated kernels" in err
+    assert "memaudit run --target te-grouped-mlp --kernels emulated --arch sm100 --recipe nvfp4 --groups 1,4 --tokens 512" in err
+    assert both.index("cannot run on real kernels") < both.index("summary")  # said before running
+    g1, g4 = load_report(tmp_path / "r.json").cases
+    assert g4.status == "ok" and g4.execution == "emulated" and g4.fused
+    assert g4.emulation is not None and g4.emulation.machine["host"] == "no GPU (fake CUDA)"
+    # G=1 takes TE's dense single-group branch, which fails in TE's own Python (a suspected TE bug,
+    # docs/te-nvfp4-weight-scale-view.md): the next best answer, the estimate, says so
+    assert g1.execution == "estimated" and any("suspected TE bug" in w for w in g1.warnings), g1.warnings
+    assert f"note: {g1.id}: TE's real forward with emulated kernels failed (RuntimeError: shape" in err
+    assert both.index("emulated kernels failed") < both.index("summary")
+    assert "emulated sm100" in out and "emulated sm100" in (tmp_path / "r.md").read_text(encoding="utf-8")
+
+
+@needs_fake_cuda
+def test_the_emulated_answer_is_the_emulated_run(tmp_path: Path) -> None:
+    _run("run", "--recipe", "mxfp8", "--groups", "4", *SMALL, "--quiet", "--json", str(tmp_path / "a.json"))
+    _run("run", "--target", "te-grouped-mlp", "--kernels", "emulated", "--recipe", "mxfp8", "--groups", "4", *SMALL,
+         "--quiet", "--json", str(tmp_path / "b.json"))
+    [a], [b] = load_report(tmp_path / "a.json").cases, load_report(tmp_path / "b.json").cases
+    assert a.execution == b.execution == "emulated" and a.to_dict() == b.to_dict()
+
+
+@needs_fake_cuda
+def test_recipe_all_without_a_gpu_answers_every_recipe_from_tes_code(tmp_path: Path) -> None:
+    code, _, err, _ = _run("run", "--recipe", "all", "--groups", "4", *SMALL, "--quiet", "--json", str(tmp_path / "r.json"))
+    assert code == exitcodes.OK, err
+    cases = load_report(tmp_path / "r.json").cases
+    assert [c.recipe for c in cases] == list(RECIPES)
+    assert all(c.target == "te-grouped-mlp" and c.status == "ok" and c.execution == "emulated" for c in cases)
+    for recipe in RECIPES:
+        assert f"{recipe} cannot run on real kernels here" in err
+
+
 @needs_cpu_only
-def test_nvfp4_on_cpu_is_estimated_said_first_labelled_and_exits_4(tmp_path: Path) -> None:
+def test_fallback_estimate_answers_with_the_estimators_own_rows_and_exits_4(tmp_path: Path) -> None:
+    code, _, err, _ = _run("run", "--recipe", "mxfp8", "--groups", "4", *SMALL, "--fallback", "estimate", "--quiet",
+                           "--json", str(tmp_path / "r.json"))
+    assert code == exitcodes.NOTHING_MEASURED == 4
+    assert "nothing was measured or emulated: 1 estimated" in err
+    [case] = load_report(tmp_path / "r.json").cases
+    direct = estimate(case.spec)
+    assert case.execution == "estimated" and case.id == direct.id and case.rows == direct.rows and case.totals == direct.totals
+
+
+@needs_cpu_only
+def test_fallback_none_keeps_the_skipped_cell_offers_the_command_and_exits_4(tmp_path: Path) -> None:
+    code, out, err, _ = _run("run", "--recipe", "nvfp4", "--groups", "4", *SMALL, "--fallback", "none", "--quiet",
+                             "--json", str(tmp_path / "r.json"))
+    assert code == 4
+    [case] = load_report(tmp_path / "r.json").cases
+    assert case.status == "skipped" and "compute capability 10.0" in (case.reason or "")
+    best = "memaudit run --target te-grouped-mlp --kernels emulated" if fakecuda.unavailable() is None else "memaudit estimate"
+    assert f"it will be a skipped cell; the best available answer: {best}" in err
+
+
+@needs_cpu_only
+def test_a_cpu_only_torch_build_estimates_and_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch's CPU-only wheel cannot make fake CUDA tensors run autograd: the reference target
+    measures bf16, the rest is estimated, and the notes say why TE's forward cannot run."""
+    monkeypatch.setattr(torch.version, "cuda", None)
     code, out, err, both = _run("run", "--recipe", "nvfp4", "--groups", "1,4", *SMALL, "--quiet",
                                 "--json", str(tmp_path / "r.json"), "--markdown", str(tmp_path / "r.md"))
     assert code == exitcodes.NOTHING_MEASURED == 4
-    assert "nvfp4 cannot run on real kernels here" in err
-    assert "compute capability 10.0" in err  # what real kernels need
+    assert "nvfp4 cannot run on real kernels here" in err and "labelled estimated" in err
+    assert "TE's real forward with emulated kernels cannot run here" in err and "CPU-only build" in err
     assert "memaudit estimate --recipe nvfp4 --groups 1,4 --tokens 512 --hidden 64 --ffn 128" in err
     assert "nothing was measured or emulated: 2 estimated" in err
-    assert both.index("cannot run on real kernels") < both.index("summary")  # said before running
+    assert both.index("cannot run on real kernels") < both.index("summary")
     assert "estimated sm100" in out
     report = load_report(tmp_path / "r.json")
     assert [c.execution for c in report.cases] == ["estimated", "estimated"]
     assert all(c.path is not None and c.path.get("estimated") and "/estimate," in c.id for c in report.cases)
     assert "estimated" in (tmp_path / "r.md").read_text(encoding="utf-8")
-
-
-@needs_cpu_only
-def test_the_estimated_answer_is_the_estimators_own(tmp_path: Path) -> None:
-    code, *_ = _run("run", "--recipe", "mxfp8", "--groups", "4", *SMALL, "--quiet", "--json", str(tmp_path / "r.json"))
-    assert code == 4
-    [case] = load_report(tmp_path / "r.json").cases
-    direct = estimate(case.spec)
-    assert case.id == direct.id and case.rows == direct.rows and case.totals == direct.totals
-
-
-@needs_cpu_only
-def test_recipe_all_on_cpu_measures_bf16_and_estimates_the_rest(tmp_path: Path) -> None:
-    code, _, err, _ = _run("run", "--recipe", "all", "--groups", "1", *SMALL, "--quiet", "--json", str(tmp_path / "r.json"))
-    assert code == exitcodes.OK  # bf16 was measured
-    cases = load_report(tmp_path / "r.json").cases
-    assert [c.recipe for c in cases] == list(RECIPES)
-    assert [c.execution for c in cases] == ["measured"] + ["estimated"] * (len(RECIPES) - 1)
-    assert cases[0].target == "reference"
-    for recipe in RECIPES[1:]:
-        assert f"{recipe} cannot run on real kernels here" in err
-
-
-@needs_cpu_only
-def test_fallback_none_keeps_the_skipped_cell_offers_the_command_and_exits_4(tmp_path: Path) -> None:
-    code, out, err, _ = _run("run", "--recipe", "nvfp4", "--groups", "1", *SMALL, "--fallback", "none", "--quiet",
-                             "--json", str(tmp_path / "r.json"))
-    assert code == 4
-    [case] = load_report(tmp_path / "r.json").cases
-    assert case.status == "skipped" and "compute capability 10.0" in (case.reason or "")
-    assert "it will be a skipped cell; the best available answer: memaudit estimate --recipe nvfp4" in err
-
-
-@needs_cpu_only
-def test_fallback_emulate_without_a_gpu_leaves_the_cell_skipped(tmp_path: Path) -> None:
-    code, *_ = _run("run", "--recipe", "nvfp4", "--groups", "1", *SMALL, "--fallback", "emulate", "--quiet",
-                    "--json", str(tmp_path / "r.json"))
-    assert code == 4
-    assert [c.status for c in load_report(tmp_path / "r.json").cases] == ["skipped"]
+    code, _, _, _ = _run("run", "--recipe", "nvfp4", "--groups", "1", *SMALL, "--fallback", "emulate", "--quiet",
+                         "--json", str(tmp_path / "e.json"))
+    assert code == 4 and [c.status for c in load_report(tmp_path / "e.json").cases] == ["skipped"]
+    code, out, _, _ = _run("doctor")
+    assert code == 0 and "emulated kernels here" in out and "no: torch" in out and "CPU-only build" in out
 
 
 def test_a_measured_run_is_unchanged(tmp_path: Path) -> None:

@@ -113,14 +113,16 @@ def test_marker_verdict_and_one_details_per_target_recipe() -> None:
     lines = text.splitlines()
     assert lines[0] == "<!-- memaudit:h200-te-grouped-mlp -->"
     assert lines[1].startswith("✅") and "no regression" in lines[1] and "0 B" in lines[1]
+    assert lines[1].endswith(" · not checked: nvfp4")  # its one case was skipped
     p = parse(text)
     assert p.tokens[0].type == "html_block" and p.tokens[0].content.strip() == lines[0]
     assert [b.summary.split("</b>")[0] for b in p.blocks] == [
         "<summary>✅ <b>te-grouped-mlp · fp8-current",
         "<summary>✅ <b>te-grouped-mlp · bf16",
-        "<summary>✅ <b>te-grouped-mlp · nvfp4",
+        "<summary>⏭️ <b>te-grouped-mlp · nvfp4",  # never a tick for a recipe that was not checked
         "<summary>✅ <b>reference · bf16",
     ]
+    assert p.blocks[2].summary.endswith("— 1 case, not checked</summary>")
     for b in p.blocks:
         assert b.open_tag == "<details>"  # nothing failed: all collapsed
         assert len(b.tables) == 1

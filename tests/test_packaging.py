@@ -27,6 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 from markdown_it import MarkdownIt
 from typer.testing import CliRunner
 
@@ -281,9 +282,23 @@ def test_the_wheel_works_in_a_fresh_venv_outside_the_repo(wheel: Path, tmp_path:
     assert where[2] == [p.stem for p in SCENARIOS]
     sh(py, "-c", CHECK_REQUIREMENTS)
     assert "check" in sh(exe, "--help")
-    sh(exe, "run", "--quiet", "--json", "plain.json")
+    # the default target: TE's grouped MLP wherever TE is installed and its forward can run (with no GPU,
+    # emulated kernels on fake CUDA), else the reference target. The fresh venv sees this one's packages,
+    # but TE may not import there (its libraries are found from its own venv): then every case is the
+    # estimate, saying why, and nothing was measured or emulated (exit 4)
+    from memaudit.te.target import TEGroupedMLPTarget
+
+    te = TEGroupedMLPTarget.runs_here()
+    te_imports = subprocess.run([str(py), "-c", "import torch, transformer_engine.pytorch"], cwd=work, env=env,
+                                capture_output=True, timeout=300).returncode == 0
+    sh(exe, "run", "--quiet", "--json", "plain.json", code=0 if not te or te_imports or torch.cuda.is_available() else 4)
     plain = json.loads((work / "plain.json").read_text(encoding="utf-8"))
-    assert {c["target"] for c in plain["cases"]} == {"reference"} and all(c["status"] == "ok" for c in plain["cases"])
+    assert {c["target"] for c in plain["cases"]} == ({"te-grouped-mlp"} if te else {"reference"})
+    assert all(c["status"] == "ok" for c in plain["cases"])
+    if te and te_imports and not torch.cuda.is_available():
+        assert {c["emulation"]["machine"]["host"] for c in plain["cases"] if c.get("execution") == "emulated"} == {"no GPU (fake CUDA)"}
+    elif te and not torch.cuda.is_available():
+        assert all(c["path"].get("estimated") for c in plain["cases"])
     sh(exe, "run", "--scenario", "reference", "--quiet", "--json", "reference.json")
     assert " 0 fail" in sh(exe, "check", "reference.json", "--scenario", "reference")
     sh(exe, "compare", "plain.json", "plain.json", "--benchmark-json", "bench.json")

@@ -64,7 +64,7 @@ def test_budget_that_holds_passes(pytester: pytest.Pytester) -> None:
     result = run_inner(
         pytester,
         """
-@pytest.mark.saved_budget(max_bytes="1 MiB", count={"fc1.input": 1}, forbid=["fc1.output"])
+@pytest.mark.saved_budget(max_bytes="1 MiB", count={"fc1.input": 1}, forbid=["Linear:TanhBackward0.*"])
 def test_fits(saved_tensors):
     y = linear_step(saved_tensors)
     assert y.shape == (16, 32)
@@ -162,7 +162,7 @@ def test_nothing_selected(saved_tensors):
     assert "unknown argument 'max_byts' (did you mean 'max_bytes'?)" in out
     assert "saved_budget.max_bytes: malformed byte quantity '12 MiBs'" in out
     assert "must not run" not in out
-    assert "operand pattern 'fc9.input' matches no row" in out
+    assert "count pattern 'fc9.input' matches no saved row and no name memaudit could give" in out
     result.assert_outcomes(errors=2, failed=1)
 
 
@@ -288,3 +288,140 @@ def test_saves_nothing(saved_tensors):
     )
     assert "saved no tensor for backward" in result.stdout.str()
     result.assert_outcomes(failed=1)
+
+
+MODEL = """
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64))
+
+    def forward(self, x):
+        return x + self.mlp(x)
+
+
+class Net(nn.Module):
+    def __init__(self, ckpt=False):
+        super().__init__()
+        self.blocks = nn.ModuleList(Block() for _ in range(2))
+        self.ckpt = ckpt
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = checkpoint(b, x, use_reentrant=False) if self.ckpt else b(x)
+        return x
+
+
+def own_step_bytes(ckpt=False):
+    '''Ground truth: the non-parameter storages one forward saves, by a pair of the test's own.'''
+    torch.manual_seed(0)
+    net, x = Net(ckpt), torch.randn(32, 64)
+    seen = {}
+    def pack(t):
+        if not isinstance(t, nn.Parameter) and not isinstance(t._base, nn.Parameter):
+            seen[id(t.untyped_storage())] = t.untyped_storage().nbytes()
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        net(x).square().mean()
+    return sum(seen.values())
+
+
+def steps(n, ckpt=False, backward=True):
+    torch.manual_seed(0)
+    net = Net(ckpt)
+    for _ in range(n):
+        y = net(torch.randn(32, 64)).square().mean()  # a new batch each step
+        if backward:
+            y.backward()
+"""
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_max_bytes_is_the_peak_alive_at_once_and_the_sum_is_its_own_option(pytester: pytest.Pytester, n: int) -> None:
+    pytester.makepyfile(model=HEADER + MODEL)
+    result = run_inner(
+        pytester,
+        f"""
+from model import own_step_bytes, steps
+ONE = own_step_bytes()
+
+
+@pytest.mark.saved_budget(exact_bytes=ONE)
+def test_peak_is_one_step(saved_tensors):
+    steps({n})
+
+
+@pytest.mark.saved_budget(max_bytes=ONE - 1)
+def test_peak_over(saved_tensors):
+    steps({n})
+
+
+@pytest.mark.saved_budget(max_total_bytes={n} * ONE)
+def test_total_fits(saved_tensors):
+    steps({n})
+
+
+@pytest.mark.saved_budget(max_total_bytes={n} * ONE - 1)
+def test_total_over(saved_tensors):
+    steps({n})
+""",
+    )
+    out = result.stdout.str()
+    # one step's saves are all alive at the end of its forward; steps do not overlap (backward frees)
+    result.assert_outcomes(passed=2, failed=2)
+    assert "max_total_bytes: " in out and "at the peak" in out
+
+
+def test_checkpointed_peak_is_what_is_kept_with_or_without_backward(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(model=HEADER + MODEL)
+    result = run_inner(
+        pytester,
+        """
+from model import own_step_bytes, steps
+KEPT = own_step_bytes(ckpt=True)  # what checkpoint keeps: the blocks' inputs
+
+
+@pytest.mark.saved_budget(exact_bytes=KEPT)
+def test_dropped(saved_tensors):
+    steps(1, ckpt=True, backward=False)
+
+
+@pytest.mark.saved_budget(exact_bytes=KEPT)
+def test_backward(saved_tensors):
+    steps(1, ckpt=True)
+""",
+    )
+    result.assert_outcomes(passed=2)
+
+
+def test_forbid_names_rows_as_the_cli_does(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(model=HEADER + MODEL)
+    result = run_inner(
+        pytester,
+        """
+from model import steps
+
+
+@pytest.mark.saved_budget(forbid=["blocks.0.mlp.1:GeluBackward0.self"])  # GELU saves its input there
+def test_forbidden_after_backward(saved_tensors):
+    steps(1)
+
+
+@pytest.mark.saved_budget(forbid=["blocks.0.mlp.1:GeluBackward0.self"])
+def test_forbidden_graph_dropped(saved_tensors):
+    steps(1, backward=False)
+
+
+@pytest.mark.saved_budget(forbid=["blocks.0.mlp.9:GeluBackward0.self"])  # no such module
+def test_unnameable(saved_tensors):
+    steps(1)
+""",
+    )
+    out = result.stdout.str()
+    result.assert_outcomes(failed=3)
+    assert out.count("forbid blocks.0.mlp.1:GeluBackward0.self: forbidden rows were saved (1 row)") == 2
+    assert "forbid pattern 'blocks.0.mlp.9:GeluBackward0.self' matches no saved row and no name memaudit could give" in out

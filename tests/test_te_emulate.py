@@ -215,10 +215,18 @@ def test_target_flags_and_cpu_skip_reason(monkeypatch: pytest.MonkeyPatch) -> No
     assert t.configure({"kernels": "emulated", "cublaslt": "13.6.0"}) == {}
     assert t.emulated is not None and t.emulated.fused and t.emulated.cublaslt == 130600
     assert os.environ[FUSED_ENV] == "0"  # off for TE's import; set inside each emulated forward
-    spec = CaseSpec.make("te-grouped-mlp", "nvfp4", 1, tokens=256, hidden=128, ffn=128, device="cuda")
-    if not torch.cuda.is_available():
-        assert "emulated kernels need a CUDA device" in t.skip_reason(spec)
-        assert "gemm.py:658" in t.skip_reason(spec)
+    spec = CaseSpec.make("te-grouped-mlp", "nvfp4", 1, tokens=256, hidden=128, ffn=128, device="cpu")
+    assert "emulated kernels run TE's forward on CUDA tensors (device 'cpu'" in t.skip_reason(spec)
+    assert "gemm.py:658" in t.skip_reason(spec)
+    from memaudit.te.emulate.host import unavailable
+
+    if unavailable() is None:  # a GPU, or torch's CUDA build for fake CUDA
+        assert t.skip_reason(spec.replace(device="cuda")) is None
+    for bad in ("yes", 1):
+        assert t.skip_reason(spec.replace(device="cuda", options={"fused": bad})) == f"option fused must be true or false, got {bad!r}"
+    real = TEGroupedMLPTarget()
+    real.configure({"fused": False})
+    assert "choose it with --fused/--no-fused" in real.skip_reason(spec.replace(device="cuda", options={"fused": True}))
 
 
 # ---- labels and gates ----------------------------------------------------------------------------
@@ -298,5 +306,4 @@ def test_a_scenario_can_ask_for_emulated_kernels(tmp_path, monkeypatch: pytest.M
     path.write_text('[flags]\nkernels = "emulated"\n' + body, encoding="utf-8")
     out = tmp_path / "r.json"
     result = CliRunner().invoke(app, ["run", "--scenario", str(path), "--device", "cpu", "--json", str(out)])
-    if not torch.cuda.is_available():
-        assert "emulated kernels need a CUDA device" in out.read_text(encoding="utf-8"), result.output
+    assert "emulated kernels run TE's forward on CUDA tensors (device 'cpu'" in out.read_text(encoding="utf-8"), result.output

@@ -172,14 +172,16 @@ def _unhooked(result: WalkResult, op: str, slot: str, value: Any, in_region: boo
         result.warnings.append(f"{op} {name}: {_WHY[in_region]}; counted from the graph, case incomplete")
 
 
-def walk(roots: list[Any], in_region: Any, *, outside: bool = False) -> WalkResult:
+def walk(roots: list[Any], in_region: Any, *, outside: Any = None) -> WalkResult:
     """Name every record packed by a node reachable from ``roots``; find what no hook packed.
 
     Nodes ``in_region(seq)`` accepts (made in the capturing thread while it was active) are read
-    in full. The others are read only when ``outside`` is set (other threads ran during the
-    capture): sequence numbers are per thread, so a node made in another thread cannot be told
-    from one made before the capture; their records are claimed, and saves without a record are
-    reported as unhooked.
+    in full. Of the others, memaudit's records are claimed (named) wherever they are; they are read
+    in full only when ``outside`` is given (other threads ran during the capture), accepts a root's
+    sequence number, and that root reaches them through out-of-region nodes only (:func:`_foreign`): sequence numbers
+    are per thread, so a node made in another thread cannot be told from one made before the
+    capture, but a graph built before the capture and used by it sits *below* the capture's own
+    nodes. Their saves without a record are reported as unhooked.
 
     One pass over the graph (depth first from the roots) claims the records memaudit's layers
     packed, read raw (no unpack runs; each record has one node, so the order does not matter).
@@ -193,6 +195,7 @@ def walk(roots: list[Any], in_region: Any, *, outside: bool = False) -> WalkResu
     later: list[tuple[int, int, Any, Any, bool]] = []  # (seq, position, node, attribute or None, inside)
     keep: list[Any] = []  # every node met, alive while the walk runs (wrappers are rebuilt on access)
     met: set[int] = set()
+    foreign = _foreign(roots, in_region, outside, keep) if outside is not None else set()
     stack = list(roots)
     while stack:
         node = stack.pop()
@@ -215,10 +218,12 @@ def walk(roots: list[Any], in_region: Any, *, outside: bool = False) -> WalkResu
         except (AttributeError, RuntimeError, TypeError):  # pragma: no cover - every Node has one
             seq = -1
         inside = in_region(seq)
-        if not inside and not outside:
-            continue
+        full = inside or id(node) in foreign  # else only claim what memaudit's layers packed
         if attrs is None:
-            later.append((seq, len(keep), node, None, inside))
+            if full:
+                later.append((seq, len(keep), node, None, inside))
+            else:
+                _claim_python(node, op, seq)
             continue
         for item in attrs:
             attr, raw = item
@@ -237,11 +242,47 @@ def walk(roots: list[Any], in_region: Any, *, outside: bool = False) -> WalkResu
                     if recs:
                         _claim(recs, op, attr)
                     continue
-            later.append((seq, len(keep), node, item, inside))
+            if full:
+                later.append((seq, len(keep), node, item, inside))
     if later:
         later.sort(key=lambda e: (e[0], e[1]))  # stable: a node's attributes stay in their order
         _read_later(later, result)
     return result
+
+
+def _foreign(roots: list[Any], in_region: Any, outside: Any, keep: list[Any]) -> set[int]:
+    """ids of the nodes made outside the capture's region that a root made outside it reaches
+    through such nodes only: another thread's graph (or one built before the capture) handed over
+    as ``outputs``. Nodes the capture's own graph reaches below it (its inputs' graphs, built before
+    the capture) are not among them: they were not made during the capture."""
+    out: set[int] = set()
+    todo = []
+    for r in roots:
+        if r is not None and not in_region(seq := sequence_nr(r)) and outside(seq):
+            todo.append(r)
+    while todo:
+        node = todo.pop()
+        if id(node) in out or in_region(sequence_nr(node)):
+            continue
+        out.add(id(node))
+        keep.append(node)  # wrappers are rebuilt on access: keep ids unique while the walk runs
+        for nxt, _ in getattr(node, "next_functions", ()):
+            if nxt is not None:
+                todo.append(nxt)
+    return out
+
+
+def _claim_python(node: Any, op: str, seq: int) -> None:
+    """Name the records memaudit packed for a Python node made outside the region (no unhooked or
+    ``ctx`` rows from it: it is not this capture's)."""
+    try:
+        raw = node._raw_saved_tensors
+    except (AttributeError, RuntimeError):
+        return
+    for i, sv in enumerate(raw):
+        rec = _packed(sv) if type(sv) is _SavedTensor else None
+        if rec is not None and rec.op is None:
+            rec.op, rec.slot, rec.node_seq = op, f"saved_tensors[{i}]", seq
 
 
 def _read_later(later: list[tuple[int, int, Any, Any, bool]], result: WalkResult) -> None:
@@ -281,24 +322,37 @@ def _read_later(later: list[tuple[int, int, Any, Any, bool]], result: WalkResult
 
 
 def _walk_python(node: Any, op: str, result: WalkResult, inside: bool, seq: int) -> None:
-    with walking() as seen:
-        try:
-            values = node.saved_tensors
-        except RuntimeError:
-            values = None  # released by backward: its records are freed
-    if values is not None:
-        if seen:
-            it = iter(seen)
-            for i, v in enumerate(values):
-                if v is None:
-                    continue
-                rec = next(it, None)
-                if rec is not None and rec.op is None:
+    """A Python ``autograd.Function`` node: its saved tensors, read raw (``_raw_saved_tensors``: no
+    unpack runs, and a Function with ``clear_saved_tensors_on_access`` keeps its one access for
+    backward), then its ``ctx`` attributes."""
+    try:
+        raw = node._raw_saved_tensors
+    except AttributeError:  # pragma: no cover - a torch without raw saved values: unpack while walking
+        raw = None
+        _walk_python_unpacked(node, op, result, inside, seq)
+    except RuntimeError:
+        raw = None  # released by backward: its records are freed
+    if raw is not None:
+        for i, sv in enumerate(raw):
+            if sv is None:
+                continue
+            rec = _packed(sv) if type(sv) is _SavedTensor else None
+            if rec is not None:
+                if rec.op is None:
                     rec.op, rec.slot, rec.node_seq = op, f"saved_tensors[{i}]", seq
-        else:
-            for i, v in enumerate(values):
-                if v is not None:
-                    _unhooked(result, op, f"saved_tensors[{i}]", v, inside, seq)
+                continue
+            try:
+                data = sv.data
+            except (RuntimeError, AttributeError):
+                continue
+            if isinstance(data, torch.Tensor):  # saved without any hook: the tensor itself
+                _unhooked(result, op, f"saved_tensors[{i}]", data, inside, seq)
+            elif data is not None:  # a pair memaudit did not wrap packed it: nothing to describe without its unpack
+                result.unseen += 1
+                result.warnings.append(
+                    f"{op} saved_tensors[{i}]: {_WHY[inside]}; packed as a {type(data).__name__} memaudit cannot "
+                    "describe without running that pair's unpack (not counted; case incomplete)"
+                )
     try:
         attrs = vars(node)
     except TypeError:  # pragma: no cover - every Python node has a __dict__
@@ -306,3 +360,25 @@ def _walk_python(node: Any, op: str, result: WalkResult, inside: bool, seq: int)
     for name, value in attrs.items():
         for suffix, t in _tensors(value):
             result.found.append(Found("ctx", op, f"ctx.{name}{suffix}", buffer_of(t), seq, inside))
+
+
+def _walk_python_unpacked(node: Any, op: str, result: WalkResult, inside: bool, seq: int) -> None:
+    with walking() as seen:
+        try:
+            values = node.saved_tensors
+        except RuntimeError:
+            values = None  # released by backward: its records are freed
+    if values is None:
+        return
+    if seen:
+        it = iter(seen)
+        for i, v in enumerate(values):
+            if v is None:
+                continue
+            rec = next(it, None)
+            if rec is not None and rec.op is None:
+                rec.op, rec.slot, rec.node_seq = op, f"saved_tensors[{i}]", seq
+    else:
+        for i, v in enumerate(values):
+            if v is not None:
+                _unhooked(result, op, f"saved_tensors[{i}]", v, inside, seq)

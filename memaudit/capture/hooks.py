@@ -29,6 +29,7 @@ through them is :mod:`memaudit.capture.stack`.
 
 from __future__ import annotations
 
+import contextvars
 import math
 import os
 import sys
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
     from memaudit.capture.stack import labelled
 
 _Tensor = torch.Tensor
+_BackwardCFunction = torch.autograd.function.BackwardCFunction
 # The sequence number the next autograd node in this thread gets. Where torch does not expose it,
 # every non-leaf tensor is taken for an output of the node being built (kept as an alias: safe).
 _next_sequence_nr = getattr(_autograd_c, "_get_sequence_nr", lambda: -1)
@@ -135,11 +137,11 @@ class _Saved:
     rec: Record
 
 
-def new_record(value: Any) -> tuple[_Saved, Record]:
+def new_record(value: Any, on_release: Callable[[Record], None] | None = None) -> tuple[_Saved, Record]:
     """What a pack returns for ``value`` and its record (``raw`` None, version -1: to be filled)."""
     saved = _Saved()
     saved.value = value
-    rec = Record(saved)
+    rec = Record(saved, on_release)
     saved.rec = rec
     rec.raw = None
     rec.version = -1
@@ -153,11 +155,19 @@ def new_record(value: Any) -> tuple[_Saved, Record]:
 class HookInfo:
     """A foreign pair, described without holding it: its name and the kind a plugin or torch gives it."""
 
-    __slots__ = ("name", "kind")
+    __slots__ = ("name", "kind", "frame")
 
-    def __init__(self, name: str, kind: str | None) -> None:
+    def __init__(self, name: str, kind: str | None, frame: Any = None) -> None:
         self.name = name
         self.kind = kind
+        self.frame = frame
+        """A weak reference to non-reentrant checkpoint's frame (selective checkpointing keeps its
+        cached outputs there, outside any hook), or None."""
+
+
+TASK_CAPTURES: contextvars.ContextVar[tuple[Capture, ...]] = contextvars.ContextVar("memaudit_task_captures", default=())
+"""The captures entered in the current asyncio task (and the tasks it started): a capture entered
+inside a task records only the saves of that context, not those of other tasks sharing the thread."""
 
 
 class ThreadState:
@@ -180,6 +190,7 @@ class ThreadState:
         self.roots: dict[int, tuple[Callable[[], Any], dict[int, tuple[Callable[[], Any], str]]]] = {}
         self.sources = 0  # active captures in this thread that record source lines (stack=True)
         self.tracking = 0  # active captures in this thread that name modules (modules=True)
+        self.naming = 0  # active captures in this thread that name records early (name_early=True)
 
 
 def _take(prov: dict[int, tuple[Any, ...]], t: Any) -> Any:
@@ -300,6 +311,8 @@ class Layer:
         self.hook = hook
         self.expand = expand
         self.state = _local.state
+        timed = [cap for cap in recorders if cap.track_peak]
+        self.on_release = _releaser(timed) if timed else None
 
     @property
     def pack(self) -> Callable[[Any], Any]:
@@ -319,7 +332,7 @@ class Layer:
         tp = type(t)
         if tp is _Tensor or tp is _Parameter:
             saved = _Saved()
-            rec = Record(saved)
+            rec = Record(saved, self.on_release)
             saved.rec = rec
             rec.op = rec.slot = rec.node_seq = None
             fields = None
@@ -346,9 +359,9 @@ class Layer:
                 )
             except Exception as exc:  # noqa: BLE001 - the hook never raises: say what could not be read
                 rec.raw = None
-                _unreadable(rec, t, exc)
+                self._odd(rec, t, exc)
         else:
-            saved, rec = new_record(None)
+            saved, rec = new_record(None, self.on_release)
             self._describe(rec, t, state)
         rec.output_nr = None
         rec.is_output = False
@@ -375,7 +388,7 @@ class Layer:
             rec.source = user_frame()
         single = self.single
         if single is not None:
-            if single.active:
+            if single.active and (single.task is None or single in TASK_CAPTURES.get()):
                 single.records.append(rec)
         else:
             self._file(rec)
@@ -384,7 +397,7 @@ class Layer:
     def pack_delegated(self, t: Any) -> Any:
         """Pack under a foreign pair: its pack runs first and as without memaudit."""
         payload = self.delegate_pack(t)  # type: ignore[misc]
-        saved, rec = new_record(payload)
+        saved, rec = new_record(payload, self.on_release)
         state = self.state
         self._describe(rec, t, state)
         rec.hook = self.hook
@@ -399,7 +412,7 @@ class Layer:
     def _file(self, rec: Record) -> None:
         """Append ``rec`` to every active capture this layer records into."""
         for cap in self.recorders:
-            if cap.active:
+            if cap.active and (cap.task is None or cap in TASK_CAPTURES.get()):
                 cap.records.append(rec)
 
     def _describe(self, rec: Record, t: Any, state: ThreadState) -> None:
@@ -419,7 +432,19 @@ class Layer:
                 self._describe_object(rec, t, state)
         except Exception as exc:  # noqa: BLE001 - the hook never raises: say what could not be read
             rec.raw = None
-            _unreadable(rec, t, exc)
+            self._odd(rec, t, exc)
+
+    @staticmethod
+    def _odd(rec: Record, t: Any, exc: BaseException) -> None:
+        """A tensor the plain path could not read: a nested tensor is described by its storage;
+        anything else becomes an unknown row (never raises)."""
+        try:
+            if t.is_nested and t.layout == torch.strided:
+                describe_nested(rec, t)
+                return
+        except Exception:  # noqa: BLE001 - fall through to the unknown row
+            rec.buffers = None
+        _unreadable(rec, t, exc)
 
     def _describe_object(self, rec: Record, t: Any, state: ThreadState) -> None:
         expanded = self.expand(t)
@@ -453,9 +478,31 @@ class Layer:
         if self.delegate_unpack is not None:
             return self.delegate_unpack(saved.value)
         value = saved.value
-        if value._version != saved.rec.version:
-            raise RuntimeError(version_error(value, saved.rec))
+        rec = saved.rec
+        if rec.output_nr is not None and not rec.is_output and value.grad_fn is None and _unpacked_for_nobody():
+            raise RuntimeError(DETACHED_INPLACE)
+        if value._version != rec.version:
+            raise RuntimeError(version_error(value, rec))
         return value
+
+
+# torch.utils.checkpoint looks for "the user's pair" under its own (``_current_user_saved_tensors_hooks``:
+# selective checkpointing warns about one and may route its cached outputs through it). A capture's
+# own layer is no user's pair: it reads as checkpoint-internal with no user pair below it, as bare.
+# A layer that stands for a foreign pair forwards these attributes to it (_ForwardingPack).
+Layer._pack._checkpoint_internal = True  # type: ignore[attr-defined]
+Layer._pack._user_hooks = None  # type: ignore[attr-defined]
+
+
+def _releaser(caps: list[Capture]) -> Callable[[Record], None]:
+    """The callback that tells ``caps`` when autograd released a record (for the peak: each notes
+    how many packs it had seen by then)."""
+
+    def released(rec: Record) -> None:
+        for cap in caps:
+            cap.released.append((rec, len(cap.records)))
+
+    return released
 
 
 class _ForwardingPack:
@@ -503,23 +550,48 @@ def container_fields(t: torch.Tensor, name: str, fmt: str, is_param: bool) -> di
 
 
 def _unreadable(rec: Record, t: Any, exc: BaseException) -> None:
-    """Make ``rec`` say that ``t`` could not be described (a 0-byte row and a warning)."""
+    """Make ``rec`` say that ``t`` could not be described (a 0-byte row and a warning). Reads only
+    what ``t`` answers without raising: this runs inside the pack hook, which must never raise."""
     rec.buffers = []
     what = type(t).__name__
     rec.warning = f"a saved {what} could not be described ({type(exc).__name__}: {exc}); its bytes are not counted"
-    shape = getattr(t, "shape", None)
-    dtype = getattr(t, "dtype", None)
+    shape, dtype, device = _safe(t, "shape"), _safe(t, "dtype"), _safe(t, "device")
+    try:
+        dims = [int(d) for d in shape] if shape is not None else []
+    except Exception:  # noqa: BLE001 - symbolic or odd sizes
+        dims = []
+    known = isinstance(dtype, torch.dtype)
     rec.container = {
         "kind": "unknown",
-        "format": format_of(dtype) if isinstance(dtype, torch.dtype) else "?",
-        "shape": list(shape) if shape is not None else [],
-        "dtype": dtype_name(dtype) if isinstance(dtype, torch.dtype) else "?",
-        "_dtype": dtype if isinstance(dtype, torch.dtype) else torch.float32,
+        "format": format_of(dtype) if known else "?",
+        "shape": dims,
+        "dtype": dtype_name(dtype) if known else "?",
+        "_dtype": dtype if known else torch.float32,
         "bytes": 0,
-        "device": str(getattr(t, "device", "?")),
+        "device": str(device) if device is not None else "?",
         "is_parameter": False,
         "container": what,
     }
+    rec.resides = "unknown"
+
+
+def _safe(t: Any, attr: str) -> Any:
+    try:
+        return getattr(t, attr, None)
+    except Exception:  # noqa: BLE001 - a nested tensor's shape raises RuntimeError
+        return None
+
+
+def describe_nested(rec: Record, t: torch.Tensor) -> None:
+    """A strided nested tensor (``torch.nested``, the default layout): its sizes are not one shape,
+    but its buffer is a storage like any other, counted once by storage. The row's shape is
+    ``[components, -1, ...]`` (no component sizes are read: they are tensor data)."""
+    st = t.untyped_storage()
+    elt = t.element_size()
+    n = t.numel()
+    shape = (t.size(0),) + (-1,) * (t.dim() - 1)
+    rec.buffers = [(None, Buffer(shape, t.dtype, t.device, _wref(st), st.nbytes(), t.storage_offset() * elt, n * elt,
+                                 False, {"container": "nested"}))]
 
 
 _SKIPPED_DIRS = tuple(
@@ -562,10 +634,39 @@ def _weak(t: Any) -> Callable[[], Any]:
 
 
 # ---- the in-place check PyTorch skips under hooks -----------------------------------------------
+DETACHED_INPLACE = (
+    "Trying to use a saved tensor that has been detached in-place, i.e. with .detach_()."
+    "This is not supported, please use out-of-place `.detach()` instead"
+)
+"""PyTorch's message (``SavedVariable::unpack``) for a saved non-leaf input that lost its grad_fn to
+an in-place ``detach_()``; like the version check, PyTorch skips it under any hook pair."""
+
+
+def _unpacked_for_nobody() -> bool:
+    """True where PyTorch unpacks a saved input without naming the node it is for (``saved_for``
+    null), so that it raises :data:`DETACHED_INPLACE`: a C++ node's backward reading its saved
+    inputs. A Python ``autograd.Function`` (``ctx.saved_tensors``) and the ``_saved_*`` getters
+    name their node, and PyTorch uses that node instead of raising."""
+    node = torch._C._current_autograd_node()
+    return node is not None and not isinstance(node, _BackwardCFunction)
+
+
+
 def _node_name(node: Any) -> str:
     name = node.name()
     head, sep, tail = name.rpartition("Backward")
     return head if sep and (tail == "" or tail.isdigit()) else name
+
+
+def _sizes_text(value: torch.Tensor) -> str:
+    """The sizes as PyTorch's message prints them: a list, or a nested tensor's size matrix (read
+    here, at unpack, where PyTorch reads it too; the pack hook never does)."""
+    if not value.is_nested:
+        return str(list(value.shape))
+    sizes = value._nested_tensor_size().tolist()
+    width = max((len(str(v)) for row in sizes for v in row), default=1) + 1
+    body = "".join(" ".join(f"{v:>{width}d}" for v in row) + "\n" for row in sizes)
+    return f"{body}[ torch.LongTensor{{{len(sizes)},{len(sizes[0]) if sizes else 0}}} ]"
 
 
 def version_error(value: torch.Tensor, rec: Record) -> str:
@@ -573,7 +674,7 @@ def version_error(value: torch.Tensor, rec: Record) -> str:
     current = value._version
     msg = (
         "one of the variables needed for gradient computation has been modified by an inplace "
-        f"operation: [{value.type()} {list(value.shape)}]"
+        f"operation: [{value.type()} {_sizes_text(value)}]"
     )
     fn = None
     if rec.is_output:

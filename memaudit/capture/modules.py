@@ -31,31 +31,66 @@ import torch
 import torch._C._autograd as _autograd_c
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
+from memaudit.capture import compiled
+from memaudit.capture.compiled import OPTIMIZED_MODULE
 from memaudit.capture.hooks import ThreadState, thread_local
 
 _next_sequence_nr = getattr(_autograd_c, "_get_sequence_nr", lambda: -1)
+_Tensor = torch.Tensor
+_compiling = torch.compiler.is_compiling
+"""True while Dynamo traces (it folds this call to a constant): the hooks then trace as no-ops, so
+that a compiled module's graphs are those of a bare run (no graph break, no extra guard)."""
 
 
 class Frame:
-    """One module call: its qualified name, the module's id while it runs, and the sequence
+    """One module call: its name (the qualified name, with ``#k`` from the module's k-th call in
+    the capture on), the module's id while it runs, the call around it, weak references to the
+    storages of its tensor arguments (what a checkpoint of the call would keep), and the sequence
     numbers of the autograd nodes created during it (``lo`` <= seq < ``hi``; ``hi`` is None while
     the call is open, or when it never closed)."""
 
-    __slots__ = ("name", "module_id", "lo", "hi")
+    __slots__ = ("name", "module_id", "lo", "hi", "parent", "inputs", "module")
 
-    def __init__(self, name: str, module_id: int, lo: int) -> None:
+    def __init__(self, name: str, module_id: int, lo: int, parent: Frame | None = None, inputs: tuple[Any, ...] = (),
+                 module: Any = None) -> None:
         self.name = name
         self.module_id = module_id
+        self.module = module  # a weak reference to the module
         self.lo = lo
         self.hi: int | None = None
+        self.parent = parent
+        self.inputs = inputs
 
     def __repr__(self) -> str:
         return f"Frame({self.name!r}, lo={self.lo}, hi={self.hi})"
 
+    def within(self, other: Frame) -> bool:
+        """True when this call is ``other`` or runs inside it."""
+        f: Frame | None = self
+        while f is not None:
+            if f is other:
+                return True
+            f = f.parent
+        return False
+
+
+on_root_done: Any = None
+"""Called with a root module's output when its call returns in a thread that names records early."""
 
 _lock = threading.Lock()
 _users = 0
 _handles: list[Any] = []
+_hidden = False  # the hooks are taken out while Dynamo compiles (memaudit.capture.compiled)
+
+
+def _register() -> None:
+    pre = register_module_forward_pre_hook(_pre)
+    try:
+        _handles.append(pre)
+        _handles.append(register_module_forward_hook(_post, always_call=True))
+    except BaseException:
+        _remove()
+        raise
 
 
 def acquire() -> None:
@@ -63,10 +98,9 @@ def acquire() -> None:
     global _users
     with _lock:
         if _users == 0:
-            pre = register_module_forward_pre_hook(_pre)
+            _register()
             try:
-                _handles.append(pre)
-                _handles.append(register_module_forward_hook(_post, always_call=True))
+                compiled.watch(_hide, _show)
             except BaseException:
                 _remove()
                 raise
@@ -75,12 +109,31 @@ def acquire() -> None:
 
 def release() -> None:
     """Undo one :func:`acquire`; the last one removes the hooks."""
-    global _users
+    global _users, _hidden
     with _lock:
         _users -= 1
         if _users <= 0:
             _users = 0
+            _hidden = False
+            compiled.unwatch()
             _remove()
+
+
+def _hide() -> None:
+    """Dynamo starts compiling: out of torch's global hook dicts until it ends."""
+    global _hidden
+    with _lock:
+        if _users > 0 and _handles:
+            _remove()
+            _hidden = True
+
+
+def _show() -> None:
+    global _hidden
+    with _lock:
+        if _hidden and _users > 0:
+            _register()
+        _hidden = False
 
 
 def _remove() -> None:
@@ -90,7 +143,7 @@ def _remove() -> None:
 
 def tracking() -> bool:
     """True while the global module hooks are registered."""
-    return bool(_handles)
+    return bool(_handles) or _hidden
 
 
 def reset(st: ThreadState) -> None:
@@ -105,11 +158,11 @@ def reset(st: ThreadState) -> None:
 _NAMED_MODULES = torch.nn.Module.named_modules
 
 
-def qualified_names(root: torch.nn.Module) -> dict[int, tuple[Any, str]]:
-    """id(module) -> (weak reference, qualified name) for every module under ``root``: what
+def qualified_names(root: torch.nn.Module) -> dict[int, list[Any]]:
+    """id(module) -> [weak reference, qualified name, calls so far] for every module under ``root``: what
     ``root.named_modules()`` gives (pre-order, the first name of a shared module), read off the
     ``_modules`` dicts directly unless a module overrides ``named_modules``."""
-    out: dict[int, tuple[Any, str]] = {}
+    out: dict[int, list[Any]] = {}
     top = type(root).__name__
     wref = weakref.ref
     try:
@@ -120,7 +173,7 @@ def qualified_names(root: torch.nn.Module) -> dict[int, tuple[Any, str]]:
                 continue
             if type(m).named_modules is not _NAMED_MODULES:
                 raise _Overridden
-            out[id(m)] = (wref(m), name or top)
+            out[id(m)] = [wref(m), name or top, 0]
             children = m._modules
             if children:
                 prefix = name + "." if name else ""
@@ -129,13 +182,13 @@ def qualified_names(root: torch.nn.Module) -> dict[int, tuple[Any, str]]:
     except _Overridden:
         pass
     except Exception:  # noqa: BLE001 - a module tree memaudit cannot walk: the root alone is named
-        return {id(root): (wref(root), top)}
+        return {id(root): [wref(root), top, 0]}
     out = {}
     try:
         for name, m in root.named_modules():
-            out.setdefault(id(m), (wref(m), name or top))
+            out.setdefault(id(m), [wref(m), name or top, 0])
     except Exception:  # noqa: BLE001 - a module tree memaudit cannot walk: the root alone is named
-        out = {id(root): (wref(root), top)}
+        out = {id(root): [wref(root), top, 0]}
     return out
 
 
@@ -144,10 +197,15 @@ class _Overridden(Exception):
 
 
 def _pre(module: torch.nn.Module, args: Any) -> None:
+    if _compiling():
+        return
     st = thread_local.state
     if not st.tracking:
         return
     try:
+        if OPTIMIZED_MODULE and type(module) is OPTIMIZED_MODULE[0]:  # torch.compile(module): named as what it wraps
+            compiled.registered()
+            module = module._orig_mod
         frames = st.frames
         if frames:
             names = st.names
@@ -159,10 +217,20 @@ def _pre(module: torch.nn.Module, args: Any) -> None:
         mid = id(module)
         entry = names.get(mid) if names is not None else None
         if entry is None or entry[0]() is not module:  # not under the root (or an id reused)
-            entry = (weakref.ref(module), type(module).__name__)
+            entry = [weakref.ref(module), type(module).__name__, 0]
             if names is not None:
                 names[mid] = entry
-        frame = Frame(entry[1], mid, _next_sequence_nr())
+        parent = frames[-1] if frames else None
+        inputs = ()
+        for a in args:
+            if isinstance(a, _Tensor):
+                inputs += (_input_storage(a),)
+        if parent is not None and parent.module_id == mid:  # the module a compiled wrapper wraps: the same call
+            name = parent.name
+        else:
+            calls = entry[2] = entry[2] + 1
+            name = entry[1] if calls == 1 else f"{entry[1]}#{calls}"
+        frame = Frame(name, mid, _next_sequence_nr(), parent, inputs, entry[0])
         frames.append(frame)
         st.spans.append(frame)
         st.frame = frame
@@ -170,18 +238,32 @@ def _pre(module: torch.nn.Module, args: Any) -> None:
         pass
 
 
+def _input_storage(t: torch.Tensor) -> Any:
+    """A weak reference to the storage of a tensor argument (None where it has none)."""
+    try:
+        return weakref.ref(t.untyped_storage())
+    except Exception:  # noqa: BLE001 - a subclass without a storage
+        return None
+
+
 def _post(module: torch.nn.Module, args: Any, output: Any) -> None:
+    if _compiling():
+        return
     st = thread_local.state
     frames = st.frames
     if not frames:
         return
     try:
+        if OPTIMIZED_MODULE and type(module) is OPTIMIZED_MODULE[0]:
+            module = module._orig_mod
         mid = id(module)
         top = frames[-1]
         if top.module_id == mid:  # the usual case: the call that ends is the innermost
             top.hi = _next_sequence_nr()
             frames.pop()
             st.frame = frames[-1] if frames else None
+            if not frames and st.naming and on_root_done is not None:
+                on_root_done(output)
             return
         for i in range(len(frames) - 1, -1, -1):
             if frames[i].module_id == mid:

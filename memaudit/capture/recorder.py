@@ -12,6 +12,7 @@ import dataclasses
 import gc
 import importlib
 import math
+import operator
 import os
 import sys
 import threading
@@ -24,12 +25,34 @@ from typing import Any, Protocol
 
 import torch
 
-from memaudit.capture import graph, hooks, modules, stack
+from memaudit.capture import compiled, graph, hooks, modules, stack
 from memaudit.capture.hooks import Record
 from memaudit.capture.tensors import Buffer, buffer_of, dtype_name, format_of, kind_of, storage_ref
 from memaudit.capture.verify import AllocatorCheck
-from memaudit.report import CaseReport, Row, compute_totals, gc_paused, make_row, module_operand, replace_row
+from memaudit.report import (
+    CaseReport,
+    ModuleGroup,
+    Row,
+    compute_totals,
+    gc_paused,
+    make_row,
+    module_operand,
+    replace_row,
+)
 from memaudit.spec import CaseSpec
+
+
+def _name_early(outputs: Any) -> None:
+    """A root module returned, or a backward starts, in a thread where a ``name_early`` capture
+    is active: name what the graph of ``outputs`` holds."""
+    for cap in hooks.state().captures:
+        if cap.name_early and cap.active:
+            cap.name_now(outputs)
+            return
+
+
+modules.on_root_done = _name_early
+stack.before_backward = _name_early
 
 CAPTURE_SPEC = CaseSpec("capture", "-", 0, dtype="-", splits=())
 """The spec of a bare ``capture()`` report: no target, recipe or shape."""
@@ -68,16 +91,38 @@ def _probe_sequence_nr() -> int | None:
     Read directly where torch exposes it; elsewhere a meta probe makes a node (touching no
     device) and the next node gets the number after it.
     """
+    if _peek_sequence_nr is not None:  # a counter: readable in inference mode too
+        return _peek_sequence_nr()
     if torch.is_inference_mode_enabled():
         return None
-    if _peek_sequence_nr is not None:
-        return _peek_sequence_nr()
     try:
         with torch.enable_grad():
             probe = torch.empty(0, requires_grad=True, device="meta").view(0)
         return graph.sequence_nr(probe.grad_fn) + 1
     except RuntimeError:  # pragma: no cover - inference mode is caught above
         return None
+
+
+def _current_task() -> Any:
+    """The asyncio task running in this thread, or None (asyncio is not imported for this)."""
+    aio = sys.modules.get("asyncio")
+    if aio is None or aio._get_running_loop() is None:
+        return None
+    return aio.current_task()
+
+
+def _refuse_interleaved(task: Any) -> None:
+    """A capture entered in an asyncio task while one entered in *another* task is active in this
+    thread: refused, saying why (saved-tensor hooks are per thread, and the tasks interleave)."""
+    for other in hooks.state().captures:
+        theirs = getattr(other, "task", None)
+        if other.active and theirs is not None and theirs is not task and not theirs.done():
+            raise RuntimeError(
+                f"capture() entered in asyncio task {task.get_name()!r} while a capture entered in task "
+                f"{theirs.get_name()!r} is still active in the same thread: saved-tensor hooks belong to the thread, "
+                "so two interleaved captures would record each other's forwards and could not end in any order. "
+                "Run the captures one after the other, or each forward in a thread of its own (asyncio.to_thread)"
+            )
 
 
 class Capture:
@@ -88,8 +133,17 @@ class Capture:
     """
 
     def __init__(
-        self, plugins: Iterable[Plugin] | None = None, *, verify_allocator: bool = False, modules: bool = True, stack: bool = False
+        self, plugins: Iterable[Plugin] | None = None, *, verify_allocator: bool = False, modules: bool = True, stack: bool = False,
+        track_peak: bool = False, name_early: bool = False,
     ) -> None:
+        self.track_peak = track_peak
+        """Note when autograd releases each record, for :meth:`peak` (a callback per release)."""
+        self.name_early = name_early
+        """Name records (node and attribute) when a root module's forward returns and before each
+        backward, so rows of graphs gone by ``report()`` are named as while alive (the pytest plugin)."""
+        self.released: list[tuple[Record, int]] = []
+        self._param_refs: dict[int, tuple[Any, list[Any]]] = {}  # id(root module) -> (its weakref, its storages)
+        """(record, packs seen) per release, in order (``track_peak``)."""
         self.modules = modules
         """Name each row by the module whose forward saved it (``Row.module``; global module hooks)."""
         self.stack = stack
@@ -104,12 +158,18 @@ class Capture:
         (in ``walk_nodes``) whose ``saved_tensors`` holds it."""
         """Python-function nodes met by the graph walk; held only while ``report()`` runs."""
         self._labels: dict[int, tuple[Any, list[Label]]] = {}
-        self._regions: list[list[int | None]] = []
+        self._regions: dict[int, list[list[int | None]]] = {}
+        """thread id -> [lo, hi) of this thread's autograd sequence numbers while it recorded (each
+        thread counts its own: a region is only compared with nodes of the thread it was read in)."""
         self._installed: list[Plugin] = []
         self._verify = verify_allocator
         self._allocator: AllocatorCheck | None = None
         self._threads: set[int] = set()
         self._layers: dict[int, list[hooks.Layer]] = {}
+        self._held: dict[int, list[bool]] = {}  # per thread, per push: whether it holds the global module hooks
+        self.task: Any = None
+        """The asyncio task that entered this capture (None outside a running event loop)."""
+        self._task_token: Any = None
         self._other_threads = False
         """True once another thread ran during the capture (see :meth:`attach`)."""
         self._spans: dict[int, list[list[modules.Frame]]] = {}  # thread id -> the module calls made there
@@ -119,6 +179,10 @@ class Capture:
 
     # ---- entering and leaving ------------------------------------------------------------------
     def __enter__(self) -> Capture:
+        self.task = _current_task()
+        if self.task is not None:
+            _refuse_interleaved(self.task)
+            self._task_token = hooks.TASK_CAPTURES.set((*hooks.TASK_CAPTURES.get(), self))
         if self._verify:
             self._allocator = AllocatorCheck()
         for plugin in self.plugins:
@@ -126,6 +190,9 @@ class Capture:
             self._installed.append(plugin)
         self.active = True
         stack.ACTIVE.add(self)
+        compiled.enter()
+        if self.name_early:
+            stack.watch_backward(True)
         try:
             self._push()
         except BaseException:
@@ -139,6 +206,15 @@ class Capture:
         finally:
             self.active = False
             stack.ACTIVE.discard(self)
+            compiled.exit()
+            if self.name_early:
+                stack.watch_backward(False)
+            if self._task_token is not None:
+                try:
+                    hooks.TASK_CAPTURES.reset(self._task_token)
+                except ValueError:  # exited in another context than entered: leave that context's as it is
+                    pass
+                self._task_token = None
             while self._installed:
                 self._installed.pop().uninstall()
             if self._allocator is not None:
@@ -153,19 +229,23 @@ class Capture:
         """Called when a Python thread starts while this capture is active."""
         self._other_threads = True
 
-    def _push(self) -> None:
-        self._regions.append([_probe_sequence_nr(), None])
+    def _push(self, hold_module_hooks: bool = True) -> None:
+        self._regions.setdefault(threading.get_ident(), []).append([_probe_sequence_nr(), None])
         tid = threading.get_ident()
         self._threads.add(tid)
-        if self.modules:
+        hold = self.modules and hold_module_hooks
+        if hold:
             modules.acquire()
         try:
             self._layers.setdefault(tid, []).append(stack.push_capture(self))
         except BaseException:
-            if self.modules:
+            if hold:
                 modules.release()
             raise
+        self._held.setdefault(tid, []).append(hold)
         st = hooks.state()
+        if self.name_early:
+            st.naming += 1
         if self.stack:
             st.sources += 1
         if self.modules:
@@ -175,21 +255,34 @@ class Capture:
             mine.append(st.spans)
         self._note_threads()
 
+    def _close_region(self) -> None:
+        for region in reversed(self._regions.get(threading.get_ident(), [])):
+            if region[1] is None:
+                region[1] = _probe_sequence_nr()
+                return
+
     def _pop(self) -> None:
         self._note_threads()
+        layers = self._layers.get(threading.get_ident())
+        if not layers:  # this thread's push failed (hooks disabled here): there is no pair to pop
+            self._close_region()
+            return
         try:
             stack.pop_capture(self)
         finally:
-            layers = self._layers.get(threading.get_ident())
             if layers:  # this thread's push succeeded: undo what it added
                 layers.pop()
                 st = hooks.state()
+                if self.name_early:
+                    st.naming -= 1
                 if self.stack:
                     st.sources -= 1
                 if self.modules:
                     st.tracking -= 1
+                held = self._held.get(threading.get_ident())
+                if held and held.pop():
                     modules.release()
-            self._regions[-1][1] = _probe_sequence_nr()
+            self._close_region()
 
     @property
     def hook_pair(self) -> tuple[Any, Any]:
@@ -204,7 +297,7 @@ class Capture:
         return layers[-1].pack, layers[-1].unpack
 
     @contextmanager
-    def attach(self) -> Iterator[Capture]:
+    def attach(self, *, hold_module_hooks: bool = True) -> Iterator[Capture]:
         """Record in the calling thread too (saved-tensor hooks are thread-local).
 
         Use it inside a worker thread whose forward should be captured::
@@ -212,10 +305,13 @@ class Capture:
             def worker():
                 with cap.attach():
                     y = model(x)
+
+        ``hold_module_hooks=False``: the global module hooks go when the capture ends even while
+        this thread is still attached (what a thread started inside a capture uses: it may outlive it).
         """
         if not self.active:
             raise RuntimeError("attach() needs an active capture")
-        self._push()
+        self._push(hold_module_hooks)
         try:
             yield self
         finally:
@@ -298,9 +394,14 @@ class Capture:
         return labels[0] if len({lab.name for lab in labels}) == 1 else None
 
     # ---- report ---------------------------------------------------------------------------------
+    def _own_regions(self) -> list[list[int | None]]:
+        """The regions of the thread calling report() (all of them when it never recorded)."""
+        mine = self._regions.get(threading.get_ident())
+        return mine if mine else [r for rs in self._regions.values() for r in rs]
+
     def _in_region(self) -> Any:
         ranges = []
-        for lo, hi in self._regions:
+        for lo, hi in self._own_regions():
             if lo is None:
                 return lambda seq: True
             ranges.append((lo, hi if hi is not None else _probe_sequence_nr() or sys.maxsize))
@@ -309,7 +410,16 @@ class Capture:
             return lambda seq: lo1 <= seq < hi1
         return lambda seq: any(lo <= seq < hi for lo, hi in ranges)
 
-    def report(self, outputs: Any = None, *, case_id: str = "capture", include_freed: bool = False) -> CaseReport:
+    def _outside(self) -> Any:
+        """Which out-of-region roots may be another thread's: any made before this thread's last
+        region ended (a root made in this thread after the capture ended is this thread's own)."""
+        ends = [hi for lo, hi in self._own_regions() if lo is not None]
+        if not ends or any(hi is None for hi in ends):
+            return lambda seq: True
+        last = max(ends)
+        return lambda seq: seq < last
+
+    def report(self, outputs: Any = None, *, case_id: str = "capture", include_freed: bool = False, walk: bool = True) -> CaseReport:
         """Rows and totals of everything saved so far.
 
         ``outputs`` roots the graph walk that names each row's node (``op``) and attribute
@@ -319,22 +429,30 @@ class Capture:
         totals; ``include_freed=True`` reports them as rows (what was saved at any point).
         """
         with gc_paused():
-            return self._report(outputs, case_id, include_freed)
+            return self._report(outputs, case_id, include_freed, walk)
 
-    def _report(self, outputs: Any, case_id: str, include_freed: bool) -> CaseReport:
-        roots = [t.grad_fn for t in iter_tensors(outputs) if t.grad_fn is not None] if outputs is not None else _live_graph_roots()
-        walked = graph.walk(roots, self._in_region(), outside=outputs is not None and self._other_threads)
+    def _report(self, outputs: Any, case_id: str, include_freed: bool, walk: bool = True) -> CaseReport:
+        if not walk:
+            roots = []
+        elif outputs is not None:
+            roots = [t.grad_fn for t in iter_tensors(outputs) if t.grad_fn is not None]
+        else:
+            roots = _live_graph_roots()
+        outside = self._outside() if outputs is not None and self._other_threads else None
+        walked = graph.walk(roots, self._in_region(), outside=outside)
         self.walk_nodes = walked.python_nodes
         try:
             builder = _RowBuilder(self, outputs, include_freed)
             builder.add_records(self.records)
             for found in walked.found:
                 builder.add_found(found)
+            self._add_selective_cache(builder)
             rows, freed = builder.finish()
             self.walk_row_nodes = builder.node_of
             for plugin in self.plugins:
                 rows = plugin.annotate(rows, self)
             pending = builder.name_rest(rows, True) + builder.name_rest(freed, False)
+            groups = self._module_groups(builder, rows) if self.modules else []
         finally:
             self.walk_nodes = []
             self.walk_row_nodes = {}
@@ -352,12 +470,243 @@ class Capture:
             totals=compute_totals(rows, freed),
             warnings=_unique(warnings),
             complete=not (walked.unseen or builder.incomplete),
+            modules=groups,
         )
         if self._allocator is not None:
             case.allocator = self._allocator.result(builder.device_storages(), outputs)
         if pending or builder.named:
             self._reports.append((weakref.ref(case), builder.named, builder.row_srefs, pending))
         return case
+
+    def _module_groups(self, builder: _RowBuilder, rows: list[Row]) -> list[ModuleGroup]:
+        """Rows grouped by module call (with the calls inside it), largest first, and what a
+        checkpoint of each call would free (:class:`memaudit.report.ModuleGroup`). One pass over
+        the rows and their calls' ancestors; bytes as :func:`memaudit.report.group_bytes`."""
+        by_name: dict[str, modules.Frame] = {}
+        for per_thread in self._spans.values():
+            for spans in per_thread:
+                for f in spans:
+                    by_name.setdefault(f.name, f)
+        members: dict[int, list[int]] = {}
+        calls: dict[int, modules.Frame] = {}
+        own: dict[str, int] = {}
+        holders: dict[str, set[int]] = {}
+        kept: list[tuple[str, int, bool] | None] = []  # per row: (storage, bytes, parameter) where it is device memory
+        chains: dict[str | None, list[list[int]] | None] = {}  # module name -> the member lists of its call and its ancestors
+        fields = _GROUP_FIELDS
+        for i, (module, storage, resides, nbytes_, is_param) in enumerate(map(fields, rows)):
+            if storage is not None and resides == "device":
+                kept.append((storage, nbytes_, is_param))
+                held = holders.get(storage)
+                if held is None:
+                    holders[storage] = {i}
+                else:
+                    held.add(i)
+            else:
+                kept.append(None)
+            chain = chains.get(module, ())
+            if chain == ():
+                f = by_name.get(module) if module is not None else None
+                chain = chains[module] = None if f is None else []
+                g: modules.Frame | None = f
+                while g is not None:
+                    calls[id(g)] = g
+                    chain.append(members.setdefault(id(g), []))  # type: ignore[union-attr]
+                    g = g.parent
+            if chain is None:
+                continue
+            own[module] = own.get(module, 0) + 1
+            for lst in chain:
+                lst.append(i)
+
+        def nbytes(indices: list[int]) -> int:
+            sizes: dict[str, int] = {}
+            params: set[str] = set()
+            for i in indices:
+                k = kept[i]
+                if k is not None:
+                    sizes[k[0]] = k[1]
+                    if k[2]:
+                        params.add(k[0])
+            return sum(n for st, n in sizes.items() if st not in params)
+
+        out = []
+        new, set_dict = object.__new__, object.__setattr__
+        for key, inside in members.items():
+            frame = calls[key]
+            inputs = set()
+            for ref in frame.inputs:
+                st = ref() if ref is not None else None
+                if st is not None:
+                    name = builder.storage_name_of(weakref.ref(st))
+                    if name is not None:
+                        inputs.add(name)
+            frees = []
+            mine: set[int] | None = None
+            for i in inside:
+                k = kept[i]
+                if k is None or k[2] or k[0] in inputs:
+                    continue
+                held = holders[k[0]]
+                if len(held) > 1:  # held by other rows too: are they all inside this call?
+                    if mine is None:
+                        mine = set(inside)
+                    if not held <= mine:
+                        continue
+                frees.append(i)
+            group = new(ModuleGroup)  # frozen: set whole, as make_row does for rows
+            set_dict(group, "__dict__", {"module": frame.name, "rows": inside, "own_rows": own.get(frame.name, 0),
+                                         "saved_bytes": nbytes(inside), "frees": frees,
+                                         "frees_bytes": nbytes(frees) if frees else 0})
+            out.append(group)
+        out.sort(key=lambda g: (-g.saved_bytes, g.module))
+        return out
+
+    def _add_selective_cache(self, builder: _RowBuilder) -> None:
+        """Rows for what selective activation checkpointing caches (``via="cache"``): the outputs
+        its policy saves are kept by its dispatch mode, outside every hook; a region whose cache
+        memaudit cannot read makes the case incomplete, loudly."""
+        frames: dict[int, tuple[Any, list[modules.Frame]]] = {}
+        for rec in self.records:
+            hook = rec.hook
+            if hook is None or hook.frame is None or hook.kind != "checkpoint":
+                continue
+            frame = hook.frame()
+            if frame is None:
+                continue
+            calls = frames.setdefault(id(frame), (frame, []))[1]
+            if rec.frame is not None:
+                calls.append(rec.frame)
+        seen: set[int] = set()
+        for frame, calls in frames.values():
+            module = _common_call(calls).name if calls and self.modules else None
+            cached = stack.selective_cache(frame)
+            if cached is None:
+                if stack.has_dispatch_mode(frame):
+                    builder.warnings.append(
+                        "a checkpointed region runs under a context_fn whose saved outputs memaudit cannot read "
+                        "(not selective checkpointing's cache): what it keeps is not counted (case incomplete)"
+                    )
+                    builder.incomplete = True
+                continue
+            for name, t in cached:
+                if id(t) in seen:
+                    continue
+                seen.add(id(t))
+                fields = {"op": "checkpoint", "saved_as": f"selective_cache.{name}", "slot": f"selective_cache.{name}",
+                          "via": "cache", "note": "cached by selective activation checkpointing", **buffer_of(t).row_fields()}
+                if module is not None:
+                    fields["module"] = module
+                builder._row(fields, buffer_of(t), True)
+
+    def peak(self) -> tuple[int, list[Record]]:
+        """The most saved bytes alive at once over the capture, and the records alive then.
+
+        Replays packs and releases in the order they happened (``track_peak``): a storage counts
+        once, at its full size, while any record that names it is alive; parameters (by storage, as
+        in the totals) and what a foreign pair keeps elsewhere (checkpoint, host copies) do not
+        count. Bytes only a report finds (``ctx`` attributes, selective-checkpoint caches) are not
+        in this replay: compare with the final report's totals."""
+        params = {id(r) for r in self.module_storages()}
+        released: dict[int, int] = {}
+        for rec, n in self.released:
+            released.setdefault(id(rec), n)
+        order = sorted((n, i) for i, rec in enumerate(self.records) if (n := released.get(id(rec))) is not None)
+        contrib: list[list[tuple[int, int]]] = []
+        for rec in self.records:
+            mine: list[tuple[int, int]] = []
+            if rec.hook is None and rec.resides is None:
+                for _, buf in rec.described():
+                    if buf.sref is not None and not buf.is_parameter and id(buf.sref) not in params:
+                        mine.append((id(buf.sref), buf.storage_bytes))
+            contrib.append(mine)
+        refs: dict[int, int] = {}
+        now = best = 0
+        best_at = 0
+        k = 0
+        for i in range(len(self.records)):
+            while k < len(order) and order[k][0] <= i:
+                for key, nbytes in contrib[order[k][1]]:
+                    refs[key] -= 1
+                    if refs[key] == 0:
+                        now -= nbytes
+                k += 1
+            for key, nbytes in contrib[i]:
+                refs[key] = refs.get(key, 0) + 1
+                if refs[key] == 1:
+                    now += nbytes
+            if now > best:
+                best, best_at = now, i
+        alive = [rec for i, rec in enumerate(self.records) if i <= best_at and released.get(id(rec), len(self.records) + 1) > best_at]
+        return best, alive
+
+    def report_of(self, records: list[Record], *, case_id: str = "capture") -> CaseReport:
+        """A report of ``records`` only, each a row whether autograd released it or not (the rows
+        alive at :meth:`peak`)."""
+        kept = self.records
+        self.records = records
+        try:
+            return self.report(case_id=case_id, include_freed=True, walk=False)
+        finally:
+            self.records = kept
+
+    def name_now(self, outputs: Any) -> None:
+        """Name the records the graph of ``outputs`` holds (node and attribute), reading raw: no
+        unpack runs, nothing else is read (``name_early``)."""
+        roots = [t.grad_fn for t in iter_tensors(outputs) if t.grad_fn is not None]
+        if roots:
+            with gc_paused():
+                graph.walk(roots, _never)
+
+    def label_names(self) -> list[str]:
+        """Every operand name given with :meth:`label`."""
+        return sorted({lab.name for _, labels in self._labels.values() for lab in labels})
+
+    def module_names(self) -> set[str]:
+        """Every module name a row of this capture could carry: each call made, and every module
+        under the roots called (qualified names, as rows name them)."""
+        names: set[str] = set()
+        roots: dict[int, Any] = {}
+        for per_thread in self._spans.values():
+            for spans in per_thread:
+                for f in spans:
+                    names.add(f.name)
+                    if f.parent is None and f.module is not None:
+                        roots.setdefault(id(f.module), f.module)
+        for ref in roots.values():
+            root = ref()
+            if root is not None:
+                names.update(entry[1] for entry in modules.qualified_names(root).values())
+        return names
+
+    def module_storages(self) -> list[Any]:
+        """Weak references to the storages of the parameters and buffers of every module called
+        during the capture (parameter memory, whatever tensor object saved it)."""
+        roots: dict[int, Any] = {}
+        for per_thread in self._spans.values():
+            for spans in per_thread:
+                for f in spans:
+                    if f.parent is None and f.module is not None:
+                        roots.setdefault(id(f.module), f.module)
+        out = []
+        for key, ref in roots.items():
+            m = ref()
+            if m is None:
+                continue
+            cached = self._param_refs.get(key)
+            if cached is None or cached[0]() is not m:  # listed once per root per capture (named_modules is slow)
+                refs = []
+                try:
+                    tensors = [*m.parameters(), *m.buffers()]
+                except Exception:  # noqa: BLE001 - a module that cannot list them: nothing to add
+                    tensors = []
+                for t in tensors:
+                    r = storage_ref(t)
+                    if r is not None:
+                        refs.append(r[0])
+                cached = self._param_refs[key] = (ref, refs)
+            out.extend(cached[1])
+        return out
 
     def module_of_node(self, seq: int) -> str | None:
         """The module call (in the calling thread) during which autograd node ``seq`` was made."""
@@ -366,6 +715,24 @@ class Capture:
             if name is not None:
                 return name
         return None
+
+
+_GROUP_FIELDS = operator.attrgetter("module", "storage", "resides", "storage_bytes", "is_parameter")
+
+_RELEASED_RESIDES = {"checkpoint": "recomputed", "save_on_cpu": "host"}
+"""Where a released record's pair kept it, by the pair's kind (its payload is gone)."""
+
+
+def _never(seq: int) -> bool:
+    return False
+
+
+def _common_call(calls: list[modules.Frame]) -> modules.Frame:
+    """The innermost module call that every one of ``calls`` runs inside (the checkpointed module)."""
+    common: modules.Frame | None = calls[0]
+    while common is not None and not all(c.within(common) for c in calls):
+        common = common.parent
+    return common if common is not None else calls[0]
 
 
 _PLAIN_NAMES: dict[tuple[torch.dtype, torch.device], tuple[dict[str, Any], int]] = {}
@@ -403,9 +770,14 @@ class _RowBuilder:
         self._views: dict[tuple[bool, int, int, tuple[int, ...]], int] = {}
         self.row_srefs: list[Any] = []  # the storage reference of each live row (None: none)
         # The weak references themselves are kept, so their ids stay unique while this builder lives.
+        self._canon: dict[int, Any] = {}  # id(sref) -> the sref standing for its memory (canon())
+        self._memory: dict[tuple[str, int, int], Any] = {}
         self._output_refs = [r[0] for t in iter_tensors(outputs) if (r := storage_ref(t)) is not None]
-        self._outputs = {id(r) for r in self._output_refs}
-        self._param_storages: set[int] = set()
+        self._outputs = {id(self.canon(r)) for r in self._output_refs}
+        # Parameters by storage: the modules called in the capture name their parameters' storages,
+        # so a detached alias of a weight (functional_call, F.linear(x, w.detach())) is parameter memory.
+        self._module_refs = [r for r in cap.module_storages()]
+        self._param_storages: set[int] = {id(self.canon(r)) for r in self._module_refs}
         self._shared_storages: set[int] = set()  # storages of live rows not flagged as parameter
         self._labelled = bool(cap._labels)  # no labels given: no lookup per row
         self._nth: dict[tuple[bool, int], int] = {}  # (live, index) -> position among its module call's saves
@@ -416,6 +788,30 @@ class _RowBuilder:
         self._containers = False  # a row points at a container (finish() checks their parameter flag)
         self._frame_saves: dict[int, int] = {}  # id(frame) -> saves seen so far
         self._sources: dict[str, str] = {}
+
+    def canon(self, sref: Any) -> Any:
+        """The storage reference that stands for ``sref``'s memory: two storage objects over the same
+        bytes (``torch.from_numpy`` or ``torch.frombuffer`` of one buffer, twice) are one storage.
+        Live storages are keyed by (device, data pointer, size), metadata only; a dead, empty or
+        meta storage stands for itself."""
+        key = id(sref)
+        out = self._canon.get(key)
+        if out is None:
+            out = sref
+            st = sref()
+            if st is not None:
+                try:
+                    ptr, n = st.data_ptr(), st.nbytes()
+                except Exception:  # noqa: BLE001 - a storage without a data pointer stands for itself
+                    ptr = n = 0
+                if ptr and n:
+                    out = self._memory.setdefault((str(st.device), ptr, n), sref)
+            self._canon[key] = out
+        return out
+
+    def storage_name_of(self, sref: Any) -> str | None:
+        """The name (``s3``) a live row gave the storage ``sref`` refers to, or None."""
+        return self._names.get(id(self.canon(sref)))
 
     def _storage_name(self, sref: Any) -> str:
         key = id(sref)
@@ -430,13 +826,14 @@ class _RowBuilder:
         index = len(target)
         dup = None
         storage = None
-        if buf is not None and buf.sref is not None:
-            storage = self._storage_name(buf.sref)
-            view = (live, id(buf.sref), buf.offset, buf.shape)
+        sref = self.canon(buf.sref) if buf is not None and buf.sref is not None else None
+        if sref is not None:
+            storage = self._storage_name(sref)
+            view = (live, id(sref), buf.offset, buf.shape)
             first = self._views.setdefault(view, index)
             dup = None if first == index else first
             if live:
-                (self._param_storages if fields.get("is_parameter") else self._shared_storages).add(id(buf.sref))
+                (self._param_storages if fields.get("is_parameter") else self._shared_storages).add(id(sref))
         if buf is not None and self._labelled:
             label = self.cap.label_for(buf)
             if label is not None and fields.get("operand") is None:
@@ -453,7 +850,7 @@ class _RowBuilder:
         if buf is not None and buf.sref is not None:
             self._bufs[(live, index)] = (buf.sref, buf.offset, buf.shape)
         if live:
-            self.row_srefs.append(buf.sref if buf is not None else None)
+            self.row_srefs.append(sref)
         if row.container_index is not None:
             self._containers = True
         self._unnamed.append((live, index))
@@ -476,7 +873,12 @@ class _RowBuilder:
         op, slot = rec.op, rec.slot
         if op is None and rec.context is not None:
             op, slot = rec.context
-        resides, kept = self._residence(rec) if rec.hook is not None and rec.alive() else (rec.resides or "device", None)
+        if rec.hook is None:
+            resides, kept = rec.resides or "device", None
+        elif rec.alive():
+            resides, kept = self._residence(rec)
+        else:  # released (listed with include_freed): where that pair kept it, as far as its kind tells
+            resides, kept = _RELEASED_RESIDES.get(rec.hook.kind, "unknown"), None
         base: dict[str, Any] = {"op": op, "saved_as": slot, "resides": resides}
         frame = rec.frame if self.cap.modules else None
         if frame is not None:
@@ -526,7 +928,7 @@ class _RowBuilder:
         frame_saves, nth_of, bufs = self._frame_saves, self._nth, self._bufs
         row_sref, params, shared, node_of = self.row_srefs, self._param_storages, self._shared_storages, self.node_of
         named, named_freed, unnamed = self.named, self._named_freed, self._unnamed
-        prod, new, set_dict, source_of = math.prod, object.__new__, object.__setattr__, self._source
+        prod, new, set_dict, source_of, canon = math.prod, object.__new__, object.__setattr__, self._source, self.canon
         tuples, whats = (tuple, torch.Size), _WHATS
         for rec in records:
             raw = rec.raw
@@ -535,6 +937,7 @@ class _RowBuilder:
                 self.add_record(rec)
                 continue
             shape, dtype, device, sref, nbytes, offset, is_param, _ = raw
+            sref = canon(sref)
             ref = rec.ref
             live = (ref is not None and ref() is not None) or include_freed
             if rec.warning:

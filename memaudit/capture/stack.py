@@ -45,7 +45,71 @@ def describe_hook(pack: Callable[..., Any]) -> HookInfo:
         kind = "save_on_cpu"
     for namer in _hook_namers:
         kind = kind or namer(pack)
-    return HookInfo(f"{module}.{name}" if module else name, kind)
+    frame = _checkpoint_frame(pack) if kind == "checkpoint" else None
+    return HookInfo(f"{module}.{name}" if module else name, kind, frame)
+
+
+def _checkpoint_frame(pack: Any) -> Any:
+    """A weak reference to the ``_CheckpointFrame`` non-reentrant checkpoint's pack closes over."""
+    for cell in getattr(pack, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            continue
+        if type(value).__name__ == "_CheckpointFrame":
+            try:
+                return weakref.ref(value)
+            except TypeError:
+                return None
+    return None
+
+
+def selective_cache(frame: Any) -> list[tuple[str, torch.Tensor]] | None:
+    """What selective activation checkpointing keeps for the region of ``frame``: the outputs its
+    policy saves, cached by its dispatch mode outside any hook (``storage[op][k]``), as
+    ``(name, tensor)``; [] when the region caches nothing now; None when the frame has no
+    selective cache memaudit knows how to read (plain checkpoint)."""
+    closure = getattr(getattr(frame, "recompute_fn", None), "__closure__", None) or ()
+    storage = None
+    for cell in closure:
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            continue
+        if type(value).__name__ in ("_CachedTorchDispatchMode", "_CachingTorchDispatchMode"):
+            storage = getattr(value, "storage", None)
+            break
+    if not isinstance(storage, dict):
+        return None
+    out: list[tuple[str, torch.Tensor]] = []
+    for key, entries in list(storage.items()):
+        op = getattr(key[0] if isinstance(key, tuple) else key, "__name__", None) or str(key)
+        for idx, entry in list(entries.items()) if isinstance(entries, dict) else enumerate(entries):
+            for k, t in enumerate(_cached_tensors(entry)):
+                out.append((f"{op}[{idx}]" + (f"[{k}]" if k else ""), t))
+    return out
+
+
+def has_dispatch_mode(frame: Any) -> bool:
+    """True when the region's recompute runs under a TorchDispatchMode (a ``context_fn``)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    for cell in getattr(getattr(frame, "recompute_fn", None), "__closure__", None) or ():
+        try:
+            if isinstance(cell.cell_contents, TorchDispatchMode):
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+def _cached_tensors(entry: Any, depth: int = 3) -> list[torch.Tensor]:
+    val = getattr(entry, "val", entry)
+    if isinstance(val, torch.Tensor):
+        return [val]
+    if depth > 0 and isinstance(val, list | tuple):
+        return [t for v in val for t in _cached_tensors(v, depth - 1)]
+    return []
 
 
 def register_hook_namer(namer: Callable[[Callable[..., Any]], str | None]) -> None:
@@ -87,6 +151,50 @@ def install() -> None:
             _label_checkpoint_inputs()
             _watch_thread_starts()
             _installed = True
+
+
+before_backward: Any = None
+"""Called with a backward's outputs before it runs, in a thread that names records early."""
+
+
+_backward_users = 0
+_backward_originals: dict[str, Any] = {}
+
+
+def watch_backward(on: bool) -> None:
+    """While a capture that names records early is active (the pytest plugin's), route the autograd
+    engine's entry (``torch.autograd._engine_run_backward``, which ``backward``, ``grad`` and
+    ``Tensor.backward`` all call) through a wrapper that names the graph before backward releases
+    it; put it back after the last. The public functions stay as they are (TorchScript resolves
+    ``torch.autograd.grad`` by identity)."""
+    global _backward_users
+    import torch.autograd as autograd
+
+    with _install_lock:
+        _backward_users += 1 if on else -1
+        if on and _backward_users == 1:
+            original = getattr(autograd, "_engine_run_backward", None)
+            if original is not None:
+                _backward_originals["_engine_run_backward"] = original
+                autograd._engine_run_backward = _naming(original)  # type: ignore[attr-defined]
+        elif not on and _backward_users <= 0:
+            _backward_users = 0
+            for name, original in _backward_originals.items():
+                setattr(autograd, name, original)
+            _backward_originals.clear()
+
+
+def _naming(original: Any) -> Any:
+    def run(t_outputs: Any, *args: Any, **kwargs: Any) -> Any:
+        if state().naming and before_backward is not None:
+            try:
+                before_backward(t_outputs)
+            except Exception:  # noqa: BLE001 - naming never changes what backward does
+                pass
+        return original(t_outputs, *args, **kwargs)
+
+    run.__wrapped__ = original  # type: ignore[attr-defined]
+    return run
 
 
 def _label_checkpoint_inputs() -> None:
@@ -134,16 +242,40 @@ ACTIVE: weakref.WeakSet[Capture] = weakref.WeakSet()
 """Captures active in any thread (a thread started while one is active may save unseen tensors)."""
 
 
+def _attached(mine: list[Capture], fn: Callable[..., Any], hold_module_hooks: bool = True) -> Callable[..., Any]:
+    """``fn`` run attached to the captures of ``mine`` still active when it runs."""
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with contextlib.ExitStack() as stack:
+            for cap in dict.fromkeys(mine):
+                try:
+                    stack.enter_context(cap.attach(hold_module_hooks=hold_module_hooks))
+                except RuntimeError:  # that capture ended before this got going
+                    pass
+            return fn(*args, **kwargs)
+
+    return run
+
+
+def _is_pool_worker(thread: threading.Thread) -> bool:
+    target = getattr(thread, "_target", None)
+    return getattr(target, "__module__", None) == "concurrent.futures.thread" and getattr(target, "__name__", "") == "_worker"
+
+
 def _watch_thread_starts() -> None:
     """Threads started inside a capture are captured too; other active captures are told.
 
     A ``threading.Thread`` started while captures are active in the starting thread runs its
     ``run()`` attached to them (:meth:`Capture.attach`): saved-tensor hooks are thread-local, and
-    without this a forward in a worker would be unseen. Captures active only in *other* threads
-    are told a thread started (their report then looks for unhooked saves outside their thread).
-    Threads that already ran when a capture started (pools) are not attached: call
-    ``cap.attach()`` in them.
+    without this a forward in a worker would be unseen. A ``ThreadPoolExecutor``'s workers are
+    attached per task instead: a task submitted inside a capture runs attached (whenever its
+    worker was started), and the worker is bare again once the task returns, so a pool outliving
+    the capture keeps nothing of memaudit (``asyncio.to_thread`` and ``run_in_executor`` submit
+    tasks too). Captures active only in *other* threads are told a thread started (their report
+    then looks for unhooked saves outside their thread).
     """
+    import concurrent.futures
+
     original = threading.Thread.start
     original = getattr(original, "__wrapped__", original)
 
@@ -152,23 +284,25 @@ def _watch_thread_starts() -> None:
         for cap in list(ACTIVE):
             if cap not in mine:
                 cap.thread_started()
-        if mine:
-            run = self.run
-
-            def attached_run() -> None:
-                with contextlib.ExitStack() as stack:
-                    for cap in dict.fromkeys(mine):
-                        try:
-                            stack.enter_context(cap.attach())
-                        except RuntimeError:  # that capture ended before the thread got going
-                            pass
-                    run()
-
-            self.run = attached_run  # type: ignore[method-assign]
+        if mine and not _is_pool_worker(self):  # it may outlive the capture: it holds no global module hook
+            self.run = _attached(mine, self.run, hold_module_hooks=False)  # type: ignore[method-assign]
         original(self)
 
     start.__wrapped__ = original  # type: ignore[attr-defined]
     threading.Thread.start = start  # type: ignore[method-assign]
+
+    pool = concurrent.futures.ThreadPoolExecutor
+    submit = pool.submit
+    submit = getattr(submit, "__wrapped__", submit)
+
+    def pool_submit(self: Any, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        mine = [cap for cap in state().captures if cap.active]
+        if mine:
+            fn = _attached(mine, fn)
+        return submit(self, fn, *args, **kwargs)
+
+    pool_submit.__wrapped__ = submit  # type: ignore[attr-defined]
+    pool.submit = pool_submit  # type: ignore[method-assign]
 
 
 def push_capture(cap: Capture) -> Layer:

@@ -175,7 +175,7 @@ def build_specs(
 
 
 def run(
-    target: Annotated[str | None, typer.Option(autocompletion=_complete_target, help="reference | te-grouped-mlp | PKG.MOD:FACTORY. Default: te-grouped-mlp where TE and a GPU are present, else reference.")] = None,
+    target: Annotated[str | None, typer.Option(autocompletion=_complete_target, help="reference | te-grouped-mlp | PKG.MOD:FACTORY. Default: te-grouped-mlp wherever TE is installed and its forward runs (a GPU, or emulated kernels on fake CUDA with torch's CUDA build), else reference.")] = None,
     recipe: Annotated[str | None, typer.Option(autocompletion=_complete_recipe, help="A recipe the target knows (te-grouped-mlp: bf16, fp8-delayed, fp8-current, fp8-block, mxfp8, nvfp4; reference: bf16) | all; comma-separated for several.")] = None,
     groups: Annotated[str | None, typer.Option(help="Group (expert) counts, e.g. 1,4,8.")] = None,
     dtype: Annotated[Dtype | None, typer.Option(help="The activations' dtype. Default: the target's (bf16).")] = None,
@@ -183,7 +183,7 @@ def run(
     splits: Annotated[str | None, typer.Option(help="Explicit token splits, e.g. 256,0,512,256 (one group count only).")] = None,
     scenario: Annotated[Path | None, typer.Option(help="Scenario TOML file, or a shipped scenario by name (grouped_mlp, reference): its cases and budgets replace the matrix flags.")] = None,
     allow_target: Annotated[list[str] | None, typer.Option("--allow-target", help="A PKG.MOD:FACTORY target the scenario may name (repeatable; also \\[tool.memaudit] allow-targets in pyproject.toml).")] = None,
-    fallback: Annotated[FallbackMode | None, typer.Option(help="What answers a case that cannot run on real kernels here (the grouped-MLP targets): auto = TE's real forward with emulated sm100 kernels where TE and a GPU are present, else the estimate; emulate; estimate; none = a skipped cell. Default: auto; none with --scenario.")] = None,
+    fallback: Annotated[FallbackMode | None, typer.Option(help="What answers a case that cannot run on real kernels here (the grouped-MLP targets): auto = TE's real forward with emulated sm100 kernels wherever TE is installed (on a GPU, or with no GPU on fake CUDA), else the estimate; emulate; estimate; none = a skipped cell. Default: auto; none with --scenario.")] = None,
     expected: Annotated[bool, typer.Option(help="Add the estimator's expected bytes per row and flag mismatches.")] = False,
     backward: Annotated[bool, typer.Option(help="Run backward after each captured forward.")] = True,
     verify_allocator: Annotated[bool, typer.Option("--verify-allocator", help="CUDA: check the rows against the caching allocator's growth over the captured forward (hidden_bytes per case).")] = False,
@@ -253,6 +253,7 @@ def run(
     from memaudit.runner import plan_fallbacks
 
     fallbacks = plan_fallbacks(tgt, specs, mode, backward=backward)
+    from memaudit.render.modules import module_table
     from memaudit.render.tables import case_table, summary_table
 
     console, err_console = consoles()
@@ -262,6 +263,8 @@ def run(
     def show(case: Any) -> None:
         if not quiet and case.status == "ok":
             console.print(case_table(case, show_expected=expected, width=console.width))
+            if (groups := module_table(case)) is not None:
+                console.print(groups)
         elif not quiet:
             line = Text(case.id, style="bold")
             line.append(f": {case.status}: {case.reason}", style="")
@@ -294,6 +297,12 @@ def run(
 
         verdicts = evaluate(report, loaded, source=loaded.path, allow_incomplete=allow_incomplete)
         code = OUTCOME_CODES[outcome(report, verdicts, loaded)]
+    for case in report.cases:  # an emulated answer that failed, and was replaced by the estimate, says why
+        for warning in case.warnings:
+            if warning.startswith("TE's real forward with emulated kernels failed"):
+                line = Text("note: ", style="bold yellow")
+                line.append(f"{case.id}: {warning}")
+                err_console.print(line, soft_wrap=True)
     console.print(summary_table(report.cases, width=console.width))
     if verdicts is not None:
         from memaudit.render.verdicts import render_failures, render_verdicts

@@ -122,12 +122,24 @@ class _Entry:
             return self.diff.changed
         return self.case.status != "ok"
 
+    @property
+    def checked(self) -> bool:
+        """The case ran the code it audits (measured or emulated, ok); not a skipped, errored or
+        estimated case, nor one missing from the current report."""
+        missing = self.diff is not None and self.diff.state == "missing"
+        return not missing and self.case.status == "ok" and self.case.execution in ("measured", "emulated")
+
 
 @dataclass
 class _Group:
     target: str
     recipe: str
     entries: list[_Entry]
+
+    @property
+    def checked(self) -> bool:
+        """Some case of the group was checked: only then does its block show a tick."""
+        return any(e.checked for e in self.entries)
 
     @property
     def failing(self) -> bool:
@@ -309,9 +321,11 @@ def _block(
     only_changed: bool = False,
     max_rows: int | None = None,
 ) -> str:
-    icon = "❌" if g.failing else "✅"
+    icon = "❌" if g.failing else "✅" if g.checked else "⏭️" if all(e.case.status == "skipped" for e in g.entries) else "➖"
     n = len(g.entries)
     summary = f"{icon} <b>{html_escape(g.target)} · {html_escape(g.recipe)}</b> — {n} case{'s' if n != 1 else ''}"
+    if not g.checked and not g.failing:
+        summary += ", not checked"
     if compare:
         d = _group_delta(g)
         if d is not None:
@@ -326,6 +340,9 @@ def _block(
             summary += f", {errors} error{'s' if errors != 1 else ''}"
         if skipped:
             summary += f", {skipped} skipped"
+        estimated = sum(1 for e in g.entries if e.case.status == "ok" and e.case.execution == "estimated")
+        if estimated:
+            summary += f", {estimated} estimated"
     entries = [e for e in g.entries if e.changed] if only_changed else list(g.entries)
     omitted = len(g.entries) - len(entries)
     if max_rows is not None and len(entries) > max_rows:
@@ -343,7 +360,17 @@ def _block(
     return "\n".join(lines)
 
 
+def _not_checked(report: Report, comparison: Comparison | None) -> str:
+    """`` · not checked: nvfp4, mxfp8``: the recipes of which no case ran the audited code."""
+    names = [g.recipe for g in _groups(report, comparison) if not g.checked and not g.failing]
+    return f" · not checked: {md_escape(', '.join(names))}" if names else ""
+
+
 def _verdict(report: Report, comparison: Comparison | None) -> str:
+    return _verdict_text(report, comparison) + _not_checked(report, comparison)
+
+
+def _verdict_text(report: Report, comparison: Comparison | None) -> str:
     if comparison is None:
         n = len(report.cases)
         ok = [c for c in report.cases if c.status == "ok"]
@@ -390,7 +417,9 @@ def _footer(report: Report, comparison: Comparison | None) -> str:
     emulated = [c for c in report.cases if c.emulation is not None]
     if emulated:
         archs = sorted({c.emulation.label() for c in emulated if c.emulation is not None})
-        bits.append(f"{len(emulated)} of {len(report.cases)} cases {', '.join(archs)} (TE's real Python with stand-in kernels; not measured)")
+        hosts = sorted({c.emulation.host() for c in emulated if c.emulation is not None and c.emulation.host()})
+        on = f" on {', '.join(hosts)}" if hosts else ""
+        bits.append(f"{len(emulated)} of {len(report.cases)} cases {', '.join(archs)}{on} (TE's real Python with stand-in kernels; not measured)")
     estimated = [c for c in report.cases if c.execution == "estimated"]
     if estimated:
         bits.append(f"{len(estimated)} of {len(report.cases)} cases estimated (TE's layout rules; not measured)")

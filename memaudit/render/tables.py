@@ -29,6 +29,8 @@ def _title(case: CaseReport) -> Text:
         e = case.emulation
         title.append(f"  {e.label()}", style="bold magenta")
         title.append(f" (TE's real Python, stand-in kernels: {', '.join(e.standins) or 'none'})")
+        if e.host():
+            title.append(f" on {e.host()}")
     elif case.execution == "estimated":
         title.append(f"  {case.execution_label() or 'estimated'}", style="bold cyan")
         title.append(" (TE's layout rules; no kernel or TE code ran)")

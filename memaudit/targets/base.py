@@ -81,7 +81,10 @@ class Target(Protocol):
     :func:`memaudit.targets.registry.path_label`); without them the core says fused / unfused;
     ``fallback(spec, reason, mode) -> Fallback | None``: what answers a case that
     ``skip_reason`` refuses (``mode`` one of :data:`FALLBACKS` other than ``none``), and
-    ``fallback_recipes``: what ``--recipe all`` means when fallbacks are on.
+    ``fallback_recipes``: what ``--recipe all`` means when fallbacks are on; ``case_host(spec)``:
+    None to run the case in this process, or a function that runs the given zero-argument runner
+    elsewhere and returns its :class:`~memaudit.report.CaseReport` (the TE target's forward on fake
+    CUDA runs in a child process).
     """
 
     name: str

@@ -57,7 +57,7 @@ class ReferenceTarget:
 
     def fallback(self, spec: CaseSpec, reason: str, mode: str, *, backward: bool = True) -> Fallback | None:
         """A quantized recipe the reference cannot run: TE's real forward with emulated kernels
-        where TE and a GPU are present, else TE's layout rules (:mod:`memaudit.te.fallback`)."""
+        wherever it can run (a GPU, or fake CUDA), else TE's layout rules (:mod:`memaudit.te.fallback`)."""
         if spec.recipe == "bf16":
             return None
         from memaudit.te.fallback import grouped_mlp_fallback

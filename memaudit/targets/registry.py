@@ -45,7 +45,8 @@ def get_target(name: str) -> Target:
 
 
 def default_target_name() -> str:
-    """The first built-in target that can run on this machine (the TE target with TE and a GPU)."""
+    """The first built-in target that can run on this machine (the TE target wherever TE is installed and
+    its forward runs: a GPU, or emulated kernels on fake CUDA)."""
     for name in BUILTIN:
         cls = target_class(name)
         if name != FALLBACK and cls is not None and cls.runs_here():

@@ -53,11 +53,12 @@ def _gate(te: Any, recipe: str) -> str:
 def te_gates(te: Any, archs: tuple[str, ...]) -> dict[str, dict[str, str]]:
     """TE's gate answer per recipe on each emulated architecture (its own strings)."""
     from memaudit.te.emulate.gates import emulated_arch
+    from memaudit.te.emulate.host import cuda_answers
 
     out: dict[str, dict[str, str]] = {r: {} for r in RECIPES}
     for arch in archs:
         for recipe in RECIPES:
-            with emulated_arch(arch):
+            with cuda_answers(arch), emulated_arch(arch):
                 out[recipe][arch] = _gate(te, recipe)
     return out
 

@@ -27,10 +27,13 @@ def _cudnn(info: dict[str, Any]) -> None:
 
 def _answers(info: dict[str, Any], te: Any | None) -> None:
     from memaudit.te.availability import path_answers, recipe_answers
+    from memaudit.te.emulate.host import needs_child
 
     answers = recipe_answers(te, gpu=torch.cuda.is_available(), te_error=info.get("te_error"))
     info["answers"] = {name: a.to_dict() for name, a in answers.items()}
     info["paths"] = path_answers()
+    emulated = next(iter(answers.values())).emulated
+    info["emulation_host"] = None if not emulated else ("fake CUDA (no GPU)" if needs_child() else info.get("gpu"))
 
 
 def doctor_report() -> dict[str, Any]:
@@ -52,6 +55,7 @@ def doctor_report() -> dict[str, Any]:
         "grouped_linear": {},
         "answers": {},
         "paths": {},
+        "emulation_host": None,
     }
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name()
@@ -115,8 +119,10 @@ def _answers_table(info: dict[str, Any]) -> Group:
     lines = [table]
     real = [n for n, a in answers.items() if a["real"]]
     lines.append(Text(f"real kernels here: {', '.join(real)}" if real else f"real kernels here: none ({first['real_why'].split(' (')[0]})"))
-    lines.append(Text("emulated kernels here (TE's real Python, stand-in kernels; --kernels emulated): "
-                      + ("yes" if first["emulated"] else f"no: {first['emulated_why']}")))
+    where = info.get("emulation_host")
+    how = (f"yes, on {where}" + (": TE's forward on fake CUDA tensors, each case in a child process" if where == "fake CUDA (no GPU)" else "")
+           if first["emulated"] else f"no: {first['emulated_why']}")
+    lines.append(Text(f"emulated kernels here (TE's real Python, stand-in kernels; --kernels emulated): {how}"))
     lines.append(Text("estimates (TE 2.20.2's layout rules, no GPU needed; memaudit estimate): every recipe and path"))
     return Group(*lines)
 
@@ -131,8 +137,12 @@ def render_doctor(info: dict[str, Any]) -> Group:
         env.add_row(key, "-" if value is None else str(value))
     parts: list[Any] = [env]
     if info.get("gpu") is None:
-        parts.append("No CUDA GPU: memaudit run measures the CPU reference target (bf16) and estimates every "
-                     "recipe it cannot run (labelled estimated).")
+        if info.get("emulation_host"):
+            parts.append(Text("No CUDA GPU: memaudit run runs TE's grouped MLP with emulated kernels on fake CUDA "
+                              "(TE's real Python forward, labelled emulated)."))
+        else:
+            parts.append(Text("No CUDA GPU: memaudit run measures the CPU reference target (bf16) and estimates every "
+                              "recipe it cannot run (labelled estimated)."))
     if info.get("te_error"):
         parts.append(Text(f"TransformerEngine: {info['te_error']}"))
     if info.get("answers"):

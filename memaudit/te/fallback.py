@@ -1,9 +1,10 @@
 """The best available answer for a grouped-MLP case that cannot run on real kernels here.
 
 ``memaudit run --recipe nvfp4`` on a machine without Blackwell: TE's real forward with emulated
-kernels where TE and a CUDA device are present (``--kernels emulated --arch sm100``: TE's own
-Python decides what is saved), else TE 2.20.2's layout rules (``memaudit estimate``). Each
-answer is labelled (``execution``) and comes with the command that gives it on its own.
+kernels wherever TE is installed (``--kernels emulated --arch sm100``: TE's own Python decides what
+is saved; on a GPU, or with no GPU on fake CUDA, :mod:`memaudit.te.emulate.host`), else TE 2.20.2's
+layout rules (``memaudit estimate``): without TE, or on a CPU-only torch build. Each answer is
+labelled (``execution``) and comes with the command that gives it on its own.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from memaudit.targets.base import Fallback
 from memaudit.te.recipes import RECIPES
 
 TARGET = "te-grouped-mlp"
+EMULATION_FAILED = "TE's real forward with emulated kernels failed"
+"""How the warning of an estimate that replaced a failed emulated forward begins."""
 EMULATED_ARCH = "sm100"
 """The architecture an emulated fallback runs: every recipe and the fused op exist there."""
 
@@ -43,19 +46,19 @@ def emulate_command(spec: CaseSpec) -> str:
 
 
 def can_emulate() -> str | None:
-    """None where TE's real forward can run with emulated kernels here, else why not."""
+    """None where TE's real forward can run with emulated kernels here (on a GPU, or with no GPU on
+    fake CUDA: torch's CUDA build), else why not."""
     import importlib.util
 
-    import torch
+    from memaudit.te.emulate.host import unavailable
 
-    if not torch.cuda.is_available():
-        return "no CUDA device (TE's forward uses CUDA outside its kernels)"
     if importlib.util.find_spec("transformer_engine") is None:
         return "TransformerEngine is not installed"
-    return None
+    return unavailable()
 
 
-def _emulated(spec: CaseSpec, reason: str, flags: dict[str, Any], backward: bool) -> Fallback | None:
+def _emulated(spec: CaseSpec, reason: str, flags: dict[str, Any], backward: bool) -> Fallback | str:
+    """TE's real forward with emulated kernels for ``spec``, or why it cannot run here."""
     import os
 
     from memaudit.te.target import FUSED_ENV, TEGroupedMLPTarget
@@ -64,8 +67,8 @@ def _emulated(spec: CaseSpec, reason: str, flags: dict[str, Any], backward: bool
     before = os.environ.get(FUSED_ENV)
     try:
         options = target.configure({**flags, "kernels": "emulated", "arch": EMULATED_ARCH, "cublaslt": None})
-    except RuntimeError:  # TE was already imported with the fused op on: emulation cannot switch it
-        return None
+    except RuntimeError as exc:  # TE was already imported with the fused op on: emulation cannot switch it
+        return str(exc)
     finally:  # the emulated forward sets the switch itself; the real cases keep theirs
         if before is None:
             os.environ.pop(FUSED_ENV, None)
@@ -73,8 +76,9 @@ def _emulated(spec: CaseSpec, reason: str, flags: dict[str, Any], backward: bool
             os.environ[FUSED_ENV] = before
     espec = spec.replace(target=TARGET, device=spec.device if spec.device.startswith("cuda") else "cuda",
                          options={**spec.options, **options})
-    if target.skip_reason(espec) is not None:
-        return None
+    why = target.skip_reason(espec)
+    if why is not None:
+        return why
 
     def run() -> CaseReport:
         from memaudit.runner import run_case
@@ -86,14 +90,15 @@ def _emulated(spec: CaseSpec, reason: str, flags: dict[str, Any], backward: bool
         if estimated is None:
             return case
         answer = estimated.run()
-        answer.warnings = [*answer.warnings, f"TE's real forward with emulated kernels failed ({case.reason}); "
+        answer.warnings = [*answer.warnings, f"{EMULATION_FAILED} ({case.reason}); "
                            f"this is the estimate instead (reproduce the failure: {emulate_command(espec)})"]
         return answer
 
     return Fallback("emulated", reason, emulate_command(espec), run)
 
 
-def _estimated(spec: CaseSpec, reason: str) -> Fallback | None:
+def _estimated(spec: CaseSpec, reason: str, why: str | None = None) -> Fallback | None:
+    """The estimate for ``spec``; ``why`` emulation cannot run here, where that was tried."""
     from memaudit.te.estimate import estimate
 
     espec = spec.replace(target=TARGET)
@@ -101,8 +106,14 @@ def _estimated(spec: CaseSpec, reason: str) -> Fallback | None:
         case = estimate(espec)
     except UsageError:
         return None  # a configuration TE would reject: the case stays skipped with its reason
-    better = ("with TE and any CUDA GPU, TE's real forward with emulated kernels: "
-              + emulate_command(espec.replace(device="cuda")))
+    why = why or can_emulate()
+    command = emulate_command(espec.replace(device="cuda"))
+    if why is None:
+        better = f"TE's real forward with emulated kernels: {command}"
+    elif why == "TransformerEngine is not installed":
+        better = f"with TE installed (a GPU is not needed), TE's real forward with emulated kernels: {command}"
+    else:
+        better = f"TE's real forward with emulated kernels cannot run here ({why}); where it can: {command}"
     return Fallback("estimated", reason, estimate_command(espec), lambda: case, better)
 
 
@@ -113,10 +124,14 @@ def grouped_mlp_fallback(spec: CaseSpec, reason: str, mode: str, flags: dict[str
         return None
     if spec.device == "meta":  # nothing may be allocated: no emulated forward (it runs on CUDA), the estimate at most
         return _estimated(spec, reason) if mode in ("auto", "estimate") else None
+    why = None
     if mode in ("auto", "emulate") and can_emulate() is None:
         found = _emulated(spec, reason, dict(flags or {}), backward)
-        if found is not None or mode == "emulate":
+        if not isinstance(found, str):
             return found
+        if mode == "emulate":
+            return None
+        why = found
     if mode in ("auto", "estimate"):
-        return _estimated(spec, reason)
+        return _estimated(spec, reason, why)
     return None

@@ -18,7 +18,8 @@ from memaudit.report import PathInfo, Row
 from memaudit.spec import CaseSpec, RunFlag
 from memaudit.targets.base import MLP_SHAPE, Built, Fallback, backward_sum
 from memaudit.te.emulate.gates import ARCHS as EMULATED_ARCHS
-from memaudit.te.recipes import RECIPES, alignment
+from memaudit.te.recipes import RECIPES, alignment, needs
+from memaudit.te.suspected import annotated
 
 if TYPE_CHECKING:
     import torch
@@ -31,7 +32,8 @@ _CUDA_OUTSIDE_KERNELS = (
     "'alpha and beta must be CUDA tensors'; ops/fused/grouped_mlp.py:1508 torch.cuda.current_stream; "
     "tensor/nvfp4_tensor.py:175 torch.cuda.current_device() in NVFP4Quantizer"
 )
-"""Where TE 2.20.2's forward needs CUDA outside its kernels (why it runs neither on CPU nor on meta)."""
+"""Where TE 2.20.2's forward needs CUDA outside its kernels (why it runs neither on CPU nor on meta
+tensors; with no GPU, fake CUDA tensors answer these, :mod:`memaudit.te.emulate.fakecuda`)."""
 ACTIVATIONS = ("swiglu", "clamped-qgeglu", "srelu")
 KERNELS = ("real", "emulated", "standins")
 
@@ -130,9 +132,11 @@ def why_fused_cannot_register(frontend: str | None = None) -> str | None:
     ``frontend`` is the cuDNN-frontend version to assume (an emulated machine's), else the installed one."""
     import torch
 
+    from memaudit.te.emulate.host import cuda_here
+
     if int(os.environ.get(FUSED_ENV, "0") or 0) <= 0:
         return f"{FUSED_ENV} is not set to a positive value"
-    if not torch.cuda.is_available():
+    if not cuda_here():
         return "no CUDA device"
     major, minor = torch.cuda.get_device_capability()
     if major != 10:
@@ -156,11 +160,13 @@ def why_not_fused(spec: CaseSpec, recipe: Any, frontend: str | None = None) -> s
     """Every failing fusion condition for this case, TE's check order first (te-internals §1.1-1.2)."""
     import torch
 
+    from memaudit.te.emulate.host import cuda_here
+
     reasons = []
     registered = why_fused_cannot_register(frontend)
     if registered:
         reasons.append(registered)
-        if registered.startswith(FUSED_ENV) and torch.cuda.is_available():
+        if registered.startswith(FUSED_ENV) and cuda_here():
             major, minor = torch.cuda.get_device_capability()
             if major != 10:
                 reasons.append(f"compute capability {major}.{minor} is not 10.x (the fused CuTeDSL op needs Blackwell)")
@@ -208,10 +214,11 @@ def fmt_cublaslt(v: int | None) -> str:
 
 
 def _grouped_path_reason(spec: CaseSpec, recipe: Any, grouped: bool) -> str:
-    import torch
     import transformer_engine.pytorch.utils as te_utils
 
-    cc = te_utils.get_device_compute_capability() if torch.cuda.is_available() else (0, 0)
+    from memaudit.te.emulate.host import cuda_here
+
+    cc = te_utils.get_device_compute_capability() if cuda_here() else (0, 0)
     v = cublaslt_version() or 0
     lt = f"cuBLASLt {fmt_cublaslt(v)}"
     if spec.dtype != "bf16":
@@ -286,7 +293,8 @@ class TEGroupedMLPTarget:
         RunFlag("kernels", Literal[KERNELS], "real",
                 "TE target. emulated runs TE's real forward (no backward) on an emulated "
                 "machine (--arch) with kernel stand-ins that allocate as TE's C++ does, real kernels only where this "
-                "GPU is that architecture; standins replaces every kernel."),
+                "GPU is that architecture; standins replaces every kernel. With no GPU (torch's CUDA build) each case "
+                "runs on fake CUDA in a child process."),
         RunFlag("arch", Literal[tuple(EMULATED_ARCHS)], "sm100", "TE target with --kernels emulated|standins: the emulated architecture."),
         RunFlag("cublaslt", str | None, None, "TE target with --kernels emulated|standins: the emulated cuBLASLt version "
                 "(e.g. 13.1.0; TE's path choice reads it). Default: this GPU's when it is --arch, else 13.6.0."),
@@ -296,12 +304,13 @@ class TEGroupedMLPTarget:
 
     @staticmethod
     def runs_here() -> bool:
-        """CUDA is available and TE is installed (not imported: the fused switch must come first)."""
+        """TE is installed (not imported: the fused switch must come first) and its forward runs
+        here: on a GPU, or with emulated kernels on fake CUDA (torch's CUDA build, no GPU)."""
         import importlib.util
 
-        import torch
+        from memaudit.te.emulate.host import unavailable
 
-        return torch.cuda.is_available() and importlib.util.find_spec("transformer_engine") is not None
+        return importlib.util.find_spec("transformer_engine") is not None and unavailable() is None
 
     @staticmethod
     def alignment(recipe: str) -> int:
@@ -377,9 +386,9 @@ class TEGroupedMLPTarget:
     fallback_recipes = RECIPES
 
     def fallback(self, spec: CaseSpec, reason: str, mode: str, *, backward: bool = True) -> Fallback | None:
-        """A case TE refuses on real kernels here: TE's real forward with emulated kernels where a
-        GPU is present, else TE's layout rules (:mod:`memaudit.te.fallback`). None with
-        ``--kernels emulated|standins``: the user chose the machine."""
+        """A case TE refuses on real kernels here: TE's real forward with emulated kernels wherever
+        it runs (a GPU, or fake CUDA), else TE's layout rules (:mod:`memaudit.te.fallback`). None
+        with ``--kernels emulated|standins``: the user chose the machine."""
         if self.emulated is not None:
             return None
         from memaudit.te.fallback import grouped_mlp_fallback
@@ -389,25 +398,59 @@ class TEGroupedMLPTarget:
     def skip_reason(self, spec: CaseSpec) -> str | None:
         import torch
 
+        from memaudit.te.emulate import host
+
         if spec.device == "meta":
             return ("TransformerEngine does not run on meta: its forward makes and checks CUDA tensors outside any "
                     f"kernel, which kernel stand-ins cannot replace ({_CUDA_OUTSIDE_KERNELS})")
-        if not spec.device.startswith("cuda") or not torch.cuda.is_available():
-            if self.emulated is not None:
-                return ("emulated kernels need a CUDA device: TE's forward itself uses CUDA outside any kernel "
+        fused = spec.options.get("fused")
+        if fused is not None and not isinstance(fused, bool):
+            return f"option fused must be true or false, got {fused!r}"
+        if fused is not None and self.emulated is None and os.environ.get(FUSED_ENV, "0") != ("1" if fused else "0"):
+            return (f"option fused = {fused} needs {FUSED_ENV}={'1' if fused else '0'} at TE's import, and this process has "
+                    f"{os.environ.get(FUSED_ENV, '0')!r}: on real kernels choose it with --fused/--no-fused (with "
+                    "--kernels emulated it is chosen per case)")
+        if self.emulated is not None:
+            if not spec.device.startswith("cuda"):
+                return (f"emulated kernels run TE's forward on CUDA tensors (device {spec.device!r}; use --device cuda, "
+                        "which with no GPU is fake CUDA): TE's forward uses CUDA outside any kernel "
                         f"({_CUDA_OUTSIDE_KERNELS})")
-            return "TransformerEngine runs on CUDA only (no CUDA device here)"
+            why = host.unavailable()
+            if why is not None:
+                return f"emulated kernels cannot run here: {why}"
+        elif not spec.device.startswith("cuda") or not torch.cuda.is_available():
+            return f"TransformerEngine runs on CUDA only (no CUDA device here; TE runs {spec.recipe} on {needs(spec.recipe)})"
         te, why = import_te()
         if te is None:
             return why
         if self.emulated is not None:
             from memaudit.te.emulate.gates import emulated_arch
 
-            with emulated_arch(self.emulated.arch):
-                ok, reason = recipe_availability(te)[spec.recipe]
+            with host.cuda_answers(self.emulated.arch), emulated_arch(self.emulated.arch):
+                ok, reason = recipe_gate(te, spec.recipe)
         else:
-            ok, reason = recipe_availability(te)[spec.recipe]
+            ok, reason = recipe_gate(te, spec.recipe)
         return None if ok else (reason or f"{spec.recipe} is not available on this GPU")
+
+    def case_host(self, spec: CaseSpec) -> Any:
+        """With emulated kernels and no GPU, the case runs on fake CUDA in a child process
+        (:mod:`memaudit.te.emulate.host`); else here (None)."""
+        from memaudit.te.emulate import host
+
+        if self.emulated is None or not spec.device.startswith("cuda") or not host.needs_child() or host.unavailable():
+            return None
+        arch = self.emulated.arch
+        te, why = import_te()  # imported once here, not in every child
+        if te is None:
+            return None  # the case's own skip_reason says why
+        from memaudit.te.emulate.context import import_te_modules
+
+        import_te_modules()
+
+        def run(case: Any) -> Any:
+            return host.run_in_child(arch, lambda: [case()])[0]
+
+        return run
 
     def build(self, spec: CaseSpec) -> Built:
         import torch
@@ -443,7 +486,13 @@ class TEGroupedMLPTarget:
             cap.label(x, "fc1.input")
             cap.label(split_sizes, "fc1.split_sizes")
             cap.label(probs, "activation.scales")
-            return run_model()
+            try:
+                return run_model()
+            except Exception as exc:
+                said = annotated(exc)  # a failure traced to a suspected TE bug says so
+                if said is exc:
+                    raise
+                raise said from exc
 
         def annotate(rows: list[Row], cap: Capture) -> PathInfo:
             return self._path(model, spec, recipe)
@@ -466,7 +515,7 @@ class TEGroupedMLPTarget:
 
         assert self.emulated is not None
         e = self.emulated
-        run = EmulatedRun(e.kernels, e.arch, e.fused, spec.recipe, e.cublaslt, e.cudnn_frontend)
+        run = EmulatedRun(e.kernels, e.arch, bool(spec.options.get("fused", e.fused)), spec.recipe, e.cublaslt, e.cudnn_frontend)
         paths: list[PathInfo] = []
 
         def emulated_forward(cap: Capture) -> Any:
@@ -479,7 +528,7 @@ class TEGroupedMLPTarget:
             forward=emulated_forward,
             backward=lambda outputs: None,
             annotate=lambda rows, cap: paths[-1] if paths else None,
-            options={"fused_env": "1" if self.emulated.fused else "0"},
+            options={"fused_env": "1" if run.fused else "0"},
             model=model,
             inputs=inputs,
             warnings=["emulated kernels: forward only (what the forward saved for backward is complete; backward "

@@ -47,7 +47,7 @@ def emulated_arch(arch: str) -> Iterator[tuple[int, int]]:
     def get_device_compute_capability() -> tuple[int, int]:
         return capability
 
-    bound = [m for m in _te_modules() if getattr(m, GATE_NAME, None) is original]
+    bound = [m for m in _te_modules() if vars(m).get(GATE_NAME) is original]
     caches = {name: getattr(quantization, name) for name in SUPPORT_CACHES}
     try:
         for module in bound:
@@ -57,7 +57,7 @@ def emulated_arch(arch: str) -> Iterator[tuple[int, int]]:
         yield capability
     finally:
         for module in _te_modules():  # also modules that bound the stand-in while inside
-            if getattr(module, GATE_NAME, None) is get_device_compute_capability:
+            if vars(module).get(GATE_NAME) is get_device_compute_capability:
                 setattr(module, GATE_NAME, original)
         for name, value in caches.items():
             setattr(quantization, name, value)

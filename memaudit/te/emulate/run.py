@@ -17,10 +17,13 @@ FUSED_ENV = "NVTE_CUTEDSL_FUSED_GROUPED_MLP"
 
 
 def here_arch() -> str | None:
-    """The architecture name of this machine's GPU, or None (no GPU, or one not in ARCHS)."""
+    """The architecture name of this machine's GPU, or None (no GPU, fake CUDA in force, or a GPU
+    not in ARCHS): only a real GPU of the emulated architecture runs real kernels."""
     import torch
 
-    if not torch.cuda.is_available():
+    from memaudit.te.emulate import fakecuda
+
+    if fakecuda.active() is not None or not torch.cuda.is_available():
         return None
     cc = torch.cuda.get_device_capability()
     return next((name for name, v in ARCHS.items() if v == cc), None)
@@ -82,9 +85,23 @@ class EmulatedRun:
         """The case's label: machine, the stand-ins and real kernels its forward called."""
         log = self.log
         kernels: Any = log.kernels if log is not None else None
+        from memaudit.te.emulate.host import name
+
         return Emulation(
-            machine={**self.machine.describe(), "kernels": self.kernels},
+            machine={**self.machine.describe(), "kernels": self.kernels, "host": name()},
             standins=sorted(kernels.standins) if kernels else [],
             real=sorted(kernels.real) if kernels else [],
             fusions=list(log.fusions) if log is not None else [],
         )
+
+
+@contextmanager
+def emulated(arch: str = "sm100", *, fused: bool | None = None, kernels: str = "emulated") -> Iterator[EmulatedRun]:
+    """TE's real Python on an emulated ``arch`` around a block of the caller's own code (the
+    ``saved_budget`` marker's ``emulate``): gates, versions, stand-ins and the fused op's
+    registration, fused where TE fuses on ``arch`` unless ``fused`` says otherwise. On a machine
+    with no GPU the block must already run on fake CUDA (:mod:`memaudit.te.emulate.host`)."""
+    run = EmulatedRun(kernels, arch, arch == "sm100" if fused is None else fused, recipe="")
+    with run.active():
+        yield run
+

@@ -1,0 +1,257 @@
+"""Keep memaudit's global module hooks out of what ``torch.compile`` sees.
+
+Dynamo traces ``Module.__call__`` with whatever global module hooks are registered: it inlines
+them, guards on how many there are, and orders the graph's inputs differently. A module compiled
+inside a capture would then get other graphs than bare, and be compiled again once the capture
+ends. So while Dynamo compiles (its compile-start and compile-end callbacks), memaudit's two hooks
+are taken out of torch's global dicts and put back after: Dynamo traces exactly what it traces
+bare, and its guards are bare's. The compiled graph runs no module hook, so its saved tensors are
+named by the compiled module (or the module around it).
+
+Dynamo is never imported here (it costs most of a second). Where it is not imported yet when a
+capture starts, a finder on ``sys.meta_path`` (only while captures are active) registers the
+callbacks right after ``torch._dynamo`` is first imported. The callbacks stay registered once
+Dynamo is imported, and do nothing while no capture names modules.
+
+``torch.compile(module)`` warns on every call while any global module hook exists; memaudit's
+hooks alone must not make it warn, so torch's ``_has_any_global_hook`` (read only for that warning)
+discounts them while they are registered.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+_lock = threading.RLock()
+_hide: Callable[[], None] | None = None
+_show: Callable[[], None] | None = None
+_registered = False
+_finder: _DynamoImport | None = None
+
+OPTIMIZED_MODULE: list[type] = []
+"""``torch._dynamo.eval_frame.OptimizedModule`` once Dynamo is imported (what modules.py maps to the
+module it wraps)."""
+
+
+_skipped: set[str] = set()
+_modules_seen = 0  # len(sys.modules) at the last scan
+
+
+def _skip_memaudit() -> None:
+    """Dynamo must never compile a frame of memaudit's: every function of every memaudit module
+    loaded so far runs as it is.
+
+    A hook that runs eagerly while a compiled region is active (a module call in code after a
+    graph break, a pack from an op Dynamo left to eager) would otherwise be compiled by Dynamo as a
+    frame of its own, and so would every memaudit function it calls: frames (and graph breaks)
+    that bare does not have, and hooks that then do nothing (``is_compiling()`` folds to True).
+    This marks the code objects only (Dynamo's frame-skip strategy): where Dynamo traces a hook as
+    part of a frame it compiles (``Module.__call__``), the hook is inlined as before.
+    """
+    global _modules_seen
+    if len(sys.modules) == _modules_seen:  # nothing imported since the last scan (the usual case)
+        return
+    skip = getattr(getattr(sys.modules.get("torch._dynamo"), "eval_frame", None), "skip_code", None)
+    if skip is None:  # pragma: no cover - a torch without it
+        return
+    _modules_seen = len(sys.modules)
+    for name, module in list(sys.modules.items()):
+        if module is None or name in _skipped or not (name == "memaudit" or name.startswith("memaudit.")):
+            continue
+        _skipped.add(name)
+        for code in _codes(module):
+            skip(code)
+
+
+def _codes(module: Any) -> list[Any]:
+    """Every code object defined in ``module``: its functions, its classes' methods and
+    properties, and the functions defined inside them."""
+    name = module.__name__
+    out: list[Any] = []
+    todo: list[Any] = []
+    for value in list(vars(module).values()):
+        if getattr(value, "__module__", None) != name:
+            continue
+        if isinstance(value, type):
+            for attr in vars(value).values():
+                for fn in (attr, getattr(attr, "__func__", None), getattr(attr, "fget", None), getattr(attr, "fset", None)):
+                    code = getattr(fn, "__code__", None)
+                    if code is not None:
+                        todo.append(code)
+        else:
+            code = getattr(value, "__code__", None)
+            if code is not None:
+                todo.append(code)
+    while todo:
+        code = todo.pop()
+        out.append(code)
+        todo.extend(c for c in code.co_consts if isinstance(c, type(code)))
+    return out
+
+
+_entered = 0
+
+
+def enter() -> None:
+    """A capture starts: Dynamo, whenever it is imported, never compiles memaudit's hooks."""
+    global _entered, _finder
+    with _lock:
+        _entered += 1
+        if "torch._dynamo" in sys.modules:
+            _register()
+            _skip_memaudit()  # modules loaded since (a classifier)
+        elif _finder is None:
+            _finder = _DynamoImport()
+            sys.meta_path.insert(0, _finder)
+
+
+def exit() -> None:  # noqa: A001 - enter/exit of a capture
+    """A capture ends; the last one takes the import finder out again."""
+    global _entered, _finder
+    with _lock:
+        _entered -= 1
+        if _entered <= 0:
+            _entered = 0
+            if _finder is not None:
+                try:
+                    sys.meta_path.remove(_finder)
+                except ValueError:
+                    pass
+                _finder = None
+
+
+def watch(hide: Callable[[], None], show: Callable[[], None]) -> None:
+    """Call ``hide`` when Dynamo starts compiling and ``show`` when it ends, from now on."""
+    global _hide, _show
+    with _lock:
+        _hide, _show = hide, show
+        if "torch._dynamo" in sys.modules:
+            _register()
+        _discount_our_hooks()
+
+
+def unwatch() -> None:
+    """Stop: no callback runs, and torch's global-hook check is its own again."""
+    global _hide, _show
+    with _lock:
+        _hide = _show = None
+        _restore_hook_check()
+
+
+def _register() -> None:
+    """Dynamo is imported: skip memaudit's hook frames, and register the compile callbacks (they do
+    nothing while no capture names modules; ``torch._dynamo.reset()`` drops them, so this checks)."""
+    global _registered
+    dynamo = sys.modules["torch._dynamo"]
+    if not _registered:
+        _skip_memaudit()
+        optimized = getattr(getattr(dynamo, "eval_frame", None), "OptimizedModule", None)
+        if optimized is not None and not OPTIMIZED_MODULE:
+            OPTIMIZED_MODULE.append(optimized)
+        _registered = True
+    callbacks = getattr(dynamo, "callback_handler", None)
+    if callbacks is not None and _started not in getattr(callbacks, "start_callbacks", ()):
+        callbacks.register_start_callback(_started)
+        callbacks.register_end_callback(_ended)
+
+
+def registered() -> None:
+    """Register again if ``torch._dynamo.reset()`` dropped the callbacks (a compiled module is
+    called: it may compile now)."""
+    with _lock:
+        if _hide is not None:
+            _register()
+
+
+def _started(args: Any) -> None:
+    hide = _hide
+    if hide is not None:
+        hide()
+
+
+def _ended(args: Any) -> None:
+    show = _show
+    if show is not None:
+        show()
+
+
+_original_has_hook: Callable[[], Any] | None = None
+
+
+def _discount_our_hooks() -> None:
+    """``OptimizedModule.__call__`` warns when ``torch.nn.modules.module._has_any_global_hook()``;
+    while memaudit's hooks are registered, that function answers as if they were not (no warnings
+    filter: mutating the filters would re-arm every once-per-location warning in the process)."""
+    global _original_has_hook
+    import torch.nn.modules.module as mm
+
+    if _original_has_hook is not None:
+        return
+    _original_has_hook = mm._has_any_global_hook
+
+    def _has_any_global_hook() -> Any:
+        ours_pre = ours_post = 0
+        for hook in mm._global_forward_pre_hooks.values():
+            ours_pre += getattr(hook, "__module__", None) == "memaudit.capture.modules"
+        for hook in mm._global_forward_hooks.values():
+            ours_post += getattr(hook, "__module__", None) == "memaudit.capture.modules"
+        return (mm._global_backward_pre_hooks or mm._global_backward_hooks
+                or getattr(mm, "_global_forward_hooks_with_kwargs", None)
+                or len(mm._global_forward_pre_hooks) > ours_pre or len(mm._global_forward_hooks) > ours_post
+                or len(mm._global_forward_hooks_always_called) > ours_post)
+
+    _has_any_global_hook.__wrapped__ = _original_has_hook  # type: ignore[attr-defined]
+    mm._has_any_global_hook = _has_any_global_hook
+
+
+def _restore_hook_check() -> None:
+    global _original_has_hook
+    import torch.nn.modules.module as mm
+
+    if _original_has_hook is None:
+        return
+    mm._has_any_global_hook = _original_has_hook
+    _original_has_hook = None
+
+
+class _DynamoImport(importlib.abc.MetaPathFinder):
+    """Registers the compile callbacks once ``torch._dynamo`` has been imported."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name != "torch._dynamo":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return None
+        spec.loader = _Then(spec.loader)
+        return spec
+
+
+class _Then(importlib.abc.Loader):
+    """A loader that runs the real one, then registers the callbacks."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+
+    def create_module(self, spec: Any) -> Any:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        global _finder
+        self.loader.exec_module(module)
+        with _lock:
+            if _finder is not None:
+                try:
+                    sys.meta_path.remove(_finder)
+                except ValueError:
+                    pass
+                _finder = None
+            _register()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.loader, name)

@@ -1,0 +1,206 @@
+"""A module compiled with ``torch.compile`` runs compiled under ``capture()``: the same graphs, graph
+breaks and compiled frames as bare, whether it was compiled before the capture or inside it, and
+nothing changes after the capture ends.
+
+Ground truth: the same program run bare (the graphs Dynamo hands a counting backend, its
+graph-break and frame counters), and a saved-tensors pair of the test's own around the compiled
+module (what the compiled program saves); never memaudit itself.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import warnings
+from typing import Any
+
+import pytest
+import torch
+import torch.nn as nn
+
+from memaudit.capture import capture
+
+pytest.importorskip("torch._dynamo")
+import torch._dynamo  # noqa: E402
+import torch._dynamo.utils  # noqa: E402
+
+
+class Breaks(nn.Module):
+    """Two Linear layers with a graph break between them: code runs eagerly inside a compiled call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.b = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.a(x))
+        torch._dynamo.graph_break()
+        return torch.sigmoid(self.b(h))
+
+
+def model(kind: str) -> tuple[Any, torch.Tensor]:
+    torch.manual_seed(0)
+    x = torch.randn(4, 8, requires_grad=True)
+    if kind == "sequential":
+        return nn.Sequential(nn.Linear(8, 8), nn.GELU()), x
+    m = Breaks()
+    if kind == "breaks":
+        return m, x
+    return (lambda t: m(t).relu()), x  # a compiled function that calls a module
+
+
+def counters() -> dict[str, Any]:
+    c = torch._dynamo.utils.counters
+    return {"breaks": sum(c["graph_break"].values()), "frames": dict(c["frames"])}
+
+
+def run(backend: str, kind: str, mode: str) -> dict[str, Any]:
+    """Compile ``kind`` with ``backend``: ``bare``, or compiled ``before`` / ``inside`` a capture
+    that calls it once; then call it again after (and run backward)."""
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    graphs: list[str] = []
+
+    def counting(gm: torch.fx.GraphModule, example: Any) -> Any:
+        from torch._dynamo.backends.registry import lookup_backend
+
+        graphs.append(gm.code)
+        return lookup_backend(backend)(gm, example)
+
+    m, x = model(kind)
+    compiled = torch.compile(m, backend=counting) if mode != "inside" else None
+    out: dict[str, Any] = {}
+    if mode == "bare":
+        compiled(x)
+    else:
+        with capture() as cap:
+            if compiled is None:
+                compiled = torch.compile(m, backend=counting)
+            y = compiled(x)
+            case = cap.report(outputs=y)
+        out["rows"] = case.rows
+        out["saved"] = case.totals.saved_bytes
+    out["during"] = (list(graphs), counters())
+    y2 = compiled(x)
+    y2.sum().backward()
+    out["after"] = (list(graphs), counters())
+    out["grad_fn"] = type(y2.grad_fn).__name__
+    return out
+
+
+BACKENDS = ["eager", "aot_eager", "inductor"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", ["sequential", "breaks", "function"])
+def test_compiled_graphs_breaks_and_frames_are_bare(backend: str, kind: str) -> None:
+    bare = run(backend, kind, "bare")
+    for mode in ("before", "inside"):
+        got = run(backend, kind, mode)
+        assert got["during"] == bare["during"], mode
+        assert got["after"] == bare["after"], mode  # nothing recompiled after the capture, nothing new
+        assert got["grad_fn"] == bare["grad_fn"]
+        assert got["rows"], "the compiled program's saved tensors are rows"
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_rows_are_what_the_compiled_program_saves(backend: str) -> None:
+    torch._dynamo.reset()
+    m, x = model("sequential")
+    compiled = torch.compile(m, backend=backend)
+    compiled(x)  # compiled bare
+    packed: list[tuple[tuple[int, ...], int]] = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        packed.append((tuple(t.shape), t.numel() * t.element_size()))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y = compiled(x)
+    assert type(y.grad_fn).__name__ == "CompiledFunctionBackward"
+    with capture() as cap:
+        y = compiled(x)
+    case = cap.report(outputs=y)
+    assert type(y.grad_fn).__name__ == "CompiledFunctionBackward"
+    assert sorted((tuple(r.shape), r.bytes) for r in case.rows) == sorted(packed)
+    assert {r.op for r in case.rows} == {"CompiledFunctionBackward"}
+    assert {r.module for r in case.rows} == {"Sequential"}  # named by the module torch.compile wraps
+
+
+def test_a_module_compiled_after_the_capture_is_compiled_as_bare() -> None:
+    def history(under_capture: bool) -> tuple[list[str], dict[str, Any]]:
+        torch._dynamo.reset()
+        torch._dynamo.utils.counters.clear()
+        m, x = model("breaks")
+        first = torch.compile(m, backend="aot_eager")
+        if under_capture:
+            with capture():
+                first(x)
+        else:
+            first(x)
+        graphs: list[str] = []
+
+        def counting(gm: torch.fx.GraphModule, example: Any) -> Any:
+            graphs.append(gm.code)
+            return gm.forward
+
+        later, x = model("breaks")  # a new module, compiled after the capture ended
+        torch.compile(later, backend=counting)(x)
+        return graphs, counters()
+
+    assert history(True) == history(False)
+
+
+def test_no_global_hook_warning_from_memaudits_hooks() -> None:
+    torch._dynamo.reset()
+    m, x = model("sequential")
+    compiled = torch.compile(m, backend="eager")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        with capture():
+            compiled(x)
+
+    def user_hook(mod: nn.Module, args: Any) -> None:
+        return None
+
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(user_hook)
+    try:  # with a global hook of the user's, torch warns bare, and so it does under a capture
+        with pytest.warns(UserWarning, match="global hooks"):
+            compiled(x)
+        with pytest.warns(UserWarning, match="global hooks"), capture():
+            compiled(x)
+    finally:
+        handle.remove()
+
+
+_FRESH = """
+import json, sys, torch, torch.nn as nn
+import memaudit
+assert "torch._dynamo" not in sys.modules
+torch.manual_seed(0)
+m = nn.Sequential(nn.Linear(8, 8), nn.Tanh())
+x = torch.randn(4, 8, requires_grad=True)
+graphs = []
+def counting(gm, example):
+    graphs.append(gm.code)
+    return gm.forward
+fn = lambda t: m(t).relu()
+if sys.argv[1] == "capture":
+    with memaudit.capture() as cap:
+        y = torch.compile(fn, backend=counting)(x)   # Dynamo is first imported here
+else:
+    y = torch.compile(fn, backend=counting)(x)
+import torch._dynamo.utils as du
+print(json.dumps({"graphs": graphs, "frames": dict(du.counters["frames"]), "meta_path": len(sys.meta_path)}))
+"""
+
+
+def test_dynamo_imported_inside_the_capture_compiles_as_bare(tmp_path: Any) -> None:
+    def go(mode: str) -> dict[str, Any]:
+        out = subprocess.run([sys.executable, "-c", _FRESH, mode], capture_output=True, text=True, timeout=300, check=True,
+                             cwd=tmp_path)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    assert go("capture") == go("bare")
