@@ -516,6 +516,7 @@ def _all_skipped(d: dict) -> None:
     for c in d["cases"]:
         c.update(status="skipped", reason="CUDA is not available", rows=[], freed=[],
                  totals={k: 0 for k in c["totals"]})
+        c.pop("modules", None)
 
 
 def _vac(tmp: Path, text: str = FULL, mutate: Callable[[dict], None] | None = None) -> None:
@@ -554,7 +555,7 @@ CASES += [
          setup=lambda t: _vac(t, FULL.replace('name = "small"', f'name = "{ESC}"').replace('"1 GiB"', '"1 B"'))),
     Case("compare: an error reason with escape codes", lambda t: ["compare", "good.json", "odd.json", "-v"], code=1, forbid="\x1b",
          needle="\\x1b[31mboom", setup=lambda t: (_report(t, "good.json"), _report(t, "odd.json", lambda d: d["cases"][0].update(
-             status="error", reason="\x1b[31mboom", rows=[], totals={k: 0 for k in d["cases"][0]["totals"]})))),
+             status="error", reason="\x1b[31mboom", rows=[], modules=[], totals={k: 0 for k in d["cases"][0]["totals"]})))),
     Case("check: a report reason with escape codes", lambda t: ["check", "bad.json", "--scenario", "s.toml", "--show-na"], code=1,
          forbid="\x1b", setup=lambda t: (_vac(t), _report(t, "bad.json", lambda d: (_all_skipped(d), [c.__setitem__("reason", "\x1b[2Jgone")
                                                                                                      for c in d["cases"]])))),
