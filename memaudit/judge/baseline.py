@@ -12,7 +12,9 @@ What counts as a failure (``fail_on="increase"``, the default):
   under a non-zero byte tolerance);
 * a status change ``ok -> error``, ``ok -> skipped`` or ``skipped -> error``;
 * a case new in the current report that ended in ``error``;
-* ``path.fused`` going from true to false (the fused kernel stopped being used);
+* ``path.fused`` going from true to false (the fused kernel stopped being used), or recorded in
+  one report only where that could hide it (the current case records none, or the baseline
+  records none and the current case is unfused);
 * an environment difference, only under ``strict_env``.
 
 A case that the baseline has and the current report lacks is listed but is not a failure: it
@@ -422,10 +424,22 @@ def _compare_case(
         direction = WORSE if bf and not cf else BETTER
         text = "fused path no longer used (path.fused true -> false)" if bf else "fused path now used (path.fused false -> true)"
         add(Finding(cid, "path.fused", None, bf, cf, direction, direction == WORSE or strict, text))
+    elif (bf is None) != (cf is None) and base.status == cur.status == "ok":
+        # one side records whether the fused kernel ran and the other does not: a path the gate cannot
+        # compare is a finding, failing where it could hide true -> false
+        which = "the current case" if cf is None else "the baseline case"
+        worse = cf is None or cf is False
+        text = (f"path.fused is recorded in one report only ({which} has none; baseline {_flag(bf)}, current {_flag(cf)}): "
+                "the fused path cannot be compared")
+        add(Finding(cid, "path.fused", None, bf, cf, WORSE if worse else NEUTRAL, worse or strict, text))
 
     if base.status == "ok" and cur.status == "ok":
         _compare_bytes(diff, base, cur, tol, strict)
     return diff
+
+
+def _flag(v: bool | None) -> str:
+    return "none" if v is None else str(v).lower()
 
 
 def _flag_incomplete(diff: CaseDiff, base: CaseReport | None, cur: CaseReport) -> None:

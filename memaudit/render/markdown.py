@@ -24,24 +24,50 @@ from memaudit.report import CaseReport, Report
 from memaudit.units import fmt_bytes, fmt_delta
 
 GITHUB_LIMIT = 65536
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./:+-]*$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_./:+-]*")
 _MD_SPECIAL = re.compile(r"([\\*_\[\]~])")
 _LEADING = re.compile(r"^([#+\-=]|\d+[.)])")
 
 
+def marker_name(text: str) -> str:
+    """A valid marker name made from any text (a file's stem, a target name): every run of other
+    characters becomes ``-``; ``default`` when nothing is left."""
+    name = re.sub(r"[^A-Za-z0-9_.:+-]+", "-", text)
+    name = re.sub(r"-{2,}", "-", name).lstrip("._:+-")
+    return name[:100] or "default"
+
+
 def marker(name: str) -> str:
     """The hidden first line that identifies the comment. Raises UsageError for a bad name."""
-    if not _NAME.match(name) or "--" in name:
+    if not _NAME.fullmatch(name) or "--" in name or len(name) > 100:
         raise UsageError(
-            f"comment name {name!r} must start with a letter or digit and use only letters, digits and _./:+- (no '--')",
+            f"comment name {name!r} must start with a letter or digit and use only letters, digits and _./:+- "
+            "(no '--', at most 100 characters)",
             key="--name",
         )
     return f"<!-- memaudit:{name} -->"
 
 
+_ZWJ = "\u200d"
+_LIVE = re.compile(r"@(?=[A-Za-z0-9_])|(?i:\b(?:https?|ftp|mailto|file)(?=:))|(?i:\bwww(?=\.))|#(?=[0-9])")
+"""What GitHub turns into a notification, a link or a reference: ``@name``, ``user@host``,
+``https://...``, ``www.`` and ``#123``."""
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def neutralize(text: str) -> str:
+    """``text`` with GitHub's live syntax made inert: a zero-width joiner after every ``@`` before
+    a name, inside every URL scheme and ``www`` and after ``#`` before a number (so an id, a
+    reason or an environment value can neither mention nor link), and control characters and
+    bidirectional overrides dropped."""
+    text = _UNPRINTABLE.sub("", text)
+    return _LIVE.sub(lambda m: m.group() + _ZWJ, text)
+
+
 def md_escape(text: Any) -> str:
-    """Escape text for a table cell or list item: markdown specials, ``|``, backticks and HTML."""
-    s = " ".join(str(text).split())
+    """Escape text for a table cell or list item: markdown specials, ``|``, backticks and HTML;
+    mentions, links and references neutralised (:func:`neutralize`)."""
+    s = neutralize(" ".join(str(text).split()))
     s = _MD_SPECIAL.sub(r"\\\1", s)
     s = html.escape(s, quote=False).replace("`", "&#96;").replace("|", "\\|")
     if _LEADING.match(s):
@@ -49,9 +75,14 @@ def md_escape(text: Any) -> str:
     return s
 
 
+_ENTITIES = {**{c: f"&#{ord(c)};" for c in "\\*_[]~`|!#'\""}, "&": "&amp;", "<": "&lt;", ">": "&gt;"}
+
+
 def html_escape(text: Any) -> str:
-    """Escape text for inline HTML such as ``<summary>`` (one line, no backticks)."""
-    return html.escape(" ".join(str(text).split()), quote=True).replace("`", "&#96;")
+    """Escape text for inline HTML such as ``<summary>`` or ``<sub>`` (one line): HTML, and
+    markdown's specials as entities (GitHub renders markdown inside inline HTML); mentions,
+    links and references neutralised (:func:`neutralize`)."""
+    return "".join(_ENTITIES.get(c, c) for c in neutralize(" ".join(str(text).split())))
 
 
 def fmt_pct(pct: float | None) -> str:
