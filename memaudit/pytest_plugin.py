@@ -27,14 +27,15 @@ import pytest
 
 MARKER = "saved_budget"
 FIXTURE = "saved_tensors"
-MARKER_KEYS = ("max_bytes", "exact_bytes", "count", "forbid", "rules", "allow_incomplete", "stack", "device")
+MARKER_KEYS = ("max_bytes", "exact_bytes", "count", "forbid", "rules", "allow_incomplete", "stack", "device", "ranks")
 MARKER_HELP = (
     f"{MARKER}(max_bytes=None, exact_bytes=None, count=None, forbid=None, rules=None): budgets on the "
     f"tensors autograd saved during the test (captured by the {FIXTURE} fixture, requested automatically). "
     "max_bytes/exact_bytes: saved bytes ('64 MiB'); count: {operand pattern: N or '<= N'}; "
     "forbid: [operand pattern or select table]; rules: [budget tables as in scenario files]; "
     "stack=True: name the source line of each saved tensor in the failure; device='meta': meta is the default "
-    "device in the test (shapes only, nothing allocated). See docs/budgets.md."
+    "device in the test (shapes only, nothing allocated); ranks=[0, 1]: under torchrun, judge on these ranks only "
+    "(default: every rank judges what it saved, and a failure names the rank). See docs/budgets.md."
 )
 
 _rules_key = pytest.StashKey[list]()
@@ -116,6 +117,9 @@ def marker_rules(marks: list[pytest.Mark], *, source: str) -> list[Any]:
             elif k in ("allow_incomplete", "stack"):
                 if not isinstance(v, bool):
                     raise UsageError(f"expected true or false, got {v!r}", source=source, key=key)
+            elif k == "ranks":
+                if not isinstance(v, list | tuple) or not v or not all(type(r) is int and r >= 0 for r in v):
+                    raise UsageError(f"expected a list of ranks (integers >= 0), got {v!r}", source=source, key=key)
             elif k == "device":
                 if v != "meta":
                     raise UsageError(f"expected 'meta' (the only device the fixture makes the default), got {v!r}",
@@ -160,6 +164,16 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     return result
 
 
+def rank_of_process() -> tuple[int, int] | None:
+    """(rank, world size) of a process torchrun started (``RANK``, ``WORLD_SIZE``), else None."""
+    import os
+
+    try:
+        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    except (KeyError, ValueError):
+        return None
+
+
 def _judge(item: pytest.Item, rules: list[Any]) -> None:
     from memaudit.errors import UsageError
     from memaudit.judge.budgets import Context, evaluate_case, format_rows
@@ -169,9 +183,20 @@ def _judge(item: pytest.Item, rules: list[Any]) -> None:
     cap = getattr(item, "funcargs", {}).get(FIXTURE)
     if cap is None:
         pytest.fail(f"@pytest.mark.{MARKER} needs the {FIXTURE} fixture, which this test did not get", pytrace=False)
-    case = cap.report(case_id=item.nodeid, include_freed=True)  # the test's graphs are gone by now
+    where = rank_of_process()
+    ranks = next((m.kwargs["ranks"] for m in item.iter_markers(MARKER) if "ranks" in m.kwargs), None)
+    if ranks is not None:
+        world = where[1] if where is not None else 1
+        absent = [r for r in ranks if r >= world]
+        if absent:
+            pytest.fail(f"bad @pytest.mark.{MARKER}: ranks={list(ranks)} names rank(s) {absent} in a world of {world} "
+                        f"process(es){'' if where else ' (not under torchrun)'}", pytrace=False)
+        if (where[0] if where is not None else 0) not in ranks:
+            return  # another rank judges it
+    on = f" on rank {where[0]} of {where[1]}" if where is not None else ""
+    case = cap.report(case_id=item.nodeid + (f"/rank{where[0]}" if where else ""), include_freed=True)  # the graphs are gone by now
     if not case.rows and not case.freed:
-        pytest.fail(f"@pytest.mark.{MARKER}: the test saved no tensor for backward inside {FIXTURE}, so the "
+        pytest.fail(f"@pytest.mark.{MARKER}: the test saved no tensor for backward inside {FIXTURE}{on}, so the "
                     "budget checked nothing (run the forward inside the fixture's capture)", pytrace=False)
     try:
         allow = any(m.kwargs.get("allow_incomplete") is True for m in item.iter_markers(MARKER))
@@ -184,7 +209,7 @@ def _judge(item: pytest.Item, rules: list[Any]) -> None:
         pytest.fail(f"bad @pytest.mark.{MARKER}: {problem}", pytrace=False)
     bad = [v for v in verdicts if v.failed]
     if bad:
-        lines = [f"saved-tensor budget failed ({len(bad)} of {len(verdicts)}):"]
+        lines = [f"saved-tensor budget failed{on} ({len(bad)} of {len(verdicts)}):"]
         for v in bad:
             lines.append("  " + v.message.replace("\n", "\n  "))
         lines.append(f"all {len(case.rows)} saved rows ({fmt_bytes(case.totals.saved_bytes)} saved, parameters excluded):")
@@ -192,4 +217,4 @@ def _judge(item: pytest.Item, rules: list[Any]) -> None:
         pytest.fail("\n".join(lines), pytrace=False)
     xfails = [v for v in verdicts if v.verdict == "xfail"]
     if xfails:
-        pytest.xfail("; ".join(f"{v.rule}: {v.message}" for v in xfails))
+        pytest.xfail(on.strip() + (": " if on else "") + "; ".join(f"{v.rule}: {v.message}" for v in xfails))

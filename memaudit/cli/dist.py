@@ -114,6 +114,8 @@ def run_distributed(
         for flag, given in (("--rank-dir", opts.rank_dir is not None), ("--dist-backend", opts.backend is not None)):
             if given:
                 raise UsageError("applies to a distributed run only: add --nproc N, or run under torchrun", key=flag)
+        for spec in specs:  # every case can be placed before anything runs
+            place(target, spec, 0, 1)
         return None
     if opts.nproc is not None and env is not None:
         raise UsageError(f"this process already is rank {env.rank} of {env.world_size} under torchrun; "
@@ -148,7 +150,8 @@ def _launch(nproc: int, folder: Path) -> int:
     codes = {f.exitcode for f in failures}
     if len(failures) == nproc and len(codes) == 1 and codes <= {exitcodes.FAIL, exitcodes.CASE_ERROR, exitcodes.NOTHING_MEASURED}:
         return codes.pop()  # every rank exited with rank 0's verdict, which rank 0 has printed
-    lines = [f"rank {f.rank}{f' (pid {f.pid})' if f.pid else ''} {f.how()}" for f in failures]
+    lines = [f"rank {f.rank}{f' (pid {f.pid})' if f.pid else ''} {f.how()}"
+             + (" (torchrun stops the others once one fails)" if f.stopped_by_torchrun else "") for f in failures]
     err.print(error_line(f"the distributed run failed: {'; '.join(lines)}; no merged report was written",
                          "the ranks' own files:\n  " + "\n  ".join(rank_files_state(folder, nproc))
                          + f"\n  merge what is there: memaudit merge {folder} --allow-missing-ranks"), soft_wrap=True)

@@ -32,6 +32,7 @@ from memaudit.spec import CaseSpec, RunFlag, ShapeParam
 from memaudit.targets.base import Built
 from memaudit.targets.routing import RoutingPlan, parse_routing, routing_name
 from memaudit.te.recipes import RECIPES, alignment, needs
+from memaudit.te.target import TEGroupedMLPTarget
 
 if TYPE_CHECKING:
     import torch
@@ -142,6 +143,10 @@ class EPGroupedMLPTarget:
     shape = EP_SHAPE
     defaults: dict[str, Any] = {"tokens": 1024, "hidden": 256, "ffn": 512, "groups": (2,), "dtype": "bf16"}
     default_device = "cpu"
+    path_keys = TEGroupedMLPTarget.path_keys
+    """The TE experts record TE's path (the reference experts none)."""
+    path_label = staticmethod(TEGroupedMLPTarget.path_label)
+    path_detail = staticmethod(TEGroupedMLPTarget.path_detail)
     collective = True
     """Its forward and backward run collectives: one rank's error would leave the others waiting, so
     under torchrun an error in a case ends the run (the ranks' files say where)."""
@@ -215,6 +220,22 @@ class EPGroupedMLPTarget:
         placed = replace(spec, options={**spec.options, "ep": ep}, splits=tuple(splits))
         return placed, RankInfo(rank, world_size, layout, coords, send_splits=plan.send_splits(),
                                 recv_splits=plan.recv_splits(coords["ep"]))
+
+    @staticmethod
+    def rank_problem(case: Any) -> tuple[str, str] | None:
+        """``(field, what is wrong)`` where a rank's case contradicts the dispatch: its ``ep``
+        option is its layout's, it sent ``tokens x topk`` tokens, and its groups ran what it received."""
+        info = case.dist
+        ep = case.options.get("ep")
+        if ep != info.layout.get("ep"):
+            return "options.ep", f"ep={ep!r}, but the rank's layout is {info.layout}"
+        want = case.dims.get("tokens", 0) * case.options.get("topk", DEFAULT_TOPK)
+        if info.send_splits is None or sum(info.send_splits) != want:
+            return "dist.send_splits", (f"sent {info.send_splits} tokens, but {case.dims.get('tokens')} tokens to "
+                                        f"top-{case.options.get('topk', DEFAULT_TOPK)} experts are {want}")
+        if len(case.splits) != case.groups:
+            return "splits", f"{len(case.splits)} split sizes for {case.groups} local expert(s)"
+        return None
 
     def local_spec(self, spec: CaseSpec) -> CaseSpec:
         """The grouped MLP the local experts are: the reference target's shape, the tokens they received."""
