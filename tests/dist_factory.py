@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import os
 import signal
+import time
+from pathlib import Path
 from typing import Any
 
 import torch
 
+WAIT_FOR = "DIST_FACTORY_WAIT_FOR"
+"""A file the dying rank waits for before it dies (the test names rank 0's file, so that the
+order of events is fixed: rank 0 has finished its case when rank 1 is killed)."""
+
 
 class Replica(torch.nn.Module):
     """Linear(H, F) -> tanh -> Linear(F, H); ``die`` kills the process in forward (SIGKILL, as the
-    kernel's OOM killer or a scheduler would)."""
+    kernel's OOM killer or a scheduler would), once the file ``DIST_FACTORY_WAIT_FOR`` names exists."""
 
     def __init__(self, hidden: int, ffn: int, *, die: bool = False) -> None:
         super().__init__()
@@ -22,6 +28,10 @@ class Replica(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = torch.tanh(self.up(x))
         if self.die:
+            wait = os.environ.get(WAIT_FOR)
+            deadline = time.monotonic() + 60
+            while wait and not Path(wait).exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
             os.kill(os.getpid(), signal.SIGKILL)
         return self.down(h)
 

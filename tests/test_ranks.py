@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import json
 from fractions import Fraction
-from pathlib import Path
 
 import pytest
 from rich.console import Console
