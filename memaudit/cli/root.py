@@ -240,7 +240,7 @@ def run(
             )
     mode = fallback.value if fallback is not None else ("none" if loaded is not None else "auto")
     if loaded is not None:
-        specs = loaded.specs(device=dev)
+        specs = loaded.specs(device=dev, options=options)  # the target's options from the [flags] too
     else:
         specs = build_specs(
             tgt,
