@@ -247,3 +247,60 @@ def test_eight_ranks_stay_readable(dp_ranks) -> None:
     md = render_markdown(eight)
     assert "| what | r0 | r1 | r2 | r3 | r4 | r5 | r6 | r7 | max/mean |" in md
     assert len(rank_views(eight)) == 1
+
+
+# ---- the command line without processes ------------------------------------------------------------
+
+
+def test_one_process_expert_parallel_and_usage_errors(cli_runner, tmp_path) -> None:
+    """In one process the layer runs with one expert-parallel rank; an expert-parallel size the world
+    cannot hold, distributed-only flags and TE experts on CPU say so before anything runs."""
+    from memaudit.cli import app
+
+    out = tmp_path / "one.json"
+    ok = cli_runner.invoke(app, ["run", "--target", "ep-grouped-mlp", "--groups", "2", "--tokens", "64", "--hidden", "16",
+                                 "--ffn", "32", "--routing", "zipf", "--json", str(out), "--quiet"])
+    assert ok.exit_code == 0, ok.output
+    (case,) = validate_report(json.loads(out.read_text()), source="one.json").cases
+    assert case.dist is None and case.options == {"ep": 1, "routing": "zipf:1", "topk": 2} and sum(case.splits) == 128
+    assert {r.operand for r in case.rows} >= {"dispatch.sorted_indices", "dispatch.routing_map", "dispatch.probs", "fc1.input"}
+    for args, flag in ((["--ep", "2"], "--ep"), (["--rank-dir", str(tmp_path / "r")], "--rank-dir"),
+                       (["--dist-backend", "gloo"], "--dist-backend"), (["--routing", "hot:2"], "--routing")):
+        bad = cli_runner.invoke(app, ["run", "--target", "ep-grouped-mlp", "--tokens", "64", *args, "--json", str(tmp_path / "x.json")])
+        assert bad.exit_code == 2 and flag in bad.output, (args, bad.output)
+        assert not (tmp_path / "x.json").exists()
+    te = cli_runner.invoke(app, ["run", "--target", "ep-grouped-mlp", "--experts", "te", "--device", "cpu", "--tokens", "64",
+                                 "--groups", "2", "--hidden", "16", "--ffn", "32", "--quiet"])
+    assert te.exit_code == 4 and "TransformerEngine runs on CUDA only" in te.output  # TE's own reason: a skipped cell
+
+
+def test_nproc_starts_the_same_command_through_torch_distributed_run(cli_runner, tmp_path, monkeypatch) -> None:
+    """``run --nproc N`` checks everything first, then gives torch.distributed.run the command as
+    given (options left at their defaults left out) with the rank folder; nothing is started here."""
+    import memaudit.dist.launch as launch
+    from memaudit.cli import app
+
+    seen = {}
+
+    def fake_run(args):
+        seen["args"] = args
+        return None
+
+    monkeypatch.setattr("torch.distributed.run.run", fake_run)
+    res = cli_runner.invoke(app, ["run", "--nproc", "4", "--target", "ep-grouped-mlp", "--ep", "2", "--groups", "2",
+                                  "--tokens", "64", "--no-backward", "--routing", "hot", "--json", str(tmp_path / "m.json")])
+    assert res.exit_code == 0, res.output
+    args = seen["args"]
+    assert args.nproc_per_node == "4" and args.standalone and args.module and args.training_script == "memaudit"
+    assert args.training_script_args == ["run", "--target", "ep-grouped-mlp", "--groups", "2", "--tokens", "64",
+                                         "--no-backward", "--json", str(tmp_path / "m.json"), "--ep", "2", "--routing", "hot",
+                                         "--rank-dir", str(tmp_path / "m.ranks")]
+    assert launch.torchrun_args(2, ["run"])[:4] == ["--standalone", "--nproc-per-node", "2", "--max-restarts"]
+    for argv, flag in ((["--nproc", "3", "--ep", "2"], "--ep"), (["--nproc", "0"], "--nproc")):
+        bad = cli_runner.invoke(app, ["run", "--target", "ep-grouped-mlp", "--tokens", "64", *argv])
+        assert bad.exit_code == 2 and flag in bad.output, bad.output
+    monkeypatch.setenv("RANK", "0")
+    for k, v in (("WORLD_SIZE", "2"), ("LOCAL_RANK", "0"), ("MASTER_ADDR", "localhost"), ("MASTER_PORT", "1")):
+        monkeypatch.setenv(k, v)
+    nested = cli_runner.invoke(app, ["run", "--nproc", "2", "--target", "reference", "--groups", "1"])
+    assert nested.exit_code == 2 and "already is rank 0 of 2" in nested.output
