@@ -10,8 +10,9 @@ For each world size N, ``--repeat`` times, in fresh processes:
   rank 0, tables and the merged JSON;
 * ``merge (CLI)``: ``memaudit merge`` of those N rank files (a fresh process: start, read and
   validate each file, merge, validate the summary, write);
-* ``merge (in process)``: :func:`memaudit.dist.merge.merge_reports` alone on the N validated
-  reports (what rank 0 does after the gather), the median of ``--inner`` calls.
+* ``merge (in process)``: what rank 0 does after the gather, the median of ``--inner`` calls:
+  validate the N reports as they arrive (decoded JSON, every check of a report read from a file),
+  :func:`memaudit.dist.merge.merge_reports`, and the merged report to JSON.
 
 Medians (and min/max) are written with the environment to ``--out`` (JSON), a markdown summary
 beside it and, with matplotlib, the figure (``--out`` with ``.svg``)::
@@ -61,7 +62,7 @@ def environment() -> dict[str, Any]:
 
 def measure(n: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from memaudit.dist.merge import merge_reports, rank_files
-    from memaudit.judge.integrity import read_report
+    from memaudit.report import validate_report
 
     shape = ["--target", "ep-grouped-mlp", "--groups", str(args.groups), "--tokens", str(args.tokens), "--hidden",
              str(args.hidden), "--ffn", str(args.ffn), "--routing", args.routing]
@@ -78,10 +79,11 @@ def measure(n: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:
         if proc.returncode != 0:
             raise SystemExit(f"merge of {n} ranks failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
         merges_cli.append(secs)
-        reports = [(str(f), read_report(f)) for f in rank_files(folder)]
+        gathered = [json.loads(f.read_text(encoding="utf-8")) for f in rank_files(folder)]
         for _ in range(args.inner):
             start = time.perf_counter()
-            merged = merge_reports(reports)
+            merged = merge_reports([(f"rank {r}", validate_report(d, source=f"rank {r}")) for r, d in enumerate(gathered)])
+            merged.to_json()
             inner.append(time.perf_counter() - start)
         rows = sum(len(c.rows) for c in merged.cases)
         saved_max = max(c.totals.saved_bytes for c in merged.cases)
@@ -95,7 +97,7 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [
         "# Per-rank audits on CPU: wall time and merge time",
         "",
-        f"`python bench/dist_scaling.py --out {result['out']}` ({result['created']}): `memaudit run --nproc N --target "
+        f"`python bench/dist_scaling.py {result['argv']}` ({result['created']}): `memaudit run --nproc N --target "
         f"ep-grouped-mlp --groups {a['groups']} --tokens {a['tokens']} --hidden {a['hidden']} --ffn {a['ffn']} --routing "
         f"{a['routing']}` over gloo, {a['repeat']} runs per N (medians, min-max). {result['environment']['cpu_count']} CPU "
         f"cores: {'N processes share them' if max(r['ranks'] for r in result['results']) > result['environment']['cpu_count'] else 'one per process'}.",
@@ -132,6 +134,8 @@ def plot(result: dict[str, Any], path: Path) -> None:
     right = left.twinx()
     right.plot(ranks, [1000 * r["merge_s"]["median"] for r in rs], "^--", color="tab:green", label="merge in process (ms)")
     right.set_ylabel("merge in process, ms")
+    left.set_ylim(bottom=0)
+    right.set_ylim(bottom=0)
     lines = left.get_legend_handles_labels()[0] + right.get_legend_handles_labels()[0]
     labels = left.get_legend_handles_labels()[1] + right.get_legend_handles_labels()[1]
     left.legend(lines, labels, loc="upper left", fontsize=8)
@@ -162,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(results[-1]), flush=True)
     out = args.out
     shown = os.path.relpath(out, ROOT) if out.is_absolute() and out.resolve().is_relative_to(ROOT) else str(out)
-    result = {"created": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "out": shown,
+    given = list(sys.argv[1:] if argv is None else argv)
+    result = {"created": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "out": shown, "argv": " ".join(given),
               "args": {k: getattr(args, k) for k in ("ranks", "repeat", "inner", "groups", "tokens", "hidden", "ffn", "routing")},
               "environment": environment(), "results": results}
     out.parent.mkdir(parents=True, exist_ok=True)

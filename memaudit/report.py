@@ -694,12 +694,12 @@ def _validators() -> dict[str, Any]:
 
 
 def schema() -> dict[str, Any]:
-    """The JSON Schema of a report's records (``memaudit schema``): rows, totals and a case (its
-    shape dimensions are further integer keys)."""
+    """The JSON Schema of a report's records (``memaudit schema``): rows, totals, a case (its
+    shape dimensions are further integer keys) and a distributed run's top-level ``dist``."""
     v = _validators()
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": SCHEMA,
             "$defs": {"Row": v["Row"].json_schema(), "Totals": v["Totals"].json_schema(),
-                      "Case": v["cases"][SCHEMA].json_schema()}}
+                      "Case": v["cases"][SCHEMA].json_schema(), "DistRun": v["DistRun"].json_schema()}}
 
 
 def _validation_error(exc: Any, source: str, where: str, data: Any) -> UsageError:

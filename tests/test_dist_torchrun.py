@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,18 @@ def check_ranks_against_one_process(merged) -> list[int]:
     return saved
 
 
+def predicted_saved(counts: list[int], *, ep: int, local: int, tokens: int = 128, hidden: int = 32, ffn: int = 64,
+                    topk: int = 2) -> list[int]:
+    """Saved bytes per expert-parallel rank from the routing's counts alone: affine in the tokens R a
+    rank received, R x (H + 2F + F) bf16 activations + R fp32 scales, plus its split sizes (int64)
+    and the dispatch's routing state."""
+    out = []
+    for r in range(ep):
+        received = ep * sum(counts[r * local:(r + 1) * local])
+        out.append(received * (2 * (hidden + 2 * ffn + ffn) + 4) + 8 * local + dispatch_bytes(tokens, ep * local, topk))
+    return out
+
+
 def _without_created(path: Path) -> dict:
     d = json.loads(path.read_text())
     d.pop("created")
@@ -95,15 +108,11 @@ def test_two_ranks_hot_expert(tmp_path: Path) -> None:
     saved = check_ranks_against_one_process(merged)
     # 128 tokens to top-2 of 4 experts in units of 16 (T = 8 units each at most): the hot expert takes
     # all 8 units, the others share 8 units as 3, 3, 2
-    plan = RoutingPlan(2, 2, 128, 2, 16, "hot", __import__("fractions").Fraction(1), 0)
+    plan = RoutingPlan(2, 2, 128, 2, 16, "hot", Fraction(1), 0)
     counts = plan.counts()
     assert sorted(counts) == [32, 48, 48, 128]
     hot_rank = plan.popularity()[0] // 2
-    # saved bytes are affine in the tokens a rank received: R x (H + 2F + F) bf16 + R fp32 scales
-    per_token = 2 * (32 + 128 + 64) + 4
-    constant = 2 * 8 + dispatch_bytes(128, 4, 2)
-    received = [2 * (counts[2 * r] + counts[2 * r + 1]) for r in range(2)]
-    predicted = [per_token * r + constant for r in received]
+    predicted = predicted_saved(counts, ep=2, local=2)
     assert saved == predicted
     (summary,) = merged.dist.summary
     assert summary.saved.worst_rank == hot_rank
@@ -131,8 +140,14 @@ def test_four_ranks_under_torchrun(tmp_path: Path) -> None:
     saved = check_ranks_against_one_process(merged)
     (summary,) = merged.dist.summary
     assert [(r.group, r.ranks, r.identical) for r in summary.replicas] == [("ep0", [0, 2], True), ("ep1", [1, 3], True)]
-    assert saved[0] == saved[2] and saved[1] == saved[3] and saved[0] != saved[1]
-    assert summary.saved.imbalance == max(saved) / (sum(saved) / 4)
+    # Zipf 1.5 over 4 experts, 16 units of 16 tokens, at most 8 each: weights 1, 0.354, 0.192, 0.125
+    # give the first 9.6 units, so 8; the other 8 units go 4.2, 2.3, 1.5 -> 4, 2, 1 + 1 (largest remainder)
+    plan = RoutingPlan(2, 2, 128, 2, 16, "zipf", Fraction(3, 2), 0)
+    counts = plan.counts()
+    assert [counts[e] for e in plan.popularity()] == [128, 64, 32, 32]
+    predicted = predicted_saved(counts, ep=2, local=2)
+    assert saved == predicted * 2  # ranks 2 and 3 are replicas of 0 and 1
+    assert summary.saved.imbalance == max(predicted) / (sum(predicted) / 2)
     assert "dp replicas ep0 (ranks 0, 2): identical" in run.stdout
 
 
