@@ -304,3 +304,62 @@ def test_nproc_starts_the_same_command_through_torch_distributed_run(cli_runner,
         monkeypatch.setenv(k, v)
     nested = cli_runner.invoke(app, ["run", "--nproc", "2", "--target", "reference", "--groups", "1"])
     assert nested.exit_code == 2 and "already is rank 0 of 2" in nested.output
+
+
+def test_merge_command_reads_rank_files_and_refuses_bad_input(cli_runner, tmp_path, dp_ranks) -> None:
+    from memaudit.cli import app
+
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    for name, rep in dp_ranks:
+        (folder / name).write_text(rep.to_json())
+    good = cli_runner.invoke(app, ["merge", str(folder), "--json", str(tmp_path / "m.json"), "--markdown", str(tmp_path / "m.md")])
+    assert good.exit_code == 0, good.output
+    assert validate_report(json.loads((tmp_path / "m.json").read_text()), source="m.json").dist.summary
+    assert "| what | r0 | r1 | max/mean |" in (tmp_path / "m.md").read_text()
+    before = (folder / "rank0.json").read_text()
+    for argv, needle in (([str(folder), "--json", str(folder / "rank0.json")], "never overwrites what memaudit reads"),
+                         ([str(tmp_path / "empty")], "no rank files"),
+                         ([str(folder / "rank0.json"), str(tmp_path / "m.json")], "merge takes the ranks' own files"),
+                         ([str(tmp_path / "nothere.json")], "no such file")):
+        (tmp_path / "empty").mkdir(exist_ok=True)
+        bad = cli_runner.invoke(app, ["merge", *argv])
+        assert bad.exit_code == 2 and needle in bad.output, (argv, bad.output)
+    assert (folder / "rank0.json").read_text() == before
+
+
+PLUGIN_TEST = """
+import pytest
+import torch
+
+
+@pytest.mark.saved_budget(max_bytes="1 KiB")
+def test_over_budget(saved_tensors):
+    (torch.randn(64, 64, requires_grad=True) * 2).tanh()
+
+
+@pytest.mark.saved_budget(max_bytes="1 KiB", ranks=[0])
+def test_judged_on_rank_0_only(saved_tensors):
+    (torch.randn(64, 64, requires_grad=True) * 2).tanh()
+
+
+@pytest.mark.saved_budget(max_bytes="1 KiB", ranks=[5])
+def test_a_rank_the_world_lacks(saved_tensors):
+    (torch.randn(4, 4, requires_grad=True) * 2).tanh()
+"""
+
+
+def test_plugin_names_the_rank_and_judges_where_asked(pytester, monkeypatch) -> None:
+    """As torchrun's rank 1 of 2 (its environment): the failure names the rank, a budget for rank 0
+    only is not judged here, and a rank the world does not have is a failure of the marker."""
+    import importlib.metadata
+
+    for k, v in (("RANK", "1"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "1")):
+        monkeypatch.setenv(k, v)
+    pytester.makepyfile(test_inner=PLUGIN_TEST)
+    installed = any(ep.value == "memaudit.pytest_plugin" for ep in importlib.metadata.entry_points(group="pytest11"))
+    result = pytester.runpytest(*(() if installed else ("-p", "memaudit.pytest_plugin")), "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=2)
+    text = result.stdout.str()
+    assert "saved-tensor budget failed on rank 1 of 2" in text
+    assert "ranks=[5] names rank(s) [5] in a world of 2" in text
