@@ -30,14 +30,20 @@ TESTS = Path(__file__).resolve().parent
 SHAPE = ["--groups", "2", "--tokens", "128", "--hidden", "32", "--ffn", "64"]
 
 
+def _pythonpath() -> str:
+    """tests/ (the factories) and this checkout, before whatever the environment has: the ranks
+    import the memaudit under test even where it is not installed."""
+    return os.pathsep.join(p for p in (str(TESTS), str(TESTS.parent), os.environ.get("PYTHONPATH", "")) if p)
+
+
 def memaudit(*args: str, cwd: Path, timeout: int = 240, **extra: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(TESTS), "COLUMNS": "120", **extra}
+    env = {**os.environ, "PYTHONPATH": _pythonpath(), "COLUMNS": "120", **extra}
     return subprocess.run([sys.executable, "-m", "memaudit", *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout)
 
 
 def torchrun(nproc: int, *args: str, cwd: Path, timeout: int = 240) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(TESTS), "COLUMNS": "120", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": _pythonpath(), "COLUMNS": "120", "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), *args]
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
