@@ -258,7 +258,7 @@ MERGE_HELP = (
 
 
 def merge(
-    paths: Annotated[list[Path], typer.Argument(help="Rank files (rank<N>.json), or folders of them.", show_default=False)],
+    paths: Annotated[list[Path], typer.Argument(help="Rank files (rank<N>.json), or folders of them.", show_default=False, metavar="RANK_FILES_OR_FOLDER")],
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the merged report here (atomically).")] = None,
     markdown: Annotated[Path | None, typer.Option(help="Write a markdown summary (PR comment) here.")] = None,
     allow_missing_ranks: Annotated[bool, typer.Option("--allow-missing-ranks", help="Merge what is there: a missing rank or case becomes an error case saying so (exit 3), never a zero.")] = False,
