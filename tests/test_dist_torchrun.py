@@ -1,7 +1,7 @@
 """Per-rank audits across real processes: torchrun / ``memaudit run --nproc``, gloo on CPU.
 
 Five multi-process runs (2 and 4 ranks of the expert-parallel target, a killed rank, the pytest
-plugin under torchrun): about 40 s on 2 cores. The ground truth is independent of the
+plugin under torchrun): about 45 s on 2 cores (15, 12, 8 and 7 s). The ground truth is independent of the
 distributed machinery: a single-process run of the reference target at each rank's split sizes,
 and the dispatch's saved tensors computed from the routing's shapes.
 """
