@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from memaudit.errors import UsageError
+from memaudit.ranks import DistRun, RankInfo, base_id, info_problem, run_from, run_problem
 from memaudit.spec import DTYPES, CaseSpec
 
 SCHEMA = "memaudit.report/2"
@@ -420,6 +421,9 @@ class CaseReport:
     modules: list[ModuleGroup] = field(default_factory=list)
     """Rows grouped by the module call that saved them, largest first (what to checkpoint); written
     to the JSON only when there are any."""
+    dist: RankInfo | None = None
+    """Set when the case ran on one rank of a distributed job (:class:`~memaudit.ranks.RankInfo`);
+    its id then ends with the rank's coordinates."""
 
     def __post_init__(self) -> None:
         if not self.id:
@@ -496,6 +500,8 @@ class CaseReport:
         if self.emulation is not None:  # measured cases carry neither key (reports stay as they were)
             out["execution"] = "emulated"
             out["emulation"] = asdict(self.emulation)
+        if self.dist is not None:  # only a case run on one rank of a distributed job
+            out["dist"] = self.dist.to_dict()
         return out
 
     @classmethod
@@ -506,7 +512,7 @@ class CaseReport:
         return validate_case(d, source=source, schema=schema)
 
 
-_NESTED = ("spec", "rows", "freed", "totals", "path", "emulation", "modules")
+_NESTED = ("spec", "rows", "freed", "totals", "path", "emulation", "modules", "dist")
 
 
 @dataclass
@@ -518,15 +524,20 @@ class Report:
     memaudit: str = ""
     created: str = ""
     schema: str = SCHEMA
+    dist: DistRun | None = None
+    """Set for a distributed run's report: a rank's own file or a merged one (:class:`~memaudit.ranks.DistRun`)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "schema": self.schema,
             "memaudit": self.memaudit,
             "created": self.created,
             "environment": self.environment,
             "cases": [c.to_dict() for c in self.cases],
         }
+        if self.dist is not None:  # only a distributed run's report
+            out["dist"] = self.dist.to_dict()
+        return out
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, indent=1, ensure_ascii=False) + "\n"
@@ -721,6 +732,9 @@ def _validators() -> dict[str, Any]:
                                   "rows": list[count]})  # type: ignore[operator]
     budget.__pydantic_config__ = config  # type: ignore[attr-defined]
 
+    from memaudit.ranks import pydantic_types
+
+    dist_types = pydantic_types(config, count, text)
     scalar = str | bool | int | float
     case_fields = {
         "id": text, "target": text, "recipe": text, "groups": groups, "dtype": Literal[(*DTYPES, "-")],
@@ -729,8 +743,9 @@ def _validators() -> dict[str, Any]:
         "path": dict[str, Any] | None, "rows": list[row], "freed": list[row], "totals": totals,
         "warnings": list[str], "budgets": list[budget], "complete": bool, "allocator": dict[str, Any] | None,
         "execution": Literal["measured", "emulated"], "emulation": emulation, "modules": list[module_group],
+        "dist": dist_types["RankInfo"],
     }
-    written = set(case_fields) - {"execution", "emulation", "modules"}  # what a /2 report writes for every case
+    written = set(case_fields) - {"execution", "emulation", "modules", "dist"}  # what a /2 report writes for every case
     first = {"id", "target", "recipe", "groups"}  # what a /1 report surely has
     adapters = {}
     for schema_name, required in ((SCHEMA, written), ("memaudit.report/1", first)):
@@ -738,17 +753,19 @@ def _validators() -> dict[str, Any]:
         case = TypedDict("Case", ann)  # type: ignore[operator]
         case.__pydantic_config__ = config  # type: ignore[attr-defined]
         adapters[schema_name] = TypeAdapter(case)
-    return {"cases": adapters, "case_keys": frozenset(case_fields), "Row": TypeAdapter(row), "Totals": TypeAdapter(totals)}
+    return {"cases": adapters, "case_keys": frozenset(case_fields), "Row": TypeAdapter(row), "Totals": TypeAdapter(totals),
+            "DistRun": TypeAdapter(dist_types["DistRun"])}
 
 
 def schema() -> dict[str, Any]:
-    """The JSON Schema of a report's records (``memaudit schema``): rows, totals and a case (its
-    shape dimensions are further integer keys)."""
+    """The JSON Schema of a report's records (``memaudit schema``): rows, totals, a case (its
+    shape dimensions are further integer keys) and a distributed run's top-level ``dist``."""
     v = _validators()
     case = v["cases"][SCHEMA].json_schema()
     case["additionalProperties"] = {"type": "integer", "minimum": 1, "maximum": MAX_DIM}  # the shape dimensions
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": SCHEMA,
-            "$defs": {"Row": v["Row"].json_schema(), "Totals": v["Totals"].json_schema(), "Case": case}}
+            "$defs": {"Row": v["Row"].json_schema(), "Totals": v["Totals"].json_schema(), "Case": case,
+                      "DistRun": v["DistRun"].json_schema()}}
 
 
 def _validation_error(exc: Any, source: str, where: str, data: Any) -> UsageError:
@@ -858,6 +875,7 @@ def validate_case(d: Any, *, source: str = "<report>", schema: str = SCHEMA, whe
     if (execution == "emulated") != (emulation is not None):
         raise UsageError(f"execution {execution!r} with emulation {_short(emulation)}: an emulated case has both, "
                          "a measured case neither", source=source, key=f"{where}.execution")
+    dist = _rank_info(c.pop("dist", None), c, source, where)
     for k in ("path", "allocator"):
         if c.get(k) is not None and 3 + _depth(c[k]) > MAX_DEPTH:
             raise UsageError(f"nested {3 + _depth(c[k])} levels deep (at most {MAX_DEPTH})", source=source, key=f"{where}.{k}")
@@ -895,11 +913,30 @@ def validate_case(d: Any, *, source: str = "<report>", schema: str = SCHEMA, whe
         spec, id=c["id"], status=status, reason=c.get("reason"), path=PathInfo(path) if path is not None else None,
         rows=rows, totals=totals, warnings=c.get("warnings", []), budgets=c.get("budgets", []), complete=c.get("complete", True),
         freed=freed, allocator=c.get("allocator"), emulation=Emulation(**emulation) if emulation is not None else None,
-        modules=modules,
+        modules=modules, dist=dist,
     )
 
 
-_TOP_KEYS = ("schema", "memaudit", "created", "environment", "cases")
+def _rank_info(d: dict[str, Any] | None, c: dict[str, Any], source: str, where: str) -> RankInfo | None:
+    """A case's ``dist`` (validated by the schema) as a RankInfo that agrees with itself and with
+    the case: its id ends with its coordinates, and what it received is what its groups ran."""
+    if d is None:
+        return None
+    info = RankInfo(**d)
+    problem = info_problem(info)
+    if problem is not None:
+        raise UsageError(problem[1], source=source, key=f"{where}.dist.{problem[0]}")
+    if base_id(c["id"], info) is None:
+        raise UsageError(f"a case run on rank {info.rank} has an id that ends with its coordinates /{info.key}",
+                         source=source, key=f"{where}.id")
+    splits = c.get("splits")
+    if info.recv_splits is not None and splits and sum(info.recv_splits) != sum(splits):
+        raise UsageError(f"received {sum(info.recv_splits):,} tokens ({info.recv_splits}) but its groups ran {sum(splits):,} "
+                         f"({splits})", source=source, key=f"{where}.dist.recv_splits")
+    return info
+
+
+_TOP_KEYS = ("schema", "memaudit", "created", "environment", "cases", "dist")
 
 
 def validate_report(d: Any, *, source: str = "<report>") -> Report:
@@ -934,7 +971,26 @@ def validate_report(d: Any, *, source: str = "<report>") -> Report:
                                  source=source, key=f"cases[{i}].id")
             seen[case.id] = i
             parsed.append(case)
-    return Report(cases=parsed, environment=env, memaudit=d.get("memaudit", ""), created=d.get("created", ""))
+        run = _dist_run(d.get("dist"), parsed, source)
+    return Report(cases=parsed, environment=env, memaudit=d.get("memaudit", ""), created=d.get("created", ""), dist=run)
+
+
+def _dist_run(d: Any, cases: list[CaseReport], source: str) -> DistRun | None:
+    """The report's ``dist`` (a distributed run's), validated strictly and against its cases
+    (:func:`memaudit.ranks.run_problem`: a merged report's summary is what its cases give)."""
+    if d is None:
+        return None
+    from pydantic import ValidationError
+
+    try:
+        valid = _validators()["DistRun"].validate_python(d)
+    except ValidationError as exc:
+        raise _validation_error(exc, source, "dist", d) from None
+    run = run_from(valid)
+    problem = run_problem(run, cases)
+    if problem is not None:
+        raise UsageError(problem[1], source=source, key=problem[0])
+    return run
 
 
 def read_input(path: str | os.PathLike[str], what: str = "file") -> str:

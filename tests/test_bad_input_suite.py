@@ -343,9 +343,9 @@ for ename, (expr, needle) in BAD_EXPRESSIONS.items():
 BAD_NAMES = ["refrence", "grouped-mlp", "GROUPED_MLP", "nope", "[bold]x", "-", "reference.", "grouped_mlp ", "x" * 300]
 for name in BAD_NAMES:
     CASES.append(Case(f"check --scenario name {name[:20]!r}", lambda t, n=name: ["check", str(t / "good.json"), "--scenario", n],
-                      setup=lambda t: _report(t, "good.json"), needle="shipped scenarios: grouped_mlp, grouped_mlp_emulated, reference"))
+                      setup=lambda t: _report(t, "good.json"), needle="shipped scenarios: expert_parallel, grouped_mlp, grouped_mlp_emulated, reference"))
     CASES.append(Case(f"run --scenario name {name[:20]!r}", lambda t, n=name: ["run", "--scenario", n, "--json", str(t / "o.json")],
-                      needle="shipped scenarios: grouped_mlp, grouped_mlp_emulated, reference"))
+                      needle="shipped scenarios: expert_parallel, grouped_mlp, grouped_mlp_emulated, reference"))
 
 # ---- hostile but valid: the promise is no crash, and the gate's own answer -----------------------
 CASES += [

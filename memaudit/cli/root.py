@@ -193,6 +193,10 @@ def run(
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the JSON report here (atomically).")] = None,
     markdown: Annotated[Path | None, typer.Option(help="Write a markdown summary (PR comment) here.")] = None,
     quiet: Annotated[bool, typer.Option(help="Only the summary table (and, where stderr is not a terminal, the one line per finished case).")] = False,
+    nproc: Annotated[int | None, typer.Option(help="Run on N local processes through torch.distributed.run (as torchrun --nproc-per-node N -m memaudit run ... does): per-rank cases, one merged report.")] = None,
+    dist_backend: Annotated[str | None, typer.Option(help="Distributed runs: the process-group backend. Default: gloo on CPU, cpu:gloo,cuda:nccl with --device cuda (the reports always travel over gloo).")] = None,
+    rank_dir: Annotated[Path | None, typer.Option(help="Distributed runs: the folder each rank writes its own file to (rank<N>.json) after every case. Default: beside --json (report.ranks/), else memaudit-ranks/.")] = None,
+    dist_timeout: Annotated[int, typer.Option(help="Distributed runs: seconds a rank waits for the others after a case before the run ends (a rank that died, or one an error took out of a collective).")] = 120,
     **target_flags: Any,
 ) -> int:
     """Run the target for each (recipe, group count) and report every saved tensor.
@@ -236,7 +240,7 @@ def run(
             )
     mode = fallback.value if fallback is not None else ("none" if loaded is not None else "auto")
     if loaded is not None:
-        specs = loaded.specs(device=dev)
+        specs = loaded.specs(device=dev, options=options)  # the target's options from the [flags] too
     else:
         specs = build_specs(
             tgt,
@@ -249,6 +253,15 @@ def run(
             splits=splits,
             all_recipes=getattr(tgt, "fallback_recipes", None) if mode != "none" else None,
         )
+    from memaudit.cli.dist import DistOptions, run_distributed
+
+    code = run_distributed(
+        DistOptions(nproc, dist_backend, rank_dir, dist_timeout), target=tgt, target_name=target, specs=specs,
+        scenario=loaded, device=dev, backward=backward, verify_allocator=verify_allocator, stack=stack, expected=expected,
+        allow_incomplete=allow_incomplete, allow_na=allow_na, json_path=json_path, markdown=markdown, quiet=quiet,
+        inputs=read_inputs(scenario=scenario))
+    if code is not None:  # --nproc, or a rank under torchrun
+        return code
     from memaudit.render.progress import CaseProgress
     from memaudit.runner import plan_fallbacks
 
@@ -429,9 +442,10 @@ def doctor() -> None:
 
 def _register_commands() -> None:
     """Subcommands that live in memaudit/cli/: each module has ``register(app)``."""
-    from memaudit.cli import baseline, check, compare, estimate, plot
+    from memaudit.cli import baseline, check, compare, dist, estimate, plot
 
     compare.register(app)
+    dist.register(app)
     baseline.register(app)
     check.register(app)
     estimate.register(app)

@@ -70,4 +70,7 @@ def case_problem(case: CaseReport) -> tuple[str, str] | None:
                       f"{made!r} (the gate matches cases by id: an id and fields that disagree are refused)")
     if case.splits and split is not None and sum(case.splits) != case.dims[split]:
         return ("splits", f"splits {case.splits} add up to {sum(case.splits)}, not the case's {split} ({case.dims[split]})")
+    own = getattr(cls, "rank_problem", None)  # a target that places cases on ranks checks its own
+    if case.dist is not None and own is not None:
+        return own(case)
     return None

@@ -20,6 +20,7 @@ from typing import Any
 from memaudit.environment import libraries
 from memaudit.errors import UsageError
 from memaudit.judge.baseline import WORSE, CaseDiff, Comparison, Finding, kind_breakdown
+from memaudit.render.ranks import PER_RANK_MAX, RankView, imbalance, rank_views
 from memaudit.report import CaseReport, Report
 from memaudit.units import fmt_bytes, fmt_delta
 
@@ -431,6 +432,28 @@ def _footer(report: Report, comparison: Comparison | None) -> str:
     return f"<sub>{html_escape(' · '.join(bits))}</sub>\n" if bits else ""
 
 
+def _ranks_block(v: RankView) -> str:
+    """One planned case of a merged report: a column per rank (up to PER_RANK_MAX), else the
+    worst rank and the spread; the worst rank's cell in bold."""
+    icon = "⚠️" if not v.ok or any(not r.identical for r in v.summary.replicas) else "⚖️"
+    lines = ["<details open>" if not v.ok else "<details>", f"<summary>{icon} {html_escape(v.title())}</summary>", ""]
+    ranks = v.summary.ranks
+    if v.lines and len(ranks) <= PER_RANK_MAX:
+        lines += ["| what | " + " | ".join(f"r{r}" for r in ranks) + " | max/mean |",
+                  "|---|" + "--:|" * (len(ranks) + 1)]
+        for what, sp in v.lines:
+            bold = sp.imbalance not in (None, 1.0)
+            cells = [f"**{fmt_bytes(x)}**" if bold and r == sp.worst_rank else fmt_bytes(x) for r, x in zip(ranks, sp.per_rank, strict=True)]
+            lines.append(f"| {md_escape(what)} | " + " | ".join(cells) + f" | {imbalance(sp)} |")
+    elif v.lines:
+        lines += ["| what | worst | max | mean | min | max/mean |", "|---|--:|--:|--:|--:|--:|"]
+        for what, sp in v.lines:
+            lines.append(f"| {md_escape(what)} | r{sp.worst_rank} | {fmt_bytes(sp.max)} | {fmt_bytes(round(sp.mean))} | "
+                         f"{fmt_bytes(sp.min)} | {imbalance(sp)} |")
+    lines += ["", *(f"- {md_escape(n)}" for n in v.notes()), "", "</details>", ""]
+    return "\n".join(lines)
+
+
 # --------------------------------------------------------------------------------------------
 # Public entry point
 
@@ -444,6 +467,7 @@ def render_markdown(
 ) -> str:
     """Render ``report`` (and its comparison against a baseline, if any) as a PR comment."""
     head = [marker(name), _verdict(report, comparison), ""]
+    head += [_ranks_block(v) for v in rank_views(report)]  # a merged report's ranks, side by side
     if comparison is not None and comparison.env_warnings:
         strict = " (a failure under --strict-env)" if comparison.strict_env else ""
         head += [f"> ⚠️ Environment differs from the baseline{strict}:"]

@@ -17,6 +17,7 @@ from memaudit.targets.base import Target  # torch-free: the protocol only
 BUILTIN = {
     "reference": "memaudit.targets.reference:ReferenceTarget",
     "te-grouped-mlp": "memaudit.te.target:TEGroupedMLPTarget",
+    "ep-grouped-mlp": "memaudit.targets.ep:EPGroupedMLPTarget",
 }
 """Built-in target name -> ``module:class``; the first whose ``runs_here()`` is true is the default."""
 
