@@ -140,3 +140,24 @@ def test_te_cli_snapshot(tmp_path: Path, recipe: str, extra: list[str]) -> None:
     blocks = named_blocks(tmp_path / "s.pickle")
     assert sorted(size for _, size in blocks.values()) == sorted(storages.values())
     assert any(name.startswith("fc1.input") for name, _ in blocks.values()), blocks
+
+
+def test_allocator_scan_survives_a_dead_weak_proxy() -> None:
+    """Found on the H200: Dynamo leaves ``weakref.proxy`` objects whose referent is gone among the
+    garbage collector's objects, and ``isinstance`` on one raises ``ReferenceError``; the
+    allocator check's scan of live CUDA tensors skipped none of that and crashed ``capture()``."""
+    import gc
+    import weakref
+
+    from memaudit.capture.verify import cuda_storages
+
+    class Referent:
+        pass
+
+    obj = Referent()
+    dead = [weakref.proxy(obj)]
+    del obj
+    gc.collect()
+    with pytest.raises(ReferenceError):
+        isinstance(dead[0], torch.Tensor)
+    assert isinstance(cuda_storages(), dict)  # no ReferenceError

@@ -494,7 +494,7 @@ class Capture:
         storages: dict[str, tuple[Any, list[str]]] = {}
         for row in rows:
             sref = sref_of.get(row.index)
-            st = sref[0]() if sref is not None else None
+            st = sref() if sref is not None else None
             if st is None or row.storage is None or row.resides != "device":
                 continue
             storages.setdefault(row.storage, (st, []))[1].append(row_label(row))
