@@ -30,8 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     case = json.loads(args.report.read_text())["cases"][0]
     storages: dict[str, int] = {}
     for row in case["rows"]:
-        if row.get("storage") and row.get("resides") == "device":
-            storages[row["storage"]] = row["storage_bytes"]
+        if row.get("storage") and row.get("resides") == "device" and row["storage_bytes"] > 0:
+            storages[row["storage"]] = row["storage_bytes"]  # a 0-byte storage is no allocation
     named = []
     for seg in snap["segments"]:
         for block in seg["blocks"]:
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
                 named.append((frames[0]["name"], block["requested_size"], block["size"]))
     traces = sum(len(t) for t in snap["device_traces"])
     lines = [
-        f"# Allocator snapshot of `{case['id']}` ({case.get('path', {}).get('label', '') if case.get('path') else ''})",
+        f"# Allocator snapshot of `{case['id']}`",
         "",
         f"{len(named)} blocks named after memaudit rows; {len(storages)} saved device storages in the report; "
         f"{traces} allocator trace entries recorded.",

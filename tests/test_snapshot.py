@@ -103,7 +103,7 @@ def test_every_saved_block_named_with_its_bytes(tmp_path: Path) -> None:
     blocks = named_blocks(path)
     by_storage: dict[str, Any] = {}
     for row in case.rows:
-        if row.storage is not None and row.resides == "device":
+        if row.storage is not None and row.resides == "device" and row.storage_bytes:  # 0 bytes: no allocation
             by_storage.setdefault(row.storage, row)
     assert by_storage, "the MLP saved nothing on the device"
     sizes = sorted(r.storage_bytes for r in by_storage.values())
@@ -136,7 +136,7 @@ def test_te_cli_snapshot(tmp_path: Path, recipe: str, extra: list[str]) -> None:
              "--ffn", "512", *extra, "--quiet", "--json", "r.json", "--memory-snapshot", "s.pickle", cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     case = json.loads((tmp_path / "r.json").read_text())["cases"][0]
-    storages = {row["storage"]: row["storage_bytes"] for row in case["rows"] if row.get("storage")}
+    storages = {row["storage"]: row["storage_bytes"] for row in case["rows"] if row.get("storage") and row["storage_bytes"]}
     blocks = named_blocks(tmp_path / "s.pickle")
     assert sorted(size for _, size in blocks.values()) == sorted(storages.values())
     assert any(name.startswith("fc1.input") for name, _ in blocks.values()), blocks
