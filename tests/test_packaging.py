@@ -167,7 +167,7 @@ def test_pyproject_lists_every_package_folder() -> None:
     }
     assert set(config["packages"]) == folders | {"memaudit.scenarios"}
     assert config["package-dir"] == {"memaudit.scenarios": "scenarios"}
-    assert config["package-data"] == {"memaudit.scenarios": ["*.toml"]}
+    assert config["package-data"] == {"memaudit": ["gate.sh"], "memaudit.scenarios": ["*.toml"]}
 
 
 def test_the_distribution_name_is_not_the_other_projects() -> None:
@@ -244,6 +244,7 @@ def test_the_wheel_ships_the_scenarios_and_every_module(wheel: Path) -> None:
         names = set(z.namelist())
         for p in SCENARIOS:
             assert z.read(f"memaudit/scenarios/{p.name}") == p.read_bytes()
+        assert z.read("memaudit/gate.sh") == (ROOT / "memaudit" / "gate.sh").read_bytes()  # the CI gate's script
         metadata = next(z.read(n).decode() for n in names if n.endswith(".dist-info/METADATA"))
     modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "memaudit").rglob("*.py") if "__pycache__" not in p.parts}
     assert modules <= names, sorted(modules - names)
