@@ -688,8 +688,10 @@ def _unchanged_block(diffs: list[CaseDiff], rows: bool) -> list[str]:
         recipes.setdefault(d.recipe, []).append(d)
     per = []
     for recipe, ds in recipes.items():
-        checked = any(_Entry(d.current or d.baseline, d).checked for d in ds)  # type: ignore[arg-type]
-        per.append(f"{recipe} {'✅' if checked else '(not checked)'}")
+        entries = [_Entry(d.current or d.baseline, d) for d in ds]  # type: ignore[arg-type]
+        checked = [e for e in entries if e.checked]
+        emulated = " emulated" if checked and all(e.case.execution == "emulated" for e in checked) else ""
+        per.append(f"{recipe} {'✅' + emulated if checked else '(not checked)'}")
     summary = f"Unchanged: {n} case{'s' if n != 1 else ''} ({', '.join(per)})"
     lines = ["<details>", f"<summary>{html_escape(summary)}</summary>", ""]
     if rows:
