@@ -72,12 +72,13 @@ def per_case(shape: dict[str, int], rounds: int) -> dict[str, Any]:
     """Every case of the matrix through ``run_case`` in this (warm) process, ``rounds`` times."""
     from memaudit.runner import run_case
     from memaudit.spec import CaseSpec
+    from memaudit.targets.registry import get_target
     from memaudit.te.recipes import RECIPES
     from memaudit.te.target import TEGroupedMLPTarget
 
     target = TEGroupedMLPTarget()
     options = target.configure({"kernels": "emulated", "arch": "sm100"})
-    specs = [CaseSpec.make("te-grouped-mlp", r, g, device="cuda", options={**options, **({} if fused else {"fused": False})},
+    specs = [CaseSpec.make(get_target("te-grouped-mlp"), r, g, device="cuda", options={**options, **({} if fused else {"fused": False})},
                            **shape) for fused in (True, False) for r in RECIPES for g in GROUPS]
     times: dict[str, list[float]] = {s.id: [] for s in specs}
     cpu: dict[str, list[float]] = {s.id: [] for s in specs}
@@ -143,7 +144,7 @@ def profile_one(shape: dict[str, int], recipe: str, groups: int) -> str:
 
     target = TEGroupedMLPTarget()
     options = target.configure({"kernels": "emulated", "arch": "sm100"})
-    spec = CaseSpec.make("te-grouped-mlp", recipe, groups, device="cuda", options=options, **shape)
+    spec = CaseSpec.make(target, recipe, groups, device="cuda", options=options, **shape)
 
     def run() -> str:
         prof = cProfile.Profile()

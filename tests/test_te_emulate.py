@@ -200,6 +200,7 @@ def test_fc1_cudnn_stand_in_allocates_what_the_frontend_returns() -> None:
 # ---- the TE target's options ---------------------------------------------------------------------
 def test_target_flags_and_cpu_skip_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     from memaudit.spec import CaseSpec
+    from memaudit.targets.registry import get_target
     from memaudit.te.target import TEGroupedMLPTarget
 
     t = TEGroupedMLPTarget()
@@ -215,7 +216,7 @@ def test_target_flags_and_cpu_skip_reason(monkeypatch: pytest.MonkeyPatch) -> No
     assert t.configure({"kernels": "emulated", "cublaslt": "13.6.0"}) == {}
     assert t.emulated is not None and t.emulated.fused and t.emulated.cublaslt == 130600
     assert os.environ[FUSED_ENV] == "0"  # off for TE's import; set inside each emulated forward
-    spec = CaseSpec.make("te-grouped-mlp", "nvfp4", 1, tokens=256, hidden=128, ffn=128, device="cpu")
+    spec = CaseSpec.make(get_target("te-grouped-mlp"), "nvfp4", 1, tokens=256, hidden=128, ffn=128, device="cpu")
     assert "emulated kernels run TE's forward on CUDA tensors (device 'cpu'" in t.skip_reason(spec)
     assert "gemm.py:658" in t.skip_reason(spec)
     from memaudit.te.emulate.host import unavailable

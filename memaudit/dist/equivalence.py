@@ -35,7 +35,7 @@ def one_process(case: CaseReport, device: str | None = None) -> CaseReport:
         flags.update(kernels=case.emulation.machine.get("kernels", "emulated"), arch=case.emulation.machine.get("arch", "sm100"))
     options = target.configure(flags)
     splits = tuple(case.splits)
-    spec = CaseSpec.make(name, case.recipe, case.groups, dtype=case.dtype, device=device or case.device, options=options,
+    spec = CaseSpec.make(target, case.recipe, case.groups, dtype=case.dtype, device=device or case.device, options=options,
                          splits=splits, tokens=sum(splits), hidden=case.dims["hidden"], ffn=case.dims["ffn"])
     return run_case(target, spec)
 

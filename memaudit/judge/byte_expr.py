@@ -81,9 +81,9 @@ class _Refused(Exception):
 
 def default_dims() -> tuple[str, ...]:
     """Every built-in target's dimension names (the variables where no target is named)."""
-    from memaudit.targets.registry import all_shape_params
+    from memaudit.targets import registry  # the entry points are read when first asked for, not at import
 
-    return tuple(p.name for p in all_shape_params())
+    return tuple(p.name for p in registry.union_shape(registry.builtin_targets()))
 
 
 @dataclass(frozen=True)

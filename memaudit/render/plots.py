@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from memaudit.errors import UsageError
 from memaudit.report import CaseReport, Report, Row
+from memaudit.targets.registry import path_label
 from memaudit.units import fmt_bytes
 
 if TYPE_CHECKING:  # matplotlib is an optional extra, imported only to draw
@@ -223,9 +224,7 @@ def short_reason(reason: str) -> str:
 
 def _case_path(case: CaseReport) -> str | None:
     """The path the case took in its target's words (``split-quantize``, ``fused``), or None."""
-    from memaudit.targets.registry import path_label
-
-    name = path_label(case.target, case.path)
+    name = path_label(case)
     return name if isinstance(name, str) else None
 
 

@@ -136,7 +136,7 @@ def _summary_sheet(cases: Iterable[CaseReport], compact: bool) -> Sheet:
     cols.append(Col("reason", wrap=True))
     sheet = Sheet(cols, title="summary", group=0)
     for c in cases:
-        path = registry.path_label(c.target, c.path) or ""
+        path = registry.path_label(c) or ""
         ok = c.status == "ok"
         status = Text(c.status, style=_STATUS_STYLE.get(c.status, ""))
         if ok and not c.complete:

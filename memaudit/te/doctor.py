@@ -11,7 +11,6 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from memaudit.spec import CaseSpec
 from memaudit.te.environment import te_version
 from memaudit.te.recipes import RECIPES
 
@@ -88,7 +87,7 @@ def doctor_report() -> dict[str, Any]:
     info["fused"] = why_reg is None
     info["fused_why_not"] = why_reg
     for name in RECIPES:
-        spec = CaseSpec.make("te-grouped-mlp", name, 4, tokens=4096, hidden=1024, ffn=2048, device="cuda")
+        spec = tgm.TEGroupedMLPTarget().spec(name, 4, tokens=4096, hidden=1024, ffn=2048, device="cuda")
         try:
             path, why = tgm.grouped_linear_path(spec, tgm.make_recipe(name))
         except Exception as exc:  # noqa: BLE001 - report, don't crash

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from memaudit.errors import UsageError
 from memaudit.report import PathInfo, Row
 from memaudit.spec import CaseSpec, RunFlag
-from memaudit.targets.base import MLP_SHAPE, Built, Fallback, backward_sum
+from memaudit.targets.base import MLP_SHAPE, Built, Fallback, Target, backward_sum
 from memaudit.te.emulate.gates import ARCHS as EMULATED_ARCHS
+from memaudit.te.recipes import FUSED_ENV as FUSED_ENV
 from memaudit.te.recipes import RECIPES, alignment, needs
 from memaudit.te.suspected import annotated
 
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
 
     from memaudit.capture import Capture
 
-FUSED_ENV = "NVTE_CUTEDSL_FUSED_GROUPED_MLP"
 _CUDA_OUTSIDE_KERNELS = (
     "cpp_extensions/gemm.py:408 _empty_tensor() = torch.Tensor().cuda(); gemm.py:658 "
     "'alpha and beta must be CUDA tensors'; ops/fused/grouped_mlp.py:1508 torch.cuda.current_stream; "
@@ -271,7 +271,7 @@ class GroupedMLPPath:
         return PathInfo(fields)
 
 
-class TEGroupedMLPTarget:
+class TEGroupedMLPTarget(Target):
     """TE's grouped MLP; cases TE cannot run here are skipped with TE's reason."""
 
     name = "te-grouped-mlp"
@@ -384,6 +384,7 @@ class TEGroupedMLPTarget:
     flags_given: dict[str, Any] = {}
     """The run flags ``configure`` was given (an emulated fallback keeps them)."""
     fallback_recipes = RECIPES
+    supported_recipes = RECIPES
 
     def fallback(self, spec: CaseSpec, reason: str, mode: str, *, backward: bool = True) -> Fallback | None:
         """A case TE refuses on real kernels here: TE's real forward with emulated kernels wherever
@@ -391,9 +392,9 @@ class TEGroupedMLPTarget:
         with ``--kernels emulated|standins``: the user chose the machine."""
         if self.emulated is not None:
             return None
-        from memaudit.te.fallback import grouped_mlp_fallback
+        from memaudit.te.fallback import grouped_mlp_fallback  # the estimator: imported when a case needs it
 
-        return grouped_mlp_fallback(spec, reason, mode, self.flags_given, backward=backward)
+        return grouped_mlp_fallback(type(self), spec, reason, mode, self.flags_given, backward=backward)
 
     def skip_reason(self, spec: CaseSpec) -> str | None:
         import torch
@@ -443,7 +444,7 @@ class TEGroupedMLPTarget:
         te, why = import_te()  # imported once here, not in every child
         if te is None:
             return None  # the case's own skip_reason says why
-        from memaudit.te.emulate.context import import_te_modules
+        from memaudit.te.emulate.run import import_te_modules
 
         import_te_modules()
 

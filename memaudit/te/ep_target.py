@@ -3,7 +3,7 @@
 Each rank routes its own tokens with a seeded router (:mod:`memaudit.targets.routing`: uniform,
 Zipf or one hot expert), dispatches them as Megatron's all-to-all token dispatcher does (permute by
 expert; an all-to-all of the counts, then of the tokens and probabilities; sort by local expert),
-runs its local experts, and returns the tokens the same way (:mod:`memaudit.targets.ep_model`).
+runs its local experts, and returns the tokens the same way (:mod:`memaudit.te.ep_model`).
 Under ``torchrun`` (or ``memaudit run --nproc N``) the all-to-alls are real collectives over the
 expert-parallel group; in one process the layer runs with one expert-parallel rank.
 
@@ -29,9 +29,10 @@ from memaudit.errors import UsageError
 from memaudit.ranks import RankInfo, coords_of
 from memaudit.report import Emulation, PathInfo, Row
 from memaudit.spec import CaseSpec, RunFlag, ShapeParam
-from memaudit.targets.base import Built
+from memaudit.targets.base import Built, Target
 from memaudit.targets.routing import RoutingPlan, parse_routing, routing_name
 from memaudit.te.recipes import RECIPES, alignment, needs
+from memaudit.te.reference import ReferenceTarget
 from memaudit.te.target import TEGroupedMLPTarget
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ EP_SHAPE = (
 (they run the tokens the dispatch brings them: the case's ``splits``)."""
 
 EXPERTS = {
-    "reference": "memaudit.targets.ep:ReferenceExperts",
+    "reference": "memaudit.te.ep_target:ReferenceExperts",
     "te": "memaudit.te.ep:TEExperts",
 }
 """Expert backend name -> ``module:class`` (imported when asked for)."""
@@ -110,9 +111,7 @@ class ReferenceExperts:
         return {}
 
     def skip_reason(self, spec: CaseSpec) -> str | None:
-        from memaudit.targets.reference import ReferenceTarget
-
-        return ReferenceTarget().skip_reason(spec.replace(target="reference"))
+        return ReferenceTarget().skip_reason(spec.retarget(ReferenceTarget()))
 
     def build(self, spec: CaseSpec) -> Experts:
         from memaudit.targets.reference_model import DTYPES, ReferenceGroupedMLP
@@ -133,7 +132,7 @@ EXPERTS_FLAG = "experts"
 DEFAULT_TOPK = 2
 
 
-class EPGroupedMLPTarget:
+class EPGroupedMLPTarget(Target):
     """Target ``ep-grouped-mlp``: expert-parallel dispatch around a rank's local grouped MLP."""
 
     name = "ep-grouped-mlp"
@@ -221,8 +220,7 @@ class EPGroupedMLPTarget:
         return placed, RankInfo(rank, world_size, layout, coords, send_splits=plan.send_splits(),
                                 recv_splits=plan.recv_splits(coords["ep"]))
 
-    @staticmethod
-    def rank_problem(case: Any) -> tuple[str, str] | None:
+    def rank_problem(self, case: Any) -> tuple[str, str] | None:
         """``(field, what is wrong)`` where a rank's case contradicts the dispatch: its ``ep``
         option is its layout's, it sent ``tokens x topk`` tokens, and its groups ran what it received."""
         info = case.dist
@@ -240,7 +238,7 @@ class EPGroupedMLPTarget:
     def local_spec(self, spec: CaseSpec) -> CaseSpec:
         """The grouped MLP the local experts are: the reference target's shape, the tokens they received."""
         splits = tuple(spec.splits or ())
-        return CaseSpec.make("reference", spec.recipe, spec.groups, dtype=spec.dtype, device=spec.device,
+        return CaseSpec.make(ReferenceTarget(), spec.recipe, spec.groups, dtype=spec.dtype, device=spec.device,
                              options=dict(spec.options), splits=splits, tokens=sum(splits), hidden=spec.hidden, ffn=spec.ffn)
 
     def skip_reason(self, spec: CaseSpec) -> str | None:
@@ -253,6 +251,6 @@ class EPGroupedMLPTarget:
         return self.backend.skip_reason(self.local_spec(spec) if spec.splits else spec)
 
     def build(self, spec: CaseSpec) -> Built:
-        from memaudit.targets import ep_model
+        from memaudit.te import ep_model
 
         return ep_model.build(self, spec)
