@@ -18,17 +18,27 @@ import sys
 import threading
 import warnings as _warnings
 import weakref
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
 from memaudit.capture import compiled, graph, hooks, modules, stack
 from memaudit.capture.hooks import Record
-from memaudit.capture.tensors import Buffer, buffer_of, dtype_name, format_of, kind_of, storage_ref
+from memaudit.capture.tensors import (
+    Buffer,
+    buffer_of,
+    dtype_name,
+    format_of,
+    iter_tensors,
+    kind_of,
+    storage_ref,
+)
 from memaudit.capture.verify import AllocatorCheck
+from memaudit.plugins import providers
 from memaudit.report import (
     CaseReport,
     ModuleGroup,
@@ -57,18 +67,26 @@ stack.before_backward = _name_early
 CAPTURE_SPEC = CaseSpec("capture", "-", 0, dtype="-", splits=())
 """The spec of a bare ``capture()`` report: no target, recipe or shape."""
 
-class Plugin(Protocol):
-    """A classifier that knows a library's tensor types (TE's is :class:`memaudit.te.classify.TEClassifier`)."""
+class Plugin(ABC):
+    """A classifier that knows a library's tensor types (TE's is :class:`memaudit.te.classify.TEClassifier`),
+    registered by its package (:mod:`memaudit.plugins`). Abstract: :meth:`expand` and :meth:`annotate`;
+    the rest does nothing by default. ``capture(plugins=...)`` takes any object with these methods."""
 
-    def install(self) -> None:
+    def install(self) -> None:  # noqa: B027 - a default that does nothing
         """Start learning provenance (called when a capture starts)."""
 
-    def uninstall(self) -> None:
+    def uninstall(self) -> None:  # noqa: B027 - a default that does nothing
         """Stop (called when that capture ends)."""
 
+    def resides(self, hook_kind: str | None, payload: Any) -> str | None:
+        """Where a tensor a library's own hook packed now lives (``host``), or None."""
+        return None
+
+    @abstractmethod
     def expand(self, t: Any) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any], torch.Tensor]]] | None:
         """A container row and its ``(name, fields, buffer)`` list for an object saved whole, or None."""
 
+    @abstractmethod
     def annotate(self, rows: list[Row], cap: Capture) -> list[Row]:
         """The finished rows with operands named (``cap.walk_nodes`` holds the Python nodes walked)."""
 
@@ -1153,18 +1171,6 @@ def _unique(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
-def iter_tensors(obj: Any) -> Iterator[torch.Tensor]:
-    """Every tensor in ``obj`` (a tensor, or nested lists, tuples and dict values)."""
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            yield from iter_tensors(v)
-    elif isinstance(obj, list | tuple):
-        for v in obj:
-            yield from iter_tensors(v)
-
-
 def _tensor_types() -> frozenset[type]:
     """torch.Tensor and every subclass defined so far (Parameter, TE's tensors, a user's)."""
     found: set[type] = set()
@@ -1201,25 +1207,21 @@ def _live_graph_roots() -> list[Any]:
     return roots
 
 
-PROVIDERS = ("memaudit.te",)
-"""Packages that offer a classifier: each declares ``PLUGIN = (library module, "pkg.mod:Class")``."""
-
-
-_PLUGIN_CLASSES: dict[str, type] = {}
+_PLUGIN_CLASSES: dict[str, type[Plugin]] = {}
 
 
 def default_plugins() -> list[Plugin]:
-    """The classifier of every provider whose library the caller already imported (memaudit never
-    imports one: TE's must be imported after its fused switch is set)."""
+    """The classifier of every registered plugin (:mod:`memaudit.plugins`, the ``memaudit.plugins``
+    entry points) whose library the caller already imported (memaudit never imports one: TE's
+    must be imported after its fused switch is set)."""
     out: list[Plugin] = []
-    for provider in PROVIDERS:
-        cls = _PLUGIN_CLASSES.get(provider)
+    for library, provider in providers():
+        if library not in sys.modules:
+            continue
+        cls = _PLUGIN_CLASSES.get(provider.classifier)
         if cls is None:
-            library, ref = importlib.import_module(provider).PLUGIN
-            if library not in sys.modules:
-                continue
-            module, _, name = ref.partition(":")
-            cls = _PLUGIN_CLASSES[provider] = getattr(importlib.import_module(module), name)
+            module, _, name = provider.classifier.partition(":")
+            cls = _PLUGIN_CLASSES[provider.classifier] = getattr(importlib.import_module(module), name)
         out.append(cls())
     return out
 

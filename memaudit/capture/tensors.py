@@ -13,6 +13,7 @@ storage has address 0) and after an address was freed and reused.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -163,3 +164,15 @@ def same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
     """True when ``a`` and ``b`` are views of one storage."""
     ra, rb = storage_ref(a), storage_ref(b)
     return ra is not None and rb is not None and ra[0] is rb[0]
+
+
+def iter_tensors(obj: Any) -> Iterator[torch.Tensor]:
+    """Every tensor in ``obj`` (a tensor, or nested lists, tuples and dict values)."""
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from iter_tensors(v)
+    elif isinstance(obj, list | tuple):
+        for v in obj:
+            yield from iter_tensors(v)

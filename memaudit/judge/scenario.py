@@ -48,6 +48,7 @@ from memaudit.judge.rules import (
 )
 from memaudit.judge.shipped import SHIPPED, resolve_scenario
 from memaudit.judge.versions import te_version_of, validate_specifier
+from memaudit.plugins import formats
 from memaudit.report import KINDS, MAX_INT, ORIENTATIONS, Report, check_depth, read_input
 from memaudit.spec import DTYPES, CaseSpec, default_splits
 from memaudit.targets import registry
@@ -64,10 +65,9 @@ SELECT_KEYS = ("operand", "kind", "orientation", "format", "container", "slot", 
 KNOWN_FAILURE_KEYS = ("te", "reason")
 AGAINST_KEYS = ("recipe", "groups", "dtype")
 """What ``against`` may change besides the target's dimensions."""
-FORMATS = (
-    "bf16", "fp16", "fp32", "fp64", "int64", "int32", "int16", "int8", "uint8", "bool",
-    "fp8", "fp8-block", "mxfp8", "nvfp4", "fp8_e4m3", "fp8_e5m2", "e8m0", "fp4_e2m1x2",
-)  # fmt: skip
+FORMATS = formats()
+"""What a selection's ``format`` may name: torch's dtypes and the classifier plugins' formats
+(:func:`memaudit.plugins.formats`)."""
 
 
 # ---- typed access with key paths ----------------------------------------------------------------

@@ -32,6 +32,7 @@ from transformer_engine.pytorch.tensor.storage.grouped_tensor_storage import Gro
 
 from memaudit.capture import hooks, stack
 from memaudit.capture import tensors as tclass
+from memaudit.capture.recorder import Plugin
 from memaudit.report import Row
 from memaudit.te.layout import BUFFER_SLOTS, GROUPED_SLOTS, SAVE_ORDER
 
@@ -414,7 +415,7 @@ def _offload_hook_kind(pack: Callable[..., Any]) -> str | None:
     return None
 
 
-class TEClassifier:
+class TEClassifier(Plugin):
     """Capture plugin: provenance from ``prepare_for_saving``, whole objects, fuser roles."""
 
     def install(self) -> None:

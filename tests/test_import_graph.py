@@ -1,0 +1,166 @@
+"""The folder tree is the pipeline: memaudit's import graph has no circles, and no arrow from a
+lower stage (the model: spec, report, ranks, units, errors; capture) to a higher one (targets,
+runner, dist, judge, te, render, cli). Read with ``ast`` from the source: module-level and
+function-level imports both (an import inside a function is an arrow too, only a hidden one).
+
+Imports under ``if TYPE_CHECKING:`` never run: they make no circle, but they still may not point
+up (a type is a dependency a reader follows)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1] / "memaudit"
+
+LOWER = ("memaudit.spec", "memaudit.report", "memaudit.ranks", "memaudit.units", "memaudit.errors",
+         "memaudit.environment", "memaudit.capture")
+"""The model and the recorder: they know nothing of what runs them, judges or shows them."""
+HIGHER = ("memaudit.targets", "memaudit.runner", "memaudit.dist", "memaudit.judge", "memaudit.te",
+          "memaudit.render", "memaudit.cli", "memaudit.pytest_plugin")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in ROOT.rglob("*.py"):
+        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _resolve(name: str) -> str | None:
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def imports(module: str) -> list[tuple[str, int, bool]]:
+    """(imported memaudit module, line, under TYPE_CHECKING) for every import in ``module``."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out: list[tuple[str, int, bool]] = []
+
+    def visit(node: ast.AST, typing_only: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _type_checking(child):
+                for n in child.body:
+                    visit_node(n, True)
+                for n in child.orelse:
+                    visit_node(n, typing_only)
+                continue
+            visit_node(child, typing_only)
+
+    def visit_node(node: ast.AST, typing_only: bool) -> None:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                target = _resolve(alias.name) if alias.name.startswith("memaudit") else None
+                if target:
+                    out.append((target, node.lineno, typing_only))
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*up, base] if base else up)
+            if base.startswith("memaudit"):
+                for alias in node.names:
+                    full = f"{base}.{alias.name}"
+                    target = full if full in MODULES else _resolve(base)
+                    if target:
+                        out.append((target, node.lineno, typing_only))
+        visit(node, typing_only)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")), False)
+    return [(t, line, typing) for t, line, typing in out if t != module]
+
+
+GRAPH = {m: imports(m) for m in MODULES}
+
+
+def _cycles() -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), run-time imports only."""
+    edges = {m: sorted({t for t, _, typing in GRAPH[m] if not typing}) for m in GRAPH}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def strong(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in edges[v]:
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            strong(v)
+    return found
+
+
+def _within(module: str, stages: tuple[str, ...]) -> bool:
+    return any(module == s or module.startswith(s + ".") for s in stages)
+
+
+def test_the_graph_is_read() -> None:
+    """Control: the reader sees module-level, function-level and TYPE_CHECKING imports."""
+    runner = {t for t, _, _ in GRAPH["memaudit.runner"]}
+    assert {"memaudit.capture", "memaudit.report", "memaudit.targets.base"} <= runner
+    registry = GRAPH["memaudit.targets.registry"]
+    assert any(t == "memaudit.targets.custom" for t, _, _ in registry)  # imported inside get_target
+    assert any(typing for t, _, typing in GRAPH["memaudit.capture.hooks"])
+
+
+def test_no_import_circles() -> None:
+    assert _cycles() == []
+
+
+def test_no_arrow_from_a_lower_stage_to_a_higher_one() -> None:
+    up = [f"{m}:{line} imports {t}" for m in sorted(GRAPH) if _within(m, LOWER)
+          for t, line, _ in GRAPH[m] if _within(t, HIGHER)]
+    assert up == []
+
+
+def test_te_is_above_targets() -> None:
+    """The generic targets (the interface, custom factories, the matrix) know nothing of TE: TE's
+    targets live in memaudit/te/ and import the interface."""
+    up = [f"{m}:{line} imports {t}" for m in sorted(GRAPH) if _within(m, ("memaudit.targets",))
+          for t, line, _ in GRAPH[m] if _within(t, ("memaudit.te", "memaudit.judge", "memaudit.render", "memaudit.cli"))]
+    assert up == []
+
+
+def test_a_circle_would_be_found() -> None:
+    """Control: the cycle finder finds one made up here."""
+    saved = dict(GRAPH)
+    try:
+        GRAPH["memaudit.spec"] = [*GRAPH["memaudit.spec"], ("memaudit.report", 1, False)]
+        GRAPH["memaudit.report"] = [*GRAPH["memaudit.report"], ("memaudit.spec", 1, False)]
+        assert ["memaudit.report", "memaudit.spec"] in [c for c in _cycles() if len(c) == 2]
+    finally:
+        GRAPH.clear()
+        GRAPH.update(saved)
