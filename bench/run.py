@@ -927,8 +927,8 @@ class Bench:
         self.r["environment"] = env
 
     def matrix_cells(self) -> None:
-        from memaudit.targets.matrix import build_specs
         from memaudit.runner import run_case
+        from memaudit.targets.matrix import build_specs
 
         assert self.target is not None
         specs = build_specs(self.target, recipe="all", groups="1,4,8", dims={}, dtype=None, device=self.device, options={})

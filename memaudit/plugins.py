@@ -31,6 +31,10 @@ class Provider:
 
     classifier: str
     formats: tuple[str, ...] = ()
+    environment: str | None = None
+    """A module whose ``LIBRARY`` (:class:`memaudit.environment.Library`) names the library,
+    ``probe()`` adds its versions to a report's environment and ``version(imported_only=...)``
+    gives its version (each imports the library only if the caller already has)."""
 
 
 @functools.cache

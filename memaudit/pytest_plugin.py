@@ -255,9 +255,9 @@ def rank_of_process() -> tuple[int, int] | None:
 
 
 def _judge(item: pytest.Item, rules: list[Any]) -> None:
+    from memaudit.environment import rule_versions
     from memaudit.errors import UsageError
     from memaudit.judge.budgets import Context, evaluate_case, format_rows
-    from memaudit.te.environment import te_version
     from memaudit.units import fmt_bytes
 
     cap = getattr(item, "funcargs", {}).get(FIXTURE)
@@ -294,7 +294,7 @@ def _judge(item: pytest.Item, rules: list[Any]) -> None:
         if unnamed:
             raise UsageError("; ".join(unnamed))
         allow = any(m.kwargs.get("allow_incomplete") is True for m in item.iter_markers(MARKER))
-        context = Context(te_version=te_version(imported_only=True), allow_incomplete=allow)
+        context = Context(te_version=rule_versions(imported_only=True).get("te"), allow_incomplete=allow)
         verdicts = []
         for rule in rules:
             on_peak = rule.kind in ("max_bytes", "exact_bytes") and rule.select is None and rule.name != "max_total_bytes"

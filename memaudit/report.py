@@ -454,16 +454,6 @@ class CaseReport:
             return "estimated"
         return "measured"
 
-    def execution_label(self) -> str | None:
-        """What tables and PR comments show beside the status (``emulated sm100``, ``estimated
-        sm100``); None for a measured case."""
-        if self.emulation is not None:
-            return self.emulation.label()
-        if self.execution == "estimated":
-            arch = self.path.get("arch") if self.path is not None else None
-            return f"estimated {arch}" if arch else "estimated"
-        return None
-
     @property
     def fused(self) -> bool | None:
         """``path.fused``: whether the target's fused kernel ran, or None where it records no path."""

@@ -37,7 +37,7 @@ def test_help_lists_the_choices(argv: list[str], choices: list[str]) -> None:
     for c in choices:
         assert c in result.stdout, c
     if argv[0] == "run":  # strings with completion: the known values are in the help text
-        assert "reference | te-grouped-mlp | PKG.MOD:FACTORY" in result.stdout
+        assert "reference | ep-grouped-mlp | te-grouped-mlp | PKG.MOD:FACTORY" in result.stdout
         assert "fp8-current" in result.stdout and "[tool.memaudit]" in result.stdout  # not eaten as markup
 
 

@@ -32,7 +32,6 @@ from memaudit.render.estimate import (
     totals_line,
 )
 from memaudit.render.layout import Prose
-from memaudit.render.plots import comparison_variant, kinds_from_estimate, tokens_from_sweep
 from memaudit.report import atomic_write_text, check_outputs, write_report, write_report_streaming
 from memaudit.te.estimate import (
     ARCHS,
@@ -48,6 +47,7 @@ from memaudit.te.estimate import (
     skipped_case,
     sweep_point,
 )
+from memaudit.te.estimate.figures import comparison_variant, kinds_from_estimate, tokens_from_sweep
 from memaudit.te.recipes import RECIPES
 
 ESTIMATE_HELP = HELP + "\n\nExit codes: 0 ok; 2 bad usage or input (nothing written)."

@@ -50,12 +50,19 @@ Dtype = Literal[DTYPES]  # type: ignore[valid-type]
 
 
 def version_line() -> str:
-    """``memaudit X (torch Y, transformer-engine Z)``, from the installed packages (nothing imported)."""
-    import memaudit
-    from memaudit.te.environment import package_version, te_version
+    """``memaudit X (torch Y, transformer-engine Z)``, from the installed packages (nothing imported):
+    torch's and each probed library's (:func:`memaudit.environment.library_versions`)."""
+    from importlib import metadata
 
-    return (f"memaudit {memaudit.__version__} (torch {package_version('torch') or 'not installed'}, "
-            f"transformer-engine {te_version() or 'not installed'})")
+    import memaudit
+    from memaudit.environment import library_versions
+
+    try:
+        torch_version: str | None = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch_version = None
+    libraries = "".join(f", {lib.package or lib.key} {v or 'not installed'}" for lib, v in library_versions().items())
+    return f"memaudit {memaudit.__version__} (torch {torch_version or 'not installed'}{libraries})"
 
 
 def _show_version(value: bool) -> None:
@@ -105,16 +112,16 @@ def _complete_recipe(ctx: typer.Context, incomplete: str) -> list[str]:
 
 
 def run(
-    target: Annotated[str | None, typer.Option(autocompletion=_complete_target, help="reference | te-grouped-mlp | PKG.MOD:FACTORY. Default: te-grouped-mlp wherever TE is installed and its forward runs (a GPU, or emulated kernels on fake CUDA with torch's CUDA build), else reference.")] = None,
-    recipe: Annotated[str | None, typer.Option(autocompletion=_complete_recipe, help="A recipe the target knows (te-grouped-mlp: bf16, fp8-delayed, fp8-current, fp8-block, mxfp8, nvfp4; reference: bf16) | all; comma-separated for several.")] = None,
+    target: Annotated[str | None, typer.Option(autocompletion=_complete_target, help="A registered target | PKG.MOD:FACTORY (the names are added below).")] = None,
+    recipe: Annotated[str | None, typer.Option(autocompletion=_complete_recipe, help="A recipe the target knows | all; comma-separated for several.")] = None,
     groups: Annotated[str | None, typer.Option(help="Group (expert) counts, e.g. 1,4,8.")] = None,
     dtype: Annotated[Dtype | None, typer.Option(help="The activations' dtype. Default: the target's (bf16).")] = None,
-    device: Annotated[str | None, typer.Option(callback=_check_device, autocompletion=_complete_device, help="cpu | cuda | cuda:N | meta (shapes only: no values, nothing allocated; the reference and custom targets). Default: cuda for the TE target, else cpu.")] = None,
+    device: Annotated[str | None, typer.Option(callback=_check_device, autocompletion=_complete_device, help="cpu | cuda | cuda:N | meta (shapes only: no values, nothing allocated; where the target runs there). Default: the target's.")] = None,
     splits: Annotated[str | None, typer.Option(help="Explicit token splits, e.g. 256,0,512,256 (one group count only).")] = None,
     scenario: Annotated[Path | None, typer.Option(help="Scenario TOML file, or a shipped scenario by name (grouped_mlp, reference): its cases and budgets replace the matrix flags.")] = None,
     allow_target: Annotated[list[str] | None, typer.Option("--allow-target", help="A PKG.MOD:FACTORY target the scenario may name (repeatable; also \\[tool.memaudit] allow-targets in pyproject.toml).")] = None,
-    fallback: Annotated[FallbackMode | None, typer.Option(help="What answers a case that cannot run on real kernels here (the grouped-MLP targets): auto = TE's real forward with emulated sm100 kernels wherever TE is installed (on a GPU, or with no GPU on fake CUDA), else the estimate; emulate; estimate; none = a skipped cell. Default: auto; none with --scenario.")] = None,
-    expected: Annotated[bool, typer.Option(help="Add the estimator's expected bytes per row and flag mismatches.")] = False,
+    fallback: Annotated[FallbackMode | None, typer.Option(help="What answers a case that cannot run on real kernels here, where the target offers it: auto = the best there is (its real code with emulated kernels, else a model's estimate); emulate; estimate; none = a skipped cell. Default: auto; none with --scenario.")] = None,
+    expected: Annotated[bool, typer.Option(help="Add the target's model of each row's bytes (expected_bytes) and flag mismatches, where it has one.")] = False,
     backward: Annotated[bool, typer.Option(help="Run backward after each captured forward.")] = True,
     verify_allocator: Annotated[bool, typer.Option("--verify-allocator", help="CUDA: check the rows against the caching allocator's growth over the captured forward (hidden_bytes per case).")] = False,
     allow_incomplete: Annotated[bool, typer.Option("--allow-incomplete", help="Judge budgets on cases memaudit marked incomplete instead of failing them.")] = False,
@@ -229,10 +236,10 @@ def run(
                             on_start=progress.start if progress is not None else None, fallbacks=fallbacks,
                             stack=stack)
     if expected:
-        from memaudit.te.expected import attach_expected
-
-        for case in report.cases:
-            attach_expected(case)
+        for case in report.cases:  # the case's own target: a fallback's answer is TE's
+            owner = registry.owner_of(case.spec)
+            if owner is not None:
+                owner.attach_expected(case)
     code = exitcodes.CASE_ERROR if any(c.status == "error" for c in report.cases) else exitcodes.OK
     verdicts = None
     if loaded is not None:
@@ -240,12 +247,12 @@ def run(
 
         verdicts = evaluate(report, loaded, source=loaded.path, allow_incomplete=allow_incomplete)
         code = OUTCOME_CODES[outcome(report, verdicts, loaded)]
-    for case in report.cases:  # an emulated answer that failed, and was replaced by the estimate, says why
-        for warning in case.warnings:
-            if warning.startswith("TE's real forward with emulated kernels failed"):
-                line = Text("note: ", style="bold yellow")
-                line.append(f"{case.id}: {warning}")
-                err_console.print(line, soft_wrap=True)
+    for case in report.cases:  # what the case's target says besides its table (a replaced answer)
+        owner = registry.owner_of(case.spec)
+        for note in owner.notes(case) if owner is not None else ():
+            line = Text("note: ", style="bold yellow")
+            line.append(f"{case.id}: {note}")
+            err_console.print(line, soft_wrap=True)
     console.print(summary_table(report.cases, width=console.width))
     if verdicts is not None:
         from memaudit.render.verdicts import render_failures, render_verdicts
@@ -312,8 +319,7 @@ def fallback_notes(target: Any, specs: list[CaseSpec], fallbacks: list[Any], mod
             line.append(f"; the best available answer: {_all_groups(best.command, groups)}" if best is not None else "")
         else:
             fb = next(f for s, f in zip(specs, fallbacks, strict=True) if s is group[0])
-            what = ("TE's real forward with emulated kernels (stand-ins that allocate what TE's C++ allocates)"
-                    if execution == "emulated" else "TE 2.20.2's layout rules (no kernel and no TE code runs)")
+            what = fb.what or f"the target's {execution} answer"
             line.append(f"  answering {len(group)} case(s) with {what}, labelled {execution}; on its own: "
                         f"{_all_groups(fb.command, groups)}")
             if fb.better:
@@ -335,6 +341,18 @@ def _with_target_flags(fn: Any, targets: tuple[Any, ...]) -> Any:
         for p in sig.parameters.values()
         if p.kind is not inspect.Parameter.VAR_KEYWORD
     ]
+    recipe_help = (f"A recipe of {targets[0].name}: {', '.join(targets[0].recipes)} | all; comma-separated for several."
+                   if len(targets) == 1 else "A recipe the target knows (" + "; ".join(
+                       f"{t.name}: {', '.join(t.recipes)}" for t in targets) + ") | all; comma-separated for several.")
+    from memaudit.targets.registry import target_names
+
+    target_help = (f"{' | '.join(target_names())} | PKG.MOD:FACTORY. Default: the first built-in target whose real code "
+                   "runs here, else reference. Named first, it decides the other options.")
+    for i, p in enumerate(params):
+        if p.name == "target":
+            params[i] = p.replace(annotation=Annotated[str | None, typer.Option(autocompletion=_complete_target, help=target_help)])
+        if p.name == "recipe":
+            params[i] = p.replace(annotation=Annotated[str | None, typer.Option(autocompletion=_complete_recipe, help=recipe_help)])
     at = next(i for i, p in enumerate(params) if p.name == "groups") + 1
     params[at:at] = [
         inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
@@ -404,10 +422,15 @@ def schema() -> None:
 
 @app.command(cls=Command)
 def doctor() -> None:
-    """GPU, versions, recipe availability, and which grouped-MLP path TE would take here."""
-    from memaudit.te.doctor import doctor_report, render_doctor
+    """GPU, versions, recipe availability, and which grouped-MLP path TE would take here: what
+    each built-in target says about this machine (``Target.doctor_section``)."""
+    from memaudit.targets import registry
 
-    make_console().print(render_doctor(doctor_report()))
+    console = make_console()
+    for target in registry.builtin_targets():
+        section = target.doctor_section()
+        if section is not None:
+            console.print(section)
 
 
 def _register_commands() -> None:

@@ -49,7 +49,7 @@ from memaudit.judge.rules import (
 from memaudit.judge.shipped import SHIPPED, resolve_scenario
 from memaudit.judge.versions import te_version_of, validate_specifier
 from memaudit.plugins import formats
-from memaudit.report import KINDS, MAX_INT, ORIENTATIONS, Report, check_depth, read_input
+from memaudit.report import KINDS, MAX_INT, ORIENTATIONS, CaseReport, Report, check_depth, read_input
 from memaudit.spec import DTYPES, CaseSpec, default_splits
 from memaudit.targets import registry
 from memaudit.targets.base import Target
@@ -657,7 +657,7 @@ def evaluate(
         if scenario.require_measured and execution != "measured":
             how = ("ran TE's real Python with stand-in kernels" if execution == "emulated"
                    else "was estimated from TE's layout rules (no kernel ran)")
-            mine = [Verdict(case.id, "require_measured", "execution", "fail", "measured", getattr(case, "execution_label", lambda: None)() or execution,
+            mine = [Verdict(case.id, "require_measured", "execution", "fail", "measured", (registry.execution_label(case) if isinstance(case, CaseReport) else None) or execution,
                             f"the scenario requires measured cases (require_measured = true); this case {how}, "
                             "so its budgets are not judged")]
         else:

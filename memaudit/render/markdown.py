@@ -22,6 +22,7 @@ from memaudit.errors import UsageError
 from memaudit.judge.baseline import WORSE, CaseDiff, Comparison, Finding, kind_breakdown
 from memaudit.render.ranks import PER_RANK_MAX, RankView, imbalance, rank_views
 from memaudit.report import CaseReport, Report
+from memaudit.targets.registry import execution_label
 from memaudit.units import fmt_bytes, fmt_delta
 
 GITHUB_LIMIT = 65536
@@ -178,7 +179,7 @@ def _label(case: CaseReport) -> str:
 
 def _status_cell(e: _Entry) -> str:
     text = _status_text(e)
-    label = e.case.execution_label()
+    label = execution_label(e.case)
     return f"{text} · {md_escape(label)}" if label is not None else text
 
 

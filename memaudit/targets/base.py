@@ -64,6 +64,8 @@ class Fallback:
     command: str
     run: Callable[[], CaseReport]
     better: str = ""
+    what: str = ""
+    """How the answer is made, for the note said before anything runs (``TE's layout rules``)."""
 
 
 class Target(ABC):
@@ -174,21 +176,34 @@ class Target(ABC):
         """A short name of the recorded path for tables (by default fused / unfused, or None)."""
         return path.label()
 
+    def execution_label(self, case: CaseReport) -> str | None:
+        """What tables and PR comments show beside a case's status: the emulated machine
+        (``emulated sm100``) or ``estimated``; None for a measured case."""
+        if case.emulation is not None:
+            return case.emulation.label()
+        return "estimated" if case.execution == "estimated" else None
+
+    def notes(self, case: CaseReport) -> list[str]:
+        """What ``run`` says on stderr about a finished case of this target besides its table (an
+        answer that replaced one that failed); none by default."""
+        return []
+
     def path_detail(self, path: PathInfo) -> str:
         """What to say about a path beyond its name when a path rule fails ('' by default)."""
         return ""
 
-    def expected_rows(self, case: CaseReport) -> CaseReport | None:
-        """``run --expected``: the case with each row's expected bytes (a model of what it should
-        save), or None where the target has no such model (the default)."""
+    def attach_expected(self, case: CaseReport) -> int | None:
+        """``run --expected``: put a model's ``expected_bytes`` on the case's rows (the case gets
+        new rows, and a warning per mismatch) and return the number of mismatches; None where the
+        target has no model of the case (the default)."""
         return None
 
     def doctor_section(self) -> Any:
         """A rich renderable ``memaudit doctor`` shows for this target, or None (the default)."""
         return None
 
-    def estimate(self, case: CaseReport) -> Any:
-        """A model's estimate of ``case`` for figures (``plot``: bytes per row it expects), or None."""
+    def estimate_totals(self, case: CaseReport) -> Any:
+        """A model's totals for ``case`` (figures draw them beside the measured bars), or None (the default)."""
         return None
 
     # -- distributed runs --------------------------------------------------------------------

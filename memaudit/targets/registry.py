@@ -108,6 +108,17 @@ def path_label(case: CaseReport) -> str | None:
     return owner.path_label(case.path) if owner is not None else case.path.label()
 
 
+def execution_label(case: CaseReport) -> str | None:
+    """What tables show beside ``case``'s status (:meth:`Target.execution_label`): its target's
+    words, else the emulated machine or ``estimated``; None for a measured case."""
+    owner = owner_of(case.spec)
+    if owner is not None:
+        return owner.execution_label(case)
+    if case.emulation is not None:
+        return case.emulation.label()
+    return "estimated" if case.execution == "estimated" else None
+
+
 def path_detail(case: CaseReport) -> str:
     """What ``case``'s target says about its path beyond its name, or ''."""
     owner = owner_of(case.spec)

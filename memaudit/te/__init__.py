@@ -9,7 +9,8 @@ Importing this package imports nothing of TE; each module says whether it does.
 
 from memaudit.plugins import Provider
 
-PROVIDER = Provider("memaudit.te.classify:TEClassifier", formats=("fp8", "fp8-block", "mxfp8", "nvfp4"))
+PROVIDER = Provider("memaudit.te.classify:TEClassifier", formats=("fp8", "fp8-block", "mxfp8", "nvfp4"),
+                    environment="memaudit.te.environment")
 """TE's classifier (registered for ``transformer_engine.pytorch`` in the ``memaudit.plugins``
 entry points) joins every capture once the caller has imported TE (see
 :func:`memaudit.capture.recorder.default_plugins`); its container formats are ``classify``'s."""

@@ -41,7 +41,7 @@ class RecipeAnswer:
 
 
 def _gate(te: Any, recipe: str) -> str:
-    from memaudit.te.target import recipe_gate
+    from memaudit.te.probes import recipe_gate
 
     try:
         ok, reason = recipe_gate(te, recipe)

@@ -11,6 +11,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from memaudit.targets.base import Target
 from memaudit.te.environment import te_version
 from memaudit.te.recipes import RECIPES
 
@@ -35,8 +36,9 @@ def _answers(info: dict[str, Any], te: Any | None) -> None:
     info["emulation_host"] = None if not emulated else ("fake CUDA (no GPU)" if needs_child() else info.get("gpu"))
 
 
-def doctor_report() -> dict[str, Any]:
-    """Facts as a dict (also printed as JSON-able data). Never raises for a missing GPU or TE."""
+def doctor_report(target: Target) -> dict[str, Any]:
+    """Facts as a dict (also printed as JSON-able data); ``target`` (the TE grouped-MLP target)
+    makes the specs whose GroupedLinear path is asked. Never raises for a missing GPU or TE."""
     info: dict[str, Any] = {
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -64,7 +66,7 @@ def doctor_report() -> dict[str, Any]:
         _cudnn(info)
         _answers(info, None)
         return info
-    from memaudit.te import target as tgm
+    from memaudit.te import probes as tgm
 
     tgm.set_fused_env(None)
     te, why = tgm.import_te()
@@ -87,7 +89,7 @@ def doctor_report() -> dict[str, Any]:
     info["fused"] = why_reg is None
     info["fused_why_not"] = why_reg
     for name in RECIPES:
-        spec = tgm.TEGroupedMLPTarget().spec(name, 4, tokens=4096, hidden=1024, ffn=2048, device="cuda")
+        spec = target.spec(name, 4, tokens=4096, hidden=1024, ffn=2048, device="cuda")
         try:
             path, why = tgm.grouped_linear_path(spec, tgm.make_recipe(name))
         except Exception as exc:  # noqa: BLE001 - report, don't crash

@@ -46,6 +46,11 @@ def emulate_command(spec: CaseSpec) -> str:
                        "--recipe", spec.recipe, "--groups", str(spec.groups), *_dims(spec)])
 
 
+def notes(case: CaseReport) -> list[str]:
+    """An emulated answer that failed, and was replaced by the estimate, says why."""
+    return [w for w in case.warnings if w.startswith(EMULATION_FAILED)]
+
+
 def can_emulate() -> str | None:
     """None where TE's real forward can run with emulated kernels here (on a GPU, or with no GPU on
     fake CUDA: torch's CUDA build), else why not."""
@@ -94,12 +99,13 @@ def _emulated(make: Callable[[], Target], spec: CaseSpec, reason: str, flags: di
                            f"this is the estimate instead (reproduce the failure: {emulate_command(espec)})"]
         return answer
 
-    return Fallback("emulated", reason, emulate_command(espec), run)
+    return Fallback("emulated", reason, emulate_command(espec), run,
+                    what="TE's real forward with emulated kernels (stand-ins that allocate what TE's C++ allocates)")
 
 
 def _estimated(spec: CaseSpec, reason: str, why: str | None = None) -> Fallback | None:
     """The estimate for ``spec``; ``why`` emulation cannot run here, where that was tried."""
-    from memaudit.te.estimate import estimate
+    from memaudit.te.estimate import TE_VERSION, estimate
 
     espec = spec.replace(target=TARGET)
     try:
@@ -114,7 +120,8 @@ def _estimated(spec: CaseSpec, reason: str, why: str | None = None) -> Fallback 
         better = f"with TE installed (a GPU is not needed), TE's real forward with emulated kernels: {command}"
     else:
         better = f"TE's real forward with emulated kernels cannot run here ({why}); where it can: {command}"
-    return Fallback("estimated", reason, estimate_command(espec), lambda: case, better)
+    return Fallback("estimated", reason, estimate_command(espec), lambda: case, better,
+                    what=f"TE {TE_VERSION}'s layout rules (no kernel and no TE code runs)")
 
 
 def grouped_mlp_fallback(make: Callable[[], Target], spec: CaseSpec, reason: str, mode: str,
