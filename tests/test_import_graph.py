@@ -146,6 +146,34 @@ def test_no_arrow_from_a_lower_stage_to_a_higher_one() -> None:
     assert up == []
 
 
+STAGES = (
+    ("memaudit", "memaudit.errors", "memaudit.units"),
+    ("memaudit.spec", "memaudit.report", "memaudit.ranks", "memaudit.environment", "memaudit.plugins"),
+    ("memaudit.capture",),
+    ("memaudit.targets",),
+    ("memaudit.runner",),
+    ("memaudit.dist",),
+    ("memaudit.judge",),
+    ("memaudit.render",),
+    ("memaudit.te",),
+    ("memaudit.cli", "memaudit.pytest_plugin", "memaudit.__main__"),
+)
+"""The pipeline, lowest first (docs/architecture.md): a module imports its own stage or lower ones.
+``memaudit`` is the package's ``__init__`` (its version; its attributes load lazily). TE is a wing
+above the stages it uses: its targets, its fallbacks (the runner), its tables and figures (render)."""
+
+
+def _stage(module: str) -> int:
+    best = [(len(s), i) for i, group in enumerate(STAGES) for s in group if module == s or module.startswith(s + ".")]
+    assert best, f"{module} is in no stage: add it to STAGES (and docs/architecture.md)"
+    return max(best)[1]
+
+
+def test_every_import_points_down_the_pipeline() -> None:
+    up = [f"{m}:{line} imports {t}" for m in sorted(GRAPH) for t, line, _ in GRAPH[m] if _stage(t) > _stage(m)]
+    assert up == []
+
+
 def test_te_is_above_targets() -> None:
     """The generic targets (the interface, custom factories, the matrix) know nothing of TE: TE's
     targets live in memaudit/te/ and import the interface."""

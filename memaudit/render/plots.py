@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memaudit.environment import libraries
 from memaudit.errors import UsageError
 from memaudit.report import CaseReport, Report, Row
 from memaudit.targets.registry import path_label
@@ -243,11 +244,12 @@ def report_groups(report: Report) -> list[int]:
 
 def _source(report: Report) -> str:
     env = report.environment or {}
+    libs = libraries()
     if env.get("estimate"):
-        return f"estimate, TE {env.get('transformer_engine', '?')} modelled"
+        modelled = ", ".join(f"{lib.short} {env.get(lib.key) or '?'}" for lib in libs if lib.key in env) or "?"
+        return f"estimate, {modelled} modelled"
     parts = [str(env.get("device", "?"))]
-    if env.get("transformer_engine"):
-        parts.append(f"TE {env['transformer_engine']}")
+    parts += [f"{lib.short} {env[lib.key]}" for lib in libs if env.get(lib.key)]
     if env.get("torch"):
         parts.append(f"torch {env['torch']}")
     emulated = sorted({c.emulation.label() for c in report.cases if c.emulation is not None})

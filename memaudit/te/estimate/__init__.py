@@ -21,6 +21,8 @@ from __future__ import annotations
 from memaudit.te.estimate.closed_form import FastTotals, estimate_totals
 from memaudit.te.estimate.config import (
     ARCHS,
+    DEFAULT_ARCH_HELP,
+    DEFAULT_PATH_HELP,
     PATHS,
     TARGET,
     TE_VERSION,
@@ -56,6 +58,8 @@ HELP = (  # memaudit estimate --help
 
 __all__ = [
     "ARCHS",
+    "DEFAULT_ARCH_HELP",
+    "DEFAULT_PATH_HELP",
     "ITEMSIZE",
     "PATHS",
     "SINGLE_CONTAINER",

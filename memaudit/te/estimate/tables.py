@@ -1,4 +1,4 @@
-"""Renderers of ``memaudit estimate``: rich tables, the sweep's text lines and markdown.
+"""Renderers of ``memaudit estimate`` (the estimator's own, so they live with it): rich tables, the sweep's text lines and markdown.
 
 One configuration: :func:`rows_table`, :func:`padding_table`, :func:`diff_table`, :func:`totals_line`
 and :func:`markdown_single`. A sweep (:class:`~memaudit.te.estimate.SweepPoint` s): :func:`sweep_lines`
