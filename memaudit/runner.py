@@ -12,7 +12,7 @@ import torch
 import memaudit
 from memaudit.capture import capture
 from memaudit.environment import environment
-from memaudit.report import CaseReport, PathInfo, Report, compute_totals
+from memaudit.report import CaseReport, PathInfo, Report
 from memaudit.spec import CaseSpec
 from memaudit.targets.base import Fallback, Target
 
@@ -78,7 +78,7 @@ def run_case_here(target: Target, spec: CaseSpec, *, backward: bool = True, veri
         case.rows = measured.rows
         case.freed = measured.freed
         case.complete = measured.complete
-        case.totals = compute_totals(case.rows, case.freed)
+        case.totals = measured.totals  # the capture's, over these rows (annotate names a path, never a row)
         case.allocator = measured.allocator
         case.modules = measured.modules
         case.warnings = measured.warnings + built.warnings

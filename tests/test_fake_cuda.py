@@ -30,12 +30,7 @@ try:
 except Exception as exc:  # noqa: BLE001
     pytest.skip(f"TransformerEngine is not importable here: {type(exc).__name__}: {exc}", allow_module_level=True)
 
-from memaudit.report import load_report  # noqa: E402
-from memaudit.runner import run_case  # noqa: E402
-from memaudit.spec import CaseSpec  # noqa: E402
-from memaudit.targets.registry import get_target  # noqa: E402
-from memaudit.te.target import TEGroupedMLPTarget  # noqa: E402
-from tests._fake_cuda import (  # noqa: E402
+from bench._fake_cuda import (  # noqa: E402
     EMULATED,
     MEASURED,
     against_measured,
@@ -44,6 +39,11 @@ from tests._fake_cuda import (  # noqa: E402
     replay,
     row_for_row,
 )
+from memaudit.report import load_report  # noqa: E402
+from memaudit.runner import run_case  # noqa: E402
+from memaudit.spec import CaseSpec  # noqa: E402
+from memaudit.targets.registry import get_target  # noqa: E402
+from memaudit.te.target import TEGroupedMLPTarget  # noqa: E402
 
 GROUPS = committed_groups()
 SMALL = {"tokens": 2048, "hidden": 128, "ffn": 128}

@@ -182,6 +182,18 @@ def test_te_is_above_targets() -> None:
     assert up == []
 
 
+def test_bench_imports_no_tests() -> None:
+    """Benchmarks share helpers through bench/ (tests may import them), never through tests/."""
+    bench = Path(__file__).resolve().parents[1] / "bench"
+    found = []
+    for path in sorted(bench.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            found += [f"{path.name}:{node.lineno} {n}" for n in names if n == "tests" or n.startswith("tests.")]
+    assert found == []
+
+
 def test_a_circle_would_be_found() -> None:
     """Control: the cycle finder finds one made up here."""
     saved = dict(GRAPH)
