@@ -241,9 +241,9 @@ def test_the_fused_layout_names_the_pr3545_buffers(monkeypatch: pytest.MonkeyPat
     # without the layout, entries after FC1's input take the unfused GroupedLinear's roles: FC2's
     # offsets and weights become FC1's, past its 8 groups fc1.extra[k] (this test reads what the
     # detector names)
-    import memaudit.te.classify as classify
+    import memaudit.te.roles as roles
 
-    monkeypatch.setattr(classify, "_fused_layout", lambda basic_ops, ctxs: None)
+    monkeypatch.setattr(roles, "fused_layout", lambda basic_ops, ctxs: None)
     blind = run_case(target, spec)
     assert blind.status == "ok", blind.reason
     assert [r.index for r in blind.rows] == [r.index for r in case.rows]
