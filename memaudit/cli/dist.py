@@ -207,9 +207,10 @@ def finish_merged(report: Report, *, scenario: Any = None, target_name: str, exp
     verdicts = None
     if scenario is not None:
         from memaudit.cli.common import OUTCOME_CODES
-        from memaudit.judge.scenario import evaluate, outcome
+        from memaudit.judge.scenario import evaluate, outcome, record_verdicts
 
         verdicts = evaluate(report, scenario, source=scenario.path, allow_incomplete=allow_incomplete)
+        record_verdicts(report, verdicts, scenario)
         code = OUTCOME_CODES[outcome(report, verdicts, scenario)]
     if not quiet:
         for case in worst_cases(report):

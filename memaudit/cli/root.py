@@ -243,9 +243,10 @@ def run(
     code = exitcodes.CASE_ERROR if any(c.status == "error" for c in report.cases) else exitcodes.OK
     verdicts = None
     if loaded is not None:
-        from memaudit.judge.scenario import evaluate, outcome
+        from memaudit.judge.scenario import evaluate, outcome, record_verdicts
 
         verdicts = evaluate(report, loaded, source=loaded.path, allow_incomplete=allow_incomplete)
+        record_verdicts(report, verdicts, loaded)
         code = OUTCOME_CODES[outcome(report, verdicts, loaded)]
     for case in report.cases:  # what the case's target says besides its table (a replaced answer)
         owner = registry.owner_of(case.spec)

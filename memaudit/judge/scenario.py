@@ -662,9 +662,20 @@ def evaluate(
                             "so its budgets are not judged")]
         else:
             mine = evaluate_case(case, scenario.rules, ctx)
-        case.budgets = [v.to_dict() for v in mine]
         verdicts.extend(mine)
     return verdicts
+
+
+def record_verdicts(report: Report, verdicts: list[Verdict], scenario: Scenario) -> None:
+    """Store the verdicts on the cases they judged (``CaseReport.budgets``, which a written report
+    carries): the one change judging makes to a report, made by the caller that writes it (:func:`evaluate`
+    changes nothing). A case the scenario covers and no rule judged gets an empty list."""
+    by_case: dict[str, list[dict[str, Any]]] = {}
+    for v in verdicts:
+        by_case.setdefault(v.case_id, []).append(v.to_dict())
+    for case in report.cases:
+        if case.id in by_case or scenario.covers(case):
+            case.budgets = by_case.get(case.id, [])
 
 
 Outcome = Literal["ok", "fail", "case_error"]
