@@ -45,8 +45,11 @@ class ShapeParam:
 class SpecOwner(Protocol):
     """What a spec asks of the target that made it (:class:`memaudit.targets.base.Target`)."""
 
-    name: str
-    shape: tuple[ShapeParam, ...]
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def shape(self) -> tuple[ShapeParam, ...]: ...
 
     def alignment(self, recipe: str) -> int: ...
 

@@ -204,7 +204,7 @@ class EPGroupedMLPTarget(Target):
         return RoutingPlan(ep, spec.groups, spec.tokens, int(spec.options.get("topk", DEFAULT_TOPK)), spec.alignment(),
                            skew, param, int(spec.options.get("routing_seed", 0)))
 
-    def place(self, spec: CaseSpec, rank: int, world_size: int) -> tuple[CaseSpec, RankInfo]:
+    def place(self, spec: CaseSpec, rank: int = 0, world_size: int = 1) -> tuple[CaseSpec, RankInfo]:
         """The case rank ``rank`` of ``world_size`` runs: ``ep`` resolved (the world size where not
         given), its local experts' split sizes from the routing plan, and where it sits."""
         ep = spec.options.get("ep") or world_size
