@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from memaudit.errors import UsageError
-from memaudit.ranks import DistRun, RankInfo, base_id, info_problem, run_from, run_problem
+from memaudit.ranks import DistRun, RankInfo, base_id, info_problem, pydantic_types, run_from, run_problem
 from memaudit.spec import DTYPES, CaseSpec
 
 SCHEMA = "memaudit.report/2"
@@ -722,7 +722,6 @@ def _validators() -> dict[str, Any]:
                                   "rows": list[count]})  # type: ignore[operator]
     budget.__pydantic_config__ = config  # type: ignore[attr-defined]
 
-    from memaudit.ranks import pydantic_types
 
     dist_types = pydantic_types(config, count, text)
     scalar = str | bool | int | float

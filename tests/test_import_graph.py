@@ -134,6 +134,7 @@ def test_the_graph_is_read() -> None:
     registry = GRAPH["memaudit.targets.registry"]
     assert any(t == "memaudit.targets.custom" for t, _, _ in registry)  # imported inside get_target
     assert any(typing for t, _, typing in GRAPH["memaudit.capture.hooks"])
+    assert _heavy("memaudit.te.classify") and _heavy("memaudit.runner") and not _heavy("memaudit.spec")
 
 
 def test_no_import_circles() -> None:
@@ -180,6 +181,62 @@ def test_te_is_above_targets() -> None:
     up = [f"{m}:{line} imports {t}" for m in sorted(GRAPH) if _within(m, ("memaudit.targets",))
           for t, line, _ in GRAPH[m] if _within(t, ("memaudit.te", "memaudit.judge", "memaudit.render", "memaudit.cli"))]
     assert up == []
+
+
+HEAVY = ("torch", "transformer_engine", "transformer_engine_torch", "matplotlib", "numpy")
+"""Libraries a module may import only when it is used: torch and TE (TE after its fused switch is
+set), matplotlib and numpy (plots)."""
+LIGHT_ENTRY = ("memaudit.cli", "memaudit.pytest_plugin", "memaudit.__main__")
+"""Entry modules that must start light (``memaudit --help``; the plugin loads in every pytest run):
+they import the stages a command uses inside the command."""
+
+
+def _top_level(module: str) -> list[str]:
+    """The names ``module`` imports when it is imported (not under TYPE_CHECKING, not in a function)."""
+    out = []
+    for node in ast.parse(MODULES[module].read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.If) and _type_checking(node):
+            continue
+        for n in ast.walk(node) if isinstance(node, ast.If | ast.Try) else (node,):
+            if isinstance(n, ast.Import):
+                out += [a.name for a in n.names]
+            elif isinstance(n, ast.ImportFrom) and not n.level:
+                base = n.module or ""
+                out += [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in n.names]
+    return out
+
+
+def _heavy(module: str, seen: frozenset[str] = frozenset()) -> bool:
+    """Whether importing ``module`` imports one of :data:`HEAVY` (through memaudit's modules too)."""
+    for name in _top_level(module):
+        if name.split(".")[0] in HEAVY:
+            return True
+        target = _resolve(name) if name.startswith("memaudit") else None
+        if target and target != module and target not in seen and _heavy(target, seen | {module}):
+            return True
+    return False
+
+
+def test_function_level_imports_have_their_reason() -> None:
+    """An import of memaudit's own module inside a function is kept only where it has a reason: an
+    entry module that must start light, or a module that imports torch, TE or matplotlib (imported
+    when used: TE after its environment is set)."""
+    needless = []
+    for module, path in sorted(MODULES.items()):
+        if _within(module, LIGHT_ENTRY):
+            continue
+        level = {id(n) for n in ast.parse(path.read_text(encoding="utf-8")).body}
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for n in ast.walk(node):
+                if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("memaudit") and id(n) not in level:
+                    for a in n.names:
+                        full = f"{n.module}.{a.name}"
+                        target = full if full in MODULES else _resolve(n.module or "")
+                        if target and not _heavy(target):
+                            needless.append(f"{module}:{n.lineno} imports {target} inside a function")
+    assert sorted(set(needless)) == []
 
 
 def test_bench_imports_no_tests() -> None:

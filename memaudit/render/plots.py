@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from memaudit.environment import libraries
 from memaudit.errors import UsageError
 from memaudit.report import CaseReport, Report, Row
-from memaudit.targets.registry import path_label
+from memaudit.targets.registry import builtin_targets, path_label, union_recipes
 from memaudit.units import fmt_bytes
 
 if TYPE_CHECKING:  # matplotlib is an optional extra, imported only to draw
@@ -59,7 +59,6 @@ ORIENT_LABEL = {"rowwise": "rowwise", "columnwise": "columnwise", "both": "both 
 def recipe_order() -> tuple[str, ...]:
     """The order recipes are drawn in: as memaudit's own targets declare them (a recipe none
     declares comes after, by name)."""
-    from memaudit.targets.registry import builtin_targets, union_recipes
 
     return union_recipes(builtin_targets())
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",

@@ -17,6 +17,7 @@ from memaudit.errors import UsageError, did_you_mean
 from memaudit.report import CaseReport
 from memaudit.spec import CaseSpec, RunFlag, ShapeParam
 from memaudit.targets.base import Target
+from memaudit.targets.custom import CustomTarget
 
 GROUP = "memaudit.targets"
 """The entry point group targets register under."""
@@ -75,7 +76,6 @@ def get_target(name: str) -> Target:
     if cls is not None:
         return cls()
     if ":" in name:
-        from memaudit.targets.custom import CustomTarget  # imports the user's factory: only when named
 
         return CustomTarget(name)
     names = target_names()

@@ -12,8 +12,12 @@ from rich.table import Table
 from rich.text import Text
 
 from memaudit.targets.base import Target
+from memaudit.te import probes as tgm
+from memaudit.te.availability import path_answers, recipe_answers
+from memaudit.te.emulate.host import needs_child
 from memaudit.te.environment import te_version
-from memaudit.te.recipes import RECIPES
+from memaudit.te.estimate import PATHS
+from memaudit.te.recipes import RECIPES, needs
 
 
 def _cudnn(info: dict[str, Any]) -> None:
@@ -26,8 +30,6 @@ def _cudnn(info: dict[str, Any]) -> None:
 
 
 def _answers(info: dict[str, Any], te: Any | None) -> None:
-    from memaudit.te.availability import path_answers, recipe_answers
-    from memaudit.te.emulate.host import needs_child
 
     answers = recipe_answers(te, gpu=torch.cuda.is_available(), te_error=info.get("te_error"))
     info["answers"] = {name: a.to_dict() for name, a in answers.items()}
@@ -66,7 +68,6 @@ def doctor_report(target: Target) -> dict[str, Any]:
         _cudnn(info)
         _answers(info, None)
         return info
-    from memaudit.te import probes as tgm
 
     tgm.set_fused_env(None)
     te, why = tgm.import_te()
@@ -101,8 +102,6 @@ def doctor_report(target: Target) -> dict[str, Any]:
 def _answers_table(info: dict[str, Any]) -> Group:
     """One line per recipe (what ``run`` gives here, what real kernels need, TE's own gate on
     sm90 and sm100, the paths TE takes), then why real and emulated kernels are or are not here."""
-    from memaudit.te.estimate import PATHS
-    from memaudit.te.recipes import needs
 
     table = Table(title="what memaudit can do here, per recipe", title_justify="left")
     for col in ("recipe", "here", "real kernels need", "TE's gate on sm90", "TE's gate on sm100", "paths TE takes (estimator)"):

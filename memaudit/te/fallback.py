@@ -17,6 +17,8 @@ from memaudit.errors import UsageError
 from memaudit.report import CaseReport
 from memaudit.spec import CaseSpec
 from memaudit.targets.base import Fallback, Target
+from memaudit.te.emulate.host import unavailable
+from memaudit.te.estimate import TE_VERSION, estimate
 from memaudit.te.recipes import FUSED_ENV, RECIPES
 
 TARGET = "te-grouped-mlp"
@@ -56,7 +58,6 @@ def can_emulate() -> str | None:
     fake CUDA: torch's CUDA build), else why not."""
     import importlib.util
 
-    from memaudit.te.emulate.host import unavailable
 
     if importlib.util.find_spec("transformer_engine") is None:
         return "TransformerEngine is not installed"
@@ -105,7 +106,6 @@ def _emulated(make: Callable[[], Target], spec: CaseSpec, reason: str, flags: di
 
 def _estimated(spec: CaseSpec, reason: str, why: str | None = None) -> Fallback | None:
     """The estimate for ``spec``; ``why`` emulation cannot run here, where that was tried."""
-    from memaudit.te.estimate import TE_VERSION, estimate
 
     espec = spec.replace(target=TARGET)
     try:

@@ -11,6 +11,7 @@ from importlib import metadata
 from typing import Any
 
 from memaudit.spec import CaseSpec
+from memaudit.te.emulate.host import cuda_here
 from memaudit.te.recipes import FUSED_ENV, RECIPES
 
 
@@ -108,7 +109,6 @@ def why_fused_cannot_register(frontend: str | None = None) -> str | None:
     ``frontend`` is the cuDNN-frontend version to assume (an emulated machine's), else the installed one."""
     import torch
 
-    from memaudit.te.emulate.host import cuda_here
 
     if int(os.environ.get(FUSED_ENV, "0") or 0) <= 0:
         return f"{FUSED_ENV} is not set to a positive value"
@@ -136,7 +136,6 @@ def why_not_fused(spec: CaseSpec, recipe: Any, frontend: str | None = None) -> s
     """Every failing fusion condition for this case, TE's check order first (te-internals §1.1-1.2)."""
     import torch
 
-    from memaudit.te.emulate.host import cuda_here
 
     reasons = []
     registered = why_fused_cannot_register(frontend)
@@ -192,7 +191,6 @@ def fmt_cublaslt(v: int | None) -> str:
 def _grouped_path_reason(spec: CaseSpec, recipe: Any, grouped: bool) -> str:
     import transformer_engine.pytorch.utils as te_utils
 
-    from memaudit.te.emulate.host import cuda_here
 
     cc = te_utils.get_device_compute_capability() if cuda_here() else (0, 0)
     v = cublaslt_version() or 0

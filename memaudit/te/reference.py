@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from memaudit.spec import CaseSpec
 from memaudit.targets.base import MLP_SHAPE, Built, Fallback, Target, backward_sum
+from memaudit.te.fallback import grouped_mlp_fallback
 from memaudit.te.recipes import RECIPES, alignment, needs
 from memaudit.te.target import TEGroupedMLPTarget
 
@@ -60,7 +61,6 @@ class ReferenceTarget(Target):
         wherever it can run (a GPU, or fake CUDA), else TE's layout rules (:mod:`memaudit.te.fallback`)."""
         if spec.recipe == "bf16":
             return None
-        from memaudit.te.fallback import grouped_mlp_fallback
 
         return grouped_mlp_fallback(TEGroupedMLPTarget, spec, reason, mode, backward=backward)
 

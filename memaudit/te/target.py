@@ -15,7 +15,12 @@ from memaudit.errors import UsageError
 from memaudit.report import PathInfo, Row
 from memaudit.spec import CaseSpec, RunFlag
 from memaudit.targets.base import MLP_SHAPE, Built, Fallback, Target, backward_sum
+from memaudit.te.emulate import host
+from memaudit.te.emulate.gates import ARCHS, emulated_arch
 from memaudit.te.emulate.gates import ARCHS as EMULATED_ARCHS
+from memaudit.te.emulate.host import unavailable
+from memaudit.te.expected import attach_expected
+from memaudit.te.fallback import grouped_mlp_fallback, notes
 from memaudit.te.probes import (  # noqa: F401 - re-exported: tests and bench name them here
     cublaslt_version,
     cudnn_frontend_version,
@@ -117,7 +122,6 @@ class TEGroupedMLPTarget(Target):
         here: on a GPU, or with emulated kernels on fake CUDA (torch's CUDA build, no GPU)."""
         import importlib.util
 
-        from memaudit.te.emulate.host import unavailable
 
         return importlib.util.find_spec("transformer_engine") is not None and unavailable() is None
 
@@ -153,7 +157,6 @@ class TEGroupedMLPTarget(Target):
         if kernels not in KERNELS:
             raise UsageError(f"unknown kernels {kernels!r}; use one of {', '.join(KERNELS)}", key="--kernels")
         arch = flags.get("arch", "sm100")
-        from memaudit.te.emulate.gates import ARCHS
 
         if arch not in ARCHS:
             raise UsageError(f"unknown architecture {arch!r}; use one of {', '.join(ARCHS)}", key="--arch")
@@ -201,7 +204,6 @@ class TEGroupedMLPTarget(Target):
         with ``--kernels emulated|standins``: the user chose the machine."""
         if self.emulated is not None:
             return None
-        from memaudit.te.fallback import grouped_mlp_fallback  # the estimator: imported when a case needs it
 
         return grouped_mlp_fallback(type(self), spec, reason, mode, self.flags_given, backward=backward)
 
@@ -214,13 +216,11 @@ class TEGroupedMLPTarget(Target):
 
     def notes(self, case: Any) -> list[str]:
         """An emulated answer that failed, and was replaced by the estimate, says why."""
-        from memaudit.te.fallback import notes
 
         return notes(case)
 
     def attach_expected(self, case: Any) -> int | None:
         """``run --expected``: the estimator's rows beside the measured ones (:mod:`memaudit.te.expected`)."""
-        from memaudit.te.expected import attach_expected
 
         return attach_expected(case)
 
@@ -233,7 +233,6 @@ class TEGroupedMLPTarget(Target):
     def skip_reason(self, spec: CaseSpec) -> str | None:
         import torch
 
-        from memaudit.te.emulate import host
 
         if spec.device == "meta":
             return ("TransformerEngine does not run on meta: its forward makes and checks CUDA tensors outside any "
@@ -259,7 +258,6 @@ class TEGroupedMLPTarget(Target):
         if te is None:
             return why
         if self.emulated is not None:
-            from memaudit.te.emulate.gates import emulated_arch
 
             with host.cuda_answers(self.emulated.arch), emulated_arch(self.emulated.arch):
                 ok, reason = recipe_gate(te, spec.recipe)
@@ -270,7 +268,6 @@ class TEGroupedMLPTarget(Target):
     def case_host(self, spec: CaseSpec) -> Any:
         """With emulated kernels and no GPU, the case runs on fake CUDA in a child process
         (:mod:`memaudit.te.emulate.host`); else here (None)."""
-        from memaudit.te.emulate import host
 
         if self.emulated is None or not spec.device.startswith("cuda") or not host.needs_child() or host.unavailable():
             return None

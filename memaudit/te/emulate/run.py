@@ -11,6 +11,7 @@ from memaudit.report import Emulation
 from memaudit.te.emulate.context import EmulationLog, Machine, emulation
 from memaudit.te.emulate.cudnn import CUDNN_STANDINS
 from memaudit.te.emulate.gates import ARCHS
+from memaudit.te.emulate.host import name
 from memaudit.te.emulate.standins import NEVER_REAL, STANDINS
 from memaudit.te.recipes import FUSED_ENV
 
@@ -84,7 +85,6 @@ class EmulatedRun:
         """The case's label: machine, the stand-ins and real kernels its forward called."""
         log = self.log
         kernels: Any = log.kernels if log is not None else None
-        from memaudit.te.emulate.host import name
 
         return Emulation(
             machine={**self.machine.describe(), "kernels": self.kernels, "host": name()},
