@@ -53,7 +53,7 @@ MARKER_HELP = (
 )
 
 _rules_key = pytest.StashKey[list]()
-_case_key = pytest.StashKey[object]()
+_case_key = pytest.StashKey[Any]()
 """The case a test body that ran in a child process (``emulate`` with no GPU) sent back."""
 
 
@@ -211,7 +211,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     why = unavailable()
     if why is not None:
         pytest.skip(f"@pytest.mark.{MARKER}(emulate={arch!r}): emulated kernels cannot run here: {why}")
-    cap = pyfuncitem.funcargs.get(FIXTURE)
+    cap: Any = pyfuncitem.funcargs.get(FIXTURE)
     params = inspect.signature(pyfuncitem.obj).parameters
     kwargs = {k: v for k, v in pyfuncitem.funcargs.items() if k in params}
 
@@ -300,7 +300,7 @@ def _judge(item: pytest.Item, rules: list[Any]) -> None:
             on_peak = rule.kind in ("max_bytes", "exact_bytes") and rule.select is None and rule.name != "max_total_bytes"
             verdicts += evaluate_case(peak if on_peak else history, [rule], context)
     except UsageError as exc:
-        problem = str(exc)
+        problem: str | None = str(exc)
     else:
         problem = None
     if problem is not None:
@@ -312,7 +312,7 @@ def _judge(item: pytest.Item, rules: list[Any]) -> None:
             lines.append("  " + v.message.replace("\n", "\n  "))
         lines.append(f"at the peak, {len(peak.rows)} saved rows alive at once ({fmt_bytes(peak.totals.saved_bytes)} saved, "
                      "parameters excluded):")
-        lines.extend("    " + line for line in format_rows(peak.rows, limit=40))
+        lines.extend("    " + line for line in format_rows(peak.rows, limit=40))  # type: ignore[arg-type]  # frozen rows: read only
         pytest.fail("\n".join(lines), pytrace=False)
     xfails = [v for v in verdicts if v.verdict == "xfail"]
     if xfails:

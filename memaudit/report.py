@@ -782,7 +782,7 @@ def _existing(loc: tuple[Any, ...], data: Any) -> tuple[Any, ...]:
     for p in loc:
         if isinstance(obj, dict) and isinstance(p, str) or isinstance(obj, list) and isinstance(p, int) and 0 <= p < len(obj):
             out.append(p)
-            obj = obj.get(p) if isinstance(obj, dict) else obj[p]
+            obj = obj.get(p) if isinstance(obj, dict) else obj[p]  # type: ignore[index]  # an int on a list (checked)
         else:
             break
     return tuple(out)

@@ -28,6 +28,7 @@ import torch
 
 from memaudit.capture import compiled, graph, hooks, modules, stack
 from memaudit.capture.hooks import Record
+from memaudit.capture.modules import Frame
 from memaudit.capture.tensors import (
     Buffer,
     buffer_of,
@@ -190,7 +191,7 @@ class Capture:
         self._task_token: Any = None
         self._other_threads = False
         """True once another thread ran during the capture (see :meth:`attach`)."""
-        self._spans: dict[int, list[list[modules.Frame]]] = {}  # thread id -> the module calls made there
+        self._spans: dict[int, list[list[Frame]]] = {}  # thread id -> the module calls made there
         self._reports: list[tuple[Any, list[int], list[Any], list[_Unlabelled]]] = []
         """Reports returned, for late labels: (weak reference to the case, live rows named while
         built, the storage reference of each live row, the other rows only memaudit named)."""
@@ -362,7 +363,7 @@ class Capture:
         entry = self._labels.get(id(sref))
         if entry is None:
             entry = self._labels[id(sref)] = (sref, [])
-        entry[1].append(Label(name, group, tensor.storage_offset() * tensor.element_size(), tuple(tensor.shape)))
+        entry[1].append(Label(name, group, tensor.storage_offset() * tensor.element_size(), tuple(tensor.shape)))  # type: ignore[arg-type]
         if self._reports:
             self._label_returned(sref)
 
@@ -434,7 +435,7 @@ class Capture:
         ends = [hi for lo, hi in self._own_regions() if lo is not None]
         if not ends or any(hi is None for hi in ends):
             return lambda seq: True
-        last = max(ends)
+        last = max(hi for hi in ends if hi is not None)
         return lambda seq: seq < last
 
     def report(self, outputs: Any = None, *, case_id: str = "capture", include_freed: bool = False, walk: bool = True) -> CaseReport:
@@ -524,9 +525,9 @@ class Capture:
                 kept.append(None)
             chain = chains.get(module, ())
             if chain == ():
-                f = by_name.get(module) if module is not None else None
-                chain = chains[module] = None if f is None else []
-                g: modules.Frame | None = f
+                top = by_name.get(module) if module is not None else None
+                chain = chains[module] = None if top is None else []
+                g: Frame | None = top
                 while g is not None:
                     calls[id(g)] = g
                     chain.append(members.setdefault(id(g), []))  # type: ignore[union-attr]
@@ -629,7 +630,7 @@ class Capture:
         released: dict[int, int] = {}
         for rec, n in self.released:
             released.setdefault(id(rec), n)
-        order = sorted((n, i) for i, rec in enumerate(self.records) if (n := released.get(id(rec))) is not None)
+        order = sorted((k, i) for i, rec in enumerate(self.records) if (k := released.get(id(rec))) is not None)
         contrib: list[list[tuple[int, int]]] = []
         for rec in self.records:
             mine: list[tuple[int, int]] = []
@@ -845,7 +846,7 @@ class _RowBuilder:
         dup = None
         storage = None
         sref = self.canon(buf.sref) if buf is not None and buf.sref is not None else None
-        if sref is not None:
+        if buf is not None and sref is not None:
             storage = self._storage_name(sref)
             view = (live, id(sref), buf.offset, buf.shape)
             first = self._views.setdefault(view, index)
@@ -896,7 +897,7 @@ class _RowBuilder:
         elif rec.alive():
             resides, kept = self._residence(rec)
         else:  # released (listed with include_freed): where that pair kept it, as far as its kind tells
-            resides, kept = _RELEASED_RESIDES.get(rec.hook.kind, "unknown"), None
+            resides, kept = _RELEASED_RESIDES.get(rec.hook.kind or "", "unknown"), None
         base: dict[str, Any] = {"op": op, "saved_as": slot, "resides": resides}
         frame = rec.frame if self.cap.modules else None
         if frame is not None:

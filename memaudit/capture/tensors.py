@@ -63,7 +63,7 @@ def is_wrapper_subclass(t: torch.Tensor) -> bool:
 
 def inner_tensors(t: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
     """Inner tensors of a traceable wrapper subclass, by attribute name."""
-    names, _ctx = t.__tensor_flatten__()
+    names, _ctx = t.__tensor_flatten__()  # type: ignore[attr-defined]
     return [(n, getattr(t, n)) for n in names if isinstance(getattr(t, n, None), torch.Tensor)]
 
 
@@ -153,7 +153,7 @@ def buffer_of(t: torch.Tensor, fields: Any = None, *, is_param: bool | None = No
         device=t.device,
         sref=sref,
         storage_bytes=nbytes,
-        offset=t.storage_offset() * elt if sref is not None else 0,
+        offset=t.storage_offset() * elt if sref is not None else 0,  # type: ignore[arg-type]
         bytes=t.numel() * elt,
         is_parameter=is_parameter(t) if is_param is None else is_param,
         fields=fields,

@@ -104,11 +104,11 @@ class Command(TyperCommand):
     """A typer command whose bad usage (typer's and memaudit's alike) prints in memaudit's one
     style, ``error: --flag: ...``, and exits 2, instead of typer's boxed panel."""
 
-    def make_context(self, info_name: str | None, args: list[str], parent: Context | None = None, **extra: Any) -> Context:
+    def make_context(self, info_name: str | None, args: list[str], parent: Context | None = None, **extra: Any) -> Context:  # type: ignore[override]
         return _handled(lambda: super(Command, self).make_context(info_name, args, parent, **extra),
                         bool(extra.get("resilient_parsing")) or bool(parent and parent.resilient_parsing))
 
-    def invoke(self, ctx: Context) -> Any:
+    def invoke(self, ctx: Context) -> Any:  # type: ignore[override]
         return _handled(lambda: super(Command, self).invoke(ctx), ctx.resilient_parsing)
 
 
@@ -117,12 +117,12 @@ class Group(TyperGroup):
     Before anything is parsed, ``COLUMNS`` and ``LINES`` that are not plain numbers are dropped:
     rich and click read them (``--help`` too) and would fail on ``²`` or 5,000 digits."""
 
-    def make_context(self, info_name: str | None, args: list[str], parent: Context | None = None, **extra: Any) -> Context:
+    def make_context(self, info_name: str | None, args: list[str], parent: Context | None = None, **extra: Any) -> Context:  # type: ignore[override]
         sane_terminal_environment()
         return _handled(lambda: super(Group, self).make_context(info_name, args, parent, **extra),
                         bool(extra.get("resilient_parsing")) or bool(parent and parent.resilient_parsing))
 
-    def invoke(self, ctx: Context) -> Any:
+    def invoke(self, ctx: Context) -> Any:  # type: ignore[override]
         return _handled(lambda: super(Group, self).invoke(ctx), ctx.resilient_parsing)
 
 

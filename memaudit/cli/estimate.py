@@ -181,7 +181,7 @@ def _single(out: Console, c: Config, variant: str, diff: str | None, padding: bo
     other = estimate_config(c, diff) if diff else None
     if not quiet:
         out.print(rows_table(case, variant, width=out.width))
-        if padding and (case.path or {}).get("padding", {}).get("rows"):
+        if padding and dict(case.path or {}).get("padding", {}).get("rows"):
             out.print(padding_table(case, width=out.width))
     if other is not None:
         table, summary = diff_table(case, other, variant, diff or "", width=out.width)

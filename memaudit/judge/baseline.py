@@ -681,8 +681,8 @@ def update_baseline(current: Report, existing: Report | None, prune: bool = Fals
     for cid, c in cur.items():
         if cid not in old:
             cases.append(c)
-            note = None if c.status == "ok" else _status_text(c)
-            changes.append(BaselineChange(cid, "added", None, _saved_or_none(c), note))
+            added = None if c.status == "ok" else _status_text(c)
+            changes.append(BaselineChange(cid, "added", None, _saved_or_none(c), added))
     merged = Report(
         cases=cases,
         environment=dict(current.environment),

@@ -173,7 +173,7 @@ def _buckets(rule: Rule, case: CaseLike, per: str) -> list[tuple[str, list[Any],
         if isinstance(sel.group, tuple):
             return list(sel.group)
         if sel.group == "nonempty" and ne is not None:
-            return sorted(ne)
+            return [g for g in sorted(ne)]
         seen = {r.group for r in candidates}
         if sel.group == "nonempty":
             seen.discard(None)

@@ -545,6 +545,8 @@ def parse_scenario(data: Any, *, source: str, allow_targets: tuple[str, ...] = (
         applies = [s for s in specs if rule.not_applicable(s) is None]  # type: ignore[arg-type]
         if not applies:
             run_recipes = sorted({s.recipe for s in specs})
+            shown: list[Any]
+            have: Any
             if rule.recipes is not None and not rule.recipes & set(run_recipes):
                 k, shown, have = "recipes", sorted(rule.recipes), run_recipes
             else:

@@ -419,7 +419,7 @@ def _footer(report: Report, comparison: Comparison | None) -> str:
     emulated = [c for c in report.cases if c.emulation is not None]
     if emulated:
         archs = sorted({c.emulation.label() for c in emulated if c.emulation is not None})
-        hosts = sorted({c.emulation.host() for c in emulated if c.emulation is not None and c.emulation.host()})
+        hosts = sorted({h for c in emulated if c.emulation is not None and (h := c.emulation.host())})
         on = f" on {', '.join(hosts)}" if hosts else ""
         bits.append(f"{len(emulated)} of {len(report.cases)} cases {', '.join(archs)}{on} (TE's real Python with stand-in kernels; not measured)")
     estimated = [c for c in report.cases if c.execution == "estimated"]

@@ -493,8 +493,8 @@ def draw_tokens(data: TokensFigure) -> Figure:
             label = f"{ln.recipe} · {ln.variant} (dashed)"
             base = solid.get(ln.recipe)
             if base is not None and base.tokens and base.tokens[-1] == ln.tokens[-1] and base.saved_bytes[-1]:
-                d = ln.saved_bytes[-1] - base.saved_bytes[-1]
-                label += (f"\n{'+' if d > 0 else '-'}{fmt_bytes(abs(d))} ({100 * d / base.saved_bytes[-1]:+.0f}%)"
+                delta = ln.saved_bytes[-1] - base.saved_bytes[-1]
+                label += (f"\n{'+' if delta > 0 else '-'}{fmt_bytes(abs(delta))} ({100 * delta / base.saved_bytes[-1]:+.0f}%)"
                           f" at {fmt_tokens(ln.tokens[-1])}")
         elif same:
             label += f"\n(the same bytes as {same})"

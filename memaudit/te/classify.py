@@ -269,7 +269,7 @@ def _wrap(original: Callable[..., Any]) -> Callable[..., Any]:
         tensors = out[0]
         cls = type(obj)
         plan = _PLANS[cls]
-        names = plan.names
+        names = plan.names or ()  # a positional plan has its names
         if len(tensors) != len(names):  # TE changed the layout under us: name by identity from now on
             plan.positional = False
             state.captures[-1].warnings.append(
@@ -322,7 +322,7 @@ def _wrap(original: Callable[..., Any]) -> Callable[..., Any]:
         if names is None:  # no declared slots: every tensor attribute, in __dict__ order
             items = [(name, buf) for name, buf in vars(obj).items() if isinstance(buf, torch.Tensor)]
             names = tuple(name for name, _ in items)
-            held = [buf for _, buf in items]
+            held: list[Any] = [buf for _, buf in items]
         else:
             held = [getattr(obj, name, None) for name in names]
         cls = type(obj).__name__
@@ -399,7 +399,7 @@ def install_provenance() -> None:
         if cls not in _INSTALLED:
             original = vars(cls)["prepare_for_saving"]
             _INSTALLED[cls] = original
-            cls.prepare_for_saving = _wrap(original)  # type: ignore[method-assign]
+            cls.prepare_for_saving = _wrap(original)  # type: ignore[attr-defined]  # TE's storage classes have it
 
 
 def original_prepare_for_saving(cls: type) -> Callable[..., Any]:

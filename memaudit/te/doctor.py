@@ -116,7 +116,7 @@ def _answers_table(info: dict[str, Any]) -> Group:
         table.add_row(name, best, needs(name).removeprefix("a CUDA GPU of "), Text(gates.get("sm90", "-") or "available"),
                       Text(gates.get("sm100", "-") or "available"), f"{', '.join(taken)} ({', '.join(archs)})")
     first = next(iter(answers.values()))
-    lines = [table]
+    lines: list[Any] = [table]
     real = [n for n, a in answers.items() if a["real"]]
     lines.append(Text(f"real kernels here: {', '.join(real)}" if real else f"real kernels here: none ({first['real_why'].split(' (')[0]})"))
     where = info.get("emulation_host")

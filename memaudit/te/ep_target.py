@@ -78,9 +78,14 @@ class ExpertsBackend(Protocol):
     """What the expert-parallel target needs from an expert backend. ``spec`` is the local
     grouped MLP: the rank's local experts as groups, the tokens they received, its splits."""
 
-    name: str
-    recipes: tuple[str, ...]
-    default_device: str
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def recipes(self) -> tuple[str, ...]: ...
+
+    @property
+    def default_device(self) -> str: ...
 
     def configure(self, flags: dict[str, Any]) -> dict[str, Any]:
         """Options from the run flags the backend reads (part of the case id); UsageError on bad values."""

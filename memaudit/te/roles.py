@@ -54,10 +54,10 @@ def name_rows(node: Any, rows: list[Row], counts: list[int], mine: list[int] | N
         pos = int(slot[len("saved_tensors[") : -1])
         if pos >= len(entry_of):
             continue
-        role = roles.get(entry_of[pos])
-        if role is None:
+        found = roles.get(entry_of[pos])
+        if found is None:
             continue
-        set_role(row, rows, role, children)
+        set_role(row, rows, found, children)
 
 
 def set_role(row: Row, rows: list[Row], role: tuple[str, int | None], children: dict[int, list[int]] | None = None) -> None:

@@ -7,6 +7,8 @@ and :func:`markdown_sweep`. The plots are :mod:`memaudit.render.plots`.
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import RenderableType
 
 from memaudit.render.layout import Col, Sheet, fit
@@ -62,7 +64,7 @@ def rows_table(case: CaseReport, variant: str, *, width: int | None = None) -> R
 
 
 def _padding_sheet(case: CaseReport, compact: bool) -> Sheet:
-    pad = (case.path or {}).get("padding", {})
+    pad: dict[str, Any] = dict(case.path or {}).get("padding", {})
     if compact:
         cols = [Col("operand"), Col("#", "right"), Col("container.slot", wrap=True), Col("padded", "right"),
                 Col("ideal", "right"), Col("padding", "right")]
