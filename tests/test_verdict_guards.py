@@ -726,7 +726,7 @@ def test_per_group_buckets_are_in_group_order_for_many_groups() -> None:
 
 
 def test_a_short_path_is_normalised() -> None:
-    from memaudit.capture.recorder import short_path
+    from memaudit.capture.rows import short_path
 
     assert short_path("./tests/test_verdict_guards.py") == "tests/test_verdict_guards.py"
     assert short_path("<string>") == "<string>"
