@@ -277,9 +277,9 @@ def _judge(item: pytest.Item, rules: list[Any]) -> None:
     case_id = item.nodeid + (f"/rank{where[0]}" if where else "")
     child = item.stash.get(_case_key, None)  # what a body run in a child process saved
     if child is not None:
-        from memaudit.report import CaseReport
+        from memaudit.report import validate_case
 
-        history, peak = CaseReport.from_dict(child["history"]), CaseReport.from_dict(child["peak"])
+        history, peak = validate_case(child["history"]), validate_case(child["peak"])
         labels, modules = list(child["labels"]), set(child["modules"])
     else:
         history = cap.report(case_id=case_id, include_freed=True)  # every row saved during the test

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from memaudit.report import CaseReport, PathInfo, Report, Row, compute_totals, write_report
+from memaudit.report import CaseReport, PathInfo, Report, Row, compute_totals, validate_report, write_report
 from memaudit.spec import CaseSpec
 from memaudit.targets.registry import get_target
 
@@ -138,7 +138,7 @@ def sample_report() -> Report:
 
 def copy_report(report: Report) -> Report:
     """A deep copy through the JSON round trip."""
-    return Report.from_dict(json.loads(report.to_json()))
+    return validate_report(json.loads(report.to_json()))
 
 
 def resize_row(report: Report, case_id: str, index: int, by: int, *, storage: bool = True) -> Report:

@@ -21,7 +21,7 @@ from memaudit.judge.scenario import (
     parse_scenario,
     record_verdicts,
 )
-from memaudit.report import Report
+from memaudit.report import Report, validate_report
 
 ROOT = Path(__file__).resolve().parents[1]
 GROUPED = ROOT / "scenarios" / "grouped_mlp.toml"
@@ -141,7 +141,7 @@ def test_evaluate_fills_budgets_and_round_trips() -> None:
     entry = next(b for b in case.budgets if b["rule"] == "nvfp4-no-rowwise-input")
     assert entry["verdict"] == "xfail" and entry["rows"] and "PR #3545" in entry["message"]
     assert len(case.budgets) == len(s.rules)
-    again = Report.from_dict(__import__("json").loads(report.to_json()))
+    again = validate_report(__import__("json").loads(report.to_json()))
     assert again.cases[case_index(report, case.id)].budgets == case.budgets
 
 

@@ -25,7 +25,7 @@ except Exception as exc:  # noqa: BLE001 - not installed, or broken
 
 from memaudit.errors import UsageError  # noqa: E402
 from memaudit.judge.baseline import compare_reports  # noqa: E402
-from memaudit.report import CaseReport, Emulation, Report  # noqa: E402
+from memaudit.report import Emulation, Report, validate_case  # noqa: E402
 from memaudit.te.emulate import standins as si  # noqa: E402
 from memaudit.te.emulate.context import Machine, emulation  # noqa: E402
 from memaudit.te.emulate.cudnn import CUDNN_STANDINS  # noqa: E402
@@ -245,12 +245,12 @@ def _emulated_report() -> Report:
 def test_emulated_cases_round_trip_and_measured_cases_carry_no_key() -> None:
     d = _emulated_report().cases[0].to_dict()
     assert d["execution"] == "emulated" and d["emulation"]["machine"]["arch"] == "sm100"
-    back = CaseReport.from_dict(d)
+    back = validate_case(d)
     assert back.emulation == EMU and back.execution == "emulated"
     measured = make_case(CASE).to_dict()
     assert "execution" not in measured and "emulation" not in measured
     with pytest.raises(UsageError, match="execution"):
-        CaseReport.from_dict({**measured, "execution": "emulated"})
+        validate_case({**measured, "execution": "emulated"})
 
 
 def test_compare_refuses_emulated_against_measured_unless_asked() -> None:

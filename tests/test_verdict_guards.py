@@ -482,7 +482,9 @@ def test_a_case_diff_names_its_target_and_recipe_from_either_side() -> None:
 
 # ---- reading and writing reports: messages, modes, streaming -------------------------------------------
 def test_values_in_messages_are_named_or_cut() -> None:
-    from memaudit.report import _short  # the one helper every report message shows a value with
+    from memaudit.report import (
+        short_value as _short,  # the one helper every report message shows a value with
+    )
 
     assert _short(2**64) == "an integer of 65 bits" and _short(2**63) == str(2**63)
     assert _short("x" * 60) == repr("x" * 58)[:57] + "..." and len(_short("y" * 500)) == 60

@@ -13,7 +13,6 @@ from typing import Any
 
 from memaudit.errors import UsageError
 from memaudit.te.emulate.gates import emulated_arch
-from memaudit.te.emulate.host import cuda_answers
 from memaudit.te.estimate import PATHS, resolve
 from memaudit.te.fallback import can_emulate
 from memaudit.te.probes import recipe_gate
@@ -57,6 +56,7 @@ def _gate(te: Any, recipe: str) -> str:
 def te_gates(te: Any, archs: tuple[str, ...]) -> dict[str, dict[str, str]]:
     """TE's gate answer per recipe on each emulated architecture (its own strings)."""
 
+    from memaudit.te.emulate.host import cuda_answers  # imports torch (fake CUDA): only when asked
     out: dict[str, dict[str, str]] = {r: {} for r in RECIPES}
     for arch in archs:
         for recipe in RECIPES:

@@ -14,7 +14,6 @@ from rich.text import Text
 from memaudit.targets.base import Target
 from memaudit.te import probes as tgm
 from memaudit.te.availability import path_answers, recipe_answers
-from memaudit.te.emulate.host import needs_child
 from memaudit.te.environment import te_version
 from memaudit.te.estimate import PATHS
 from memaudit.te.recipes import RECIPES, needs
@@ -31,6 +30,7 @@ def _cudnn(info: dict[str, Any]) -> None:
 
 def _answers(info: dict[str, Any], te: Any | None) -> None:
 
+    from memaudit.te.emulate.host import needs_child  # imports torch (fake CUDA): only when asked
     answers = recipe_answers(te, gpu=torch.cuda.is_available(), te_error=info.get("te_error"))
     info["answers"] = {name: a.to_dict() for name, a in answers.items()}
     info["paths"] = path_answers()

@@ -17,7 +17,6 @@ from memaudit.errors import UsageError
 from memaudit.report import CaseReport
 from memaudit.spec import CaseSpec
 from memaudit.targets.base import Fallback, Target
-from memaudit.te.emulate.host import unavailable
 from memaudit.te.estimate import TE_VERSION, estimate
 from memaudit.te.recipes import FUSED_ENV, RECIPES
 
@@ -57,6 +56,8 @@ def can_emulate() -> str | None:
     """None where TE's real forward can run with emulated kernels here (on a GPU, or with no GPU on
     fake CUDA: torch's CUDA build), else why not."""
     import importlib.util
+
+    from memaudit.te.emulate.host import unavailable  # imports torch (fake CUDA): only when asked
 
 
     if importlib.util.find_spec("transformer_engine") is None:

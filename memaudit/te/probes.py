@@ -11,7 +11,6 @@ from importlib import metadata
 from typing import Any
 
 from memaudit.spec import CaseSpec
-from memaudit.te.emulate.host import cuda_here
 from memaudit.te.recipes import FUSED_ENV, RECIPES
 
 
@@ -109,6 +108,8 @@ def why_fused_cannot_register(frontend: str | None = None) -> str | None:
     ``frontend`` is the cuDNN-frontend version to assume (an emulated machine's), else the installed one."""
     import torch
 
+    from memaudit.te.emulate.host import cuda_here  # imports torch (fake CUDA): only when asked
+
 
     if int(os.environ.get(FUSED_ENV, "0") or 0) <= 0:
         return f"{FUSED_ENV} is not set to a positive value"
@@ -135,6 +136,8 @@ def why_fused_cannot_register(frontend: str | None = None) -> str | None:
 def why_not_fused(spec: CaseSpec, recipe: Any, frontend: str | None = None) -> str | None:
     """Every failing fusion condition for this case, TE's check order first (te-internals §1.1-1.2)."""
     import torch
+
+    from memaudit.te.emulate.host import cuda_here  # imports torch (fake CUDA): only when asked
 
 
     reasons = []
@@ -190,6 +193,8 @@ def fmt_cublaslt(v: int | None) -> str:
 
 def _grouped_path_reason(spec: CaseSpec, recipe: Any, grouped: bool) -> str:
     import transformer_engine.pytorch.utils as te_utils
+
+    from memaudit.te.emulate.host import cuda_here  # imports torch (fake CUDA): only when asked
 
 
     cc = te_utils.get_device_compute_capability() if cuda_here() else (0, 0)

@@ -15,10 +15,8 @@ from memaudit.errors import UsageError
 from memaudit.report import PathInfo, Row
 from memaudit.spec import CaseSpec, RunFlag
 from memaudit.targets.base import MLP_SHAPE, Built, Fallback, Target, backward_sum
-from memaudit.te.emulate import host
 from memaudit.te.emulate.gates import ARCHS, emulated_arch
 from memaudit.te.emulate.gates import ARCHS as EMULATED_ARCHS
-from memaudit.te.emulate.host import unavailable
 from memaudit.te.expected import attach_expected
 from memaudit.te.fallback import grouped_mlp_fallback, notes
 from memaudit.te.probes import (  # noqa: F401 - re-exported: tests and bench name them here
@@ -121,6 +119,8 @@ class TEGroupedMLPTarget(Target):
         """TE is installed (not imported: the fused switch must come first) and its forward runs
         here: on a GPU, or with emulated kernels on fake CUDA (torch's CUDA build, no GPU)."""
         import importlib.util
+
+        from memaudit.te.emulate.host import unavailable  # imports torch (fake CUDA): only when asked
 
 
         return importlib.util.find_spec("transformer_engine") is not None and unavailable() is None
@@ -233,6 +233,8 @@ class TEGroupedMLPTarget(Target):
     def skip_reason(self, spec: CaseSpec) -> str | None:
         import torch
 
+        from memaudit.te.emulate import host  # imports torch (fake CUDA): only when asked
+
 
         if spec.device == "meta":
             return ("TransformerEngine does not run on meta: its forward makes and checks CUDA tensors outside any "
@@ -269,6 +271,7 @@ class TEGroupedMLPTarget(Target):
         """With emulated kernels and no GPU, the case runs on fake CUDA in a child process
         (:mod:`memaudit.te.emulate.host`); else here (None)."""
 
+        from memaudit.te.emulate import host  # imports torch (fake CUDA): only when asked
         if self.emulated is None or not spec.device.startswith("cuda") or not host.needs_child() or host.unavailable():
             return None
         arch = self.emulated.arch
@@ -280,6 +283,7 @@ class TEGroupedMLPTarget(Target):
         import_te_modules()
 
         def run(case: Any) -> Any:
+            from memaudit.te.emulate import host  # imports torch (fake CUDA): only when asked
             return host.run_in_child(arch, lambda: [case()])[0]
 
         return run

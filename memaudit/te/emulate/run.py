@@ -11,7 +11,6 @@ from memaudit.report import Emulation
 from memaudit.te.emulate.context import EmulationLog, Machine, emulation
 from memaudit.te.emulate.cudnn import CUDNN_STANDINS
 from memaudit.te.emulate.gates import ARCHS
-from memaudit.te.emulate.host import name
 from memaudit.te.emulate.standins import NEVER_REAL, STANDINS
 from memaudit.te.recipes import FUSED_ENV
 
@@ -83,6 +82,7 @@ class EmulatedRun:
 
     def describe(self) -> Emulation:
         """The case's label: machine, the stand-ins and real kernels its forward called."""
+        from memaudit.te.emulate.host import name  # imports torch (fake CUDA): only when asked
         log = self.log
         kernels: Any = log.kernels if log is not None else None
 
