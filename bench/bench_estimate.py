@@ -177,7 +177,7 @@ def new_token_rates(points: list[Point], seconds: float, windows: int) -> list[f
 
 def sweep_1000() -> float:
     """Seconds to compute and render a 1,000-point sweep (4 recipes x 250 token counts, G=8)."""
-    from memaudit.render.estimate import sweep_lines
+    from memaudit.te.estimate.tables import sweep_lines
 
     start = time.perf_counter()
     pts = []

@@ -4,7 +4,7 @@
 For every rank's case of ``REPORT`` (from ``memaudit run`` under torchrun, target
 ``ep-grouped-mlp``), runs the rank's local experts alone in this process (the ``reference`` target,
 or ``te-grouped-mlp`` with the same recipe, fused switch and kernels for ``--experts te``) at the
-rank's split sizes, and compares the rows, the dispatch's aside (:mod:`memaudit.dist.equivalence`).
+rank's split sizes, and compares the rows, the dispatch's aside (:mod:`memaudit.te.ep_equivalence`).
 Writes ``--out`` (JSON): per rank the rows compared, the rows that differ, the saved bytes on the
 rank and alone, and what the dispatch keeps; exit 1 when a row differs.
 
@@ -25,9 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default=None, help="Where the single process runs (default: the case's device).")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
-    from memaudit.dist.equivalence import dispatch_bytes, one_process, row_differences
     from memaudit.environment import environment
     from memaudit.judge.integrity import read_report
+    from memaudit.te.ep_equivalence import dispatch_bytes, one_process, row_differences
 
     merged = read_report(args.report)
     ranks, differ = [], 0

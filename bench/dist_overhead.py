@@ -64,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     from memaudit.report import validate_report
     from memaudit.spec import CaseSpec
     from memaudit.targets.base import place
-    from memaudit.targets.ep import EPGroupedMLPTarget
+    from memaudit.targets.registry import get_target
+    from memaudit.te.ep_target import EPGroupedMLPTarget
 
     env = torchrun_env()
     if env is None:
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         target = EPGroupedMLPTarget()
         options = target.configure({"experts": args.experts, "routing": args.routing, "kernels": args.kernels, "arch": args.arch})
-        spec = CaseSpec.make(target.name, args.recipe, args.groups, dtype="bf16", device=args.device, options=options,
+        spec = CaseSpec.make(get_target(target), args.recipe, args.groups, dtype="bf16", device=args.device, options=options,
                              tokens=args.tokens, hidden=args.hidden, ffn=args.ffn)
         placed, info = place(target, spec, world.rank, world.world_size)
         reason = target.skip_reason(placed)

@@ -95,6 +95,7 @@ def child(rounds: int, warmup: int) -> dict[str, Any]:
     import torch
 
     from memaudit.spec import CaseSpec
+    from memaudit.targets.registry import get_target
     from memaudit.te.target import TEGroupedMLPTarget, import_te
 
     import_te()
@@ -105,7 +106,7 @@ def child(rounds: int, warmup: int) -> dict[str, Any]:
             try:
                 target = TEGroupedMLPTarget()
                 options = target.configure({"kernels": "emulated", "arch": "sm100", "fused": True})
-                spec = CaseSpec.make("te-grouped-mlp", recipe, device="cuda", options=options, **dims)
+                spec = CaseSpec.make(get_target("te-grouped-mlp"), recipe, device="cuda", options=options, **dims)
                 out["cells"][key] = measure(target.build(spec), rounds, warmup)
                 torch.cuda.empty_cache()
             except Exception as exc:  # noqa: BLE001 - one cell's failure never takes down the others

@@ -22,6 +22,7 @@ def main() -> None:
 
     from memaudit.runner import run_matrix
     from memaudit.spec import CaseSpec
+    from memaudit.targets.registry import get_target
     from memaudit.te.recipes import RECIPES
     from memaudit.te.target import TEGroupedMLPTarget, import_te
 
@@ -32,7 +33,7 @@ def main() -> None:
     for fused in (True, False):
         target = TEGroupedMLPTarget()
         options = target.configure({"kernels": "emulated", "arch": "sm100", "fused": fused})
-        specs = [CaseSpec.make("te-grouped-mlp", r, g, tokens=args.tokens, hidden=args.hidden, ffn=args.ffn,
+        specs = [CaseSpec.make(get_target("te-grouped-mlp"), r, g, tokens=args.tokens, hidden=args.hidden, ffn=args.ffn,
                                device="cuda", options=options) for r in RECIPES for g in (1, 4, 8)]
         t1 = time.perf_counter()
         report = run_matrix(target, specs, backward=False)

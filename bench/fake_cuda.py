@@ -9,7 +9,7 @@ each shape is profiled in its child (cProfile, top functions). The environment a
 load are recorded beside the numbers.
 
 ``replay``: every committed emulated report under ``reports/emulated`` replayed on fake CUDA (one
-child process per committed process), compared byte for byte (``tests/_fake_cuda.py``), and the
+child process per committed process), compared byte for byte (``bench/_fake_cuda.py``), and the
 sm90 all-stand-in cases against the H200's real kernels.
 
     python bench/fake_cuda.py speed --out reports/bench/cpu-fake-cuda.json      # writes .json and .md
@@ -72,12 +72,13 @@ def per_case(shape: dict[str, int], rounds: int) -> dict[str, Any]:
     """Every case of the matrix through ``run_case`` in this (warm) process, ``rounds`` times."""
     from memaudit.runner import run_case
     from memaudit.spec import CaseSpec
+    from memaudit.targets.registry import get_target
     from memaudit.te.recipes import RECIPES
     from memaudit.te.target import TEGroupedMLPTarget
 
     target = TEGroupedMLPTarget()
     options = target.configure({"kernels": "emulated", "arch": "sm100"})
-    specs = [CaseSpec.make("te-grouped-mlp", r, g, device="cuda", options={**options, **({} if fused else {"fused": False})},
+    specs = [CaseSpec.make(get_target("te-grouped-mlp"), r, g, device="cuda", options={**options, **({} if fused else {"fused": False})},
                            **shape) for fused in (True, False) for r in RECIPES for g in GROUPS]
     times: dict[str, list[float]] = {s.id: [] for s in specs}
     cpu: dict[str, list[float]] = {s.id: [] for s in specs}
@@ -143,7 +144,7 @@ def profile_one(shape: dict[str, int], recipe: str, groups: int) -> str:
 
     target = TEGroupedMLPTarget()
     options = target.configure({"kernels": "emulated", "arch": "sm100"})
-    spec = CaseSpec.make("te-grouped-mlp", recipe, groups, device="cuda", options=options, **shape)
+    spec = CaseSpec.make(target, recipe, groups, device="cuda", options=options, **shape)
 
     def run() -> str:
         prof = cProfile.Profile()
@@ -163,7 +164,7 @@ def speed(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     import torch  # noqa: F401  (before TE: TE's libraries load torch's)
 
-    from memaudit.te.emulate.context import import_te_modules
+    from memaudit.te.emulate.run import import_te_modules
     from memaudit.te.target import import_te
 
     import_te()
@@ -224,12 +225,12 @@ def speed_markdown(out: dict[str, Any], path: str) -> str:
 def replay(args: argparse.Namespace) -> None:
     import torch  # noqa: F401  (before TE: TE's libraries load torch's)
 
+    from bench._fake_cuda import EMULATED, MEASURED, against_measured, committed_groups, differences
+    from bench._fake_cuda import replay as replay_group
     from memaudit.report import load_report
     from memaudit.te.emulate import fakecuda
-    from memaudit.te.emulate.context import import_te_modules
+    from memaudit.te.emulate.run import import_te_modules
     from memaudit.te.target import import_te
-    from tests._fake_cuda import EMULATED, MEASURED, against_measured, committed_groups, differences
-    from tests._fake_cuda import replay as replay_group
 
     import_te()
     import_te_modules()

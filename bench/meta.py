@@ -49,7 +49,8 @@ from torch.utils._pytree import tree_leaves  # noqa: E402
 from memaudit.capture import capture  # noqa: E402
 from memaudit.runner import run_case  # noqa: E402
 from memaudit.spec import CaseSpec  # noqa: E402
-from memaudit.targets.reference import ReferenceTarget  # noqa: E402
+from memaudit.targets.registry import get_target  # noqa: E402
+from memaudit.te.reference import ReferenceTarget  # noqa: E402
 
 PRODUCTION = {"tokens": 82944, "hidden": 3072, "ffn": 1536, "groups": 8}
 SMALL = ({"tokens": 2048, "hidden": 256, "ffn": 512, "groups": 8}, {"tokens": 8192, "hidden": 1024, "ffn": 512, "groups": 4})
@@ -84,7 +85,7 @@ class DeviceLog(TorchDispatchMode):
 
 
 def spec(shape: dict[str, int], device: str) -> CaseSpec:
-    return CaseSpec.make("reference", "bf16", shape["groups"], tokens=shape["tokens"], hidden=shape["hidden"],
+    return CaseSpec.make(get_target("reference"), "bf16", shape["groups"], tokens=shape["tokens"], hidden=shape["hidden"],
                          ffn=shape["ffn"], device=device)
 
 

@@ -1,6 +1,6 @@
 """Mutation score of ``memaudit compare`` on emulated TE cases (writes markdown).
 
-Runs each injected regression of ``tests/_emulated.py`` (a run-time patch of TE's save path) on
+Runs each injected regression of ``bench/_emulated.py`` (a run-time patch of TE's save path) on
 an emulated sm100 beside the unpatched case, and records whether ``compare`` fails and what it
 names. On a GPU the forward runs there; with no GPU on fake CUDA, one child process per case.
 Usage: python bench/mutation_score.py --out reports/emulated/mutation.md (H200) or
@@ -15,8 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench._emulated import MUTATIONS, caught, emulated_case, saving  # noqa: E402
 from memaudit.units import fmt_delta  # noqa: E402
-from tests._emulated import MUTATIONS, caught, emulated_case, saving  # noqa: E402
 
 SHAPE = {"tokens": 2048, "hidden": 512, "ffn": 512}
 
@@ -29,7 +29,7 @@ def main() -> None:
         "# Mutation score: injected saved-state regressions in TE 2.20.2's forward",
         "",
         "Each mutation is a run-time patch of TE's save path (`OperationContext.save_for_backward`, "
-        "`tests/_emulated.py`), run with emulated kernels on sm100 "
+        "`bench/_emulated.py`), run with emulated kernels on sm100 "
         f"(T={SHAPE['tokens']}, H={SHAPE['hidden']}, F={SHAPE['ffn']}, G=4) beside the unpatched case, then "
         "`compare` (fail on increase; on change for a decrease). Caught = compare fails and names an "
         "operand, the kind and the orientation the mutation changed (where bytes only move between "

@@ -1,7 +1,7 @@
 """The PR comment for the PR #3545 difference (docs/examples/pr3545-comment.md).
 
 TE's grouped MLP at PR #3545's shape (T=82,944, H=3,072, F=1,536) on an emulated sm100: the
-baseline is TE with PR #3545's pruning applied to its save path at run time (``tests/_emulated.py``),
+baseline is TE with PR #3545's pruning applied to its save path at run time (``bench/_emulated.py``),
 the current report TE 2.20.2 as installed, so the comment shows the buffers PR #3545 removes as a
 regression that puts them back. NVFP4 at G=1 (cuDNN frontend 1.26: the grouped single-group path)
 and G=8; MXFP8 at G=8 and FP8-current at G=8 as cases the change does not touch. On a GPU the
@@ -17,11 +17,13 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _emulated import PRODUCTION, emulated_case, pr3545, saving  # noqa: E402
 
 from memaudit.judge.baseline import compare_reports  # noqa: E402
 from memaudit.render.markdown import render_markdown  # noqa: E402
 from memaudit.report import Report, atomic_write_text  # noqa: E402
-from tests._emulated import PRODUCTION, emulated_case, pr3545, saving  # noqa: E402
 
 CASES = [("nvfp4", 1, "1.26.0"), ("nvfp4", 8, "1.28.0"), ("mxfp8", 8, "1.28.0"), ("fp8-current", 8, "1.28.0")]
 ENVIRONMENT = {"device_class": "cpu", "transformer_engine": "2.20.2"}  # fixed, so that the file regenerates byte for byte

@@ -23,6 +23,7 @@ import torch
 
 from memaudit.capture import capture
 from memaudit.spec import CaseSpec
+from memaudit.targets.registry import get_target
 from memaudit.te.target import TEGroupedMLPTarget, set_fused_env
 
 SHAPES = {
@@ -165,7 +166,7 @@ def main() -> None:
     for shape in args.shapes.split(","):
         for recipe in args.recipes.split(","):
             key = f"{shape}/{recipe}"
-            spec = CaseSpec.make("te-grouped-mlp", recipe, device="cuda", **SHAPES[shape])
+            spec = CaseSpec.make(get_target("te-grouped-mlp"), recipe, device="cuda", **SHAPES[shape])
             built = TEGroupedMLPTarget().build(spec)
             vs = variants(built)
             med = time_variants(vs, args.rounds)

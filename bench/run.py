@@ -884,7 +884,7 @@ class Bench:
     def setup_target(self) -> None:
         det: dict[str, Any] = {}
         if self.smoke:
-            from memaudit.targets.reference import ReferenceTarget
+            from memaudit.te.reference import ReferenceTarget
 
             self.target = ReferenceTarget()
             det["target"] = "reference"
@@ -896,7 +896,7 @@ class Bench:
             te, why = import_te()
             det["te_import_in_process_seconds"] = round(time.perf_counter() - c0, 3)
             if te is None:
-                from memaudit.targets.reference import ReferenceTarget
+                from memaudit.te.reference import ReferenceTarget
 
                 self.error("setup_target", f"{why}; falling back to the reference target on CUDA")
                 self.target = ReferenceTarget()
@@ -927,8 +927,8 @@ class Bench:
         self.r["environment"] = env
 
     def matrix_cells(self) -> None:
-        from memaudit.cli.root import build_specs
         from memaudit.runner import run_case
+        from memaudit.targets.matrix import build_specs
 
         assert self.target is not None
         specs = build_specs(self.target, recipe="all", groups="1,4,8", dims={}, dtype=None, device=self.device, options={})
@@ -965,7 +965,7 @@ class Bench:
     def _spec(self, recipe: str, tokens: int, hidden: int, ffn: int, groups: int) -> Any:
         from memaudit.spec import CaseSpec
 
-        return CaseSpec.make(self.target.name, recipe, groups, tokens=tokens, hidden=hidden, ffn=ffn, dtype="bf16", device=self.device)
+        return CaseSpec.make(self.target, recipe, groups, tokens=tokens, hidden=hidden, ffn=ffn, dtype="bf16", device=self.device)
 
     def _measure(self, recipe: str, shape: dict[str, int], *, full: bool) -> dict[str, Any]:
         key = (recipe, shape["tokens"], shape["hidden"], shape["ffn"], shape["groups"])

@@ -42,17 +42,18 @@ def _target(name: str) -> Any:
 
         set_fused_env(None)
         return TEGroupedMLPTarget()
-    from memaudit.targets.reference import ReferenceTarget
+    from memaudit.te.reference import ReferenceTarget
 
     return ReferenceTarget()
 
 
 def probe(name: str, args: argparse.Namespace) -> dict[str, Any]:
     from memaudit.spec import CaseSpec
+    from memaudit.targets.registry import get_target
 
     res: dict[str, Any] = {"target": name, "stage": "result"}
     target = _target(name)
-    spec = CaseSpec.make(target.name, "bf16", args.groups, tokens=args.tokens, hidden=args.hidden, ffn=args.ffn, device=args.device)
+    spec = CaseSpec.make(get_target(target), "bf16", args.groups, tokens=args.tokens, hidden=args.hidden, ffn=args.ffn, device=args.device)
     reason = target.skip_reason(spec)
     if reason:
         res["skipped"] = reason

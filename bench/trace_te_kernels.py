@@ -72,6 +72,7 @@ def summarize(x: Any, storages: dict[int, int], depth: int = 0) -> Any:
 def run_cell(recipe_name: str, arch: str, cublaslt: int, fused: bool, groups: int, tokens: int, hidden: int, ffn: int) -> dict[str, Any]:
 
     from memaudit.spec import CaseSpec
+    from memaudit.targets.registry import get_target
     from memaudit.te.emulate.context import Machine, emulation
     from memaudit.te.emulate.kernels import tex_functions
 
@@ -100,7 +101,7 @@ def run_cell(recipe_name: str, arch: str, cublaslt: int, fused: bool, groups: in
     cudnn = {n: cudnn_standin(n) for n in (
         "grouped_gemm_glu_wrapper_sm100", "grouped_gemm_dglu_wrapper_sm100", "grouped_gemm_quant_wrapper_sm100",
         "grouped_gemm_wgrad_wrapper_sm100", "grouped_gemm_srelu_wrapper_sm100", "grouped_gemm_dsrelu_wrapper_sm100")}
-    spec = CaseSpec.make("te-grouped-mlp", recipe_name, groups, tokens=tokens, hidden=hidden, ffn=ffn, device="cuda")
+    spec = CaseSpec.make(get_target("te-grouped-mlp"), recipe_name, groups, tokens=tokens, hidden=hidden, ffn=ffn, device="cuda")
     out: dict[str, Any] = {"recipe": recipe_name, "arch": arch, "cublaslt": cublaslt, "fused": fused, "groups": groups, "splits": spec.split_sizes()}
     os.environ["NVTE_CUTEDSL_FUSED_GROUPED_MLP"] = "1" if fused else "0"
     try:

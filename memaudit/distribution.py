@@ -34,7 +34,10 @@ def foreign_distribution() -> str | None:
         dist = metadata.distribution(OTHER)
     except metadata.PackageNotFoundError:
         return None
-    summary = dist.metadata.get("Summary") or ""
+    try:
+        summary = dist.metadata["Summary"] or ""
+    except KeyError:
+        summary = ""
     if summary.startswith(_OWN_SUMMARY):  # this project, installed under its old name
         return None
     return (

@@ -11,10 +11,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import memaudit
+from memaudit.plugins import providers
 
-LIBRARY_PROBES = ("memaudit.te.environment",)
-"""Modules whose ``probe()`` adds a library's versions (each imports its library only if already
-imported) and whose ``LIBRARY`` names it."""
+
+def library_probes() -> tuple[str, ...]:
+    """Modules whose ``probe()`` adds a library's versions (each imports its library only if already
+    imported) and whose ``LIBRARY`` names it: the classifier plugins' (``Provider.environment``)."""
+    return tuple(p.environment for _, p in providers() if p.environment is not None)
 
 
 @dataclass(frozen=True)
@@ -29,11 +32,29 @@ class Library:
     """Its name in sentences."""
     rule_key: str | None = None
     """The key of budget ``known_failure`` entries that match its version (``te``), if any."""
+    package: str = ""
+    """Its distribution name as ``memaudit --version`` prints it (``transformer-engine``)."""
 
 
 def libraries() -> tuple[Library, ...]:
     """Every probed library, in probe order."""
-    return tuple(importlib.import_module(p).LIBRARY for p in LIBRARY_PROBES)
+    return tuple(importlib.import_module(p).LIBRARY for p in library_probes())
+
+
+def library_versions(*, imported_only: bool = False) -> dict[Library, str | None]:
+    """Each probed library's version (None where not installed or, with ``imported_only``, where
+    the caller has not imported it)."""
+    out: dict[Library, str | None] = {}
+    for p in library_probes():
+        module = importlib.import_module(p)
+        out[module.LIBRARY] = module.version(imported_only=imported_only)
+    return out
+
+
+def rule_versions(*, imported_only: bool = False) -> dict[str, str]:
+    """The versions budget ``known_failure`` entries match, by their key (``{"te": "2.20.2"}``)."""
+    return {lib.rule_key: v for lib, v in library_versions(imported_only=imported_only).items()
+            if lib.rule_key is not None and v is not None}
 
 
 def device_class(device: str) -> str:
@@ -67,6 +88,6 @@ def environment(device: str) -> dict[str, Any]:
             env["cudnn"] = torch.backends.cudnn.version()
         except RuntimeError:  # TE's wheel may load another cuDNN than torch's
             env["cudnn"] = None
-    for probe in LIBRARY_PROBES:
+    for probe in library_probes():
         env.update(importlib.import_module(probe).probe())
     return env

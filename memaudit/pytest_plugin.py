@@ -53,7 +53,7 @@ MARKER_HELP = (
 )
 
 _rules_key = pytest.StashKey[list]()
-_case_key = pytest.StashKey[object]()
+_case_key = pytest.StashKey[Any]()
 """The case a test body that ran in a child process (``emulate`` with no GPU) sent back."""
 
 
@@ -211,7 +211,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     why = unavailable()
     if why is not None:
         pytest.skip(f"@pytest.mark.{MARKER}(emulate={arch!r}): emulated kernels cannot run here: {why}")
-    cap = pyfuncitem.funcargs.get(FIXTURE)
+    cap: Any = pyfuncitem.funcargs.get(FIXTURE)
     params = inspect.signature(pyfuncitem.obj).parameters
     kwargs = {k: v for k, v in pyfuncitem.funcargs.items() if k in params}
 
@@ -255,9 +255,9 @@ def rank_of_process() -> tuple[int, int] | None:
 
 
 def _judge(item: pytest.Item, rules: list[Any]) -> None:
+    from memaudit.environment import rule_versions
     from memaudit.errors import UsageError
     from memaudit.judge.budgets import Context, evaluate_case, format_rows
-    from memaudit.te.environment import te_version
     from memaudit.units import fmt_bytes
 
     cap = getattr(item, "funcargs", {}).get(FIXTURE)
@@ -277,9 +277,9 @@ def _judge(item: pytest.Item, rules: list[Any]) -> None:
     case_id = item.nodeid + (f"/rank{where[0]}" if where else "")
     child = item.stash.get(_case_key, None)  # what a body run in a child process saved
     if child is not None:
-        from memaudit.report import CaseReport
+        from memaudit.report import validate_case
 
-        history, peak = CaseReport.from_dict(child["history"]), CaseReport.from_dict(child["peak"])
+        history, peak = validate_case(child["history"]), validate_case(child["peak"])
         labels, modules = list(child["labels"]), set(child["modules"])
     else:
         history = cap.report(case_id=case_id, include_freed=True)  # every row saved during the test
@@ -294,13 +294,13 @@ def _judge(item: pytest.Item, rules: list[Any]) -> None:
         if unnamed:
             raise UsageError("; ".join(unnamed))
         allow = any(m.kwargs.get("allow_incomplete") is True for m in item.iter_markers(MARKER))
-        context = Context(te_version=te_version(imported_only=True), allow_incomplete=allow)
+        context = Context(te_version=rule_versions(imported_only=True).get("te"), allow_incomplete=allow)
         verdicts = []
         for rule in rules:
             on_peak = rule.kind in ("max_bytes", "exact_bytes") and rule.select is None and rule.name != "max_total_bytes"
             verdicts += evaluate_case(peak if on_peak else history, [rule], context)
     except UsageError as exc:
-        problem = str(exc)
+        problem: str | None = str(exc)
     else:
         problem = None
     if problem is not None:
@@ -312,7 +312,7 @@ def _judge(item: pytest.Item, rules: list[Any]) -> None:
             lines.append("  " + v.message.replace("\n", "\n  "))
         lines.append(f"at the peak, {len(peak.rows)} saved rows alive at once ({fmt_bytes(peak.totals.saved_bytes)} saved, "
                      "parameters excluded):")
-        lines.extend("    " + line for line in format_rows(peak.rows, limit=40))
+        lines.extend("    " + line for line in format_rows(peak.rows, limit=40))  # type: ignore[arg-type]  # frozen rows: read only
         pytest.fail("\n".join(lines), pytrace=False)
     xfails = [v for v in verdicts if v.verdict == "xfail"]
     if xfails:

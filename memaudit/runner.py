@@ -12,9 +12,9 @@ import torch
 import memaudit
 from memaudit.capture import capture
 from memaudit.environment import environment
-from memaudit.report import CaseReport, PathInfo, Report, compute_totals
+from memaudit.report import CaseReport, PathInfo, Report
 from memaudit.spec import CaseSpec
-from memaudit.targets.base import Fallback, Target, place
+from memaudit.targets.base import Fallback, Target
 
 
 def _first_line(exc: BaseException) -> str:
@@ -42,8 +42,7 @@ def run_case(target: Target, spec: CaseSpec, *, backward: bool = True, verify_al
     A target whose ``case_host(spec)`` names a host (a child process, for TE's forward on fake
     CUDA) runs the case there; a host that fails to return it makes the case's error cell.
     """
-    host = getattr(target, "case_host", None)
-    elsewhere = host(spec) if host is not None else None
+    elsewhere = target.case_host(spec)
     if elsewhere is None:
         return run_case_here(target, spec, backward=backward, verify_allocator=verify_allocator, stack=stack, snapshot=snapshot)
     if snapshot is not None:
@@ -83,7 +82,7 @@ def run_case_here(target: Target, spec: CaseSpec, *, backward: bool = True, veri
         case.rows = measured.rows
         case.freed = measured.freed
         case.complete = measured.complete
-        case.totals = compute_totals(case.rows, case.freed)
+        case.totals = measured.totals  # the capture's, over these rows (annotate names a path, never a row)
         case.allocator = measured.allocator
         case.modules = measured.modules
         case.warnings = measured.warnings + built.warnings
@@ -106,15 +105,14 @@ def run_case_here(target: Target, spec: CaseSpec, *, backward: bool = True, veri
 def plan_fallbacks(target: Target, specs: Sequence[CaseSpec], mode: str, *, backward: bool = True) -> list[Fallback | None]:
     """For each spec the target cannot run on real kernels here, its best available answer
     (:class:`~memaudit.targets.base.Fallback`: emulated or estimated), else None. ``mode`` is one
-    of :data:`~memaudit.targets.base.FALLBACKS`; ``none`` (or a target without ``fallback``)
+    of :data:`~memaudit.targets.base.FALLBACKS`; ``none`` (or a target that offers none)
     plans nothing, and those cases stay skipped."""
-    hook = getattr(target, "fallback", None)
-    if mode == "none" or hook is None:
+    if mode == "none":
         return [None] * len(specs)
     out: list[Fallback | None] = []
     for spec in specs:
         reason = target.skip_reason(spec)
-        out.append(hook(spec, reason, mode, backward=backward) if reason else None)
+        out.append(target.fallback(spec, reason, mode, backward=backward) if reason else None)
     return out
 
 
@@ -146,7 +144,7 @@ def run_matrix(
     :func:`plan_fallbacks`) names an answer for a spec, that answer replaces the skipped cell.
 
     ``on_start(spec, i, n)`` is called before case ``i`` of ``n`` (from 1) runs, ``on_case(case)``
-    after it. Each spec is first placed (:func:`memaudit.targets.base.place`) for ``rank`` of
+    after it. Each spec is first placed (:meth:`~memaudit.targets.base.Target.place`) for ``rank`` of
     ``world_size``; with a process-group ``backend`` (a distributed run) each case records where it
     ran (``case.dist``) and its id ends with its coordinates. ``snapshot`` (one case, run here on
     CUDA) writes that case's allocator snapshot (:func:`run_case`).
@@ -157,7 +155,7 @@ def run_matrix(
     for i, given in enumerate(specs, 1):
         if on_start is not None:
             on_start(given, i, len(specs))
-        spec, info = place(target, given, rank, world_size)
+        spec, info = target.place(given, rank, world_size)
         fallback = fallbacks[i - 1] if fallbacks is not None else None
         if fallback is not None:
             case = _run_fallback(fallback, spec)

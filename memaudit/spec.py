@@ -1,13 +1,15 @@
 """Case specifications: what one cell of the matrix runs, its id, and its token splits.
 
-Recipe names and their alignment belong to the targets (``Target.recipes``, ``Target.alignment``).
+A spec is made by its target (``Target.spec``) and carries it (``spec.owner``): the id, the
+alignment and the splits are the target's answers. This module imports nothing above itself; it
+knows a target only as :class:`SpecOwner`, the little a spec asks of it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from memaudit.errors import UsageError
 
@@ -40,13 +42,39 @@ class ShapeParam:
     split: bool = False
 
 
+class SpecOwner(Protocol):
+    """What a spec asks of the target that made it (:class:`memaudit.targets.base.Target`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def shape(self) -> tuple[ShapeParam, ...]: ...
+
+    def alignment(self, recipe: str) -> int: ...
+
+    def case_id(self, spec: CaseSpec) -> str: ...
+
+
+def default_case_id(spec: CaseSpec, shape: tuple[ShapeParam, ...]) -> str:
+    """``target/recipe/gG/<letter><value>-.../dtype`` with the dimension letters ``shape`` declares,
+    then the sorted options (``/k=v,...``) where there are any."""
+    letters = {p.name: p.letter for p in shape}
+    dims = "-".join(f"{letters.get(k, k)}{v}" for k, v in spec.shape)
+    base = f"{spec.target}/{spec.recipe}/g{spec.groups}/{dims}/{spec.dtype}"
+    opts = ",".join(f"{k}={v}" for k, v in sorted(spec.options.items()))
+    return f"{base}/{opts}" if opts else base
+
+
 @dataclass(frozen=True)
 class CaseSpec:
     """One cell: a target run at one recipe, group count and shape.
 
     The matrix is recipes x group counts; ``shape`` holds the target's own dimensions
     (``Target.shape``), in its declared order, and each reads as an attribute (``spec.tokens``).
-    Build one with :meth:`make`.
+    Build one with ``target.spec(...)`` (:meth:`make`). ``owner`` is the target that made it
+    (None for a spec read back from a report: its id is the report's, and what needs the target
+    (``alignment``, ``split_sizes``) says so).
     """
 
     target: str
@@ -57,24 +85,27 @@ class CaseSpec:
     device: str = "cpu"
     options: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
     splits: tuple[int, ...] | None = None
+    owner: SpecOwner | None = field(default=None, hash=False, compare=False, repr=False)
 
     @classmethod
-    def make(cls, target: str, recipe: str, groups: int, *, dtype: str = "bf16", device: str = "cpu",
+    def make(cls, owner: SpecOwner, recipe: str, groups: int, *, dtype: str = "bf16", device: str = "cpu",
              options: dict[str, Any] | None = None, splits: tuple[int, ...] | None = None, **dims: int) -> CaseSpec:
-        """A spec with ``dims`` in the order ``target`` declares them (a dimension it does not
-        declare is a UsageError)."""
-        from memaudit.targets.registry import shape_params
+        """A spec of ``owner`` with ``dims`` in the order it declares them (a dimension it does
+        not declare, or one missing, is a UsageError)."""
+        names = [p.name for p in owner.shape]
+        unknown = sorted(set(dims) - set(names))
+        missing = [n for n in names if n not in dims]
+        if unknown or missing:
+            raise UsageError(f"target {owner.name!r} has dimensions {', '.join(names) or 'none'}; "
+                             f"got {', '.join(dims) or 'none'}")
+        shape = tuple((n, dims[n]) for n in names)
+        return cls(owner.name, recipe, groups, shape, dtype, device, dict(options or {}), splits, owner)
 
-        declared = shape_params(target)
-        if declared is not None:
-            names = [p.name for p in declared]
-            unknown = sorted(set(dims) - set(names))
-            missing = [n for n in names if n not in dims]
-            if unknown or missing:
-                raise UsageError(f"target {target!r} has dimensions {', '.join(names)}; "
-                                 f"got {', '.join(dims) or 'none'}")
-            dims = {n: dims[n] for n in names}
-        return cls(target, recipe, groups, tuple(dims.items()), dtype, device, dict(options or {}), splits)
+    def _owner(self, what: str) -> SpecOwner:
+        if self.owner is None:
+            raise ValueError(f"{what} of case {self.target}/{self.recipe}/g{self.groups} needs its target, "
+                             "and this spec has none (it was read from a report)")
+        return self.owner
 
     @property
     def dims(self) -> dict[str, int]:
@@ -82,7 +113,7 @@ class CaseSpec:
         return dict(self.shape)
 
     def __getattr__(self, name: str) -> int:
-        if not name.startswith("_") and name != "shape":
+        if not name.startswith("_") and name not in ("shape", "owner"):
             for key, value in object.__getattribute__(self, "shape"):
                 if key == name:
                     return value
@@ -94,27 +125,29 @@ class CaseSpec:
         shape = tuple((k, dims.get(k, v)) for k, v in self.shape)
         return dataclasses.replace(self, shape=shape, **changes)
 
+    def retarget(self, owner: SpecOwner) -> CaseSpec:
+        """This case as a case of ``owner`` (same recipe, groups, shape and options): a target
+        that hands a case to another (a fallback, local experts) asks it this way."""
+        return dataclasses.replace(self, target=owner.name, owner=owner)
+
     @property
     def id(self) -> str:
-        """Stable case id (the target's format; by default target/recipe/gG/tT-hH-fF/dtype
-        with the target's dimension letters, then the sorted options)."""
-        from memaudit.targets.registry import case_id
-
-        return case_id(self)
+        """Stable case id (the target's ``case_id``; by default :func:`default_case_id`)."""
+        return self._owner("the id").case_id(self)
 
     def alignment(self) -> int:
         """The per-group token alignment the target needs for this recipe."""
-        from memaudit.targets.registry import alignment
+        return self._owner("the alignment").alignment(self.recipe)
 
-        return alignment(self.target, self.recipe)
+    def split_dim(self) -> str | None:
+        """The dimension group splits divide (``ShapeParam.split``), or None."""
+        return next((p.name for p in self._owner("the split dimension").shape if p.split), None)
 
     def split_sizes(self) -> list[int]:
         """Explicit splits if given, else the default uneven splits of the target's split dimension."""
         if self.splits is not None:
             return list(self.splits)
-        from memaudit.targets.registry import split_dim
-
-        dim = split_dim(self.target)
+        dim = self.split_dim()
         if dim is None:
             return []
         return default_splits(self.dims[dim], self.groups, self.alignment(), key=f"--{dim}")

@@ -115,10 +115,11 @@ def fmt_bytes(n: int | None) -> str:
         return f"{sign}{n} B"
     if n >= 1024**5:  # beyond float's comfort: whole TiB, in integer arithmetic
         return f"{sign}{n // 1024**4} TiB"
+    x = float(n)
     for unit in ("KiB", "MiB", "GiB", "TiB"):
-        n /= 1024
-        if n < 1024 or unit == "TiB":
-            return f"{sign}{n:.1f} {unit}"
+        x /= 1024
+        if x < 1024 or unit == "TiB":
+            return f"{sign}{x:.1f} {unit}"
     raise AssertionError("unreachable")
 
 

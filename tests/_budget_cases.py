@@ -12,6 +12,7 @@ from typing import Any
 from memaudit.report import CaseReport, PathInfo, Report, Row, compute_totals
 from memaudit.runner import empty_case
 from memaudit.spec import CaseSpec
+from memaudit.targets.registry import get_target
 
 T, H, F = 4096, 1024, 2048
 H200_ENV = {"device_class": "sm90", "transformer_engine": "2.20.2"}
@@ -76,7 +77,7 @@ def make_case(
     reason: str | None = None,
     path: dict[str, Any] | None = None,
 ) -> CaseReport:
-    case = empty_case(CaseSpec.make(target, recipe, groups, tokens=tokens, hidden=hidden, ffn=ffn, dtype=dtype))
+    case = empty_case(CaseSpec.make(get_target(target), recipe, groups, tokens=tokens, hidden=hidden, ffn=ffn, dtype=dtype))
     case.status, case.reason = status, reason
     case.path = PathInfo(path) if path is not None else None
     case.rows, case.totals = rows, compute_totals(rows)
@@ -96,7 +97,7 @@ def _activation(b: Rows, tokens: int, ffn: int) -> None:
 
 def bf16_case(groups: int, *, copy_input: bool = False, weight_copy: bool = False) -> CaseReport:
     """Split path: inputs are torch.split views, weights the Parameters themselves."""
-    splits = CaseSpec.make("te-grouped-mlp", "bf16", groups, tokens=T, hidden=H, ffn=F).split_sizes()
+    splits = CaseSpec.make(get_target("te-grouped-mlp"), "bf16", groups, tokens=T, hidden=H, ffn=F).split_sizes()
     b = Rows()
     st = _meta(b, groups)
     for prefix, k in (("fc1", H), ("fc2", F)):
@@ -135,7 +136,7 @@ def fp8_case(
     drop_transpose_group: int | None = None,
 ) -> CaseReport:
     """Hopper split-quantize path: per group one ``_transpose`` (K, M) and one ``_scale_inv``."""
-    splits = CaseSpec.make("te-grouped-mlp", recipe, groups, tokens=T, hidden=H, ffn=F).split_sizes()
+    splits = CaseSpec.make(get_target("te-grouped-mlp"), recipe, groups, tokens=T, hidden=H, ffn=F).split_sizes()
     b = Rows()
     _meta(b, groups)
     for prefix, k, out in (("fc1", H, 2 * F), ("fc2", F, H)):

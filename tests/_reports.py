@@ -7,8 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from memaudit.report import CaseReport, PathInfo, Report, Row, compute_totals, write_report
+from memaudit.report import CaseReport, PathInfo, Report, Row, compute_totals, validate_report, write_report
 from memaudit.spec import CaseSpec
+from memaudit.targets.registry import get_target
 
 ENV = {
     "torch": "2.14.1",
@@ -19,10 +20,10 @@ ENV = {
     "cuda": "13.0",
 }
 
-TE_FP8 = CaseSpec.make("te-grouped-mlp", "fp8-current", 4, tokens=4096, hidden=1024, ffn=2048).id
-TE_BF16 = CaseSpec.make("te-grouped-mlp", "bf16", 4, tokens=4096, hidden=1024, ffn=2048).id
-TE_NVFP4 = CaseSpec.make("te-grouped-mlp", "nvfp4", 4, tokens=4096, hidden=1024, ffn=2048).id
-REF_BF16 = CaseSpec.make("reference", "bf16", 1, tokens=256, hidden=64, ffn=128).id
+TE_FP8 = CaseSpec.make(get_target("te-grouped-mlp"), "fp8-current", 4, tokens=4096, hidden=1024, ffn=2048).id
+TE_BF16 = CaseSpec.make(get_target("te-grouped-mlp"), "bf16", 4, tokens=4096, hidden=1024, ffn=2048).id
+TE_NVFP4 = CaseSpec.make(get_target("te-grouped-mlp"), "nvfp4", 4, tokens=4096, hidden=1024, ffn=2048).id
+REF_BF16 = CaseSpec.make(get_target("reference"), "bf16", 1, tokens=256, hidden=64, ffn=128).id
 
 
 class RowBuilder:
@@ -109,7 +110,7 @@ def make_case(case_id: str, rows: list[Row] | None = None, *, status: str = "ok"
     t, h, f = (int(x[1:]) for x in shape.split("-"))
     rows = [] if status != "ok" else (rows if rows is not None else bf16_rows())
     return CaseReport(
-        CaseSpec.make(target, recipe, int(g[1:]), tokens=t, hidden=h, ffn=f, dtype=dtype, splits=()),
+        CaseSpec.make(get_target(target), recipe, int(g[1:]), tokens=t, hidden=h, ffn=f, dtype=dtype, splits=()),
         id=case_id,
         status=status,
         reason=reason,
@@ -137,7 +138,7 @@ def sample_report() -> Report:
 
 def copy_report(report: Report) -> Report:
     """A deep copy through the JSON round trip."""
-    return Report.from_dict(json.loads(report.to_json()))
+    return validate_report(json.loads(report.to_json()))
 
 
 def resize_row(report: Report, case_id: str, index: int, by: int, *, storage: bool = True) -> Report:

@@ -1,5 +1,6 @@
 """A target of another shape (sequence x heads x head size, no FFN), registered by tests only:
-it shows that a target owns its dimensions, case-id letters, scenario keys and byte variables."""
+it shows that a target owns its dimensions, case-id letters, scenario keys and byte variables.
+``tests/test_third_party_target.py`` ships it as a package that is not memaudit (an entry point)."""
 
 from __future__ import annotations
 
@@ -8,34 +9,20 @@ from typing import Any
 import torch
 
 from memaudit.spec import CaseSpec, ShapeParam
-from memaudit.targets.base import Built, backward_sum
+from memaudit.targets.base import Built, Target, backward_sum
 
 
-class AttentionTarget:
+class AttentionTarget(Target):
     """Q/K/V projections over ``seq`` tokens with ``heads`` heads of size ``head_dim``."""
 
     name = "attn"
     recipes = ("bf16",)
-    default_recipes = ("bf16",)
-    supported_recipes = ("bf16",)
     shape = (
         ShapeParam("seq", "s", "Sequence length.", split=True),
         ShapeParam("heads", "n", "Attention heads."),
         ShapeParam("head_dim", "d", "Head size."),
     )
     defaults: dict[str, Any] = {"seq": 32, "heads": 2, "head_dim": 8, "groups": (1,), "dtype": "fp32"}
-    default_device = "cpu"
-
-    @staticmethod
-    def runs_here() -> bool:
-        return False  # never the default target
-
-    @staticmethod
-    def alignment(recipe: str) -> int:
-        return 16
-
-    def configure(self, flags: dict[str, Any]) -> dict[str, Any]:
-        return {}
 
     def skip_reason(self, spec: CaseSpec) -> str | None:
         return None

@@ -12,9 +12,10 @@ import pytest
 from memaudit.cli import app
 from memaudit.report import SCHEMA, load_report
 from memaudit.spec import CaseSpec
+from memaudit.targets.registry import get_target
 
 SHAPE = ["--tokens", "256", "--hidden", "64", "--ffn", "128"]
-REF_IDS = [CaseSpec.make("reference", "bf16", g, tokens=256, hidden=64, ffn=128).id for g in (1, 4)]
+REF_IDS = [CaseSpec.make(get_target("reference"), "bf16", g, tokens=256, hidden=64, ffn=128).id for g in (1, 4)]
 
 
 def floats_in(obj: Any, path: str = "$") -> list[str]:
@@ -194,14 +195,20 @@ def test_verify_allocator_without_cuda_is_bad_usage_and_writes_nothing(cli_runne
 def test_run_options_of_a_target_come_from_its_declaration(cli_runner: Any, tmp_path: Path) -> None:
     """``run`` has every option a built-in target declares (``Target.flags``), and the value goes to
     that target's ``configure``: the TE target refuses an unknown activation before TE is imported."""
-    from memaudit.targets.ep import EPGroupedMLPTarget
-    from memaudit.targets.registry import run_flags
+    from memaudit.targets import registry
+    from memaudit.te.ep_target import EPGroupedMLPTarget
     from memaudit.te.target import TEGroupedMLPTarget
 
-    assert [f.name for f in run_flags()] == [f.name for f in (*TEGroupedMLPTarget.flags, *EPGroupedMLPTarget.flags)]
+    flags = registry.union_flags(registry.builtin_targets())
+    assert {f.name for f in flags} == {f.name for f in (*TEGroupedMLPTarget.flags, *EPGroupedMLPTarget.flags)}
     help_text = cli_runner.invoke(app, ["run", "--help"], env={"COLUMNS": "200"}).output
-    for option in ("--fused", "--no-fused", "--single-grouped-weight", "--activation"):
+    for option in ("--fused", "--no-fused", "--single-grouped-weight", "--activation", "--routing"):
         assert option in help_text
+    # the target named first drives the options: the TE target's, not the expert-parallel one's
+    te_help = cli_runner.invoke(app, ["run", "--target", "te-grouped-mlp", "--help"], env={"COLUMNS": "200"}).output
+    assert "--activation" in te_help and "--routing" not in te_help
+    ref_help = cli_runner.invoke(app, ["run", "--target=reference", "--help"], env={"COLUMNS": "200"}).output
+    assert "--tokens" in ref_help and "--activation" not in ref_help
     out = tmp_path / "r.json"
     result = cli_runner.invoke(app, ["run", "--target", "te-grouped-mlp", "--activation", "gelu", "--json", str(out)])
     assert result.exit_code == 2, result.output

@@ -37,7 +37,7 @@ def test_help_lists_the_choices(argv: list[str], choices: list[str]) -> None:
     for c in choices:
         assert c in result.stdout, c
     if argv[0] == "run":  # strings with completion: the known values are in the help text
-        assert "reference | te-grouped-mlp | PKG.MOD:FACTORY" in result.stdout
+        assert "reference | ep-grouped-mlp | te-grouped-mlp | PKG.MOD:FACTORY" in result.stdout
         assert "fp8-current" in result.stdout and "[tool.memaudit]" in result.stdout  # not eaten as markup
 
 
@@ -106,7 +106,7 @@ def test_completion_lists_recipes_and_targets() -> None:
     class Ctx:
         params: dict = {}
 
-    assert [t for t, _ in _complete_target("")] == ["reference", "te-grouped-mlp", "ep-grouped-mlp"]
+    assert [t for t, _ in _complete_target("")] == ["reference", "ep-grouped-mlp", "te-grouped-mlp"]  # reference, then by name
     assert _complete_recipe(Ctx(), "fp8-") == ["fp8-delayed", "fp8-current", "fp8-block"]  # type: ignore[arg-type]
     assert _complete_recipe(Ctx(), "bf16,nv") == ["bf16,nvfp4"]  # type: ignore[arg-type]
     assert "all" in _complete_recipe(Ctx(), "") and "bf16,all" not in _complete_recipe(Ctx(), "bf16,")  # type: ignore[arg-type]

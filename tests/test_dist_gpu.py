@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from memaudit.dist.equivalence import dispatch_bytes, one_process, row_differences
 from memaudit.judge.integrity import read_report
+from memaudit.te.ep_equivalence import dispatch_bytes, one_process, row_differences
 
 pytestmark = [
     pytest.mark.gpu,

@@ -21,8 +21,9 @@ import torch.distributed
 from memaudit.judge.integrity import read_report
 from memaudit.runner import run_case
 from memaudit.spec import CaseSpec
-from memaudit.targets.reference import ReferenceTarget
+from memaudit.targets.registry import get_target
 from memaudit.targets.routing import RoutingPlan
+from memaudit.te.reference import ReferenceTarget
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_gloo_available(), reason="torch.distributed without gloo")
 
@@ -72,7 +73,7 @@ def check_ranks_against_one_process(merged) -> list[int]:
     saved = []
     for case in merged.cases:
         splits = tuple(case.splits)
-        single = run_case(ReferenceTarget(), CaseSpec.make("reference", "bf16", case.groups, splits=splits,
+        single = run_case(ReferenceTarget(), CaseSpec.make(get_target("reference"), "bf16", case.groups, splits=splits,
                                                            tokens=sum(splits), hidden=case.hidden, ffn=case.ffn))
         assert single.status == "ok"
         experts = [r for r in case.rows if not (r.operand or "").startswith("dispatch.")]

@@ -5,7 +5,7 @@ on a GPU or, with no GPU, on fake CUDA (``memaudit.te.emulate.host``): memaudit'
   lists the pruned buffers as improvements, the shipped known_failure rule is xfail unpatched
   and XPASS patched.
 * Mutations: injected saved-state regressions in TE's forward, each caught by compare, which
-  names operand, kind and orientation (``tests/_emulated.py``; the score is in
+  names operand, kind and orientation (``bench/_emulated.py``; the score is in
   ``reports/emulated/mutation.md`` for the H200 and ``reports/cpu/fake-cuda/mutation.md`` with no GPU).
 """
 
@@ -26,12 +26,12 @@ try:
 except Exception as exc:  # noqa: BLE001
     pytest.skip(f"TransformerEngine is not importable here: {type(exc).__name__}: {exc}", allow_module_level=True)
 
+from bench._emulated import MUTATIONS, PRODUCTION, Mutation, caught, emulated_case, pr3545, report_of, saving  # noqa: E402
 from memaudit.judge.baseline import compare_reports  # noqa: E402
 from memaudit.judge.budgets import evaluate_rule  # noqa: E402
 from memaudit.judge.checks import Context  # noqa: E402
 from memaudit.judge.scenario import load_scenario  # noqa: E402
 from memaudit.te.estimate import estimate  # noqa: E402
-from tests._emulated import MUTATIONS, PRODUCTION, Mutation, caught, emulated_case, pr3545, report_of, saving  # noqa: E402
 
 SCENARIOS = [Path(__file__).resolve().parent.parent / "scenarios" / f"{name}.toml" for name in ("grouped_mlp", "grouped_mlp_emulated")]
 

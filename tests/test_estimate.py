@@ -10,6 +10,7 @@ import pytest
 from memaudit.errors import UsageError
 from memaudit.report import Report, compute_totals, load_report, write_report
 from memaudit.spec import CaseSpec, default_splits
+from memaudit.targets.registry import get_target
 from memaudit.te.estimate import (
     ARCHS,
     PATHS,
@@ -77,7 +78,7 @@ def test_mxfp8_fused_already_prunes_rowwise_inputs() -> None:
 
 # ---- the H200 split path (expected_rows) ---------------------------------------------------------
 def h200_spec(recipe: str, groups: int = 4, **kw) -> CaseSpec:
-    return CaseSpec.make(target="te-grouped-mlp", recipe=recipe, groups=groups, tokens=1024, hidden=256, ffn=128,
+    return CaseSpec.make(get_target("te-grouped-mlp"), recipe=recipe, groups=groups, tokens=1024, hidden=256, ffn=128,
                     device="cuda", **kw)
 
 
@@ -154,7 +155,7 @@ def test_int32_split_sizes_are_converted_per_op() -> None:
         h200_spec("fp8-block"),
         h200_spec("bf16", options={"activation": "srelu"}),
         h200_spec("bf16", options={"single_grouped_weight": True}),
-        CaseSpec.make(target="reference", recipe="bf16", groups=1, tokens=64, hidden=64, ffn=64),
+        CaseSpec.make(get_target("reference"), recipe="bf16", groups=1, tokens=64, hidden=64, ffn=64),
     ],
 )
 def test_expected_rows_none_where_not_covered(spec: CaseSpec) -> None:

@@ -30,11 +30,7 @@ try:
 except Exception as exc:  # noqa: BLE001
     pytest.skip(f"TransformerEngine is not importable here: {type(exc).__name__}: {exc}", allow_module_level=True)
 
-from memaudit.report import load_report  # noqa: E402
-from memaudit.runner import run_case  # noqa: E402
-from memaudit.spec import CaseSpec  # noqa: E402
-from memaudit.te.target import TEGroupedMLPTarget  # noqa: E402
-from tests._fake_cuda import (  # noqa: E402
+from bench._fake_cuda import (  # noqa: E402
     EMULATED,
     MEASURED,
     against_measured,
@@ -43,6 +39,11 @@ from tests._fake_cuda import (  # noqa: E402
     replay,
     row_for_row,
 )
+from memaudit.report import load_report  # noqa: E402
+from memaudit.runner import run_case  # noqa: E402
+from memaudit.spec import CaseSpec  # noqa: E402
+from memaudit.targets.registry import get_target  # noqa: E402
+from memaudit.te.target import TEGroupedMLPTarget  # noqa: E402
 
 GROUPS = committed_groups()
 SMALL = {"tokens": 2048, "hidden": 128, "ffn": 128}
@@ -51,7 +52,7 @@ SMALL = {"tokens": 2048, "hidden": 128, "ffn": 128}
 @pytest.fixture(scope="module")
 def replays() -> dict[str, list[Any]]:
     """Every committed group replayed once (one child process each): name -> cases."""
-    from memaudit.te.emulate.context import import_te_modules
+    from memaudit.te.emulate.run import import_te_modules
 
     import_te_modules()  # once here, not in each child
     return {g.name: replay(g) for g in GROUPS}
@@ -135,7 +136,7 @@ def test_data_pointers_tell_storages_apart_and_add_the_offset() -> None:
 def _emulated(recipe: str, groups: int, **flags: Any) -> tuple[TEGroupedMLPTarget, CaseSpec]:
     target = TEGroupedMLPTarget()
     options = target.configure({"kernels": "emulated", "arch": "sm100", **flags})
-    return target, CaseSpec.make("te-grouped-mlp", recipe, groups, device="cuda", options=options, **SMALL)
+    return target, CaseSpec.make(get_target("te-grouped-mlp"), recipe, groups, device="cuda", options=options, **SMALL)
 
 
 def test_a_value_read_beyond_the_known_sites_is_an_error_cell_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -240,9 +241,9 @@ def test_the_fused_layout_names_the_pr3545_buffers(monkeypatch: pytest.MonkeyPat
     # without the layout, entries after FC1's input take the unfused GroupedLinear's roles: FC2's
     # offsets and weights become FC1's, past its 8 groups fc1.extra[k] (this test reads what the
     # detector names)
-    import memaudit.te.classify as classify
+    import memaudit.te.roles as roles
 
-    monkeypatch.setattr(classify, "_fused_layout", lambda basic_ops, ctxs: None)
+    monkeypatch.setattr(roles, "fused_layout", lambda basic_ops, ctxs: None)
     blind = run_case(target, spec)
     assert blind.status == "ok", blind.reason
     assert [r.index for r in blind.rows] == [r.index for r in case.rows]

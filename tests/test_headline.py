@@ -19,6 +19,7 @@ from memaudit.report import load_report
 from memaudit.te.emulate import fakecuda
 from memaudit.te.estimate import estimate
 from memaudit.te.recipes import MINIMUM_CAPABILITY, RECIPES
+from memaudit.te.target import TEGroupedMLPTarget
 
 SMALL = ["--tokens", "512", "--hidden", "64", "--ffn", "128"]
 needs_cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the answers with no GPU")
@@ -172,7 +173,7 @@ def test_doctor_gives_tes_own_gate_strings() -> None:
     from memaudit.te.doctor import doctor_report
     from memaudit.te.emulate.gates import emulated_arch
 
-    info = doctor_report()
+    info = doctor_report(TEGroupedMLPTarget())
     with emulated_arch("sm90"):
         ok, reason = te.is_nvfp4_available(return_reason=True)
     assert not ok and info["answers"]["nvfp4"]["te_gates"]["sm90"] == reason

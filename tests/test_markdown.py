@@ -26,6 +26,7 @@ from memaudit.judge.baseline import compare_reports
 from memaudit.render.markdown import GITHUB_LIMIT, render_markdown
 from memaudit.report import PathInfo
 from memaudit.spec import CaseSpec
+from memaudit.targets.registry import get_target
 
 MD = MarkdownIt("commonmark").enable("table")
 COMPARE_HEADER = ["case", "status", "saved now", "baseline", "delta", "delta %", "path", "by kind"]
@@ -254,7 +255,7 @@ def test_a_path_change_is_named() -> None:
 
 def big_pair(n_per_recipe: int, recipes=("bf16", "fp8-delayed", "fp8-current", "fp8-block")):
     cases = [
-        make_case(CaseSpec.make("te-grouped-mlp", r, 8, tokens=1024 * (i + 1), hidden=4096, ffn=8192, options={"activation": "swiglu"}).id, bf16_rows(64, 32, 16))
+        make_case(CaseSpec.make(get_target("te-grouped-mlp"), r, 8, tokens=1024 * (i + 1), hidden=4096, ffn=8192, options={"activation": "swiglu"}).id, bf16_rows(64, 32, 16))
         for r in recipes
         for i in range(n_per_recipe)
     ]

@@ -20,8 +20,9 @@ from memaudit.capture import capture
 from memaudit.cli import app
 from memaudit.runner import run_case
 from memaudit.spec import CaseSpec
-from memaudit.targets.reference import ReferenceTarget
 from memaudit.targets.reference_model import ReferenceGroupedMLP, make_inputs
+from memaudit.targets.registry import get_target
+from memaudit.te.reference import ReferenceTarget
 
 
 def partition(keys: list[Any]) -> list[int]:
@@ -89,7 +90,7 @@ class StorageHook:
 
 
 def spec(groups: int, device: str, tokens: int = 256, hidden: int = 64, ffn: int = 128, dtype: str = "bf16") -> CaseSpec:
-    return CaseSpec.make("reference", "bf16", groups, tokens=tokens, hidden=hidden, ffn=ffn, dtype=dtype, device=device)
+    return CaseSpec.make(get_target("reference"), "bf16", groups, tokens=tokens, hidden=hidden, ffn=ffn, dtype=dtype, device=device)
 
 
 @pytest.mark.parametrize("device", ["cpu", "meta"])

@@ -41,6 +41,7 @@ import torch
 import memaudit
 from memaudit.capture import capture
 from memaudit.spec import CaseSpec
+from memaudit.targets.registry import get_target
 
 pytestmark = pytest.mark.gpu
 
@@ -92,7 +93,7 @@ def te_built(recipe: str) -> Any:
     from memaudit.te.target import TEGroupedMLPTarget
 
     target = TEGroupedMLPTarget()
-    spec = CaseSpec.make("te-grouped-mlp", recipe, 4, tokens=2048, hidden=256, ffn=512, device="cuda")
+    spec = CaseSpec.make(get_target("te-grouped-mlp"), recipe, 4, tokens=2048, hidden=256, ffn=512, device="cuda")
     reason = target.skip_reason(spec)
     if reason:
         pytest.skip(reason)

@@ -21,13 +21,13 @@ from memaudit.judge.baseline import compare_reports
 from memaudit.judge.budgets import Verdict
 from memaudit.render.compare_table import comparison_table, print_comparison, rows_table
 from memaudit.render.console import LOG_WIDTH, make_console
-from memaudit.render.estimate import diff_table, padding_table
-from memaudit.render.estimate import rows_table as estimate_rows_table
 from memaudit.render.layout import COMPACT_WIDTH, Col, Prose, Sheet, fit, wrap_text
 from memaudit.render.tables import case_table, summary_table
 from memaudit.render.verdicts import render_verdicts
 from memaudit.report import load_report
 from memaudit.te.estimate import estimate_config, resolve
+from memaudit.te.estimate.tables import diff_table, padding_table
+from memaudit.te.estimate.tables import rows_table as estimate_rows_table
 from memaudit.units import fmt_bytes
 from tests._reports import REF_BF16, TE_BF16, TE_FP8, make_case, resize_row, sample_report, write
 

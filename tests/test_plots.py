@@ -27,7 +27,6 @@ from memaudit.render.plots import (
     draw_tokens,
     fmt_axis_bytes,
     fmt_tokens,
-    kinds_from_estimate,
     kinds_from_report,
     kinds_path,
     linear_byte_ticks,
@@ -36,7 +35,6 @@ from memaudit.render.plots import (
     saved_segments,
     short_reason,
     tokens_from_report,
-    tokens_from_sweep,
 )
 from memaudit.report import CaseReport, Report, Row, compute_totals, load_report, write_report
 from memaudit.te.estimate import (
@@ -47,6 +45,7 @@ from memaudit.te.estimate import (
     skipped_case,
     sweep_point,
 )
+from memaudit.te.estimate.figures import kinds_from_estimate, tokens_from_sweep
 from memaudit.te.recipes import RECIPES
 
 matplotlib.use("Agg")  # the figures are matplotlib.figure.Figure objects (no pyplot); Agg renders PNG

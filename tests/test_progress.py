@@ -21,7 +21,7 @@ LINE = re.compile(r"^\[(\d)/2\] (reference/bf16/g[14]/t64-h16-f32/bf16) ok [\d,]
 
 
 def specs(*groups: int) -> list[CaseSpec]:
-    return [CaseSpec.make("reference", "bf16", g, tokens=64, hidden=16, ffn=32) for g in groups]
+    return [CaseSpec.make(get_target("reference"), "bf16", g, tokens=64, hidden=16, ffn=32) for g in groups]
 
 
 def test_run_matrix_announces_each_case_before_it_runs() -> None:
@@ -42,7 +42,7 @@ def test_a_log_gets_one_line_per_finished_case_even_with_quiet() -> None:
 
 
 def test_the_log_line_of_a_skipped_or_errored_case_says_why() -> None:
-    (case,) = run_matrix(get_target("reference"), [CaseSpec.make("reference", "nvfp4", 1, tokens=128, hidden=16, ffn=32)]).cases
+    (case,) = run_matrix(get_target("reference"), [CaseSpec.make(get_target("reference"), "nvfp4", 1, tokens=128, hidden=16, ffn=32)]).cases
     line = case_line(case, 3, 18, 0.04).plain
     assert line.startswith(f"[3/18] {case.id} skipped 0.0 s: ") and case.reason and case.reason.splitlines()[0] in line
 
@@ -72,7 +72,7 @@ def test_a_terminal_gets_a_bar_with_the_running_case_and_an_eta() -> None:
 def test_an_id_with_brackets_is_not_markup_in_the_bar() -> None:
     console = Console(file=io.StringIO(), force_terminal=True, width=120)
     spec = specs(1)[0]
-    weird = CaseSpec.make("reference", "bf16", 1, tokens=64, hidden=16, ffn=32, options={"x": "[/bold]"})
+    weird = CaseSpec.make(get_target("reference"), "bf16", 1, tokens=64, hidden=16, ffn=32, options={"x": "[/bold]"})
     with CaseProgress(console, 2) as progress:
         progress.start(weird, 1, 2)
         record = Console(record=True, width=200, file=io.StringIO())

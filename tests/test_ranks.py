@@ -23,7 +23,7 @@ from memaudit.render.ranks import rank_views, ranks_tables
 from memaudit.report import Report, validate_report
 from memaudit.runner import run_matrix
 from memaudit.spec import CaseSpec
-from memaudit.targets.registry import default_dtype, get_target
+from memaudit.targets.registry import get_target
 from memaudit.targets.routing import RoutingPlan, parse_routing
 
 # ---- the routing plan ---------------------------------------------------------------------------
@@ -95,7 +95,7 @@ def rank_reports(target: str = "reference", world: int = 2, groups: int = 2, **o
     """Each rank's own report, as a data-parallel job's ranks make them (no collective runs)."""
     tgt = get_target(target)
     opts = tgt.configure(options)
-    spec = CaseSpec.make(target, "bf16", groups, dtype=default_dtype(target), device="cpu", options=opts, **SPEC)
+    spec = CaseSpec.make(get_target(target), "bf16", groups, dtype=get_target(target).defaults["dtype"], device="cpu", options=opts, **SPEC)
     planned = [spec.id if not hasattr(tgt, "place") else tgt.place(spec, 0, world)[0].id]
     out = []
     for r in range(world):

@@ -11,9 +11,10 @@ import torch
 
 from memaudit.capture import capture
 from memaudit.spec import CaseSpec, default_splits
-from memaudit.targets.reference import ReferenceTarget
 from memaudit.targets.reference_model import DTYPES, ReferenceGroupedMLP, make_inputs
+from memaudit.targets.registry import get_target
 from memaudit.te.recipes import ALIGNMENT
+from memaudit.te.reference import ReferenceTarget
 
 T, H, F = 256, 64, 128
 I64 = 8
@@ -23,7 +24,7 @@ SW = "ScaledSwiGLUFunctionBackward"
 
 
 def spec_for(groups: int, dtype: str) -> CaseSpec:
-    return CaseSpec.make(target="reference", recipe="bf16", groups=groups, tokens=T, hidden=H, ffn=F, dtype=dtype)
+    return CaseSpec.make(get_target("reference"), recipe="bf16", groups=groups, tokens=T, hidden=H, ffn=F, dtype=dtype)
 
 
 def captured(spec: CaseSpec):
@@ -178,6 +179,6 @@ def test_minimum_tokens_gives_each_live_group_one_unit() -> None:
 
 
 def test_reference_skips_quantized_recipes() -> None:
-    spec = CaseSpec.make(target="reference", recipe="mxfp8", groups=1, tokens=T, hidden=H, ffn=F)
+    spec = CaseSpec.make(get_target("reference"), recipe="mxfp8", groups=1, tokens=T, hidden=H, ffn=F)
     assert "bf16" in (ReferenceTarget().skip_reason(spec) or "")
     assert ReferenceTarget().skip_reason(spec_for(1, "bf16")) is None

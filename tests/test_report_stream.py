@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from memaudit.report import CaseReport, Report, load_report, write_report, write_report_streaming
+from memaudit.report import (
+    CaseReport,
+    Report,
+    load_report,
+    validate_case,
+    write_report,
+    write_report_streaming,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,7 +45,7 @@ def test_each_case_is_released_before_the_next_is_made(tmp_path: Path) -> None:
         nonlocal most
         gc.collect()
         most = max(most, sum(r() is not None for r in alive))
-        case = CaseReport.from_dict({**template.cases[0].to_dict(), "id": f"c{i}"})
+        case = validate_case({**template.cases[0].to_dict(), "id": f"c{i}"})
         alive.append(weakref.ref(case))
         return case
 

@@ -13,8 +13,15 @@ from _budget_cases import blackwell_report, fp8_case, grouped_structural, h200_r
 from memaudit.cli import exitcodes
 from memaudit.cli.common import OUTCOME_CODES
 from memaudit.errors import UsageError
-from memaudit.judge.scenario import Scenario, evaluate, load_scenario, outcome, parse_scenario
-from memaudit.report import Report
+from memaudit.judge.scenario import (
+    Scenario,
+    evaluate,
+    load_scenario,
+    outcome,
+    parse_scenario,
+    record_verdicts,
+)
+from memaudit.report import Report, validate_report
 
 ROOT = Path(__file__).resolve().parents[1]
 GROUPED = ROOT / "scenarios" / "grouped_mlp.toml"
@@ -127,12 +134,14 @@ def test_grouped_mlp_nvfp4_after_the_fix(pruned: bool, te: str | None, nvfp4_ver
 def test_evaluate_fills_budgets_and_round_trips() -> None:
     s = grouped_structural()
     report = blackwell_report(pruned=False)
-    evaluate(report, s)
+    verdicts = evaluate(report, s)
+    assert not any(c.budgets for c in report.cases)  # judging changes nothing; recording is explicit
+    record_verdicts(report, verdicts, s)
     case = next(c for c in report.cases if c.recipe == "nvfp4" and c.groups == 4)
     entry = next(b for b in case.budgets if b["rule"] == "nvfp4-no-rowwise-input")
     assert entry["verdict"] == "xfail" and entry["rows"] and "PR #3545" in entry["message"]
     assert len(case.budgets) == len(s.rules)
-    again = Report.from_dict(__import__("json").loads(report.to_json()))
+    again = validate_report(__import__("json").loads(report.to_json()))
     assert again.cases[case_index(report, case.id)].budgets == case.budgets
 
 

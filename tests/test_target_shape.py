@@ -1,7 +1,8 @@
 """A target owns its shape: dimensions, case-id letters, run options, scenario keys, byte variables.
 
 ``tests/shape_target.py`` declares ``seq`` / ``heads`` / ``head_dim`` (no tokens, hidden or ffn);
-registering it as a built-in must be all it takes for the core to speak its dimensions.
+shipping it by entry point, from a package that is not memaudit (``tests/_third_party.py``), must
+be all it takes for the core to speak its dimensions.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from memaudit.cli.root import build_specs
 from memaudit.errors import UsageError
 from memaudit.judge.rules import ByteExpr
 from memaudit.judge.scenario import evaluate, load_scenario
@@ -18,16 +18,19 @@ from memaudit.report import Report, load_report, write_report
 from memaudit.runner import run_matrix
 from memaudit.spec import CaseSpec
 from memaudit.targets import registry
+from memaudit.targets.matrix import build_specs
+from memaudit.targets.registry import get_target
+from tests._third_party import install
 
 
 @pytest.fixture
-def attn(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setitem(registry.BUILTIN, "attn", "tests.shape_target:AttentionTarget")
+def attn(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    monkeypatch.syspath_prepend(str(install(tmp_path)))
     return registry.get_target("attn")
 
 
 def test_spec_orders_dims_as_declared_and_ids_use_the_targets_letters(attn) -> None:
-    spec = CaseSpec.make("attn", "bf16", 2, head_dim=8, seq=64, heads=4, dtype="fp32")
+    spec = CaseSpec.make(get_target("attn"), "bf16", 2, head_dim=8, seq=64, heads=4, dtype="fp32")
     assert spec.shape == (("seq", 64), ("heads", 4), ("head_dim", 8))
     assert spec.id == "attn/bf16/g2/s64-n4-d8/fp32"
     assert (spec.seq, spec.heads, spec.head_dim) == (64, 4, 8)
@@ -35,7 +38,7 @@ def test_spec_orders_dims_as_declared_and_ids_use_the_targets_letters(attn) -> N
     with pytest.raises(AttributeError, match="tokens"):
         spec.tokens  # noqa: B018 - the attribute read is the test
     with pytest.raises(UsageError, match="seq, heads, head_dim"):
-        CaseSpec.make("attn", "bf16", 1, tokens=64, heads=4, head_dim=8)
+        CaseSpec.make(get_target("attn"), "bf16", 1, tokens=64, heads=4, head_dim=8)
     assert spec.replace(seq=128, recipe="x").id == "attn/x/g2/s128-n4-d8/fp32"
 
 

@@ -28,6 +28,7 @@ from transformer_engine.pytorch.tensor.storage.mxfp8_tensor_storage import MXFP8
 from memaudit.capture import capture  # noqa: E402
 from memaudit.report import Row  # noqa: E402
 from memaudit.te import classify as tec  # noqa: E402
+from memaudit.te import roles as te_roles  # noqa: E402
 
 pytestmark = pytest.mark.te
 
@@ -214,17 +215,17 @@ def test_annotate_names_a_containers_buffers_with_its_role() -> None:
 def test_unfused_roles_with_a_scale_bias_and_weights_per_group() -> None:
     fc1 = GroupedLinear(num_groups=2, single_grouped_weight=False, _scale_bias=True)
     ctx = SimpleNamespace(use_grouped_tensor_path=False)
-    roles = [tec._unfused_role(fc1, ctx, "fc1", k) for k in range(10)]
+    roles = [te_roles.unfused_role(fc1, ctx, "fc1", k) for k in range(10)]
     assert roles[:5] == [("fc1.split_sizes", None), ("fc1.base_split_offsets", None), ("fc1.split_points", None),
                          ("fc1.input_offsets", None), ("fc1.output_offsets", None)]
     assert roles[5] == ("fc1.scales", None)
     assert roles[6:8] == [("fc1.input", 0), ("fc1.input", 1)]
     assert roles[8:10] == [("fc1.weight[0]", 0), ("fc1.weight[1]", 1)]
     grouped = SimpleNamespace(use_grouped_tensor_path=True)
-    assert [tec._unfused_role(fc1, grouped, "fc1", k) for k in (6, 7, 8)] == [
+    assert [te_roles.unfused_role(fc1, grouped, "fc1", k) for k in (6, 7, 8)] == [
         ("fc1.input", None), ("fc1.weight[0]", 0), ("fc1.weight[1]", 1)]
     single = GroupedLinear(num_groups=2, single_grouped_weight=True, _scale_bias=False)
-    assert [tec._unfused_role(single, grouped, "fc2", k) for k in (5, 6)] == [("fc2.input", None), ("fc2.weight", None)]
+    assert [te_roles.unfused_role(single, grouped, "fc2", k) for k in (5, 6)] == [("fc2.input", None), ("fc2.weight", None)]
     assert summary is not None
 
 

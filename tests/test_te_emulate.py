@@ -25,7 +25,7 @@ except Exception as exc:  # noqa: BLE001 - not installed, or broken
 
 from memaudit.errors import UsageError  # noqa: E402
 from memaudit.judge.baseline import compare_reports  # noqa: E402
-from memaudit.report import CaseReport, Emulation, Report  # noqa: E402
+from memaudit.report import Emulation, Report, validate_case  # noqa: E402
 from memaudit.te.emulate import standins as si  # noqa: E402
 from memaudit.te.emulate.context import Machine, emulation  # noqa: E402
 from memaudit.te.emulate.cudnn import CUDNN_STANDINS  # noqa: E402
@@ -200,6 +200,7 @@ def test_fc1_cudnn_stand_in_allocates_what_the_frontend_returns() -> None:
 # ---- the TE target's options ---------------------------------------------------------------------
 def test_target_flags_and_cpu_skip_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     from memaudit.spec import CaseSpec
+    from memaudit.targets.registry import get_target
     from memaudit.te.target import TEGroupedMLPTarget
 
     t = TEGroupedMLPTarget()
@@ -215,7 +216,7 @@ def test_target_flags_and_cpu_skip_reason(monkeypatch: pytest.MonkeyPatch) -> No
     assert t.configure({"kernels": "emulated", "cublaslt": "13.6.0"}) == {}
     assert t.emulated is not None and t.emulated.fused and t.emulated.cublaslt == 130600
     assert os.environ[FUSED_ENV] == "0"  # off for TE's import; set inside each emulated forward
-    spec = CaseSpec.make("te-grouped-mlp", "nvfp4", 1, tokens=256, hidden=128, ffn=128, device="cpu")
+    spec = CaseSpec.make(get_target("te-grouped-mlp"), "nvfp4", 1, tokens=256, hidden=128, ffn=128, device="cpu")
     assert "emulated kernels run TE's forward on CUDA tensors (device 'cpu'" in t.skip_reason(spec)
     assert "gemm.py:658" in t.skip_reason(spec)
     from memaudit.te.emulate.host import unavailable
@@ -244,12 +245,12 @@ def _emulated_report() -> Report:
 def test_emulated_cases_round_trip_and_measured_cases_carry_no_key() -> None:
     d = _emulated_report().cases[0].to_dict()
     assert d["execution"] == "emulated" and d["emulation"]["machine"]["arch"] == "sm100"
-    back = CaseReport.from_dict(d)
+    back = validate_case(d)
     assert back.emulation == EMU and back.execution == "emulated"
     measured = make_case(CASE).to_dict()
     assert "execution" not in measured and "emulation" not in measured
     with pytest.raises(UsageError, match="execution"):
-        CaseReport.from_dict({**measured, "execution": "emulated"})
+        validate_case({**measured, "execution": "emulated"})
 
 
 def test_compare_refuses_emulated_against_measured_unless_asked() -> None:

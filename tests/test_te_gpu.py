@@ -22,6 +22,7 @@ te = pytest.importorskip("transformer_engine.pytorch", reason="needs Transformer
 
 from memaudit.runner import run_case  # noqa: E402
 from memaudit.spec import CaseSpec  # noqa: E402
+from memaudit.targets.registry import get_target  # noqa: E402
 from memaudit.te.target import TEGroupedMLPTarget  # noqa: E402
 
 T, H, F = 2048, 256, 512
@@ -29,7 +30,7 @@ TARGET = TEGroupedMLPTarget()
 
 
 def _case(recipe: str, groups: int):
-    spec = CaseSpec.make("te-grouped-mlp", recipe, groups, tokens=T, hidden=H, ffn=F, device="cuda", options={"fused_env": "0"})
+    spec = CaseSpec.make(get_target("te-grouped-mlp"), recipe, groups, tokens=T, hidden=H, ffn=F, device="cuda", options={"fused_env": "0"})
     return spec, run_case(TARGET, spec)
 
 
@@ -83,7 +84,7 @@ def test_gradients_match_without_capture(recipe: str) -> None:
 
     grads = []
     for hooked in (False, True):
-        spec = CaseSpec.make("te-grouped-mlp", recipe, 4, tokens=T, hidden=H, ffn=F, device="cuda")
+        spec = CaseSpec.make(get_target("te-grouped-mlp"), recipe, 4, tokens=T, hidden=H, ffn=F, device="cuda")
         built = TARGET.build(spec)
         if hooked:
             with capture() as cap:
@@ -101,7 +102,7 @@ def test_gradients_match_without_capture(recipe: str) -> None:
 @pytest.mark.parametrize("recipe", ["bf16", "fp8-delayed", "fp8-current"])
 def test_allocator_growth_is_what_the_rows_name(recipe: str) -> None:
     """Ground truth from the CUDA caching allocator: nothing the forward keeps is unseen."""
-    spec = CaseSpec.make("te-grouped-mlp", recipe, 4, tokens=T, hidden=H, ffn=F, device="cuda", options={"fused_env": "0"})
+    spec = CaseSpec.make(get_target("te-grouped-mlp"), recipe, 4, tokens=T, hidden=H, ffn=F, device="cuda", options={"fused_env": "0"})
     case = run_case(TARGET, spec, verify_allocator=True)
     assert case.status == "ok", case.reason
     alloc = case.allocator
@@ -118,7 +119,7 @@ def test_dropped_captured_graph_frees_all_its_memory(recipe: str) -> None:
 
     from memaudit.capture import capture
 
-    spec = CaseSpec.make("te-grouped-mlp", recipe, 4, tokens=T, hidden=H, ffn=F, device="cuda")
+    spec = CaseSpec.make(get_target("te-grouped-mlp"), recipe, 4, tokens=T, hidden=H, ffn=F, device="cuda")
     built = TARGET.build(spec)
     with capture() as warm:  # lazy TE/cuBLAS state first
         out = built.forward(warm)
@@ -163,7 +164,7 @@ def test_te_cpu_offload_rows_reside_on_the_host() -> None:
     backward through the offloaded layer gives the same gradients."""
     from memaudit.capture import capture
 
-    spec = CaseSpec.make("te-grouped-mlp", "bf16", 4, tokens=T, hidden=H, ffn=F, device="cuda")
+    spec = CaseSpec.make(get_target("te-grouped-mlp"), "bf16", 4, tokens=T, hidden=H, ffn=F, device="cuda")
     built = TARGET.build(spec)
     params = list(built.model.parameters())
     assert params, "the target exposes no parameters: the gradient check would compare nothing"

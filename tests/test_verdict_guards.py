@@ -237,14 +237,14 @@ class _Fuser(SimpleNamespace):
 def _fuser(groups: int, *, fused: bool, single: bool = False) -> tuple[_Fuser, int]:
     """A stand-in for TE's OperationFuser node after a forward: its basic ops, their contexts' saved
     ranges and one flat ``tensor_objects`` entry per saved tensor (te-internals §2.1 / §2.4)."""
-    from memaudit.te import classify
+    from memaudit.te import roles
 
     fc1 = GroupedLinear(num_groups=groups, single_grouped_weight=single, _scale_bias=False)
     fc2 = GroupedLinear(num_groups=groups, single_grouped_weight=single, _scale_bias=False)
     act = ScaledSwiGLU()
     w = 1 if single else groups
     if fused:
-        n = len(classify._FUSED_META) + 4 + 2 * w
+        n = len(roles.FUSED_META) + 4 + 2 * w
         ranges = [(0, n), None, (n, n)]
     else:
         n1 = 5 + groups + w
@@ -278,7 +278,8 @@ def test_the_fused_layout_names_the_pr_3545_buffers(groups: int) -> None:
 
 
 def test_the_fused_layout_with_one_grouped_weight_and_the_unfused_layout() -> None:
-    from memaudit.te.classify import _fused_layout, label_fuser_rows
+    from memaudit.te.classify import label_fuser_rows
+    from memaudit.te.roles import fused_layout
 
     node, n = _fuser(4, fused=True, single=True)
     rows = _rows_of(n)
@@ -287,7 +288,7 @@ def test_the_fused_layout_with_one_grouped_weight_and_the_unfused_layout() -> No
                                              "fc2.input", "fc2.weight"]
     # the unfused path: the activation context saves two entries, so this is not the fused layout
     unfused, m = _fuser(4, fused=False)
-    assert _fused_layout(unfused.basic_ops, unfused.basic_op_ctxs) is None
+    assert fused_layout(unfused.basic_ops, unfused.basic_op_ctxs) is None
     rows = _rows_of(m)
     label_fuser_rows(unfused, rows)
     names = [r.operand for r in rows]
@@ -298,9 +299,9 @@ def test_the_fused_layout_with_one_grouped_weight_and_the_unfused_layout() -> No
     # too few entries for the fused save, or another op sequence: not the fused layout either
     short = _Fuser(basic_ops=node.basic_ops, basic_op_ctxs=[SimpleNamespace(_saved_tensors_range=(0, 5)), None, None],
                    tensor_objects=[None] * 5)
-    assert _fused_layout(short.basic_ops, short.basic_op_ctxs) is None
-    assert _fused_layout([ScaledSwiGLU(), GroupedLinear(), GroupedLinear()], node.basic_op_ctxs) is None
-    assert _fused_layout(node.basic_ops[:2], node.basic_op_ctxs[:2]) is None
+    assert fused_layout(short.basic_ops, short.basic_op_ctxs) is None
+    assert fused_layout([ScaledSwiGLU(), GroupedLinear(), GroupedLinear()], node.basic_op_ctxs) is None
+    assert fused_layout(node.basic_ops[:2], node.basic_op_ctxs[:2]) is None
 
 
 def test_compare_sees_a_fused_case_keep_rowwise_nvfp4_again() -> None:
@@ -481,7 +482,9 @@ def test_a_case_diff_names_its_target_and_recipe_from_either_side() -> None:
 
 # ---- reading and writing reports: messages, modes, streaming -------------------------------------------
 def test_values_in_messages_are_named_or_cut() -> None:
-    from memaudit.report import _short  # the one helper every report message shows a value with
+    from memaudit.report import (
+        short_value as _short,  # the one helper every report message shows a value with
+    )
 
     assert _short(2**64) == "an integer of 65 bits" and _short(2**63) == str(2**63)
     assert _short("x" * 60) == repr("x" * 58)[:57] + "..." and len(_short("y" * 500)) == 60
@@ -725,7 +728,7 @@ def test_per_group_buckets_are_in_group_order_for_many_groups() -> None:
 
 
 def test_a_short_path_is_normalised() -> None:
-    from memaudit.capture.recorder import short_path
+    from memaudit.capture.rows import short_path
 
     assert short_path("./tests/test_verdict_guards.py") == "tests/test_verdict_guards.py"
     assert short_path("<string>") == "<string>"

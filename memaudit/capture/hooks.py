@@ -186,8 +186,8 @@ class ThreadState:
         self.frames: list[Frame] = []
         self.frame: Frame | None = None
         self.spans: list[Frame] = []
-        self.names: dict[int, tuple[Callable[[], Any], str]] | None = None
-        self.roots: dict[int, tuple[Callable[[], Any], dict[int, tuple[Callable[[], Any], str]]]] = {}
+        self.names: dict[int, list[Any]] | None = None  # id(module) -> [weak reference, name, calls]
+        self.roots: dict[int, tuple[Callable[[], Any], dict[int, list[Any]]]] = {}
         self.sources = 0  # active captures in this thread that record source lines (stack=True)
         self.tracking = 0  # active captures in this thread that name modules (modules=True)
         self.naming = 0  # active captures in this thread that name records early (name_early=True)
@@ -307,7 +307,8 @@ class Layer:
     ) -> None:
         self.recorders = recorders
         self.single = recorders[0] if len(recorders) == 1 else None
-        self.delegate_pack, self.delegate_unpack = delegate if delegate is not None else (None, None)
+        pair: tuple[Any, Any] = delegate if delegate is not None else (None, None)
+        self.delegate_pack, self.delegate_unpack = pair
         self.hook = hook
         self.expand = expand
         self.state = _local.state
@@ -590,7 +591,7 @@ def describe_nested(rec: Record, t: torch.Tensor) -> None:
     elt = t.element_size()
     n = t.numel()
     shape = (t.size(0),) + (-1,) * (t.dim() - 1)
-    rec.buffers = [(None, Buffer(shape, t.dtype, t.device, _wref(st), st.nbytes(), t.storage_offset() * elt, n * elt,
+    rec.buffers = [(None, Buffer(shape, t.dtype, t.device, _wref(st), st.nbytes(), t.storage_offset() * elt, n * elt,  # type: ignore[arg-type]
                                  False, {"container": "nested"}))]
 
 

@@ -205,7 +205,7 @@ def _pre(module: torch.nn.Module, args: Any) -> None:
     try:
         if OPTIMIZED_MODULE and type(module) is OPTIMIZED_MODULE[0]:  # torch.compile(module): named as what it wraps
             compiled.registered()
-            module = module._orig_mod
+            module = module._orig_mod  # type: ignore[assignment]  # the module torch.compile wraps
         frames = st.frames
         if frames:
             names = st.names
@@ -221,7 +221,7 @@ def _pre(module: torch.nn.Module, args: Any) -> None:
             if names is not None:
                 names[mid] = entry
         parent = frames[-1] if frames else None
-        inputs = ()
+        inputs: tuple[Any, ...] = ()
         for a in args:
             if isinstance(a, _Tensor):
                 inputs += (_input_storage(a),)
@@ -255,7 +255,7 @@ def _post(module: torch.nn.Module, args: Any, output: Any) -> None:
         return
     try:
         if OPTIMIZED_MODULE and type(module) is OPTIMIZED_MODULE[0]:
-            module = module._orig_mod
+            module = module._orig_mod  # type: ignore[assignment]  # the module torch.compile wraps
         mid = id(module)
         top = frames[-1]
         if top.module_id == mid:  # the usual case: the call that ends is the innermost

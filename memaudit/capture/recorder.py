@@ -11,34 +11,39 @@ from __future__ import annotations
 import dataclasses
 import gc
 import importlib
-import math
 import operator
 import os
 import sys
 import threading
 import warnings as _warnings
 import weakref
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
 from memaudit.capture import compiled, graph, hooks, modules, stack
 from memaudit.capture.hooks import Record
+from memaudit.capture.modules import Frame
+from memaudit.capture.rows import RowBuilder, Unlabelled
 from memaudit.capture.snapshot import AllocatorHistory, row_label
-from memaudit.capture.tensors import Buffer, buffer_of, dtype_name, format_of, kind_of, storage_ref
+from memaudit.capture.tensors import (
+    Buffer,
+    buffer_of,
+    iter_tensors,
+    storage_ref,
+)
 from memaudit.capture.verify import AllocatorCheck
+from memaudit.plugins import providers
 from memaudit.report import (
     CaseReport,
     ModuleGroup,
     Row,
     compute_totals,
     gc_paused,
-    make_row,
-    module_operand,
-    replace_row,
 )
 from memaudit.spec import CaseSpec
 
@@ -58,18 +63,26 @@ stack.before_backward = _name_early
 CAPTURE_SPEC = CaseSpec("capture", "-", 0, dtype="-", splits=())
 """The spec of a bare ``capture()`` report: no target, recipe or shape."""
 
-class Plugin(Protocol):
-    """A classifier that knows a library's tensor types (TE's is :class:`memaudit.te.classify.TEClassifier`)."""
+class Plugin(ABC):
+    """A classifier that knows a library's tensor types (TE's is :class:`memaudit.te.classify.TEClassifier`),
+    registered by its package (:mod:`memaudit.plugins`). Abstract: :meth:`expand` and :meth:`annotate`;
+    the rest does nothing by default. ``capture(plugins=...)`` takes any object with these methods."""
 
-    def install(self) -> None:
+    def install(self) -> None:  # noqa: B027 - a default that does nothing
         """Start learning provenance (called when a capture starts)."""
 
-    def uninstall(self) -> None:
+    def uninstall(self) -> None:  # noqa: B027 - a default that does nothing
         """Stop (called when that capture ends)."""
 
+    def resides(self, hook_kind: str | None, payload: Any) -> str | None:
+        """Where a tensor a library's own hook packed now lives (``host``), or None."""
+        return None
+
+    @abstractmethod
     def expand(self, t: Any) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any], torch.Tensor]]] | None:
         """A container row and its ``(name, fields, buffer)`` list for an object saved whole, or None."""
 
+    @abstractmethod
     def annotate(self, rows: list[Row], cap: Capture) -> list[Row]:
         """The finished rows with operands named (``cap.walk_nodes`` holds the Python nodes walked)."""
 
@@ -175,8 +188,8 @@ class Capture:
         self._task_token: Any = None
         self._other_threads = False
         """True once another thread ran during the capture (see :meth:`attach`)."""
-        self._spans: dict[int, list[list[modules.Frame]]] = {}  # thread id -> the module calls made there
-        self._reports: list[tuple[Any, list[int], list[Any], list[_Unlabelled]]] = []
+        self._spans: dict[int, list[list[Frame]]] = {}  # thread id -> the module calls made there
+        self._reports: list[tuple[Any, list[int], list[Any], list[Unlabelled]]] = []
         """Reports returned, for late labels: (weak reference to the case, live rows named while
         built, the storage reference of each live row, the other rows only memaudit named)."""
 
@@ -351,7 +364,7 @@ class Capture:
         entry = self._labels.get(id(sref))
         if entry is None:
             entry = self._labels[id(sref)] = (sref, [])
-        entry[1].append(Label(name, group, tensor.storage_offset() * tensor.element_size(), tuple(tensor.shape)))
+        entry[1].append(Label(name, group, tensor.storage_offset() * tensor.element_size(), tuple(tensor.shape)))  # type: ignore[arg-type]
         if self._reports:
             self._label_returned(sref)
 
@@ -423,7 +436,7 @@ class Capture:
         ends = [hi for lo, hi in self._own_regions() if lo is not None]
         if not ends or any(hi is None for hi in ends):
             return lambda seq: True
-        last = max(ends)
+        last = max(hi for hi in ends if hi is not None)
         return lambda seq: seq < last
 
     def report(self, outputs: Any = None, *, case_id: str = "capture", include_freed: bool = False, walk: bool = True) -> CaseReport:
@@ -449,7 +462,7 @@ class Capture:
         walked = graph.walk(roots, self._in_region(), outside=outside)
         self.walk_nodes = walked.python_nodes
         try:
-            builder = _RowBuilder(self, outputs, include_freed)
+            builder = RowBuilder(self, outputs, include_freed)
             builder.add_records(self.records)
             for found in walked.found:
                 builder.add_found(found)
@@ -487,7 +500,7 @@ class Capture:
             self._reports.append((weakref.ref(case), builder.named, builder.row_srefs, pending))
         return case
 
-    def _write_snapshot(self, builder: _RowBuilder, rows: list[Row], case: CaseReport) -> None:
+    def _write_snapshot(self, builder: RowBuilder, rows: list[Row], case: CaseReport) -> None:
         """Name the allocations of the live rows' storages after their rows and write the snapshot."""
         assert self.history is not None
         sref_of = {r.index: sref for r, sref in zip(builder.rows, builder.row_srefs, strict=True)}
@@ -506,7 +519,7 @@ class Capture:
                 "memory not from PyTorch's caching allocator, or a block already split or freed"
             )
 
-    def _module_groups(self, builder: _RowBuilder, rows: list[Row]) -> list[ModuleGroup]:
+    def _module_groups(self, builder: RowBuilder, rows: list[Row]) -> list[ModuleGroup]:
         """Rows grouped by module call (with the calls inside it), largest first, and what a
         checkpoint of each call would free (:class:`memaudit.report.ModuleGroup`). One pass over
         the rows and their calls' ancestors; bytes as :func:`memaudit.report.group_bytes`."""
@@ -534,9 +547,9 @@ class Capture:
                 kept.append(None)
             chain = chains.get(module, ())
             if chain == ():
-                f = by_name.get(module) if module is not None else None
-                chain = chains[module] = None if f is None else []
-                g: modules.Frame | None = f
+                top = by_name.get(module) if module is not None else None
+                chain = chains[module] = None if top is None else []
+                g: Frame | None = top
                 while g is not None:
                     calls[id(g)] = g
                     chain.append(members.setdefault(id(g), []))  # type: ignore[union-attr]
@@ -590,7 +603,7 @@ class Capture:
         out.sort(key=lambda g: (-g.saved_bytes, g.module))
         return out
 
-    def _add_selective_cache(self, builder: _RowBuilder) -> None:
+    def _add_selective_cache(self, builder: RowBuilder) -> None:
         """Rows for what selective activation checkpointing caches (``via="cache"``): the outputs
         its policy saves are kept by its dispatch mode, outside every hook; a region whose cache
         memaudit cannot read makes the case incomplete, loudly."""
@@ -639,7 +652,7 @@ class Capture:
         released: dict[int, int] = {}
         for rec, n in self.released:
             released.setdefault(id(rec), n)
-        order = sorted((n, i) for i, rec in enumerate(self.records) if (n := released.get(id(rec))) is not None)
+        order = sorted((k, i) for i, rec in enumerate(self.records) if (k := released.get(id(rec))) is not None)
         contrib: list[list[tuple[int, int]]] = []
         for rec in self.records:
             mine: list[tuple[int, int]] = []
@@ -747,10 +760,6 @@ class Capture:
 
 _GROUP_FIELDS = operator.attrgetter("module", "storage", "resides", "storage_bytes", "is_parameter")
 
-_RELEASED_RESIDES = {"checkpoint": "recomputed", "save_on_cpu": "host"}
-"""Where a released record's pair kept it, by the pair's kind (its payload is gone)."""
-
-
 def _never(seq: int) -> bool:
     return False
 
@@ -763,434 +772,8 @@ def _common_call(calls: list[modules.Frame]) -> modules.Frame:
     return common if common is not None else calls[0]
 
 
-_PLAIN_NAMES: dict[tuple[torch.dtype, torch.device], tuple[dict[str, Any], int]] = {}
-"""(dtype, device) -> (row template, element size) for plain rows."""
-
-
-def _plain_template(dtype: torch.dtype, device: torch.device) -> dict[str, Any]:
-    """The fields of a plain row that (dtype, device) fixes, the rest at Row's defaults, in
-    declaration order (``make_row`` of them)."""
-    return dict(vars(make_row({"index": 0, "kind": kind_of(dtype), "format": format_of(dtype), "shape": [],
-                               "dtype": dtype_name(dtype), "bytes": 0, "device": str(device)})))
-
-
-_WHATS: dict[str, dict[str, str]] = {}
-"""op -> slot -> ``NODE.ATTRIBUTE`` (module_operand's node part for a plain row)."""
-
-_Unlabelled = tuple[bool, int, Any, int, tuple[int, ...], int | None]
-"""A row of a returned report that only memaudit's fallback named (a late label may name it):
-``(live, index, storage ref, byte offset, shape, group)``."""
-
-
-class _RowBuilder:
-    """Turns records (and walk findings) into rows: storage names, residence, labels, parameters."""
-
-    def __init__(self, cap: Capture, outputs: Any, include_freed: bool = False) -> None:
-        self.cap = cap
-        self.include_freed = include_freed
-        self.rows: list[Row] = []
-        self.freed: list[Row] = []
-        self.node_of: dict[int, int] = {}  # live row index -> sequence number of its Python node
-        self.warnings: list[str] = []
-        self.incomplete = False
-        self.srefs: dict[int, Any] = {}  # id(sref) -> sref, for every storage a live row names
-        self._names: dict[int, str] = {}
-        self._views: dict[tuple[bool, int, int, tuple[int, ...]], int] = {}
-        self.row_srefs: list[Any] = []  # the storage reference of each live row (None: none)
-        # The weak references themselves are kept, so their ids stay unique while this builder lives.
-        self._canon: dict[int, Any] = {}  # id(sref) -> the sref standing for its memory (canon())
-        self._memory: dict[tuple[str, int, int], Any] = {}
-        self._output_refs = [r[0] for t in iter_tensors(outputs) if (r := storage_ref(t)) is not None]
-        self._outputs = {id(self.canon(r)) for r in self._output_refs}
-        # Parameters by storage: the modules called in the capture name their parameters' storages,
-        # so a detached alias of a weight (functional_call, F.linear(x, w.detach())) is parameter memory.
-        self._module_refs = [r for r in cap.module_storages()]
-        self._param_storages: set[int] = {id(self.canon(r)) for r in self._module_refs}
-        self._shared_storages: set[int] = set()  # storages of live rows not flagged as parameter
-        self._labelled = bool(cap._labels)  # no labels given: no lookup per row
-        self._nth: dict[tuple[bool, int], int] = {}  # (live, index) -> position among its module call's saves
-        self._bufs: dict[tuple[bool, int], tuple[Any, int, tuple[int, ...]]] = {}  # (live, index) -> (sref, offset, shape), for late labels
-        self.named: list[int] = []  # live rows add_records gave memaudit's name (late labels may rename them)
-        self._named_freed: list[_Unlabelled] = []  # freed rows it named
-        self._unnamed: list[tuple[bool, int]] = []  # rows name_rest must visit when no plugin annotates
-        self._containers = False  # a row points at a container (finish() checks their parameter flag)
-        self._frame_saves: dict[int, int] = {}  # id(frame) -> saves seen so far
-        self._sources: dict[str, str] = {}
-
-    def canon(self, sref: Any) -> Any:
-        """The storage reference that stands for ``sref``'s memory: two storage objects over the same
-        bytes (``torch.from_numpy`` or ``torch.frombuffer`` of one buffer, twice) are one storage.
-        Live storages are keyed by (device, data pointer, size), metadata only; a dead, empty or
-        meta storage stands for itself."""
-        key = id(sref)
-        out = self._canon.get(key)
-        if out is None:
-            out = sref
-            st = sref()
-            if st is not None:
-                try:
-                    ptr, n = st.data_ptr(), st.nbytes()
-                except Exception:  # noqa: BLE001 - a storage without a data pointer stands for itself
-                    ptr = n = 0
-                if ptr and n:
-                    out = self._memory.setdefault((str(st.device), ptr, n), sref)
-            self._canon[key] = out
-        return out
-
-    def storage_name_of(self, sref: Any) -> str | None:
-        """The name (``s3``) a live row gave the storage ``sref`` refers to, or None."""
-        return self._names.get(id(self.canon(sref)))
-
-    def _storage_name(self, sref: Any) -> str:
-        key = id(sref)
-        self.srefs.setdefault(key, sref)
-        name = self._names.get(key)
-        if name is None:
-            name = self._names[key] = f"s{len(self._names)}"
-        return name
-
-    def _row(self, fields: dict[str, Any], buf: Buffer | None, live: bool) -> Row:
-        target = self.rows if live else self.freed
-        index = len(target)
-        dup = None
-        storage = None
-        sref = self.canon(buf.sref) if buf is not None and buf.sref is not None else None
-        if sref is not None:
-            storage = self._storage_name(sref)
-            view = (live, id(sref), buf.offset, buf.shape)
-            first = self._views.setdefault(view, index)
-            dup = None if first == index else first
-            if live:
-                (self._param_storages if fields.get("is_parameter") else self._shared_storages).add(id(sref))
-        if buf is not None and self._labelled:
-            label = self.cap.label_for(buf)
-            if label is not None and fields.get("operand") is None:
-                fields["operand"] = label.name
-                if fields.get("group") is None and label.offset == buf.offset and label.shape == buf.shape:
-                    fields["group"] = label.group
-        fields.pop("_dtype", None)
-        nth = fields.pop("_nth", None)
-        fields["index"], fields["storage"], fields["duplicate_of"] = index, storage, dup
-        row = make_row(fields)
-        target.append(row)
-        if nth is not None:
-            self._nth[(live, index)] = nth
-        if buf is not None and buf.sref is not None:
-            self._bufs[(live, index)] = (buf.sref, buf.offset, buf.shape)
-        if live:
-            self.row_srefs.append(sref)
-        if row.container_index is not None:
-            self._containers = True
-        self._unnamed.append((live, index))
-        return row
-
-    def add_record(self, rec: Record) -> None:
-        if rec.node_seq is None:
-            self._add_record(rec)
-            return
-        before = len(self.rows)
-        self._add_record(rec)
-        for i in range(before, len(self.rows)):
-            self.node_of[i] = rec.node_seq
-
-    def _add_record(self, rec: Record) -> None:
-        live = rec.alive() or self.include_freed
-        if rec.warning:
-            self.warnings.append(rec.warning)
-            self.incomplete = True
-        op, slot = rec.op, rec.slot
-        if op is None and rec.context is not None:
-            op, slot = rec.context
-        if rec.hook is None:
-            resides, kept = rec.resides or "device", None
-        elif rec.alive():
-            resides, kept = self._residence(rec)
-        else:  # released (listed with include_freed): where that pair kept it, as far as its kind tells
-            resides, kept = _RELEASED_RESIDES.get(rec.hook.kind, "unknown"), None
-        base: dict[str, Any] = {"op": op, "saved_as": slot, "resides": resides}
-        frame = rec.frame if self.cap.modules else None
-        if frame is not None:
-            base["module"] = frame.name
-            nth = self._frame_saves.get(id(frame), 0)
-            self._frame_saves[id(frame)] = nth + 1
-            base["_nth"] = nth
-        if rec.source is not None and self.cap.stack:
-            base["source"] = self._source(rec.source)
-        if rec.hook is not None and rec.hook.kind is None and resides == "unknown":
-            self.warnings.append(
-                f"{op or '?'} {slot or '?'}: packed by {rec.hook.name}, which keeps no tensor memaudit can see; "
-                "where it lives is unknown (case incomplete)"
-            )
-            self.incomplete = True
-        container_index = None
-        if rec.container is not None:
-            fields = {**base, **rec.container, "slot": slot}
-            row = self._row(fields, None, live)
-            container_index = row.index
-        for name, buf in rec.described():
-            fields = {**base, **buf.row_fields()}
-            fields["slot"] = fields.get("slot") or (name if name is not None else slot)
-            if container_index is not None:
-                fields["container_index"] = container_index
-                if rec.container and rec.container.get("is_parameter"):
-                    fields["is_parameter"] = True
-            if kept is not None:
-                buf = self._kept_copy(fields, buf, kept, rec)
-            elif resides in ("recomputed", "unknown", "host"):  # what is kept is not this storage
-                buf = Buffer(buf.shape, buf.dtype, buf.device, None, 0, 0, buf.bytes, buf.is_parameter)
-            self._row(fields, buf, live)
-
-    def add_records(self, records: Iterable[Record]) -> None:
-        """:meth:`add_record` of each record. A plain one (one plain tensor packed by memaudit's own
-        layer, no classifier fields, no labels given) becomes its row inline: the row the general
-        path builds, without the intermediate Buffer and dicts; and with no plugin to annotate the
-        rows, it gets memaudit's own operand here (what :meth:`name_rest` would give it)."""
-        if self._labelled:
-            for rec in records:
-                self.add_record(rec)
-            return
-        rows, freed, warnings = self.rows, self.freed, self.warnings
-        include_freed, modules_on, stack_on = self.include_freed, self.cap.modules, self.cap.stack
-        eager = not self.cap.plugins
-        names_of, snames, srefs, views = _PLAIN_NAMES, self._names, self.srefs, self._views
-        frame_saves, nth_of, bufs = self._frame_saves, self._nth, self._bufs
-        row_sref, params, shared, node_of = self.row_srefs, self._param_storages, self._shared_storages, self.node_of
-        named, named_freed, unnamed = self.named, self._named_freed, self._unnamed
-        prod, new, set_dict, source_of, canon = math.prod, object.__new__, object.__setattr__, self._source, self.canon
-        tuples, whats = (tuple, torch.Size), _WHATS
-        for rec in records:
-            raw = rec.raw
-            if (raw is None or raw[7] is not None or rec.buffers is not None or rec.hook is not None
-                    or rec.container is not None or rec.resides is not None):
-                self.add_record(rec)
-                continue
-            shape, dtype, device, sref, nbytes, offset, is_param, _ = raw
-            sref = canon(sref)
-            ref = rec.ref
-            live = (ref is not None and ref() is not None) or include_freed
-            if rec.warning:
-                warnings.append(rec.warning)
-                self.incomplete = True
-            op, slot = rec.op, rec.slot
-            if op is None and rec.context is not None:
-                op, slot = rec.context
-            names = names_of.get((dtype, device))
-            if names is None:
-                names = names_of[(dtype, device)] = (_plain_template(dtype, device), dtype.itemsize)
-            template, elt = names
-            target = rows if live else freed
-            index = len(target)
-            shape_t = shape if type(shape) in tuples else tuple(shape)  # a torch.Size hashes and compares as the tuple
-            off = offset * elt
-            module = nth = None
-            frame = rec.frame if modules_on else None
-            if frame is not None:
-                module = frame.name
-                key = id(frame)
-                nth = frame_saves.get(key, 0)
-                frame_saves[key] = nth + 1
-            key = id(sref)
-            storage = snames.get(key)
-            if storage is None:
-                storage = snames[key] = f"s{len(snames)}"
-                srefs[key] = sref
-            first = views.setdefault((live, key, off, shape_t), index)
-            operand = None
-            if eager:  # module_operand(module, op, slot, slot, nth), inline
-                if op is not None and slot is not None:
-                    by_slot = whats.get(op)
-                    if by_slot is None:
-                        by_slot = whats[op] = {}
-                    what = by_slot.get(slot)
-                    if what is None:
-                        what = by_slot[slot] = f"{op}.{slot.removeprefix('_saved_')}"
-                    operand = f"{module}:{what}" if module else what
-                elif module is not None:
-                    operand = f"{module}:saved[{nth}]" if nth is not None else module
-            # Every field, in Row's declaration order (as make_row leaves them): a copy of the
-            # template (faster than a 27-key literal), the row's own values set; frozen: set whole.
-            d = template.copy()
-            d["index"] = index
-            d["shape"] = list(shape_t)
-            d["bytes"] = prod(shape_t) * elt
-            d["op"] = op
-            d["saved_as"] = d["slot"] = slot
-            d["operand"] = operand
-            d["storage"] = storage
-            d["storage_offset"] = off
-            d["storage_bytes"] = nbytes
-            d["is_parameter"] = is_param
-            if first != index:
-                d["duplicate_of"] = first
-            if module is not None:
-                d["module"] = module
-            if stack_on and rec.source is not None:
-                d["source"] = source_of(rec.source)
-            row = new(Row)
-            set_dict(row, "__dict__", d)
-            target.append(row)
-            if live:
-                row_sref.append(sref)
-                (params if is_param else shared).add(key)
-                if rec.node_seq is not None:
-                    node_of[index] = rec.node_seq
-            if operand is not None:
-                if live:
-                    named.append(index)
-                else:
-                    named_freed.append((False, index, sref, off, shape_t, None))
-            else:
-                if nth is not None:
-                    nth_of[(live, index)] = nth
-                bufs[(live, index)] = (sref, off, shape_t)
-                unnamed.append((live, index))
-
-    def _kept_copy(self, fields: dict[str, Any], buf: Buffer, kept: list[Buffer], rec: Record) -> Buffer:
-        """The buffer a foreign pair keeps in place of ``buf`` (a host copy, a cast copy)."""
-        if len(kept) == 1 and len(rec.described()) == 1:
-            copy = kept[0]
-            note = f"kept as a {copy.device.type} {fields['dtype'] if copy.dtype == buf.dtype else str(copy.dtype).removeprefix('torch.')} copy"
-            fields["note"] = f"{note} by {rec.hook.name}" if rec.hook else note
-            fields["storage_bytes"], fields["storage_offset"] = copy.storage_bytes, copy.offset
-            fields["is_parameter"] = False  # a copy of a parameter is new memory the graph keeps
-            return Buffer(buf.shape, buf.dtype, buf.device, copy.sref, copy.storage_bytes, copy.offset, buf.bytes, False)
-        fields["note"] = f"kept by {rec.hook.name if rec.hook else '?'} as {len(kept)} tensor(s)"
-        return Buffer(buf.shape, buf.dtype, buf.device, None, 0, 0, buf.bytes, buf.is_parameter)
-
-    def _residence(self, rec: Record) -> tuple[str, list[Buffer] | None]:
-        payload = rec.payload()
-        tensors = list(_payload_tensors(payload))
-        mine = {id(b.sref) for _, b in rec.described() if b.sref is not None}
-        if tensors:
-            refs = [storage_ref(t) for t in tensors]
-            if any(r is not None and id(r[0]) in mine for r in refs):
-                return "device", None
-            origin = rec.described()[0][1].device.type if rec.described() else "cpu"
-            on_host = origin != "cpu" and all(t.device.type == "cpu" for t in tensors)
-            return ("host" if on_host else "device"), [buffer_of(t) for t in tensors]
-        kind = rec.hook.kind if rec.hook else None
-        if kind == "checkpoint":
-            return "recomputed", None
-        for plugin in self.cap.plugins:
-            where = getattr(plugin, "resides", None)
-            answer = where(kind, payload) if where is not None else None
-            if answer is not None:
-                return answer, None
-        return "unknown", None
-
-    def add_found(self, found: graph.Found) -> None:
-        fields = {"op": found.op, "saved_as": found.slot, "slot": found.slot, "via": found.via, **found.buffer.row_fields()}
-        if found.inside and self.cap.modules:  # made in this thread: its sequence number places it in a module call
-            fields["module"] = self.cap.module_of_node(found.seq)
-        self._row(fields, found.buffer, True)
-
-    def _source(self, where: tuple[str, int]) -> str:
-        """``file:line``, the file relative to the working directory or to its sys.path entry."""
-        filename, line = where
-        short = self._sources.get(filename)
-        if short is None:
-            short = self._sources[filename] = short_path(filename)
-        return f"{short}:{line}"
-
-    def name_rest(self, rows: list[Row], live: bool) -> list[_Unlabelled]:
-        """Give every row still without an operand memaudit's own name (module, node, attribute:
-        :func:`memaudit.report.module_operand`); returns them, for labels given later (with the
-        freed rows :meth:`add_records` named already; its live ones are in ``named``)."""
-        pending = [] if live else list(self._named_freed)
-        if self.cap.plugins:  # a plugin may have named any row, or rebuilt the list
-            visit: Iterable[int] = range(len(rows))
-        else:  # the builder's own list: row i has index i
-            visit = [i for lv, i in self._unnamed if lv is live]
-        for i in visit:
-            row = rows[i]
-            if row.operand is not None:
-                continue
-            name = module_operand(row.module, row.op, row.saved_as, row.slot, self._nth.get((live, row.index)))
-            if name is not None:
-                rows[i] = replace_row(row, operand=name)
-            buf = self._bufs.get((live, row.index))
-            if buf is not None:
-                pending.append((live, row.index, *buf, row.group))
-        return pending
-
-    def finish(self) -> tuple[list[Row], list[Row]]:
-        # Parameters by storage: a row that shares a parameter's storage is parameter memory.
-        rows = self.rows
-        params, outputs = self._param_storages, self._outputs
-        # Only a row not flagged as a parameter in a parameter's storage, or a row in an output's
-        # storage, can change: none in the usual case, and then no row is visited.
-        touched = (params & self._shared_storages) | (outputs & self._names.keys())
-        if touched:
-            for i, sref in enumerate(self.row_srefs):
-                key = id(sref) if sref is not None else None
-                if key not in touched:
-                    continue  # nothing to change
-                row = rows[i]
-                param = row.is_parameter or key in params
-                output = row.aliases_output or key in outputs
-                if (param, output) != (row.is_parameter, row.aliases_output):
-                    rows[i] = dataclasses.replace(row, is_parameter=param, aliases_output=output)
-        if self._containers:
-            for i, row in enumerate(rows):
-                if row.container_index is not None and rows[row.container_index].is_parameter and not row.is_parameter:
-                    rows[i] = dataclasses.replace(row, is_parameter=True)
-        return rows, self.freed
-
-    def device_storages(self) -> dict[int, tuple[Any, int]]:
-        """id -> (storage ref, nbytes) of every live device-resident storage the rows name."""
-        out: dict[int, tuple[Any, int]] = {}
-        for row, sref in zip(self.rows, self.row_srefs, strict=True):
-            if sref is not None and row.resides == "device":
-                out[id(sref)] = (sref, row.storage_bytes)
-        return out
-
-
-def short_path(filename: str) -> str:
-    """A source file as a report shows it: relative to the working directory when under it, else
-    to the longest ``sys.path`` entry holding it (``pkg/mod.py``), else its base name; never an
-    absolute path (reports are compared across machines)."""
-    if not os.path.isabs(filename) and not os.path.exists(filename):
-        return filename  # <string>, <stdin>, a notebook cell
-    full = os.path.abspath(filename)
-
-    def under(base: str) -> bool:
-        return bool(base) and full.startswith(base.rstrip(os.sep) + os.sep)
-
-    cwd = os.getcwd()
-    if under(cwd):
-        best: str | None = cwd
-    else:
-        bases = [b for b in (os.path.abspath(p) for p in sys.path if p) if under(b)]
-        best = max(bases, key=len) if bases else None
-    rel = os.path.relpath(full, best) if best is not None else os.path.basename(full)
-    return rel.replace(os.sep, "/")
-
-
-def _payload_tensors(payload: Any, depth: int = 3) -> Iterator[torch.Tensor]:
-    if isinstance(payload, torch.Tensor):
-        yield payload
-    elif depth > 0 and isinstance(payload, list | tuple):
-        for v in payload:
-            yield from _payload_tensors(v, depth - 1)
-    elif depth > 0 and isinstance(payload, dict):
-        for v in payload.values():
-            yield from _payload_tensors(v, depth - 1)
-
-
 def _unique(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))
-
-
-def iter_tensors(obj: Any) -> Iterator[torch.Tensor]:
-    """Every tensor in ``obj`` (a tensor, or nested lists, tuples and dict values)."""
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            yield from iter_tensors(v)
-    elif isinstance(obj, list | tuple):
-        for v in obj:
-            yield from iter_tensors(v)
 
 
 def _tensor_types() -> frozenset[type]:
@@ -1229,25 +812,21 @@ def _live_graph_roots() -> list[Any]:
     return roots
 
 
-PROVIDERS = ("memaudit.te",)
-"""Packages that offer a classifier: each declares ``PLUGIN = (library module, "pkg.mod:Class")``."""
-
-
-_PLUGIN_CLASSES: dict[str, type] = {}
+_PLUGIN_CLASSES: dict[str, type[Plugin]] = {}
 
 
 def default_plugins() -> list[Plugin]:
-    """The classifier of every provider whose library the caller already imported (memaudit never
-    imports one: TE's must be imported after its fused switch is set)."""
+    """The classifier of every registered plugin (:mod:`memaudit.plugins`, the ``memaudit.plugins``
+    entry points) whose library the caller already imported (memaudit never imports one: TE's
+    must be imported after its fused switch is set)."""
     out: list[Plugin] = []
-    for provider in PROVIDERS:
-        cls = _PLUGIN_CLASSES.get(provider)
+    for library, provider in providers():
+        if library not in sys.modules:
+            continue
+        cls = _PLUGIN_CLASSES.get(provider.classifier)
         if cls is None:
-            library, ref = importlib.import_module(provider).PLUGIN
-            if library not in sys.modules:
-                continue
-            module, _, name = ref.partition(":")
-            cls = _PLUGIN_CLASSES[provider] = getattr(importlib.import_module(module), name)
+            module, _, name = provider.classifier.partition(":")
+            cls = _PLUGIN_CLASSES[provider.classifier] = getattr(importlib.import_module(module), name)
         out.append(cls())
     return out
 

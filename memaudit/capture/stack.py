@@ -215,7 +215,7 @@ def _label_checkpoint_inputs() -> None:
             return original(self, *args)
 
     save_inputs.__wrapped__ = original  # type: ignore[attr-defined]
-    frame.save_inputs = save_inputs
+    frame.save_inputs = save_inputs  # type: ignore[union-attr]  # frame has save_inputs: checked above
 
 
 def _label_noop_save_inputs(ckpt: Any) -> None:

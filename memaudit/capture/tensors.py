@@ -13,6 +13,7 @@ storage has address 0) and after an address was freed and reused.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,7 +63,7 @@ def is_wrapper_subclass(t: torch.Tensor) -> bool:
 
 def inner_tensors(t: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
     """Inner tensors of a traceable wrapper subclass, by attribute name."""
-    names, _ctx = t.__tensor_flatten__()
+    names, _ctx = t.__tensor_flatten__()  # type: ignore[attr-defined]
     return [(n, getattr(t, n)) for n in names if isinstance(getattr(t, n, None), torch.Tensor)]
 
 
@@ -152,7 +153,7 @@ def buffer_of(t: torch.Tensor, fields: Any = None, *, is_param: bool | None = No
         device=t.device,
         sref=sref,
         storage_bytes=nbytes,
-        offset=t.storage_offset() * elt if sref is not None else 0,
+        offset=t.storage_offset() * elt if sref is not None else 0,  # type: ignore[arg-type]
         bytes=t.numel() * elt,
         is_parameter=is_parameter(t) if is_param is None else is_param,
         fields=fields,
@@ -163,3 +164,15 @@ def same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
     """True when ``a`` and ``b`` are views of one storage."""
     ra, rb = storage_ref(a), storage_ref(b)
     return ra is not None and rb is not None and ra[0] is rb[0]
+
+
+def iter_tensors(obj: Any) -> Iterator[torch.Tensor]:
+    """Every tensor in ``obj`` (a tensor, or nested lists, tuples and dict values)."""
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from iter_tensors(v)
+    elif isinstance(obj, list | tuple):
+        for v in obj:
+            yield from iter_tensors(v)

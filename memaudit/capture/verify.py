@@ -76,7 +76,7 @@ class AllocatorCheck:
             return {"available": False, "reason": "no CUDA device: the allocator check needs one"}
         if self.after is None:
             return {"available": False, "reason": "report() ran before the capture ended"}
-        from memaudit.capture.recorder import iter_tensors
+        from memaudit.capture.tensors import iter_tensors
 
         storages = dict(kept)
         for t in iter_tensors(outputs):

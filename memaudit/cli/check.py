@@ -42,7 +42,7 @@ def check(
     """Judge REPORT against the budgets of --scenario; exit 1 if a budget fails."""
     from memaudit.judge.budgets import te_version_of
     from memaudit.judge.integrity import read_report
-    from memaudit.judge.scenario import allowed_targets, evaluate, load_scenario, outcome
+    from memaudit.judge.scenario import allowed_targets, evaluate, load_scenario, outcome, record_verdicts
     from memaudit.render.verdicts import render_failures, render_verdicts
     from memaudit.report import write_report
 
@@ -52,6 +52,7 @@ def check(
     loaded = load_scenario(scenario, allowed_targets(tuple(allow_target or ())))
     rep = read_report(report)
     verdicts = evaluate(rep, loaded, source=str(report), allow_incomplete=allow_incomplete)
+    record_verdicts(rep, verdicts, loaded)
 
     if te_version_of(rep.environment) is None and any(r.known_failure for r in loaded.rules):
         err.print(

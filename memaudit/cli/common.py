@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import typer
@@ -16,6 +16,8 @@ from typer.core import TyperCommand, TyperGroup
 from memaudit.cli import exitcodes
 from memaudit.errors import UsageError
 from memaudit.render.console import make_console, sane_terminal_environment
+from memaudit.targets.matrix import parse_int_list as parse_int_list
+from memaudit.targets.matrix import parse_recipes as parse_recipes
 
 # click, as the typer installed uses it: the click package, or the copy newer typers carry
 clickx: Any = importlib.import_module(typer.BadParameter.__module__)
@@ -102,11 +104,11 @@ class Command(TyperCommand):
     """A typer command whose bad usage (typer's and memaudit's alike) prints in memaudit's one
     style, ``error: --flag: ...``, and exits 2, instead of typer's boxed panel."""
 
-    def make_context(self, info_name: str | None, args: list[str], parent: Context | None = None, **extra: Any) -> Context:
+    def make_context(self, info_name: str | None, args: list[str], parent: Context | None = None, **extra: Any) -> Context:  # type: ignore[override]
         return _handled(lambda: super(Command, self).make_context(info_name, args, parent, **extra),
                         bool(extra.get("resilient_parsing")) or bool(parent and parent.resilient_parsing))
 
-    def invoke(self, ctx: Context) -> Any:
+    def invoke(self, ctx: Context) -> Any:  # type: ignore[override]
         return _handled(lambda: super(Command, self).invoke(ctx), ctx.resilient_parsing)
 
 
@@ -115,12 +117,12 @@ class Group(TyperGroup):
     Before anything is parsed, ``COLUMNS`` and ``LINES`` that are not plain numbers are dropped:
     rich and click read them (``--help`` too) and would fail on ``²`` or 5,000 digits."""
 
-    def make_context(self, info_name: str | None, args: list[str], parent: Context | None = None, **extra: Any) -> Context:
+    def make_context(self, info_name: str | None, args: list[str], parent: Context | None = None, **extra: Any) -> Context:  # type: ignore[override]
         sane_terminal_environment()
         return _handled(lambda: super(Group, self).make_context(info_name, args, parent, **extra),
                         bool(extra.get("resilient_parsing")) or bool(parent and parent.resilient_parsing))
 
-    def invoke(self, ctx: Context) -> Any:
+    def invoke(self, ctx: Context) -> Any:  # type: ignore[override]
         return _handled(lambda: super(Group, self).invoke(ctx), ctx.resilient_parsing)
 
 
@@ -140,45 +142,6 @@ def exits(fn: Callable[..., int | None]) -> Callable[..., None]:
         raise typer.Exit(code or exitcodes.OK)
 
     return command
-
-
-def parse_int_list(text: str, flag: str) -> list[int]:
-    """'1,4,8' -> [1, 4, 8]; every value must be a positive integer, each given once, at most
-    ``MAX_INT`` (a bound on every quantity: no overflow further on)."""
-    out = []
-    if len(text) > 10_000:
-        raise UsageError(f"{len(text)} characters is too long for a list of integers", key=flag)
-    for part in text.split(","):
-        part = part.strip()
-        if not part.isdigit() or len(part) > 12:
-            raise UsageError(f"expected positive integers separated by commas, got {part!r} in {text!r}", key=flag)
-        try:
-            value = int(part)
-        except ValueError:
-            raise UsageError(f"expected positive integers separated by commas, got {part!r} in {text!r}", key=flag) from None
-        if value < 1:
-            raise UsageError(f"must be >= 1, got {value}", key=flag)
-        if value in out:
-            raise UsageError(f"{value} is listed twice in {text!r} (each value once: the cases would share an id)", key=flag)
-        out.append(value)
-    if not out:
-        raise UsageError("no value given", key=flag)
-    return out
-
-
-def parse_recipes(text: str, supported: Sequence[str], known: Sequence[str]) -> list[str]:
-    """'all' (the ``supported`` ones), or names from ``known`` separated by commas."""
-    if text == "all":
-        return list(supported)
-    names = [p.strip() for p in text.split(",") if p.strip()]
-    if not names:
-        raise UsageError("no recipe given", key="--recipe")
-    for i, n in enumerate(names):
-        if n not in known:
-            raise UsageError(f"unknown recipe {n!r}; use one of {', '.join(known)} or 'all'", key="--recipe")
-        if n in names[:i]:
-            raise UsageError(f"{n!r} is listed twice in {text!r} (each recipe once: the cases would share an id)", key="--recipe")
-    return names
 
 
 def read_inputs(*, report: Any = None, scenario: Any = None) -> dict[str, Any]:

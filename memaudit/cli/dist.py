@@ -197,17 +197,20 @@ def finish_merged(report: Report, *, scenario: Any = None, target_name: str, exp
 
     out, err = consoles()
     if expected:
-        from memaudit.te.expected import attach_expected
+        from memaudit.targets.registry import owner_of
 
-        for case in report.cases:
-            attach_expected(case)
+        for case in report.cases:  # the case's own target: a fallback's answer is TE's
+            owner = owner_of(case.spec)
+            if owner is not None:
+                owner.attach_expected(case)
     code = exitcodes.CASE_ERROR if any(c.status == "error" for c in report.cases) else exitcodes.OK
     verdicts = None
     if scenario is not None:
         from memaudit.cli.common import OUTCOME_CODES
-        from memaudit.judge.scenario import evaluate, outcome
+        from memaudit.judge.scenario import evaluate, outcome, record_verdicts
 
         verdicts = evaluate(report, scenario, source=scenario.path, allow_incomplete=allow_incomplete)
+        record_verdicts(report, verdicts, scenario)
         code = OUTCOME_CODES[outcome(report, verdicts, scenario)]
     if not quiet:
         for case in worst_cases(report):

@@ -22,20 +22,12 @@ from memaudit.cli.common import Command, exits, parse_recipes
 from memaudit.cli.plot import check_matplotlib, draw_and_write, plot_paths
 from memaudit.errors import UsageError
 from memaudit.render.console import consoles
-from memaudit.render.estimate import (
-    diff_table,
-    markdown_single,
-    markdown_sweep,
-    padding_table,
-    rows_table,
-    sweep_lines,
-    totals_line,
-)
 from memaudit.render.layout import Prose
-from memaudit.render.plots import comparison_variant, kinds_from_estimate, tokens_from_sweep
 from memaudit.report import atomic_write_text, check_outputs, write_report, write_report_streaming
 from memaudit.te.estimate import (
     ARCHS,
+    DEFAULT_ARCH_HELP,
+    DEFAULT_PATH_HELP,
     HELP,
     PATHS,
     VARIANTS,
@@ -47,6 +39,16 @@ from memaudit.te.estimate import (
     resolve,
     skipped_case,
     sweep_point,
+)
+from memaudit.te.estimate.figures import comparison_variant, kinds_from_estimate, tokens_from_sweep
+from memaudit.te.estimate.tables import (
+    diff_table,
+    markdown_single,
+    markdown_sweep,
+    padding_table,
+    rows_table,
+    sweep_lines,
+    totals_line,
 )
 from memaudit.te.recipes import RECIPES
 
@@ -90,10 +92,10 @@ def estimate_cmd(
     ffn: Annotated[str | None, typer.Option(help="FFN size F; FC1 has 2F outputs. Default: --hidden.")] = None,
     groups: Annotated[str, typer.Option(help="Group (expert) counts G, e.g. 1,8,64.")] = "1",
     splits: Annotated[str | None, typer.Option(help="Explicit token splits, e.g. 256,0,512,256 (one T and one G only). Default: the uneven splits memaudit run uses.")] = None,
-    path: Annotated[Path_ | None, typer.Option(help="Default: fused for mxfp8/nvfp4 when H and F are multiples of 64, else unfused-grouped; unfused-split for bf16/fp8 (the H200's path).")] = None,
+    path: Annotated[Path_ | None, typer.Option(help=DEFAULT_PATH_HELP)] = None,
     variant: Annotated[Variant, typer.Option(help="Which saved set.")] = "te-2.20",
     diff: Annotated[Variant | None, typer.Option(help="Also estimate this variant and show the difference (what a fix would save).")] = None,
-    arch: Annotated[Arch | None, typer.Option(help="Default: sm100 for fused/mxfp8/nvfp4, else sm90. Decides FP8 transpose vs single data copy.")] = None,
+    arch: Annotated[Arch | None, typer.Option(help=DEFAULT_ARCH_HELP)] = None,
     dense_single_group: Annotated[bool, typer.Option(help="Fused path, G=1: the single-group dense path (cuDNN frontend >= 1.27) saves a grouped tensor whole.")] = True,
     probs_dtype: Annotated[ProbsDtype, typer.Option(help="dtype of the routing probs the caller passes.")] = "float32",
     split_dtype: Annotated[SplitDtype, typer.Option(help="dtype of the split sizes the caller passes (int64: one tensor for FC1 and FC2).")] = "int64",
@@ -179,7 +181,7 @@ def _single(out: Console, c: Config, variant: str, diff: str | None, padding: bo
     other = estimate_config(c, diff) if diff else None
     if not quiet:
         out.print(rows_table(case, variant, width=out.width))
-        if padding and (case.path or {}).get("padding", {}).get("rows"):
+        if padding and dict(case.path or {}).get("padding", {}).get("rows"):
             out.print(padding_table(case, width=out.width))
     if other is not None:
         table, summary = diff_table(case, other, variant, diff or "", width=out.width)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import os
 import re
@@ -21,14 +22,13 @@ from memaudit.cli.common import (
     Command,
     Group,
     exits,
-    parse_int_list,
-    parse_recipes,
     read_inputs,
     usage_exit,
 )
 from memaudit.errors import UsageError
 from memaudit.render.console import consoles, make_console
-from memaudit.spec import DTYPES, CaseSpec, validate_splits
+from memaudit.spec import DTYPES, CaseSpec
+from memaudit.targets.matrix import DEVICE
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok (every budget passes or is xfail); 1 a budget failed or XPASSed; "
@@ -48,16 +48,21 @@ app = typer.Typer(
 Dtype = Literal[DTYPES]  # type: ignore[valid-type]
 """``--dtype``: typer lists the choices in --help and completion, and refuses others."""
 
-DEVICE = re.compile(r"cpu|meta|cuda(:\d{1,3})?")
-
 
 def version_line() -> str:
-    """``memaudit X (torch Y, transformer-engine Z)``, from the installed packages (nothing imported)."""
-    import memaudit
-    from memaudit.te.environment import package_version, te_version
+    """``memaudit X (torch Y, transformer-engine Z)``, from the installed packages (nothing imported):
+    torch's and each probed library's (:func:`memaudit.environment.library_versions`)."""
+    from importlib import metadata
 
-    return (f"memaudit {memaudit.__version__} (torch {package_version('torch') or 'not installed'}, "
-            f"transformer-engine {te_version() or 'not installed'})")
+    import memaudit
+    from memaudit.environment import library_versions
+
+    try:
+        torch_version: str | None = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch_version = None
+    libraries = "".join(f", {lib.package or lib.key} {v or 'not installed'}" for lib, v in library_versions().items())
+    return f"memaudit {memaudit.__version__} (torch {torch_version or 'not installed'}{libraries})"
 
 
 def _show_version(value: bool) -> None:
@@ -85,9 +90,11 @@ def _complete_device(incomplete: str) -> list[str]:
 
 
 def _complete_target(incomplete: str) -> list[tuple[str, str]]:
-    from memaudit.targets.registry import BUILTIN
+    from memaudit.targets import registry
 
-    return [(name, "built-in target") for name in BUILTIN if name.startswith(incomplete)]
+    own = registry.builtin_names()
+    return [(name, "built-in target" if name in own else "target") for name in registry.target_names()
+            if name.startswith(incomplete)]
 
 
 def _complete_recipe(ctx: typer.Context, incomplete: str) -> list[str]:
@@ -95,96 +102,26 @@ def _complete_recipe(ctx: typer.Context, incomplete: str) -> list[str]:
     after a comma, the ones not listed yet."""
     from memaudit.targets import registry
 
-    target = ctx.params.get("target")
-    names = registry.recipes(target) if target in registry.BUILTIN else registry.all_recipes()
+    name = ctx.params.get("target")
+    target = registry.find_target(name) if name else None
+    names = target.recipes if target is not None else registry.union_recipes(registry.builtin_targets())
     head, comma, last = incomplete.rpartition(",")
     listed = set(head.split(",")) if comma else set()
     options = [n for n in names if n not in listed] + ([] if comma else ["all"])
     return [head + comma + n for n in options if n.startswith(last)]
 
 
-MAX_DIM = 2**40
-"""The largest shape dimension a run accepts (larger ones overflow the libraries below)."""
-
-
-def _positive(value: int | None, flag: str) -> None:
-    if value is not None and value < 1:
-        raise UsageError(f"must be >= 1, got {value}", key=flag)
-
-
-def build_specs(
-    target: Any,
-    *,
-    recipe: str | None,
-    groups: str | None,
-    dims: dict[str, int | None],
-    dtype: str | None,
-    device: str,
-    options: dict[str, Any],
-    splits: str | None = None,
-    all_recipes: tuple[str, ...] | None = None,
-) -> list[CaseSpec]:
-    """The matrix of CaseSpecs a ``run`` asks for, validated (UsageError on bad flags).
-
-    ``dims`` are the shape options given (``--tokens`` ...; None where not given); the target's
-    declared dimensions take their defaults, and an option it does not declare is refused.
-    ``all_recipes`` is what ``--recipe all`` means (default: the target's supported recipes).
-    """
-    d = target.defaults
-    names = [p.name for p in target.shape]
-    for name, value in dims.items():
-        flag = "--" + name.replace("_", "-")
-        if value is not None and name not in names:
-            has = f"it has {', '.join(names)}" if names else "it declares none: its factory takes no case spec"
-            raise UsageError(f"target {target.name!r} has no dimension {name!r} ({has})", key=flag)
-        _positive(value, flag)
-        if value is not None and value > MAX_DIM:
-            raise UsageError(f"must be at most 2**40, got an integer of {value.bit_length()} bits", key=flag)
-    supported = all_recipes if all_recipes is not None else target.supported_recipes
-    recipes = parse_recipes(recipe, supported, target.recipes) if recipe is not None else list(target.default_recipes)
-    group_list = parse_int_list(groups, "--groups") if groups is not None else list(d["groups"])
-    dtype = dtype if dtype is not None else d["dtype"]
-    if dtype not in DTYPES:
-        raise UsageError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}", key="--dtype")
-    if not DEVICE.fullmatch(device):
-        raise UsageError(f"unknown device {device!r}; use cpu, cuda, cuda:N or meta", key="--device")
-    shape = {n: dims.get(n) or d[n] for n in names}
-    split = next((p.name for p in target.shape if p.split), None)
-    specs = []
-    for r in recipes:
-        for g in group_list:
-            split_tuple = None
-            if splits:
-                if split is None:
-                    raise UsageError(f"target {target.name!r} has no dimension that groups split", key="--splits")
-                try:
-                    values = [int(s) for s in splits.split(",")]
-                except ValueError:
-                    raise UsageError(f"expected integers separated by commas, got {splits!r}", key="--splits") from None
-                validate_splits(values, shape[split], g, target.alignment(r), key="--splits")
-                split_tuple = tuple(values)
-            spec = CaseSpec(target.name, r, g, tuple(shape.items()), dtype, device, dict(options), split_tuple)
-            spec.split_sizes()  # validates the split dimension vs groups vs alignment
-            specs.append(spec)
-    ids = [s.id for s in specs]
-    twice = next((i for k, i in enumerate(ids) if i in ids[:k]), None)
-    if twice is not None:
-        raise UsageError(f"these options make case {twice!r} more than once: target {target.name!r} does not tell "
-                         "the cases apart (a factory that takes no case spec runs one case)", key="--groups")
-    return specs
-
-
 def run(
-    target: Annotated[str | None, typer.Option(autocompletion=_complete_target, help="reference | te-grouped-mlp | PKG.MOD:FACTORY. Default: te-grouped-mlp wherever TE is installed and its forward runs (a GPU, or emulated kernels on fake CUDA with torch's CUDA build), else reference.")] = None,
-    recipe: Annotated[str | None, typer.Option(autocompletion=_complete_recipe, help="A recipe the target knows (te-grouped-mlp: bf16, fp8-delayed, fp8-current, fp8-block, mxfp8, nvfp4; reference: bf16) | all; comma-separated for several.")] = None,
+    target: Annotated[str | None, typer.Option(autocompletion=_complete_target, help="A registered target | PKG.MOD:FACTORY (the names are added below).")] = None,
+    recipe: Annotated[str | None, typer.Option(autocompletion=_complete_recipe, help="A recipe the target knows | all; comma-separated for several.")] = None,
     groups: Annotated[str | None, typer.Option(help="Group (expert) counts, e.g. 1,4,8.")] = None,
     dtype: Annotated[Dtype | None, typer.Option(help="The activations' dtype. Default: the target's (bf16).")] = None,
-    device: Annotated[str | None, typer.Option(callback=_check_device, autocompletion=_complete_device, help="cpu | cuda | cuda:N | meta (shapes only: no values, nothing allocated; the reference and custom targets). Default: cuda for the TE target, else cpu.")] = None,
+    device: Annotated[str | None, typer.Option(callback=_check_device, autocompletion=_complete_device, help="cpu | cuda | cuda:N | meta (shapes only: no values, nothing allocated; where the target runs there). Default: the target's.")] = None,
     splits: Annotated[str | None, typer.Option(help="Explicit token splits, e.g. 256,0,512,256 (one group count only).")] = None,
     scenario: Annotated[Path | None, typer.Option(help="Scenario TOML file, or a shipped scenario by name (grouped_mlp, reference): its cases and budgets replace the matrix flags.")] = None,
     allow_target: Annotated[list[str] | None, typer.Option("--allow-target", help="A PKG.MOD:FACTORY target the scenario may name (repeatable; also \\[tool.memaudit] allow-targets in pyproject.toml).")] = None,
-    fallback: Annotated[FallbackMode | None, typer.Option(help="What answers a case that cannot run on real kernels here (the grouped-MLP targets): auto = TE's real forward with emulated sm100 kernels wherever TE is installed (on a GPU, or with no GPU on fake CUDA), else the estimate; emulate; estimate; none = a skipped cell. Default: auto; none with --scenario.")] = None,
-    expected: Annotated[bool, typer.Option(help="Add the estimator's expected bytes per row and flag mismatches.")] = False,
+    fallback: Annotated[FallbackMode | None, typer.Option(help="What answers a case that cannot run on real kernels here, where the target offers it: auto = the best there is (its real code with emulated kernels, else a model's estimate); emulate; estimate; none = a skipped cell. Default: auto; none with --scenario.")] = None,
+    expected: Annotated[bool, typer.Option(help="Add the target's model of each row's bytes (expected_bytes) and flag mismatches, where it has one.")] = False,
     backward: Annotated[bool, typer.Option(help="Run backward after each captured forward.")] = True,
     verify_allocator: Annotated[bool, typer.Option("--verify-allocator", help="CUDA: check the rows against the caching allocator's growth over the captured forward (hidden_bytes per case).")] = False,
     allow_incomplete: Annotated[bool, typer.Option("--allow-incomplete", help="Judge budgets on cases memaudit marked incomplete instead of failing them.")] = False,
@@ -192,7 +129,7 @@ def run(
     stack: Annotated[bool, typer.Option("--stack", help="Record the source line (file:line) of the user code behind each saved tensor (rows' source; slower capture, see docs/bench.md).")] = False,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the JSON report here (atomically).")] = None,
     markdown: Annotated[Path | None, typer.Option(help="Write a markdown summary (PR comment) here.")] = None,
-    memory_snapshot: Annotated[Path | None, typer.Option("--memory-snapshot", help="CUDA, one case: write the caching allocator's history of the captured forward here (a pickle for PyTorch's memory_viz), each saved tensor's block named after its row (fc1.input data columnwise nvfp4).")] = None,
+    memory_snapshot: Annotated[Path | None, typer.Option("--memory-snapshot", help="CUDA, one case: write the caching allocator's history of the captured forward here (a pickle for PyTorch's memory_viz), each saved tensor's block named after its row (operand, kind, orientation, format).")] = None,
     quiet: Annotated[bool, typer.Option(help="Only the summary table (and, where stderr is not a terminal, the one line per finished case).")] = False,
     nproc: Annotated[int | None, typer.Option(help="Run on N local processes through torch.distributed.run (as torchrun --nproc-per-node N -m memaudit run ... does): per-rank cases, one merged report.")] = None,
     dist_backend: Annotated[str | None, typer.Option(help="Distributed runs: the process-group backend. Default: gloo on CPU, cpu:gloo,cuda:nccl with --device cuda (the reports always travel over gloo).")] = None,
@@ -203,14 +140,14 @@ def run(
     """Run the target for each (recipe, group count) and report every saved tensor.
 
     \f
-    The targets' shape dimensions (``Target.shape``: ``--tokens`` ...) and own options
-    (``Target.flags``) are added to this signature below.
+    The target's shape dimensions (``Target.shape``: ``--tokens`` ...) and own options
+    (``Target.flags``) are added to this signature (:class:`RunCommand`: the ``--target`` given,
+    else every built-in target's).
     """
-    from memaudit.targets.registry import all_shape_params
-
-    dims = {p.name: target_flags.pop(p.name, None) for p in all_shape_params()}
     from memaudit.report import check_outputs, write_report
     from memaudit.runner import run_matrix
+    from memaudit.targets import registry
+    from memaudit.targets.matrix import build_specs
     from memaudit.targets.registry import default_target_name, get_target
 
     check_outputs({"--json": json_path, "--markdown": markdown, "--memory-snapshot": memory_snapshot},
@@ -229,11 +166,11 @@ def run(
         loaded = load_scenario(scenario, allowed_targets(tuple(allow_target or ())))
         target = loaded.target
     target = target or default_target_name()
-    tgt = get_target(target)
+    tgt = loaded.owner if loaded is not None else get_target(target)
+    flag_names = {f.name for f in tgt.flags} | {f.name for t in registry.builtin_targets() for f in t.flags}
+    dims = {name: target_flags.pop(name) for name in list(target_flags) if name not in flag_names}
     if loaded is not None:  # the scenario's [flags], where the command line left the default
-        from memaudit.targets.registry import run_flags
-
-        defaults = {f.name: f.default for f in run_flags()}
+        defaults = {f.name: f.default for f in tgt.flags}
         for name, value in loaded.flags.items():
             if target_flags.get(name, defaults[name]) == defaults[name]:
                 target_flags[name] = value
@@ -249,7 +186,7 @@ def run(
             )
     mode = fallback.value if fallback is not None else ("none" if loaded is not None else "auto")
     if loaded is not None:
-        specs = loaded.specs(device=dev, options=options)  # the target's options from the [flags] too
+        specs = loaded.specs(device=dev, options=options, target=tgt)  # the target's options from the [flags] too
     else:
         specs = build_specs(
             tgt,
@@ -260,7 +197,7 @@ def run(
             device=dev,
             options=options,
             splits=splits,
-            all_recipes=getattr(tgt, "fallback_recipes", None) if mode != "none" else None,
+            all_recipes=tgt.fallback_recipes if mode != "none" else None,
         )
     if memory_snapshot is not None and len(specs) != 1:
         raise UsageError(f"records one case; these options make {len(specs)} (choose one recipe and one group count)",
@@ -315,23 +252,24 @@ def run(
                             on_start=progress.start if progress is not None else None, fallbacks=fallbacks,
                             stack=stack, snapshot=None if memory_snapshot is None else str(memory_snapshot))
     if expected:
-        from memaudit.te.expected import attach_expected
-
-        for case in report.cases:
-            attach_expected(case)
+        for case in report.cases:  # the case's own target: a fallback's answer is TE's
+            owner = registry.owner_of(case.spec)
+            if owner is not None:
+                owner.attach_expected(case)
     code = exitcodes.CASE_ERROR if any(c.status == "error" for c in report.cases) else exitcodes.OK
     verdicts = None
     if loaded is not None:
-        from memaudit.judge.scenario import evaluate, outcome
+        from memaudit.judge.scenario import evaluate, outcome, record_verdicts
 
         verdicts = evaluate(report, loaded, source=loaded.path, allow_incomplete=allow_incomplete)
+        record_verdicts(report, verdicts, loaded)
         code = OUTCOME_CODES[outcome(report, verdicts, loaded)]
-    for case in report.cases:  # an emulated answer that failed, and was replaced by the estimate, says why
-        for warning in case.warnings:
-            if warning.startswith("TE's real forward with emulated kernels failed"):
-                line = Text("note: ", style="bold yellow")
-                line.append(f"{case.id}: {warning}")
-                err_console.print(line, soft_wrap=True)
+    for case in report.cases:  # what the case's target says besides its table (a replaced answer)
+        owner = registry.owner_of(case.spec)
+        for note in owner.notes(case) if owner is not None else ():
+            line = Text("note: ", style="bold yellow")
+            line.append(f"{case.id}: {note}")
+            err_console.print(line, soft_wrap=True)
     console.print(summary_table(report.cases, width=console.width))
     if memory_snapshot is not None:
         line = Text("memory snapshot: ", style="bold")
@@ -400,14 +338,12 @@ def fallback_notes(target: Any, specs: list[CaseSpec], fallbacks: list[Any], mod
         line = Text("note: ", style="bold yellow")
         line.append(f"{recipe} cannot run on real kernels here: {reason}\n")
         if execution == "skipped":
-            offer = getattr(target, "fallback", None)
-            best = offer(group[0], reason, "auto", backward=False) if offer is not None else None
+            best = target.fallback(group[0], reason, "auto", backward=False)
             line.append("  it will be a skipped cell")
             line.append(f"; the best available answer: {_all_groups(best.command, groups)}" if best is not None else "")
         else:
             fb = next(f for s, f in zip(specs, fallbacks, strict=True) if s is group[0])
-            what = ("TE's real forward with emulated kernels (stand-ins that allocate what TE's C++ allocates)"
-                    if execution == "emulated" else "TE 2.20.2's layout rules (no kernel and no TE code runs)")
+            what = fb.what or f"the target's {execution} answer"
             line.append(f"  answering {len(group)} case(s) with {what}, labelled {execution}; on its own: "
                         f"{_all_groups(fb.command, groups)}")
             if fb.better:
@@ -416,11 +352,12 @@ def fallback_notes(target: Any, specs: list[CaseSpec], fallbacks: list[Any], mod
     return notes
 
 
-def _with_target_flags(fn: Any) -> Any:
-    """``fn`` with every built-in target's shape dimensions and run options in its signature
+def _with_target_flags(fn: Any, targets: tuple[Any, ...]) -> Any:
+    """A copy of ``fn`` with ``targets``' shape dimensions and run options in its signature
     (typer reads it): dimensions right after ``--groups``, options at the end."""
-    from memaudit.targets.registry import all_shape_params, run_flags
+    from memaudit.targets.registry import union_flags, union_shape
 
+    fn = functools.wraps(fn)(functools.partial(fn))
     sig = inspect.signature(fn)
     hints = typing.get_type_hints(fn, include_extras=True)  # this module's annotations are strings
     params = [
@@ -428,13 +365,25 @@ def _with_target_flags(fn: Any) -> Any:
         for p in sig.parameters.values()
         if p.kind is not inspect.Parameter.VAR_KEYWORD
     ]
+    recipe_help = (f"A recipe of {targets[0].name}: {', '.join(targets[0].recipes)} | all; comma-separated for several."
+                   if len(targets) == 1 else "A recipe the target knows (" + "; ".join(
+                       f"{t.name}: {', '.join(t.recipes)}" for t in targets) + ") | all; comma-separated for several.")
+    from memaudit.targets.registry import target_names
+
+    target_help = (f"{' | '.join(target_names())} | PKG.MOD:FACTORY. Default: the first built-in target whose real code "
+                   "runs here, else reference. Named first, it decides the other options.")
+    for i, p in enumerate(params):
+        if p.name == "target":
+            params[i] = p.replace(annotation=Annotated[str | None, typer.Option(autocompletion=_complete_target, help=target_help)])
+        if p.name == "recipe":
+            params[i] = p.replace(annotation=Annotated[str | None, typer.Option(autocompletion=_complete_recipe, help=recipe_help)])
     at = next(i for i, p in enumerate(params) if p.name == "groups") + 1
     params[at:at] = [
         inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
                           annotation=Annotated[int | None, typer.Option(help=p.help)])
-        for p in all_shape_params()
+        for p in union_shape(targets)
     ]
-    for flag in run_flags():
+    for flag in union_flags(targets):
         option = typer.Option(*flag.decls, help=flag.help)
         params.append(inspect.Parameter(flag.name, inspect.Parameter.KEYWORD_ONLY, default=flag.default,
                                         annotation=Annotated[flag.annotation, option]))
@@ -442,7 +391,47 @@ def _with_target_flags(fn: Any) -> Any:
     return fn
 
 
-app.command(cls=Command)(exits(_with_target_flags(run)))
+def _target_named(args: list[str]) -> str | None:
+    """The value of ``--target`` in a ``run`` command line, or None."""
+    for i, arg in enumerate(args):
+        if arg == "--":
+            return None
+        if arg == "--target" and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith("--target="):
+            return arg.removeprefix("--target=")
+    return None
+
+
+@functools.cache
+def _run_command_for(name: str | None) -> typer.core.TyperCommand:
+    """``run`` as a click command whose dimension and target options are the target ``name``'s
+    (every built-in target's where None, or where ``name`` names no registered target)."""
+    from memaudit.targets import registry
+
+    target = None
+    if name is not None:
+        try:
+            target = registry.find_target(name)
+        except UsageError:
+            target = None  # the run itself says what is wrong with it
+    targets = (target,) if target is not None else registry.builtin_targets()
+    sub = typer.Typer()
+    sub.command(cls=Command)(exits(_with_target_flags(run, targets)))
+    return typer.main.get_command(sub)  # type: ignore[return-value]
+
+
+class RunCommand(Command):
+    """``run``: the target it is given (``--target X``) is resolved first, so that its options,
+    help and completion are that target's dimensions and flags, not the union of the built-ins'."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
+        chosen = _run_command_for(_target_named(list(args)))
+        self.params, self.callback = chosen.params, chosen.callback
+        return super().make_context(info_name, args, parent, **extra)
+
+
+app.command(cls=RunCommand)(exits(_with_target_flags(run, ())))
 
 
 @app.command(cls=Command)
@@ -457,10 +446,15 @@ def schema() -> None:
 
 @app.command(cls=Command)
 def doctor() -> None:
-    """GPU, versions, recipe availability, and which grouped-MLP path TE would take here."""
-    from memaudit.te.doctor import doctor_report, render_doctor
+    """GPU, versions, recipe availability, and which grouped-MLP path TE would take here: what
+    each built-in target says about this machine (``Target.doctor_section``)."""
+    from memaudit.targets import registry
 
-    make_console().print(render_doctor(doctor_report()))
+    console = make_console()
+    for target in registry.builtin_targets():
+        section = target.doctor_section()
+        if section is not None:
+            console.print(section)
 
 
 def _register_commands() -> None:

@@ -12,6 +12,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from memaudit.environment import libraries
 from memaudit.errors import UsageError
 from memaudit.ranks import REPLICA_AXIS, DistRun, RankInfo, base_id, coords_of, summarize
 from memaudit.report import CaseReport, Report
@@ -19,8 +20,14 @@ from memaudit.report import CaseReport, Report
 RANK_FILE = "rank{rank}.json"
 """A rank's own file in the rank folder."""
 
-ENV_SAME = ("memaudit", "python", "torch", "cuda", "device", "device_class", "transformer_engine", "cudnn")
-"""Environment keys every rank should share (a difference is a warning of the merged report)."""
+ENV_SAME = ("memaudit", "python", "torch", "cuda", "device", "device_class")
+"""Environment keys every rank should share (a difference is a warning of the merged report),
+besides each probed library's (:func:`env_same`)."""
+
+
+def env_same() -> tuple[str, ...]:
+    """:data:`ENV_SAME`, then each probed library's key (``memaudit.environment.libraries``), then cuDNN's."""
+    return (*ENV_SAME, *(lib.key for lib in libraries()), "cudnn")
 
 
 def rank_file(folder: str | os.PathLike[str], rank: int) -> Path:
@@ -114,7 +121,7 @@ def _missing_case(template: CaseReport, base: str, rank: int, wrote: bool) -> Ca
 
 def _env_warnings(low: int, head: dict[str, object], envs: dict[int, dict[str, object]]) -> list[str]:
     out = []
-    for key in ENV_SAME:
+    for key in env_same():
         differ = sorted(r for r, env in envs.items() if env.get(key) != head.get(key))
         if differ:
             out.append(f"environment {key} differs between ranks: rank {low} {head.get(key)!r}, "

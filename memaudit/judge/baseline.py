@@ -42,6 +42,7 @@ from typing import Any
 
 from memaudit.environment import libraries
 from memaudit.errors import UsageError
+from memaudit.ranks import base_id
 from memaudit.report import CaseReport, Report, Row
 from memaudit.units import fmt_bytes, fmt_delta, parse_bytes
 
@@ -442,7 +443,6 @@ def _compare_case(
 def _worst_ranks(cases: Iterable[CaseReport]) -> dict[str, CaseReport]:
     """Per distributed case (its id without the rank's coordinates): the worst rank's case (most
     saved bytes, lowest rank on a tie), where every rank of its world is there and ok."""
-    from memaudit.ranks import base_id
 
     by: dict[str, list[CaseReport]] = defaultdict(list)
     for c in cases:
@@ -681,8 +681,8 @@ def update_baseline(current: Report, existing: Report | None, prune: bool = Fals
     for cid, c in cur.items():
         if cid not in old:
             cases.append(c)
-            note = None if c.status == "ok" else _status_text(c)
-            changes.append(BaselineChange(cid, "added", None, _saved_or_none(c), note))
+            added = None if c.status == "ok" else _status_text(c)
+            changes.append(BaselineChange(cid, "added", None, _saved_or_none(c), added))
     merged = Report(
         cases=cases,
         environment=dict(current.environment),

@@ -81,7 +81,7 @@ class Verdict:
 def evaluate_rule(rule: Rule, case: CaseLike, ctx: Context | None = None) -> Verdict:
     """Apply one rule to one case. Raises UsageError when the rule points at nothing."""
     ctx = ctx or Context()
-    base = {
+    base: dict[str, Any] = {
         "case_id": case.id,
         "rule": rule.name,
         "kind": rule.kind,

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from memaudit.errors import UsageError, did_you_mean
+from memaudit.targets import registry
 from memaudit.units import MAX_BYTES, NUMBER, UNIT_LIST, UNITS, parse_bytes, quantity_bytes
 
 if TYPE_CHECKING:
@@ -81,9 +82,8 @@ class _Refused(Exception):
 
 def default_dims() -> tuple[str, ...]:
     """Every built-in target's dimension names (the variables where no target is named)."""
-    from memaudit.targets.registry import all_shape_params
 
-    return tuple(p.name for p in all_shape_params())
+    return tuple(p.name for p in registry.union_shape(registry.builtin_targets()))
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from memaudit.judge.rules import (
     nonempty_groups,
     operand_matches,
 )
+from memaudit.report import CaseReport
 from memaudit.targets import registry
 from memaudit.units import fmt_bytes
 
@@ -172,7 +173,7 @@ def _buckets(rule: Rule, case: CaseLike, per: str) -> list[tuple[str, list[Any],
         if isinstance(sel.group, tuple):
             return list(sel.group)
         if sel.group == "nonempty" and ne is not None:
-            return sorted(ne)
+            return [g for g in sorted(ne)]
         seen = {r.group for r in candidates}
         if sel.group == "nonempty":
             seen.discard(None)
@@ -330,7 +331,7 @@ def check_path(rule: Rule, case: CaseLike, ctx: Context) -> tuple[str, Violation
     actual = "fused" if path.fused else "unfused"
     if path.fused == check.fused:
         return actual, None
-    detail = registry.path_detail(case.target, path)
+    detail = registry.path_detail(case) if isinstance(case, CaseReport) else ""
     return actual, Violation(rule.name, check.expected(), actual, (), (), detail, kind=rule.kind)
 
 

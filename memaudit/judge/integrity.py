@@ -15,9 +15,10 @@ import os
 
 from memaudit.errors import UsageError
 from memaudit.report import CaseReport, Report, load_report
-from memaudit.spec import CaseSpec
+from memaudit.spec import CaseSpec, ShapeParam
 from memaudit.targets import registry
-from memaudit.targets.base import MLP_SHAPE
+from memaudit.targets.base import MLP_SHAPE, Target
+from memaudit.targets.custom import CustomTarget
 
 
 def read_report(path: str | os.PathLike[str]) -> Report:
@@ -37,17 +38,15 @@ def verify_targets(report: Report, *, source: str = "<report>") -> None:
             raise UsageError(message, source=source, key=f"cases[{case.id}]" + (f".{key}" if key else ""))
 
 
-def _declared(case: CaseReport) -> tuple[list[str], str | None] | None:
-    """(dimension names, split dimension) of the case's target, or None for a target no
+def _declared(case: CaseReport) -> tuple[Target | None, tuple[ShapeParam, ...]] | None:
+    """(the case's registered target or None, its dimensions), or None for a target no
     declaration covers (a bare ``capture()`` report). A custom factory is not imported: it is told
     the grouped MLP's dimensions, or none."""
-    cls = registry.target_class(case.target)
-    if cls is not None:
-        return [p.name for p in cls.shape], next((p.name for p in cls.shape if p.split), None)
+    target = registry.owner_of(case.spec)
+    if target is not None:
+        return target, tuple(target.shape)
     if ":" in case.target:
-        if not case.dims:
-            return [], None
-        return [p.name for p in MLP_SHAPE], next(p.name for p in MLP_SHAPE if p.split)
+        return None, (MLP_SHAPE if case.dims else ())
     return None
 
 
@@ -56,21 +55,21 @@ def case_problem(case: CaseReport) -> tuple[str, str] | None:
     declared = _declared(case)
     if declared is None:
         return None
-    names, split = declared
+    target, shape = declared
+    names = [p.name for p in shape]
+    split = next((p.name for p in shape if p.split), None)
     if set(case.dims) != set(names):
         return ("", f"target {case.target!r} has dimensions {', '.join(names) or 'none'}; the case records "
                     f"{', '.join(sorted(case.dims)) or 'none'}")
-    cls = registry.target_class(case.target)
-    if cls is not None and case.recipe not in cls.recipes:
-        return ("recipe", f"target {case.target!r} has no recipe {case.recipe!r} (it knows {', '.join(cls.recipes)})")
+    if target is not None and case.recipe not in target.recipes:
+        return ("recipe", f"target {case.target!r} has no recipe {case.recipe!r} (it knows {', '.join(target.recipes)})")
     spec = CaseSpec(case.target, case.recipe, case.groups, tuple((n, case.dims[n]) for n in names), case.dtype, case.device)
-    made = registry.case_id(spec)
+    made = target.case_id(spec) if target is not None else CustomTarget.custom_case_id(spec)
     if case.id != made and not case.id.startswith(made + "/"):
         return ("id", f"the id says {case.id!r}, but the case's target, recipe, groups, dimensions and dtype make "
                       f"{made!r} (the gate matches cases by id: an id and fields that disagree are refused)")
     if case.splits and split is not None and sum(case.splits) != case.dims[split]:
         return ("splits", f"splits {case.splits} add up to {sum(case.splits)}, not the case's {split} ({case.dims[split]})")
-    own = getattr(cls, "rank_problem", None)  # a target that places cases on ranks checks its own
-    if case.dist is not None and own is not None:
-        return own(case)
+    if case.dist is not None and target is not None:  # a target that places cases on ranks checks its own
+        return target.rank_problem(case)
     return None

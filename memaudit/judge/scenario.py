@@ -48,9 +48,11 @@ from memaudit.judge.rules import (
 )
 from memaudit.judge.shipped import SHIPPED, resolve_scenario
 from memaudit.judge.versions import te_version_of, validate_specifier
-from memaudit.report import KINDS, MAX_INT, ORIENTATIONS, Report, check_depth, read_input
+from memaudit.plugins import formats
+from memaudit.report import KINDS, MAX_INT, ORIENTATIONS, CaseReport, Report, check_depth, read_input
 from memaudit.spec import DTYPES, CaseSpec, default_splits
 from memaudit.targets import registry
+from memaudit.targets.base import Target
 
 ON_ERROR = ("fail", "warn")
 MAX_DIM = 2**40
@@ -63,10 +65,9 @@ SELECT_KEYS = ("operand", "kind", "orientation", "format", "container", "slot", 
 KNOWN_FAILURE_KEYS = ("te", "reason")
 AGAINST_KEYS = ("recipe", "groups", "dtype")
 """What ``against`` may change besides the target's dimensions."""
-FORMATS = (
-    "bf16", "fp16", "fp32", "fp64", "int64", "int32", "int16", "int8", "uint8", "bool",
-    "fp8", "fp8-block", "mxfp8", "nvfp4", "fp8_e4m3", "fp8_e5m2", "e8m0", "fp4_e2m1x2",
-)  # fmt: skip
+FORMATS = formats()
+"""What a selection's ``format`` may name: torch's dtypes and the classifier plugins' formats
+(:func:`memaudit.plugins.formats`)."""
 
 
 # ---- typed access with key paths ----------------------------------------------------------------
@@ -207,10 +208,11 @@ def parse_count(v: Any, *, source: str, key: str) -> tuple[str, int]:
 
 
 def parse_rule(d: Any, *, source: str, key: str, dims: tuple[str, ...] | None = None,
-               path_keys: tuple[str, ...] | None = None) -> Rule:
-    """One budget table (or marker rule dict) into a :class:`Rule`; ``dims`` are the target's
-    dimension names (default: every built-in target's)."""
+               path_keys: tuple[str, ...] | None = None, recipes: tuple[str, ...] | None = None) -> Rule:
+    """One budget table (or marker rule dict) into a :class:`Rule`; ``dims`` and ``recipes`` are
+    the target's dimension and recipe names (default: every built-in target's)."""
     dims = dims if dims is not None else default_dims()
+    recipes = recipes if recipes is not None else _builtin_recipes()
     r = _Reader(source)
     d = r.table(d, key)
     r.keys(d, RULE_KEYS, key)
@@ -258,7 +260,7 @@ def parse_rule(d: Any, *, source: str, key: str, dims: tuple[str, ...] | None = 
             raise r.fail(ck, f"expected a positive, finite number (the largest allowed ratio), got {v!r}")
         if "against" not in d:
             raise r.fail(_join(key, "against"), f"budget {name!r}: ratio needs 'against', e.g. against = {{ recipe = \"bf16\" }}")
-        check = Ratio(float(v), _parse_against(r, d["against"], _join(key, "against"), dims), measure)
+        check = Ratio(float(v), _parse_against(r, d["against"], _join(key, "against"), dims, recipes), measure)
     else:
         check = PathCheck(r.string(d["path"], ck, choices=("fused", "unfused")) == "fused")
 
@@ -281,7 +283,7 @@ def parse_rule(d: Any, *, source: str, key: str, dims: tuple[str, ...] | None = 
         name=name,
         check=check,
         select=select,
-        recipes=frozenset(r.strings(d["recipes"], _join(key, "recipes"), choices=registry.all_recipes())) if "recipes" in d else None,
+        recipes=frozenset(r.strings(d["recipes"], _join(key, "recipes"), choices=recipes)) if "recipes" in d else None,
         groups=frozenset(r.integers(d["groups"], _join(key, "groups"))) if "groups" in d else None,
         known_failure=known,
         why=r.string(d["why"], _join(key, "why")) if "why" in d else None,
@@ -307,7 +309,13 @@ def _parse_when(r: _Reader, v: Any, key: str, path_keys: tuple[str, ...] | None 
     return tuple(d.items())
 
 
-def _parse_against(r: _Reader, v: Any, key: str, dims: tuple[str, ...]) -> tuple[tuple[str, Any], ...]:
+def _builtin_recipes() -> tuple[str, ...]:
+    """Every recipe memaudit's own targets know (a rule that names no target: a marker's)."""
+    return registry.union_recipes(registry.builtin_targets())
+
+
+def _parse_against(r: _Reader, v: Any, key: str, dims: tuple[str, ...],
+                   recipes: tuple[str, ...]) -> tuple[tuple[str, Any], ...]:
     d = r.table(v, key)
     r.keys(d, (*AGAINST_KEYS[:2], *dims, *AGAINST_KEYS[2:]), key)
     if not d:
@@ -316,7 +324,7 @@ def _parse_against(r: _Reader, v: Any, key: str, dims: tuple[str, ...]) -> tuple
     for k, x in d.items():
         kk = _join(key, k)
         if k == "recipe":
-            out.append((k, r.string(x, kk, choices=registry.all_recipes())))
+            out.append((k, r.string(x, kk, choices=recipes)))
         elif k == "dtype":
             out.append((k, r.string(x, kk, choices=DTYPES)))
         else:
@@ -336,14 +344,18 @@ class CaseBlock:
     dtype: str = "bf16"
     options: dict[str, Any] = field(default_factory=dict, hash=False)
     key: str = "cases"
+    owner: Target | None = field(default=None, hash=False, compare=False, repr=False)
+    """The target the block names (its specs carry it)."""
 
     @property
     def dims(self) -> dict[str, int]:
         return dict(self.shape)
 
-    def specs(self, device: str = "cpu", options: dict[str, Any] | None = None) -> list[CaseSpec]:
+    def specs(self, device: str = "cpu", options: dict[str, Any] | None = None, target: Target | None = None) -> list[CaseSpec]:
+        """The block's cells; ``target`` is the (configured) target that runs them (default: the block's)."""
+        owner = target if target is not None else self.owner
         return [
-            CaseSpec(self.target, rec, g, self.shape, self.dtype, device, {**(options or {}), **self.options})
+            CaseSpec(self.target, rec, g, self.shape, self.dtype, device, {**(options or {}), **self.options}, owner=owner)
             for rec in self.recipes
             for g in self.groups
         ]
@@ -364,7 +376,7 @@ def parse_cases(d: Any, *, source: str, key: str, allow_targets: tuple[str, ...]
     r = _Reader(source)
     d = r.table(d, key)
     target = r.string(d["target"], _join(key, "target")) if "target" in d else None
-    builtin = tuple(registry.BUILTIN)
+    builtin = registry.target_names()
     if target is not None and target not in builtin and ":" not in target:
         raise r.fail(
             _join(key, "target"),
@@ -377,15 +389,16 @@ def parse_cases(d: Any, *, source: str, key: str, allow_targets: tuple[str, ...]
             f"a scenario file names only {' or '.join(builtin)}, or a factory the user allowed: pass "
             f"--allow-target {target} or list it under [tool.memaudit] allow-targets in pyproject.toml",
         )
-    declared = registry.shape_params(target) if target is not None else registry.all_shape_params()
-    dims = tuple(p.name for p in declared or ())
+    owner = _resolve(r, target, _join(key, "target")) if target is not None else None
+    declared = owner.shape if owner is not None else registry.union_shape(registry.builtin_targets())
+    dims = tuple(p.name for p in declared)
     r.keys(d, (*CASE_KEYS[:3], *dims, *CASE_KEYS[3:]), key)
     required = ("target", "recipes", "groups", *dims)
     for k in required:
         if k not in d:
             raise r.fail(_join(key, k), f"missing key {k!r}; a cases table needs {', '.join(required)}")
-    assert target is not None
-    known = registry.recipes(target)
+    assert target is not None and owner is not None
+    known = tuple(owner.recipes)
     if d["recipes"] == "all":
         recipes: tuple[str, ...] = known
     else:
@@ -396,16 +409,16 @@ def parse_cases(d: Any, *, source: str, key: str, allow_targets: tuple[str, ...]
         if dup is not None:
             raise r.fail(_join(key, name), f"{dup!r} is listed twice")
     shape = tuple((k, r.integer(d[k], _join(key, k))) for k in dims)
-    dtype = r.string(d.get("dtype", registry.default_dtype(target)), _join(key, "dtype"), choices=DTYPES)
+    dtype = r.string(d.get("dtype", owner.defaults.get("dtype", "bf16")), _join(key, "dtype"), choices=DTYPES)
     options = r.table(d.get("options", {}), _join(key, "options"))
     for k, v in options.items():
         if not isinstance(v, str | int | float | bool):
             raise r.fail(_join(_join(key, "options"), k), f"option values must be strings, numbers or booleans, got {v!r} ({_tname(v)})")
-    split = registry.split_dim(target)
+    split = next((p.name for p in owner.shape if p.split), None)
     for rec in recipes:
         if split is None:
             break
-        align = registry.alignment(target, rec)
+        align = owner.alignment(rec)
         size = dict(shape)[split]
         if size % align:
             raise r.fail(
@@ -418,7 +431,15 @@ def parse_cases(d: Any, *, source: str, key: str, allow_targets: tuple[str, ...]
             except UsageError as exc:
                 detail = str(exc).removeprefix(f"{exc.key}: ") if exc.key else str(exc)
                 raise r.fail(_join(_join(key, "groups"), i), f"group count {g} with recipe {rec!r}: {detail}") from None
-    return CaseBlock(target, recipes, groups, shape, dtype, dict(options), key)
+    return CaseBlock(target, recipes, groups, shape, dtype, dict(options), key, owner)
+
+
+def _resolve(r: _Reader, name: str, key: str) -> Target:
+    """The target a cases table names (checked: a registered one, or a factory the user allowed)."""
+    try:
+        return registry.get_target(name)
+    except UsageError as exc:
+        raise r.fail(key, str(exc).removeprefix(f"{exc.key}: ") if exc.key else str(exc)) from None
 
 
 # ---- scenario -----------------------------------------------------------------------------------
@@ -452,9 +473,17 @@ class Scenario:
         """The target every case block runs (one per scenario)."""
         return self.cases[0].target
 
-    def specs(self, device: str = "cpu", options: dict[str, Any] | None = None) -> list[CaseSpec]:
-        """Every case to run, in file order; ``options`` are extra target options (the scenario's win)."""
-        return [s for block in self.cases for s in block.specs(device, options)]
+    @property
+    def owner(self) -> Target:
+        """The target object every case block runs."""
+        owner = self.cases[0].owner
+        assert owner is not None
+        return owner
+
+    def specs(self, device: str = "cpu", options: dict[str, Any] | None = None, target: Target | None = None) -> list[CaseSpec]:
+        """Every case to run, in file order; ``options`` are extra target options (the scenario's
+        win); ``target`` the configured target that runs them."""
+        return [s for block in self.cases for s in block.specs(device, options, target)]
 
     def covers(self, case: CaseLike) -> bool:
         """Whether a report case is one of the scenario's cases."""
@@ -473,13 +502,6 @@ def parse_scenario(data: Any, *, source: str, allow_targets: tuple[str, ...] = (
     allow_incomplete = r.boolean(data.get("allow_incomplete", False), "allow_incomplete")
     require_measured = r.boolean(data.get("require_measured", False), "require_measured")
     flags = r.table(data.get("flags", {}), "flags")
-    known_flags = {f.name: f for f in registry.run_flags()}
-    for k, v in flags.items():
-        if k not in known_flags:
-            raise r.fail(_join("flags", k), f"unknown run flag {k!r}{did_you_mean(k, tuple(known_flags))}; "
-                                            f"the targets' flags are {', '.join(known_flags)}")
-        if not isinstance(v, str | int | bool):
-            raise r.fail(_join("flags", k), f"expected a string, integer or boolean, got {v!r} ({_tname(v)})")
     if "cases" not in data:
         raise r.fail("cases", "missing [cases] table: name the target, recipes, groups and the target's dimensions (tokens, hidden, ffn for the built-in targets)")
     raw = data["cases"]
@@ -492,6 +514,15 @@ def parse_scenario(data: Any, *, source: str, allow_targets: tuple[str, ...] = (
     for b in blocks[1:]:
         if b.target != blocks[0].target:
             raise r.fail(_join(b.key, "target"), f"target {b.target!r} differs from {blocks[0].target!r}; one target per scenario")
+    owner = blocks[0].owner
+    assert owner is not None
+    known_flags = {f.name: f for f in owner.flags}
+    for k, v in flags.items():
+        if k not in known_flags:
+            raise r.fail(_join("flags", k), f"unknown run flag {k!r}{did_you_mean(k, tuple(known_flags))}; "
+                                            f"target {owner.name!r} has {', '.join(known_flags) or 'none'}")
+        if not isinstance(v, str | int | bool):
+            raise r.fail(_join("flags", k), f"expected a string, integer or boolean, got {v!r} ({_tname(v)})")
     specs = [s for b in blocks for s in b.specs()]
     seen: set[str] = set()
     for s in specs:
@@ -503,8 +534,9 @@ def parse_scenario(data: Any, *, source: str, allow_targets: tuple[str, ...] = (
     if not isinstance(raw_rules, list):
         raise r.fail("budget", f"expected an array of tables ([[budget]]), got {_tname(raw_rules)}")
     dims = tuple(blocks[0].dims)
-    pkeys = registry.path_keys(blocks[0].target)
-    rules = tuple(parse_rule(d, source=source, key=f"budget[{i}]", dims=dims, path_keys=pkeys) for i, d in enumerate(raw_rules))
+    pkeys = tuple(owner.path_keys)
+    rules = tuple(parse_rule(d, source=source, key=f"budget[{i}]", dims=dims, path_keys=pkeys, recipes=tuple(owner.recipes))
+                  for i, d in enumerate(raw_rules))
     names: dict[str, int] = {}
     for i, rule in enumerate(rules):
         if rule.name in names:
@@ -513,6 +545,8 @@ def parse_scenario(data: Any, *, source: str, allow_targets: tuple[str, ...] = (
         applies = [s for s in specs if rule.not_applicable(s) is None]  # type: ignore[arg-type]
         if not applies:
             run_recipes = sorted({s.recipe for s in specs})
+            shown: list[Any]
+            have: Any
             if rule.recipes is not None and not rule.recipes & set(run_recipes):
                 k, shown, have = "recipes", sorted(rule.recipes), run_recipes
             else:
@@ -625,14 +659,25 @@ def evaluate(
         if scenario.require_measured and execution != "measured":
             how = ("ran TE's real Python with stand-in kernels" if execution == "emulated"
                    else "was estimated from TE's layout rules (no kernel ran)")
-            mine = [Verdict(case.id, "require_measured", "execution", "fail", "measured", getattr(case, "execution_label", lambda: None)() or execution,
+            mine = [Verdict(case.id, "require_measured", "execution", "fail", "measured", (registry.execution_label(case) if isinstance(case, CaseReport) else None) or execution,
                             f"the scenario requires measured cases (require_measured = true); this case {how}, "
                             "so its budgets are not judged")]
         else:
             mine = evaluate_case(case, scenario.rules, ctx)
-        case.budgets = [v.to_dict() for v in mine]
         verdicts.extend(mine)
     return verdicts
+
+
+def record_verdicts(report: Report, verdicts: list[Verdict], scenario: Scenario) -> None:
+    """Store the verdicts on the cases they judged (``CaseReport.budgets``, which a written report
+    carries): the one change judging makes to a report, made by the caller that writes it (:func:`evaluate`
+    changes nothing). A case the scenario covers and no rule judged gets an empty list."""
+    by_case: dict[str, list[dict[str, Any]]] = {}
+    for v in verdicts:
+        by_case.setdefault(v.case_id, []).append(v.to_dict())
+    for case in report.cases:
+        if case.id in by_case or scenario.covers(case):
+            case.budgets = by_case.get(case.id, [])
 
 
 Outcome = Literal["ok", "fail", "case_error"]

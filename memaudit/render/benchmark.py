@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from memaudit.environment import libraries
 from memaudit.judge.baseline import Comparison
 from memaudit.report import CaseReport, Report
 
@@ -31,8 +32,8 @@ def _extra(case: CaseReport, cmp: Comparison | None, env: dict[str, Any]) -> str
     else:
         delta = case.totals.saved_bytes - base.totals.saved_bytes
         lines.append(f"baseline {base.totals.saved_bytes:,} B · delta {delta:+,} B")
-    facts = [f"{label} {env[key]}" for key, label in (("device_class", "device"), ("transformer_engine", "TE"), ("torch", "torch"))
-             if env.get(key)]
+    named = (("device_class", "device"), *((lib.key, lib.short) for lib in libraries()), ("torch", "torch"))
+    facts = [f"{label} {env[key]}" for key, label in named if env.get(key)]
     if facts:
         lines.append(" · ".join(facts))
     if case.emulation is not None:

@@ -22,6 +22,7 @@ from memaudit.errors import UsageError
 from memaudit.judge.baseline import WORSE, CaseDiff, Comparison, Finding, RowDiff, kind_breakdown
 from memaudit.render.ranks import PER_RANK_MAX, RankView, imbalance, rank_views
 from memaudit.report import CaseReport, Report
+from memaudit.targets.registry import execution_label
 from memaudit.units import fmt_bytes, fmt_delta, fmt_shape
 
 GITHUB_LIMIT = 65536
@@ -178,7 +179,7 @@ def _label(case: CaseReport) -> str:
 
 def _status_cell(e: _Entry) -> str:
     text = _status_text(e)
-    label = e.case.execution_label()
+    label = execution_label(e.case)
     return f"{text} · {md_escape(label)}" if label is not None else text
 
 
@@ -420,7 +421,7 @@ def _footer(report: Report, comparison: Comparison | None) -> str:
     emulated = [c for c in report.cases if c.emulation is not None]
     if emulated:
         archs = sorted({c.emulation.label() for c in emulated if c.emulation is not None})
-        hosts = sorted({c.emulation.host() for c in emulated if c.emulation is not None and c.emulation.host()})
+        hosts = sorted({h for c in emulated if c.emulation is not None and (h := c.emulation.host())})
         on = f" on {', '.join(hosts)}" if hosts else ""
         bits.append(f"{len(emulated)} of {len(report.cases)} cases {', '.join(archs)}{on} (TE's real Python with stand-in kernels; not measured)")
     estimated = [c for c in report.cases if c.execution == "estimated"]
@@ -653,7 +654,7 @@ def _case_block(d: CaseDiff, section: str, *, findings: bool, max_rows: int | No
     c = d.current or d.baseline
     assert c is not None
     head = f"{_case_icon(d, section)} **{md_escape(c.id)}**"
-    label = c.execution_label()
+    label = execution_label(c)
     bits = [md_escape(label)] if label is not None else []
     path = _path_cell(_Entry(c, d))
     if path != "-":
@@ -712,6 +713,7 @@ def _headline(report: Report, cmp: Comparison) -> str:
     n = len(cmp.compared)
     total = f"saved {exact(cmp.saved_delta, signed=True)} over {n} compared case{'s' if n != 1 else ''}"
     failing = [d for d in cmp.cases if d.regressed]
+    worst: CaseDiff | None
     if failing:
         worst = sorted(failing, key=lambda d: (d.saved_delta is not None, -(d.saved_delta or 0)))[0]
     else:

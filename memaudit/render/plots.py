@@ -18,6 +18,7 @@ empty with the reason written in it. Nothing drawn here imports pyplot: each fig
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import re
 import textwrap
@@ -26,14 +27,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memaudit.environment import libraries
 from memaudit.errors import UsageError
 from memaudit.report import CaseReport, Report, Row
+from memaudit.targets.registry import builtin_targets, path_label, union_recipes
 from memaudit.units import fmt_bytes
 
 if TYPE_CHECKING:  # matplotlib is an optional extra, imported only to draw
     from matplotlib.figure import Figure
 
-    from memaudit.te.estimate import SweepPoint
 
 FORMATS = ("png", "svg")
 """Output formats, chosen by the file's extension."""
@@ -51,7 +53,14 @@ ORIENTS = ("rowwise", "columnwise", "both", "none")
 ORIENT_HATCH = {"rowwise": "///", "columnwise": "\\\\\\", "both": "xxx", "none": ""}
 ORIENT_LABEL = {"rowwise": "rowwise", "columnwise": "columnwise", "both": "both (one copy)", "none": "no orientation"}
 
-RECIPE_ORDER = ("bf16", "fp8-delayed", "fp8-current", "fp8-block", "mxfp8", "nvfp4")
+
+
+@functools.cache
+def recipe_order() -> tuple[str, ...]:
+    """The order recipes are drawn in: as memaudit's own targets declare them (a recipe none
+    declares comes after, by name)."""
+
+    return union_recipes(builtin_targets())
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
            "#7f7f7f")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
@@ -105,7 +114,7 @@ class TokensFigure:
 
     def recipes(self) -> list[str]:
         """Every recipe of the figure, drawn or not, in legend order."""
-        return _ordered({ln.recipe for ln in self.lines} | {m.recipe for m in self.missing})
+        return ordered_recipes({ln.recipe for ln in self.lines} | {m.recipe for m in self.missing})
 
 
 @dataclass(frozen=True)
@@ -223,9 +232,7 @@ def short_reason(reason: str) -> str:
 
 def _case_path(case: CaseReport) -> str | None:
     """The path the case took in its target's words (``split-quantize``, ``fused``), or None."""
-    from memaudit.targets.registry import path_label
-
-    name = path_label(case.target, case.path)
+    name = path_label(case)
     return name if isinstance(name, str) else None
 
 
@@ -236,11 +243,12 @@ def report_groups(report: Report) -> list[int]:
 
 def _source(report: Report) -> str:
     env = report.environment or {}
+    libs = libraries()
     if env.get("estimate"):
-        return f"estimate, TE {env.get('transformer_engine', '?')} modelled"
+        modelled = ", ".join(f"{lib.short} {env.get(lib.key) or '?'}" for lib in libs if lib.key in env) or "?"
+        return f"estimate, {modelled} modelled"
     parts = [str(env.get("device", "?"))]
-    if env.get("transformer_engine"):
-        parts.append(f"TE {env['transformer_engine']}")
+    parts += [f"{lib.short} {env[lib.key]}" for lib in libs if env.get(lib.key)]
     if env.get("torch"):
         parts.append(f"torch {env['torch']}")
     emulated = sorted({c.emulation.label() for c in report.cases if c.emulation is not None})
@@ -292,7 +300,7 @@ def tokens_from_report(report: Report, groups: int) -> TokensFigure | None:
         return None
     cases, dup_notes = _dedupe(cases, lambda c: (c.recipe, _tokens(c)))
     lines, missing = [], []
-    for recipe in _ordered({c.recipe for c in cases}):
+    for recipe in ordered_recipes({c.recipe for c in cases}):
         mine = sorted((c for c in cases if c.recipe == recipe), key=lambda c: _tokens(c) or 0)
         ok = [c for c in mine if c.status == "ok"]
         missing += [Missing(recipe, c.status, c.reason or "", _tokens(c)) for c in mine if c.status != "ok"]
@@ -339,88 +347,12 @@ def kinds_from_report(report: Report, groups: int, tokens: int | None = None) ->
 # ---- from an estimate ------------------------------------------------------------------------------
 
 
-def comparison_variant(variant: str, diff: str | None) -> str:
-    """The dashed line's variant: ``--diff`` when given, else ``pr3545`` (``te-2.20`` when the
-    estimate is ``pr3545`` itself)."""
-    if diff is not None:
-        return diff
-    return "pr3545" if variant != "pr3545" else "te-2.20"
-
-
-def tokens_from_sweep(points: Sequence[SweepPoint], groups: int, variant: str, compare: str | None) -> TokensFigure | None:
-    """Figure 1 of an estimate sweep at ``groups`` (the first H, F of the sweep); None when the
-    sweep has fewer than two token counts. ``compare``'s line is drawn dashed where it differs."""
-    from memaudit.te.estimate import TE_VERSION, estimate_totals
-
-    at_g = [p for p in points if p.groups == groups]
-    if len({p.tokens for p in at_g}) < 2:
-        return None
-    shapes = list(dict.fromkeys((p.hidden, p.ffn) for p in at_g))
-    h, f = shapes[0]
-    notes = [f"not drawn: H = {oh}, F = {of} (the sweep's other shapes; narrow --hidden / --ffn to choose)"
-             for oh, of in shapes[1:]]
-    mine = [p for p in at_g if (p.hidden, p.ffn) == (h, f)]
-    lines, missing = [], []
-    for recipe in _ordered({p.recipe for p in mine}):
-        pts = sorted((p for p in mine if p.recipe == recipe), key=lambda p: p.tokens)
-        ok = [p for p in pts if p.config is not None and p.totals is not None]
-        missing += [Missing(recipe, "skipped", p.reason or "", p.tokens) for p in pts if p.config is None]
-        if not ok:
-            continue
-        paths = {p.config.path for p in ok if p.config is not None}
-        path = paths.pop() if len(paths) == 1 else None
-        ys = tuple(p.totals.saved_bytes for p in ok if p.totals is not None)
-        xs = tuple(p.tokens for p in ok)
-        lines.append(Line(recipe, xs, ys, variant=variant, path=path))
-        if compare is not None and compare != variant:
-            cmp = tuple(estimate_totals(p.config, compare).saved_bytes for p in ok if p.config is not None)
-            if cmp != ys:
-                lines.append(Line(recipe, xs, cmp, variant=compare, dashed=True, path=path))
-    dashed = f"; dashed: {compare}, where it differs" if compare and compare != variant else ""
-    return TokensFigure(
-        title=f"Saved for backward vs tokens: TE {TE_VERSION} grouped MLP, G = {groups}, H = {h}, F = {f}",
-        subtitle=(f"estimate (modelled, no GPU); solid: {variant}{dashed}. "
-                  "Saved bytes = physical minus parameter bytes (what the gate compares)."),
-        groups=groups, lines=tuple(lines), missing=tuple(missing), notes=tuple(notes))
-
-
-def kinds_from_estimate(recipes: Sequence[str], tokens: int, groups: int, hidden: int, ffn: int, variant: str,
-                        compare: str | None, *, splits: Sequence[int] | None = None, **options: Any) -> KindsFigure:
-    """Figure 2 of an estimate: every recipe's rows at (T, G, H, F) under ``variant``, and a
-    ``compare`` bar beside each recipe whose saved bytes it changes."""
-    from memaudit.te.estimate import TE_VERSION, estimate_config, resolve
-
-    bars = []
-    for recipe in recipes:
-        try:
-            c = resolve(recipe, tokens, hidden, ffn, groups, splits=splits, **options)
-        except UsageError as exc:
-            bars.append(Bar(recipe, recipe, variant=variant, missing=Missing(recipe, "skipped", str(exc), tokens)))
-            continue
-        label = f"{recipe}\n{c.path}"
-        bar = case_bar(estimate_config(c, variant), label, variant=variant)
-        bars.append(bar)
-        if compare is not None and compare != variant:
-            other = case_bar(estimate_config(c, compare), f"{recipe}\n{compare}", variant=compare, compare=True)
-            if other.saved_bytes != bar.saved_bytes:
-                bars.append(other)
-    shown = f"; a bar marked {compare} where that variant differs" if compare and compare != variant else ""
-    return KindsFigure(
-        title=(f"What is saved for backward: TE {TE_VERSION} grouped MLP, T = {tokens:,} ({fmt_tokens(tokens)}), "
-               f"G = {groups}, H = {hidden}, F = {ffn}"),
-        subtitle=(f"estimate (modelled, no GPU), {variant}{shown}. "
-                  "Each storage counted once, parameters left out: the bars are saved bytes."),
-        tokens=tokens, groups=groups, bars=tuple(bars))
-
-
-# ---- formatting ------------------------------------------------------------------------------------
-
-
 def _recipe_key(recipe: str) -> tuple[int, str]:
-    return (RECIPE_ORDER.index(recipe) if recipe in RECIPE_ORDER else len(RECIPE_ORDER), recipe)
+    order = recipe_order()
+    return (order.index(recipe) if recipe in order else len(order), recipe)
 
 
-def _ordered(recipes: Iterable[str]) -> list[str]:
+def ordered_recipes(recipes: Iterable[str]) -> list[str]:
     return sorted(set(recipes), key=_recipe_key)
 
 
@@ -429,10 +361,10 @@ def recipe_style(recipes: Sequence[str]) -> dict[str, tuple[str, str]]:
     out = {}
     extra = 0
     for r in recipes:
-        if r in RECIPE_ORDER:
-            i = RECIPE_ORDER.index(r)
+        if r in recipe_order():
+            i = recipe_order().index(r)
         else:
-            i = len(RECIPE_ORDER) + extra
+            i = len(recipe_order()) + extra
             extra += 1
         out[r] = (PALETTE[i % len(PALETTE)], MARKERS[i % len(MARKERS)])
     return out
@@ -561,8 +493,8 @@ def draw_tokens(data: TokensFigure) -> Figure:
             label = f"{ln.recipe} · {ln.variant} (dashed)"
             base = solid.get(ln.recipe)
             if base is not None and base.tokens and base.tokens[-1] == ln.tokens[-1] and base.saved_bytes[-1]:
-                d = ln.saved_bytes[-1] - base.saved_bytes[-1]
-                label += (f"\n{'+' if d > 0 else '-'}{fmt_bytes(abs(d))} ({100 * d / base.saved_bytes[-1]:+.0f}%)"
+                delta = ln.saved_bytes[-1] - base.saved_bytes[-1]
+                label += (f"\n{'+' if delta > 0 else '-'}{fmt_bytes(abs(delta))} ({100 * delta / base.saved_bytes[-1]:+.0f}%)"
                           f" at {fmt_tokens(ln.tokens[-1])}")
         elif same:
             label += f"\n(the same bytes as {same})"

@@ -32,7 +32,7 @@ def _title(case: CaseReport) -> Text:
         if e.host():
             title.append(f" on {e.host()}")
     elif case.execution == "estimated":
-        title.append(f"  {case.execution_label() or 'estimated'}", style="bold cyan")
+        title.append(f"  {registry.execution_label(case) or 'estimated'}", style="bold cyan")
         title.append(" (TE's layout rules; no kernel or TE code ran)")
     return title
 
@@ -136,12 +136,12 @@ def _summary_sheet(cases: Iterable[CaseReport], compact: bool) -> Sheet:
     cols.append(Col("reason", wrap=True))
     sheet = Sheet(cols, title="summary", group=0)
     for c in cases:
-        path = registry.path_label(c.target, c.path) or ""
+        path = registry.path_label(c) or ""
         ok = c.status == "ok"
         status = Text(c.status, style=_STATUS_STYLE.get(c.status, ""))
         if ok and not c.complete:
             status.append(" incomplete", style="bold red")
-        label = c.execution_label()
+        label = registry.execution_label(c)
         if label is not None:
             status.append(f" {label}", style="magenta" if c.emulation is not None else "cyan")
         cells: list[str | Text] = [c.id, status, path, str(c.totals.rows) if ok else "", fmt_bytes(c.totals.saved_bytes) if ok else ""]

@@ -1,14 +1,15 @@
-"""The target protocol: build a model and inputs for a case, run forward, annotate rows."""
+"""The target interface (an abstract base class with defaults): build a model and inputs for a case, run forward, annotate rows."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from memaudit.ranks import RankInfo, data_parallel
 from memaudit.report import CaseReport, Emulation, PathInfo, Row
-from memaudit.spec import CaseSpec, ShapeParam
+from memaudit.spec import CaseSpec, RunFlag, ShapeParam, default_case_id
 
 if TYPE_CHECKING:
     from memaudit.capture import Capture
@@ -63,73 +64,162 @@ class Fallback:
     command: str
     run: Callable[[], CaseReport]
     better: str = ""
+    what: str = ""
+    """How the answer is made, for the note said before anything runs (``TE's layout rules``)."""
 
 
-class Target(Protocol):
-    """What the runner and the CLI need from a target: a target declares itself.
+class Target(ABC):
+    """What the runner, the judge and the CLI need from a target: a target declares itself.
 
-    ``recipes`` are the names it understands (``--recipe`` is checked against them; a recipe it
-    cannot run here is a skipped cell), ``supported_recipes`` what ``--recipe all`` means,
-    ``default_recipes`` what runs without ``--recipe``; ``shape`` its dimensions
-    (:class:`~memaudit.spec.ShapeParam` s: ``run`` options, scenario keys, byte-expression
-    variables, case-id letters); ``defaults`` their values, the group counts and the dtype;
-    ``default_device`` where it runs without ``--device``.
+    Abstract (every target says them): ``name``; ``recipes``, the names it understands
+    (``--recipe`` is checked against them; a recipe it cannot run here is a skipped cell);
+    ``shape``, its dimensions (:class:`~memaudit.spec.ShapeParam` s: ``run`` options, scenario
+    keys, byte-expression variables, case-id letters); ``defaults``, their values, the group
+    counts and the dtype; :meth:`skip_reason` and :meth:`build`.
 
-    Optional: ``flags`` (:class:`~memaudit.spec.RunFlag` s: its own ``memaudit run`` options,
-    whose values reach ``configure``), ``case_id(spec) -> str`` (its own case-id format; see
-    :func:`memaudit.targets.registry.case_id` for the default), and the static methods ``path_label(path) -> str | None`` names the recorded path for
-    tables, and ``path_detail(path) -> str`` says more when a path rule fails (see
-    :func:`memaudit.targets.registry.path_label`); without them the core says fused / unfused;
-    ``fallback(spec, reason, mode) -> Fallback | None``: what answers a case that
-    ``skip_reason`` refuses (``mode`` one of :data:`FALLBACKS` other than ``none``), and
-    ``fallback_recipes``: what ``--recipe all`` means when fallbacks are on; ``case_host(spec)``:
-    None to run the case in this process, or a function that runs the given zero-argument runner
-    elsewhere and returns its :class:`~memaudit.report.CaseReport` (the TE target's forward on fake
-    CUDA runs in a child process);
-    ``place(spec, rank, world_size) -> (CaseSpec, RankInfo)``: what rank ``rank`` of a job of
-    ``world_size`` processes runs and where it sits (see :func:`place`), and ``collective``: true
-    when its forward runs collectives (an error on one rank then ends a distributed run).
+    Everything else has a default here, which a target overrides where it has more to say. A
+    target is registered under the ``memaudit.targets`` entry point group (its name -> its class,
+    which is made with no arguments); memaudit's own register the same way.
     """
 
-    name: str
-    recipes: tuple[str, ...]
-    default_recipes: tuple[str, ...]
-    supported_recipes: tuple[str, ...]
-    shape: tuple[ShapeParam, ...]
-    defaults: dict[str, Any]
-    default_device: str
+    @property
+    @abstractmethod
+    def name(self) -> str:
+        """Its name (``--target``, the first part of its case ids)."""
 
-    @staticmethod
-    def runs_here() -> bool:
-        """True when this machine can run the target's real code (chooses the default target)."""
+    @property
+    @abstractmethod
+    def recipes(self) -> tuple[str, ...]:
+        """The recipe names it understands."""
 
-    @staticmethod
-    def alignment(recipe: str) -> int:
-        """Per-group token alignment the recipe needs."""
+    @property
+    @abstractmethod
+    def shape(self) -> tuple[ShapeParam, ...]:
+        """Its dimensions, in order."""
+
+    @property
+    @abstractmethod
+    def defaults(self) -> dict[str, Any]:
+        """Each dimension's value without its option, ``groups`` (a tuple) and ``dtype``."""
+
+    default_device: str = "cpu"
+    """Where it runs without ``--device``."""
+    flags: tuple[RunFlag, ...] = ()
+    """Its own ``memaudit run`` options (and scenario ``[flags]``); their values reach :meth:`configure`."""
+    path_keys: tuple[str, ...] = ()
+    """The ``path`` keys its cases may record (a scenario's ``when`` may name them)."""
+    collective: bool = False
+    """True when its forward runs collectives (an error on one rank then ends a distributed run)."""
+
+    # -- recipes and the matrix ------------------------------------------------------------
+    @property
+    def default_recipes(self) -> tuple[str, ...]:
+        """What runs without ``--recipe`` (by default its first recipe)."""
+        return self.recipes[:1]
+
+    @property
+    def supported_recipes(self) -> tuple[str, ...]:
+        """What ``--recipe all`` means (by default every recipe)."""
+        return self.recipes
+
+    @property
+    def fallback_recipes(self) -> tuple[str, ...] | None:
+        """What ``--recipe all`` means when fallbacks are on (None: :attr:`supported_recipes`)."""
+        return None
+
+    def runs_here(self) -> bool:
+        """True when this machine can run the target's real code (a built-in that does may be the default)."""
+        return False
+
+    def alignment(self, recipe: str) -> int:
+        """Per-group alignment of the split dimension the recipe needs (16 by default)."""
+        return 16
+
+    def spec(self, recipe: str, groups: int, *, dtype: str | None = None, device: str | None = None,
+             options: dict[str, Any] | None = None, splits: tuple[int, ...] | None = None, **dims: int) -> CaseSpec:
+        """A spec of this target (its dims in its declared order; it carries the target)."""
+        return CaseSpec.make(self, recipe, groups, dtype=dtype or self.defaults.get("dtype", "bf16"),
+                             device=device or self.default_device, options=options, splits=splits, **dims)
+
+    def case_id(self, spec: CaseSpec) -> str:
+        """The case id (by default :func:`~memaudit.spec.default_case_id` with its letters)."""
+        return default_case_id(spec, self.shape)
 
     def configure(self, flags: dict[str, Any]) -> dict[str, Any]:
-        """Target options from the run flags it knows (``fused``, ``activation``, ...); UsageError on bad values.
+        """Target options from the run flags it declares; UsageError on bad values.
 
         Called before anything runs; may set process state the target needs before its library
-        is imported. Options become part of the case id.
+        is imported. Options become part of the case id. None by default.
         """
+        return {}
 
+    @abstractmethod
     def skip_reason(self, spec: CaseSpec) -> str | None:
         """Why this case cannot run here (shown in the skipped cell), or None."""
 
+    @abstractmethod
     def build(self, spec: CaseSpec) -> Built:
         """Build the model and inputs for ``spec``."""
 
+    def case_host(self, spec: CaseSpec) -> Callable[[Callable[[], CaseReport]], CaseReport] | None:
+        """None to run the case in this process (the default), or a function that runs the given
+        zero-argument runner elsewhere and returns its case (TE's forward on fake CUDA: a child process)."""
+        return None
+
+    def fallback(self, spec: CaseSpec, reason: str, mode: str, *, backward: bool = True) -> Fallback | None:
+        """What answers a case :meth:`skip_reason` refuses (``mode`` one of :data:`FALLBACKS`
+        other than ``none``); None by default (the case stays a skipped cell)."""
+        return None
+
+    # -- what tables, rules and extras say about its cases ---------------------------------
+    def path_label(self, path: PathInfo) -> str | None:
+        """A short name of the recorded path for tables (by default fused / unfused, or None)."""
+        return path.label()
+
+    def execution_label(self, case: CaseReport) -> str | None:
+        """What tables and PR comments show beside a case's status: the emulated machine
+        (``emulated sm100``) or ``estimated``; None for a measured case."""
+        if case.emulation is not None:
+            return case.emulation.label()
+        return "estimated" if case.execution == "estimated" else None
+
+    def notes(self, case: CaseReport) -> list[str]:
+        """What ``run`` says on stderr about a finished case of this target besides its table (an
+        answer that replaced one that failed); none by default."""
+        return []
+
+    def path_detail(self, path: PathInfo) -> str:
+        """What to say about a path beyond its name when a path rule fails ('' by default)."""
+        return ""
+
+    def attach_expected(self, case: CaseReport) -> int | None:
+        """``run --expected``: put a model's ``expected_bytes`` on the case's rows (the case gets
+        new rows, and a warning per mismatch) and return the number of mismatches; None where the
+        target has no model of the case (the default)."""
+        return None
+
+    def doctor_section(self) -> Any:
+        """A rich renderable ``memaudit doctor`` shows for this target, or None (the default)."""
+        return None
+
+    def estimate_totals(self, case: CaseReport) -> Any:
+        """A model's totals for ``case`` (figures draw them beside the measured bars), or None (the default)."""
+        return None
+
+    # -- distributed runs --------------------------------------------------------------------
+    def place(self, spec: CaseSpec, rank: int = 0, world_size: int = 1) -> tuple[CaseSpec, RankInfo]:
+        """What rank ``rank`` of ``world_size`` runs and where it sits: by default every rank runs
+        ``spec`` whole, as data-parallel replicas."""
+        return spec, data_parallel(rank, world_size)
+
+    def rank_problem(self, case: CaseReport) -> tuple[str, str] | None:
+        """``(field, what is wrong)`` when a rank's case contradicts how this target places cases."""
+        return None
+
 
 def place(target: Target, spec: CaseSpec, rank: int = 0, world_size: int = 1) -> tuple[CaseSpec, RankInfo]:
-    """The case rank ``rank`` of ``world_size`` runs, and where it sits: the target's own
-    ``place`` where it declares one (an expert-parallel target gives each rank its own split
-    sizes); otherwise every rank runs ``spec`` whole, as data-parallel replicas. In one process
-    this is rank 0 of 1."""
-    own = getattr(target, "place", None)
-    if own is not None:
-        return own(spec, rank, world_size)
-    return spec, data_parallel(rank, world_size)
+    """The case rank ``rank`` of ``world_size`` runs, and where it sits (:meth:`Target.place`)."""
+    return target.place(spec, rank, world_size)
 
 
 def backward_sum(outputs: Any) -> None:

@@ -18,8 +18,8 @@ import inspect
 from typing import TYPE_CHECKING, Any
 
 from memaudit.errors import UsageError
-from memaudit.spec import CaseSpec, ShapeParam
-from memaudit.targets.base import MLP_SHAPE, Built, backward_sum
+from memaudit.spec import CaseSpec, ShapeParam, default_case_id
+from memaudit.targets.base import MLP_SHAPE, Built, Target, backward_sum
 
 if TYPE_CHECKING:
     from memaudit.capture import Capture
@@ -54,7 +54,7 @@ def takes_spec(ref: str) -> bool | None:
         return True
 
 
-class CustomTarget:
+class CustomTarget(Target):
     """Wraps a user factory.
 
     A factory that takes the spec is told the grouped-MLP dimensions (``--tokens``, ``--hidden``,
@@ -67,9 +67,7 @@ class CustomTarget:
     """
 
     recipes = ("bf16",)
-    default_recipes = ("bf16",)
-    supported_recipes = ("bf16",)
-    shape = MLP_SHAPE
+    shape: tuple[ShapeParam, ...] = MLP_SHAPE
     defaults: dict[str, Any] = {"tokens": 1024, "hidden": 256, "ffn": 512, "groups": (1,), "dtype": "fp32"}
     default_device = "cpu"
 
@@ -78,39 +76,36 @@ class CustomTarget:
         return True
 
     @staticmethod
-    def alignment(recipe: str) -> int:
-        return 16
-
-    @classmethod
-    def shape_of(cls, ref: str) -> tuple[ShapeParam, ...]:
+    def shape_of(ref: str) -> tuple[ShapeParam, ...]:
         """The dimensions factory ``ref`` is told: the grouped MLP's, or none when it takes no spec."""
-        return cls.shape if takes_spec(ref) is not False else ()
+        return MLP_SHAPE if takes_spec(ref) is not False else ()
 
     @staticmethod
-    def case_id(spec: CaseSpec) -> str:
-        """``PKG.MOD:FACTORY/gG/tT-hH-fF/dtype`` for a factory told the shape, else ``PKG.MOD:FACTORY/dtype``."""
-        letters = {p.name: p.letter for p in MLP_SHAPE}
+    def custom_case_id(spec: CaseSpec) -> str:
+        """``PKG.MOD:FACTORY/gG/tT-hH-fF/dtype`` for a factory told the shape, else ``PKG.MOD:FACTORY/dtype``
+        (the default id without the recipe: the custom target runs one)."""
         if spec.shape:
-            dims = "-".join(f"{letters.get(k, k)}{v}" for k, v in spec.shape)
-            base = f"{spec.target}/g{spec.groups}/{dims}/{spec.dtype}"
-        else:
-            base = f"{spec.target}/{spec.dtype}"
+            return default_case_id(spec, MLP_SHAPE).replace(f"/{spec.recipe}/", "/", 1)
         opts = ",".join(f"{k}={v}" for k, v in sorted(spec.options.items()))
-        return f"{base}/{opts}" if opts else base
+        return f"{spec.target}/{spec.dtype}" + (f"/{opts}" if opts else "")
 
-    def configure(self, flags: dict[str, Any]) -> dict[str, Any]:
-        return {}
+    def case_id(self, spec: CaseSpec) -> str:
+        return self.custom_case_id(spec)
 
     def __init__(self, ref: str) -> None:
-        self.name = ref
+        self.ref = ref
         self.factory = load_factory(ref)
         self.shape = self.shape_of(ref)
+
+    @property
+    def name(self) -> str:
+        return self.ref
 
     def skip_reason(self, spec: CaseSpec) -> str | None:
         return None
 
     def build(self, spec: CaseSpec) -> Built:
-        takes = takes_spec(self.name) is not False
+        takes = takes_spec(self.ref) is not False
         on = _default_device(spec.device)
         with on():
             model, inputs = self.factory(spec) if takes else self.factory()

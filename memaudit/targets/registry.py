@@ -1,36 +1,73 @@
-"""Name -> target: the built-in targets by name, or ``PKG.MOD:FACTORY``.
+"""Name -> target: the ``memaudit.targets`` entry points, or ``PKG.MOD:FACTORY``.
 
-Built-in targets are named here by module path only; each module is imported when its target is
-asked for, so naming the TE target imports nothing of TE.
+Every target, memaudit's own included, is registered by its package's metadata
+(``[project.entry-points."memaudit.targets"]``: name -> ``module:Class``); naming one imports
+nothing but its module, when it is asked for. A package that is not memaudit ships a target the
+same way, with its own shape, recipes and options.
 """
 
 from __future__ import annotations
 
-import importlib
+import functools
+import sys
+from importlib import metadata
 from typing import Any
 
-from memaudit.errors import UsageError
-from memaudit.report import PathInfo
+from memaudit.errors import UsageError, did_you_mean
+from memaudit.report import CaseReport
 from memaudit.spec import CaseSpec, RunFlag, ShapeParam
-from memaudit.targets.base import Target  # torch-free: the protocol only
+from memaudit.targets.base import Target
+from memaudit.targets.custom import CustomTarget
 
-BUILTIN = {
-    "reference": "memaudit.targets.reference:ReferenceTarget",
-    "te-grouped-mlp": "memaudit.te.target:TEGroupedMLPTarget",
-    "ep-grouped-mlp": "memaudit.targets.ep:EPGroupedMLPTarget",
-}
-"""Built-in target name -> ``module:class``; the first whose ``runs_here()`` is true is the default."""
-
+GROUP = "memaudit.targets"
+"""The entry point group targets register under."""
 FALLBACK = "reference"
+"""The default target where no built-in target's real code runs here."""
 
 
-def target_class(name: str) -> Any | None:
-    """The class of built-in target ``name``, or None."""
-    ref = BUILTIN.get(name)
-    if ref is None:
+def _entry_points() -> tuple[metadata.EntryPoint, ...]:
+    """The group's entry points: memaudit's own first (``reference`` first of them), then the others,
+    each by name (the order of the union of options ``run --help`` shows without ``--target``)."""
+    return _scan(tuple(sys.path))
+
+
+@functools.cache
+def _scan(path: tuple[str, ...]) -> tuple[metadata.EntryPoint, ...]:
+    """The entry points installed on ``path`` (scanned once per ``sys.path``)."""
+    return tuple(sorted(metadata.entry_points(group=GROUP), key=lambda ep: (
+        ep.dist is None or ep.dist.name != "memaudit", ep.name != FALLBACK, ep.name)))
+
+
+def builtin_names() -> tuple[str, ...]:
+    """The targets memaudit itself registers, in declared order."""
+    return tuple(dict.fromkeys(ep.name for ep in _entry_points() if ep.module.split(".")[0] == "memaudit"))
+
+
+def target_names() -> tuple[str, ...]:
+    """Every registered target's name (memaudit's first)."""
+    return tuple(dict.fromkeys(ep.name for ep in _entry_points()))
+
+
+def target_class(name: str) -> type[Target] | None:
+    """The class registered as ``name``, or None; a registered class that is not a
+    :class:`~memaudit.targets.base.Target` is a UsageError."""
+    ep = next((ep for ep in _entry_points() if ep.name == name), None)
+    if ep is None:
         return None
-    module, _, cls = ref.partition(":")
-    return getattr(importlib.import_module(module), cls)
+    try:
+        cls = ep.load()
+    except Exception as exc:  # noqa: BLE001 - a broken plugin package is bad input, named
+        raise UsageError(f"target {name!r} ({ep.value}) does not load: {type(exc).__name__}: {exc}", key="--target") from exc
+    if not (isinstance(cls, type) and _is_target(cls)):
+        raise UsageError(f"target {name!r} ({ep.value}) is not a memaudit.targets.base.Target subclass", key="--target")
+    return cls
+
+
+def _is_target(cls: type) -> bool:
+    """A Target subclass, by the class's identity or (the module was imported twice, as a test
+    harness that restores ``sys.modules`` does) by its module and name."""
+    return issubclass(cls, Target) or any(
+        c.__module__ == Target.__module__ and c.__qualname__ == Target.__qualname__ for c in cls.__mro__)
 
 
 def get_target(name: str) -> Target:
@@ -39,123 +76,104 @@ def get_target(name: str) -> Target:
     if cls is not None:
         return cls()
     if ":" in name:
-        from memaudit.targets.custom import CustomTarget
 
         return CustomTarget(name)
-    raise UsageError(f"unknown target {name!r}; use one of {', '.join(BUILTIN)} or PKG.MOD:FACTORY", key="--target")
+    names = target_names()
+    raise UsageError(f"unknown target {name!r}{did_you_mean(name, names)}; use one of {', '.join(names)} or PKG.MOD:FACTORY",
+                     key="--target")
+
+
+def find_target(name: str) -> Target | None:
+    """The target ``name`` names where it can be had here without running user code (a registered
+    target; a ``PKG.MOD:FACTORY`` factory is imported only by :func:`get_target`), else None."""
+    cls = target_class(name)
+    return cls() if cls is not None else None
+
+
+def owner_of(spec: CaseSpec) -> Target | None:
+    """The target of ``spec``: the one it carries, else (a spec read from a report) the registered
+    target of its name, or None where none is registered here."""
+    if isinstance(spec.owner, Target):
+        return spec.owner
+    return _registered(spec.target, tuple(sys.path))
+
+
+@functools.cache
+def _registered(name: str, path: tuple[str, ...]) -> Target | None:
+    """The registered target ``name`` (one object per name and ``sys.path``), or None."""
+    try:
+        return find_target(name)
+    except UsageError:
+        return None
+
+
+def path_label(case: CaseReport) -> str | None:
+    """A short name of the path ``case`` took: its target's words (:meth:`Target.path_label`),
+    else fused / unfused, or None where it records no path."""
+    if case.path is None:
+        return None
+    owner = owner_of(case.spec)
+    return owner.path_label(case.path) if owner is not None else case.path.label()
+
+
+def execution_label(case: CaseReport) -> str | None:
+    """What tables show beside ``case``'s status (:meth:`Target.execution_label`): its target's
+    words, else the emulated machine or ``estimated``; None for a measured case."""
+    owner = owner_of(case.spec)
+    if owner is not None:
+        return owner.execution_label(case)
+    if case.emulation is not None:
+        return case.emulation.label()
+    return "estimated" if case.execution == "estimated" else None
+
+
+def path_detail(case: CaseReport) -> str:
+    """What ``case``'s target says about its path beyond its name, or ''."""
+    owner = owner_of(case.spec)
+    return owner.path_detail(case.path) if owner is not None and case.path is not None else ""
 
 
 def default_target_name() -> str:
-    """The first built-in target that can run on this machine (the TE target wherever TE is installed and
-    its forward runs: a GPU, or emulated kernels on fake CUDA)."""
-    for name in BUILTIN:
+    """The first of memaudit's targets whose real code runs here (the TE target wherever TE is
+    installed and its forward runs: a GPU, or emulated kernels on fake CUDA), else ``reference``."""
+    for name in builtin_names():
         cls = target_class(name)
-        if name != FALLBACK and cls is not None and cls.runs_here():
+        if name != FALLBACK and cls is not None and cls().runs_here():
             return name
     return FALLBACK
 
 
-def _class_of(name: str) -> Any:
-    """The class that would serve ``name``: a built-in, or the custom-target adapter (not loaded)."""
-    cls = target_class(name)
-    if cls is None and ":" in name:
-        from memaudit.targets.custom import CustomTarget
-
-        return CustomTarget
-    return cls
-
-
-def recipes(target: str) -> tuple[str, ...]:
-    """The recipe names ``target`` declares (a custom target's factory is not imported for this)."""
-    cls = _class_of(target)
-    return tuple(cls.recipes) if cls is not None else ()
-
-
-def all_recipes() -> tuple[str, ...]:
-    """Every recipe name any built-in target declares, in declaration order."""
-    out: dict[str, None] = {}
-    for name in BUILTIN:
-        out.update(dict.fromkeys(recipes(name)))
+def builtin_targets() -> tuple[Target, ...]:
+    """One of each of memaudit's own targets."""
+    out = []
+    for name in builtin_names():
+        cls = target_class(name)
+        if cls is not None:
+            out.append(cls())
     return tuple(out)
 
 
-def alignment(target: str, recipe: str) -> int:
-    """Per-group token alignment of ``recipe`` on ``target`` (16 for targets that declare none)."""
-    cls = target_class(target)
-    return cls.alignment(recipe) if cls is not None else 16
-
-
-def path_label(target: str, path: PathInfo | None) -> str | None:
-    """A short name of the path a case of ``target`` took, for tables (the target's own words
-    where it declares ``path_label``; else fused / unfused, or None)."""
-    if path is None:
-        return None
-    cls = _class_of(target)
-    name = getattr(cls, "path_label", None)
-    return name(path) if name is not None else path.label()
-
-
-def path_detail(target: str, path: PathInfo) -> str:
-    """What a target says about a path beyond its name (why a rule on it failed), or ''."""
-    cls = _class_of(target)
-    detail = getattr(cls, "path_detail", None)
-    return detail(path) if detail is not None else ""
-
-
-def run_flags() -> tuple[RunFlag, ...]:
-    """The ``run`` options every built-in target declares (one per name, first declaration wins)."""
-    seen: dict[str, RunFlag] = {}
-    for name in BUILTIN:
-        for flag in getattr(target_class(name), "flags", ()):
-            seen.setdefault(flag.name, flag)
-    return tuple(seen.values())
-
-
-def shape_params(target: str) -> tuple[ShapeParam, ...] | None:
-    """The shape dimensions ``target`` declares (``Target.shape``), or None for a name no target serves."""
-    cls = _class_of(target)
-    if cls is None:
-        return None
-    own = getattr(cls, "shape_of", None)  # a class whose dimensions depend on the name (a custom factory)
-    return tuple(own(target)) if own is not None else tuple(cls.shape)
-
-
-def default_dtype(target: str) -> str:
-    """The dtype ``target`` runs without ``--dtype`` (bf16 for a name no target serves)."""
-    cls = _class_of(target)
-    return cls.defaults.get("dtype", "bf16") if cls is not None else "bf16"
-
-
-def split_dim(target: str) -> str | None:
-    """The dimension group splits divide (``ShapeParam.split``), or None."""
-    return next((p.name for p in shape_params(target) or () if p.split), None)
-
-
-def case_id(spec: CaseSpec) -> str:
-    """The id of ``spec``: the target's ``case_id(spec)`` where it declares one, else
-    ``target/recipe/gG/<letter><value>-.../dtype`` with its dimension letters, then the sorted options."""
-    cls = _class_of(spec.target)
-    own = getattr(cls, "case_id", None)
-    if own is not None:
-        return own(spec)
-    letters = {p.name: p.letter for p in shape_params(spec.target) or ()}
-    dims = "-".join(f"{letters.get(k, k)}{v}" for k, v in spec.shape)
-    base = f"{spec.target}/{spec.recipe}/g{spec.groups}/{dims}/{spec.dtype}"
-    opts = ",".join(f"{k}={v}" for k, v in sorted(spec.options.items()))
-    return f"{base}/{opts}" if opts else base
-
-
-def all_shape_params() -> tuple[ShapeParam, ...]:
-    """The shape dimensions of every built-in target (one per name, first declaration wins): the
-    ``run`` options ``--tokens`` and the like, and the scenario's case keys."""
+def union_shape(targets: tuple[Target, ...]) -> tuple[ShapeParam, ...]:
+    """The dimensions of ``targets`` (one per name, first declaration wins)."""
     seen: dict[str, ShapeParam] = {}
-    for name in BUILTIN:
-        for p in target_class(name).shape:
+    for t in targets:
+        for p in t.shape:
             seen.setdefault(p.name, p)
     return tuple(seen.values())
 
 
-def path_keys(target: str) -> tuple[str, ...]:
-    """The ``path`` keys ``target``'s cases may record (``Target.path_keys``); none where it
-    declares none (a scenario's ``when`` on such a target would apply nowhere, and is refused)."""
-    return tuple(getattr(_class_of(target), "path_keys", ()))
+def union_flags(targets: tuple[Target, ...]) -> tuple[RunFlag, ...]:
+    """The run options of ``targets`` (one per name, first declaration wins)."""
+    seen: dict[str, RunFlag] = {}
+    for t in targets:
+        for flag in t.flags:
+            seen.setdefault(flag.name, flag)
+    return tuple(seen.values())
+
+
+def union_recipes(targets: tuple[Target, ...]) -> tuple[str, ...]:
+    """Every recipe name ``targets`` declare, in declaration order."""
+    out: dict[str, Any] = {}
+    for t in targets:
+        out.update(dict.fromkeys(t.recipes))
+    return tuple(out)

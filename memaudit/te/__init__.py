@@ -7,6 +7,10 @@ rules), ``expected`` (the estimate beside measured rows), ``doctor`` and ``envir
 Importing this package imports nothing of TE; each module says whether it does.
 """
 
-PLUGIN = ("transformer_engine.pytorch", "memaudit.te.classify:TEClassifier")
-"""TE's classifier joins every capture once the caller has imported TE (see
-:func:`memaudit.capture.recorder.default_plugins`)."""
+from memaudit.plugins import Provider
+
+PROVIDER = Provider("memaudit.te.classify:TEClassifier", formats=("fp8", "fp8-block", "mxfp8", "nvfp4"),
+                    environment="memaudit.te.environment")
+"""TE's classifier (registered for ``transformer_engine.pytorch`` in the ``memaudit.plugins``
+entry points) joins every capture once the caller has imported TE (see
+:func:`memaudit.capture.recorder.default_plugins`); its container formats are ``classify``'s."""

@@ -12,6 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memaudit.errors import UsageError
+from memaudit.te.emulate.gates import emulated_arch
+from memaudit.te.estimate import PATHS, resolve
+from memaudit.te.fallback import can_emulate
+from memaudit.te.probes import recipe_gate
 from memaudit.te.recipes import RECIPES, needs
 
 DOCTOR_SHAPE = {"tokens": 4096, "hidden": 1024, "ffn": 2048, "groups": 4}
@@ -41,7 +45,6 @@ class RecipeAnswer:
 
 
 def _gate(te: Any, recipe: str) -> str:
-    from memaudit.te.target import recipe_gate
 
     try:
         ok, reason = recipe_gate(te, recipe)
@@ -52,9 +55,8 @@ def _gate(te: Any, recipe: str) -> str:
 
 def te_gates(te: Any, archs: tuple[str, ...]) -> dict[str, dict[str, str]]:
     """TE's gate answer per recipe on each emulated architecture (its own strings)."""
-    from memaudit.te.emulate.gates import emulated_arch
-    from memaudit.te.emulate.host import cuda_answers
 
+    from memaudit.te.emulate.host import cuda_answers  # imports torch (fake CUDA): only when asked
     out: dict[str, dict[str, str]] = {r: {} for r in RECIPES}
     for arch in archs:
         for recipe in RECIPES:
@@ -65,7 +67,6 @@ def te_gates(te: Any, archs: tuple[str, ...]) -> dict[str, dict[str, str]]:
 
 def recipe_answers(te: Any | None, *, gpu: bool, te_error: str | None) -> dict[str, RecipeAnswer]:
     """Every recipe: real here? emulated here? (estimated: always)."""
-    from memaudit.te.fallback import can_emulate
 
     emu_why = can_emulate() or ""
     gates: dict[str, dict[str, str]] = {r: {} for r in RECIPES}
@@ -92,7 +93,6 @@ def recipe_answers(te: Any | None, *, gpu: bool, te_error: str | None) -> dict[s
 def path_answers() -> dict[str, dict[str, str]]:
     """Per recipe and path, what the estimator (TE's layout rules) says: ``sm100`` / ``sm90``
     where TE takes the path there, else TE's reason it never does (at :data:`DOCTOR_SHAPE`)."""
-    from memaudit.te.estimate import PATHS, resolve
 
     out: dict[str, dict[str, str]] = {}
     for recipe in RECIPES:

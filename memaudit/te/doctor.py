@@ -11,9 +11,12 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from memaudit.spec import CaseSpec
+from memaudit.targets.base import Target
+from memaudit.te import probes as tgm
+from memaudit.te.availability import path_answers, recipe_answers
 from memaudit.te.environment import te_version
-from memaudit.te.recipes import RECIPES
+from memaudit.te.estimate import PATHS
+from memaudit.te.recipes import RECIPES, needs
 
 
 def _cudnn(info: dict[str, Any]) -> None:
@@ -26,9 +29,8 @@ def _cudnn(info: dict[str, Any]) -> None:
 
 
 def _answers(info: dict[str, Any], te: Any | None) -> None:
-    from memaudit.te.availability import path_answers, recipe_answers
-    from memaudit.te.emulate.host import needs_child
 
+    from memaudit.te.emulate.host import needs_child  # imports torch (fake CUDA): only when asked
     answers = recipe_answers(te, gpu=torch.cuda.is_available(), te_error=info.get("te_error"))
     info["answers"] = {name: a.to_dict() for name, a in answers.items()}
     info["paths"] = path_answers()
@@ -36,8 +38,9 @@ def _answers(info: dict[str, Any], te: Any | None) -> None:
     info["emulation_host"] = None if not emulated else ("fake CUDA (no GPU)" if needs_child() else info.get("gpu"))
 
 
-def doctor_report() -> dict[str, Any]:
-    """Facts as a dict (also printed as JSON-able data). Never raises for a missing GPU or TE."""
+def doctor_report(target: Target) -> dict[str, Any]:
+    """Facts as a dict (also printed as JSON-able data); ``target`` (the TE grouped-MLP target)
+    makes the specs whose GroupedLinear path is asked. Never raises for a missing GPU or TE."""
     info: dict[str, Any] = {
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -65,7 +68,6 @@ def doctor_report() -> dict[str, Any]:
         _cudnn(info)
         _answers(info, None)
         return info
-    from memaudit.te import target as tgm
 
     tgm.set_fused_env(None)
     te, why = tgm.import_te()
@@ -88,7 +90,7 @@ def doctor_report() -> dict[str, Any]:
     info["fused"] = why_reg is None
     info["fused_why_not"] = why_reg
     for name in RECIPES:
-        spec = CaseSpec.make("te-grouped-mlp", name, 4, tokens=4096, hidden=1024, ffn=2048, device="cuda")
+        spec = target.spec(name, 4, tokens=4096, hidden=1024, ffn=2048, device="cuda")
         try:
             path, why = tgm.grouped_linear_path(spec, tgm.make_recipe(name))
         except Exception as exc:  # noqa: BLE001 - report, don't crash
@@ -100,8 +102,6 @@ def doctor_report() -> dict[str, Any]:
 def _answers_table(info: dict[str, Any]) -> Group:
     """One line per recipe (what ``run`` gives here, what real kernels need, TE's own gate on
     sm90 and sm100, the paths TE takes), then why real and emulated kernels are or are not here."""
-    from memaudit.te.estimate import PATHS
-    from memaudit.te.recipes import needs
 
     table = Table(title="what memaudit can do here, per recipe", title_justify="left")
     for col in ("recipe", "here", "real kernels need", "TE's gate on sm90", "TE's gate on sm100", "paths TE takes (estimator)"):
@@ -116,7 +116,7 @@ def _answers_table(info: dict[str, Any]) -> Group:
         table.add_row(name, best, needs(name).removeprefix("a CUDA GPU of "), Text(gates.get("sm90", "-") or "available"),
                       Text(gates.get("sm100", "-") or "available"), f"{', '.join(taken)} ({', '.join(archs)})")
     first = next(iter(answers.values()))
-    lines = [table]
+    lines: list[Any] = [table]
     real = [n for n, a in answers.items() if a["real"]]
     lines.append(Text(f"real kernels here: {', '.join(real)}" if real else f"real kernels here: none ({first['real_why'].split(' (')[0]})"))
     where = info.get("emulation_host")

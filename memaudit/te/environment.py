@@ -12,7 +12,7 @@ from typing import Any
 from memaudit.environment import Library
 
 DIST = "transformer_engine"
-LIBRARY = Library(key="transformer_engine", short="TE", name="TransformerEngine", rule_key="te")
+LIBRARY = Library(key="transformer_engine", short="TE", name="TransformerEngine", rule_key="te", package="transformer-engine")
 
 
 def package_version(dist: str) -> str | None:
@@ -37,6 +37,11 @@ def te_version(*, imported_only: bool = False) -> str | None:
     if version is None and imported():
         version = getattr(sys.modules["transformer_engine.pytorch"], "__version__", None)
     return version
+
+
+def version(*, imported_only: bool = False) -> str | None:
+    """:func:`te_version` (the environment probe's interface, :mod:`memaudit.environment`)."""
+    return te_version(imported_only=imported_only)
 
 
 def probe() -> dict[str, Any]:

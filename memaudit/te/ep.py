@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from memaudit.report import PathInfo, Row
 from memaudit.spec import CaseSpec
-from memaudit.targets.ep import Experts
+from memaudit.te.ep_target import Experts
 from memaudit.te.recipes import RECIPES
 from memaudit.te.target import (
     FUSED_ENV,
@@ -49,7 +49,7 @@ def grouped_mlp_path(model: Any, spec: CaseSpec, recipe: Any, frontend: str | No
 
 
 class TEExperts:
-    """TE's grouped MLP as a rank's local experts (:class:`~memaudit.targets.ep.ExpertsBackend`)."""
+    """TE's grouped MLP as a rank's local experts (:class:`~memaudit.te.ep_target.ExpertsBackend`)."""
 
     name = "te"
     recipes = RECIPES

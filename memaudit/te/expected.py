@@ -7,6 +7,7 @@ from collections import defaultdict
 
 from memaudit.report import CaseReport, Row
 from memaudit.spec import CaseSpec
+from memaudit.te.estimate import expected_rows
 
 
 def _key(row: Row) -> tuple[object, ...]:
@@ -31,7 +32,6 @@ def attach_expected(case: CaseReport) -> int | None:
     """
     if case.status != "ok":
         return None
-    from memaudit.te.estimate import expected_rows
 
     expected = expected_rows(spec_of(case))
     if expected is None:

@@ -10,13 +10,15 @@ labelled (``execution``) and comes with the command that gives it on its own.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from typing import Any
 
 from memaudit.errors import UsageError
 from memaudit.report import CaseReport
 from memaudit.spec import CaseSpec
-from memaudit.targets.base import Fallback
-from memaudit.te.recipes import RECIPES
+from memaudit.targets.base import Fallback, Target
+from memaudit.te.estimate import TE_VERSION, estimate
+from memaudit.te.recipes import FUSED_ENV, RECIPES
 
 TARGET = "te-grouped-mlp"
 EMULATION_FAILED = "TE's real forward with emulated kernels failed"
@@ -45,25 +47,30 @@ def emulate_command(spec: CaseSpec) -> str:
                        "--recipe", spec.recipe, "--groups", str(spec.groups), *_dims(spec)])
 
 
+def notes(case: CaseReport) -> list[str]:
+    """An emulated answer that failed, and was replaced by the estimate, says why."""
+    return [w for w in case.warnings if w.startswith(EMULATION_FAILED)]
+
+
 def can_emulate() -> str | None:
     """None where TE's real forward can run with emulated kernels here (on a GPU, or with no GPU on
     fake CUDA: torch's CUDA build), else why not."""
     import importlib.util
 
-    from memaudit.te.emulate.host import unavailable
+    from memaudit.te.emulate.host import unavailable  # imports torch (fake CUDA): only when asked
+
 
     if importlib.util.find_spec("transformer_engine") is None:
         return "TransformerEngine is not installed"
     return unavailable()
 
 
-def _emulated(spec: CaseSpec, reason: str, flags: dict[str, Any], backward: bool) -> Fallback | str:
-    """TE's real forward with emulated kernels for ``spec``, or why it cannot run here."""
+def _emulated(make: Callable[[], Target], spec: CaseSpec, reason: str, flags: dict[str, Any], backward: bool) -> Fallback | str:
+    """TE's real forward with emulated kernels for ``spec`` (on the TE target ``make()`` gives), or
+    why it cannot run here."""
     import os
 
-    from memaudit.te.target import FUSED_ENV, TEGroupedMLPTarget
-
-    target = TEGroupedMLPTarget()
+    target = make()
     before = os.environ.get(FUSED_ENV)
     try:
         options = target.configure({**flags, "kernels": "emulated", "arch": EMULATED_ARCH, "cublaslt": None})
@@ -74,8 +81,8 @@ def _emulated(spec: CaseSpec, reason: str, flags: dict[str, Any], backward: bool
             os.environ.pop(FUSED_ENV, None)
         else:
             os.environ[FUSED_ENV] = before
-    espec = spec.replace(target=TARGET, device=spec.device if spec.device.startswith("cuda") else "cuda",
-                         options={**spec.options, **options})
+    espec = spec.retarget(target).replace(device=spec.device if spec.device.startswith("cuda") else "cuda",
+                                          options={**spec.options, **options})
     why = target.skip_reason(espec)
     if why is not None:
         return why
@@ -94,12 +101,12 @@ def _emulated(spec: CaseSpec, reason: str, flags: dict[str, Any], backward: bool
                            f"this is the estimate instead (reproduce the failure: {emulate_command(espec)})"]
         return answer
 
-    return Fallback("emulated", reason, emulate_command(espec), run)
+    return Fallback("emulated", reason, emulate_command(espec), run,
+                    what="TE's real forward with emulated kernels (stand-ins that allocate what TE's C++ allocates)")
 
 
 def _estimated(spec: CaseSpec, reason: str, why: str | None = None) -> Fallback | None:
     """The estimate for ``spec``; ``why`` emulation cannot run here, where that was tried."""
-    from memaudit.te.estimate import estimate
 
     espec = spec.replace(target=TARGET)
     try:
@@ -114,19 +121,21 @@ def _estimated(spec: CaseSpec, reason: str, why: str | None = None) -> Fallback 
         better = f"with TE installed (a GPU is not needed), TE's real forward with emulated kernels: {command}"
     else:
         better = f"TE's real forward with emulated kernels cannot run here ({why}); where it can: {command}"
-    return Fallback("estimated", reason, estimate_command(espec), lambda: case, better)
+    return Fallback("estimated", reason, estimate_command(espec), lambda: case, better,
+                    what=f"TE {TE_VERSION}'s layout rules (no kernel and no TE code runs)")
 
 
-def grouped_mlp_fallback(spec: CaseSpec, reason: str, mode: str, flags: dict[str, Any] | None = None,
-                         *, backward: bool = True) -> Fallback | None:
-    """The best answer for ``spec`` under ``mode`` (``auto``, ``emulate``, ``estimate``), or None."""
+def grouped_mlp_fallback(make: Callable[[], Target], spec: CaseSpec, reason: str, mode: str,
+                         flags: dict[str, Any] | None = None, *, backward: bool = True) -> Fallback | None:
+    """The best answer for ``spec`` under ``mode`` (``auto``, ``emulate``, ``estimate``), or None;
+    ``make`` makes the TE grouped-MLP target that runs an emulated answer."""
     if spec.recipe not in RECIPES:
         return None
     if spec.device == "meta":  # nothing may be allocated: no emulated forward (it runs on CUDA), the estimate at most
         return _estimated(spec, reason) if mode in ("auto", "estimate") else None
     why = None
     if mode in ("auto", "emulate") and can_emulate() is None:
-        found = _emulated(spec, reason, dict(flags or {}), backward)
+        found = _emulated(make, spec, reason, dict(flags or {}), backward)
         if not isinstance(found, str):
             return found
         if mode == "emulate":

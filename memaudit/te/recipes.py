@@ -6,6 +6,9 @@ Pure data: importing this module imports nothing of TE. ``make_recipe`` in
 
 from __future__ import annotations
 
+FUSED_ENV = "NVTE_CUTEDSL_FUSED_GROUPED_MLP"
+"""TE's switch for the fused CuTeDSL grouped MLP, read once when TE is imported (te-internals §1.1)."""
+
 RECIPES = ("bf16", "fp8-delayed", "fp8-current", "fp8-block", "mxfp8", "nvfp4")
 
 ALIGNMENT = {

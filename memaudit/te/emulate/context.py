@@ -127,18 +127,6 @@ def _fusions(gm: Any, log: EmulationLog) -> Iterator[None]:
                 table.remove(func)
 
 
-def import_te_modules() -> None:
-    """Import what an emulated case imports on first use: the TE modules :func:`emulation`
-    patches and memaudit's own TE modules (a process that forks cases imports them once, not
-    every child)."""
-    import transformer_engine.pytorch.ops.fused.grouped_mlp  # noqa: F401
-    import transformer_engine.pytorch.tensor.nvfp4_tensor  # noqa: F401
-    import transformer_engine.pytorch.utils  # noqa: F401
-
-    import memaudit.te.classify  # noqa: F401
-    import memaudit.te.emulate.run  # noqa: F401
-
-
 @contextmanager
 def emulation(
     machine: Machine,

@@ -207,7 +207,7 @@ class FakeCudaMode(FakeTensorMode):
         base = self._bases.get(key)
         if base is None:
             base = self._bases[key] = (len(self._bases) + 1) << 40
-        return base + t.storage_offset() * t.element_size()
+        return base + t.storage_offset() * t.element_size()  # type: ignore[return-value]
 
     def value_of(self, t: Any) -> torch.Tensor | None:
         """The CPU value of ``t``, if known (a real CPU tensor is its own value)."""

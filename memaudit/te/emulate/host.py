@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from memaudit.report import CaseReport
+from memaudit.report import CaseReport, validate_case
 from memaudit.te.emulate import fakecuda
 
 
@@ -164,4 +164,4 @@ def call_in_child(arch: str, fn: Callable[[], Any], *, timeout_s: float = CHILD_
 
 def run_in_child(arch: str, fn: Callable[[], list[CaseReport]]) -> list[CaseReport]:
     """The cases ``fn()`` makes in a child process on fake CUDA for ``arch`` (:func:`call_in_child`)."""
-    return [CaseReport.from_dict(d) for d in call_in_child(arch, lambda: [c.to_dict() for c in fn()])]
+    return [validate_case(d) for d in call_in_child(arch, lambda: [c.to_dict() for c in fn()])]

@@ -12,8 +12,7 @@ from memaudit.te.emulate.context import EmulationLog, Machine, emulation
 from memaudit.te.emulate.cudnn import CUDNN_STANDINS
 from memaudit.te.emulate.gates import ARCHS
 from memaudit.te.emulate.standins import NEVER_REAL, STANDINS
-
-FUSED_ENV = "NVTE_CUTEDSL_FUSED_GROUPED_MLP"
+from memaudit.te.recipes import FUSED_ENV
 
 
 def here_arch() -> str | None:
@@ -83,9 +82,9 @@ class EmulatedRun:
 
     def describe(self) -> Emulation:
         """The case's label: machine, the stand-ins and real kernels its forward called."""
+        from memaudit.te.emulate.host import name  # imports torch (fake CUDA): only when asked
         log = self.log
         kernels: Any = log.kernels if log is not None else None
-        from memaudit.te.emulate.host import name
 
         return Emulation(
             machine={**self.machine.describe(), "kernels": self.kernels, "host": name()},
@@ -105,3 +104,13 @@ def emulated(arch: str = "sm100", *, fused: bool | None = None, kernels: str = "
     with run.active():
         yield run
 
+
+def import_te_modules() -> None:
+    """Import what an emulated case imports on first use: the TE modules :func:`emulation`
+    patches and memaudit's own TE modules (a process that forks cases imports them once, not
+    every child)."""
+    import transformer_engine.pytorch.ops.fused.grouped_mlp  # noqa: F401
+    import transformer_engine.pytorch.tensor.nvfp4_tensor  # noqa: F401
+    import transformer_engine.pytorch.utils  # noqa: F401
+
+    import memaudit.te.classify  # noqa: F401  (after TE: it reads TE's classes)

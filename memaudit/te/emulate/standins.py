@@ -82,7 +82,7 @@ def empty_quantized(quantizer: Any, shape: Sequence[int], dtype: torch.dtype, de
             "requires_grad": False,
             "nontensor_kwargs": {"fp8_dtype": quantizer.dtype, "quantizer": quantizer, "fake_dtype": dtype},
         }
-        out = meta["cls"].__tensor_unflatten__(inner, meta, shape, _contiguous_strides(shape))
+        out = meta["cls"].__tensor_unflatten__(inner, meta, shape, _contiguous_strides(shape))  # type: ignore[attr-defined]
     else:
         out = TensorSpec(shape, dtype, quantizer, device=torch.device(device)).create_tensor()
     if isinstance(quantizer, NVFP4Quantizer):

@@ -6,7 +6,7 @@ The estimate is a list of :class:`~memaudit.report.Row` s in the format ``memaud
 so budgets and ``compare`` work on estimates too. Pure arithmetic: no torch, no TE.
 
 Every rule cites TE 2.20.2 source (paths relative to ``transformer_engine/pytorch/``; C++ from the
-``transformer_engine_torch`` sdist ``csrc/``) and docs/te-internals.md (shared docs) sections.
+``transformer_engine_torch`` sdist ``csrc/``) and docs/te-internals.md sections.
 Where TE and this package disagree, TE is right: ``tests/test_estimate_te.py`` checks the shape
 rules against TE's own classes on CPU.
 
@@ -21,6 +21,8 @@ from __future__ import annotations
 from memaudit.te.estimate.closed_form import FastTotals, estimate_totals
 from memaudit.te.estimate.config import (
     ARCHS,
+    DEFAULT_ARCH_HELP,
+    DEFAULT_PATH_HELP,
     PATHS,
     TARGET,
     TE_VERSION,
@@ -56,6 +58,8 @@ HELP = (  # memaudit estimate --help
 
 __all__ = [
     "ARCHS",
+    "DEFAULT_ARCH_HELP",
+    "DEFAULT_PATH_HELP",
     "ITEMSIZE",
     "PATHS",
     "SINGLE_CONTAINER",

@@ -329,7 +329,7 @@ def _compile(c: Config, variant: str) -> Callable[..., Any]:
                 storage = names[b.storage] = f"s{len(names)}"
         ci = None
         if b.is_container:
-            cont_index[b.cref] = i
+            cont_index[b.cref] = i  # type: ignore[index]  # a container has its cref
         elif b.cref is not None:
             ci = cont_index.get(b.cref)
         tpl = _row_template(i, b, storage, ci)
@@ -340,14 +340,14 @@ def _compile(c: Config, variant: str) -> Callable[..., Any]:
         fixed = {"bytes": nbytes}
         row_level = own[i]
         if storage is not None:
-            size = _code(acc.sizes[b.storage])
+            size = _code(acc.sizes[b.storage])  # type: ignore[index]  # b.storage is set: the row has a storage
             soff = _code(b.soff)
             fixed["storage_offset"] = soff
             fixed["storage_bytes"] = size
             sizes_by_storage.setdefault(storage, size)
             if b.param:
                 param_storages.add(storage)
-            peers = views[b.storage]
+            peers = views[b.storage]  # type: ignore[index]  # b.storage is set: the row has a storage
             if b.storage in by_value:  # a duplicate view (same storage, offset and shape as an earlier row), from values
                 row_level = storage_level[b.storage]
                 view = "(" + "".join(d + ", " for d in dims) + ")"

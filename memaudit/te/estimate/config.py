@@ -66,6 +66,13 @@ class Config:
         return self.path == "fused"
 
 
+DEFAULT_PATH_HELP = ("Default: fused for mxfp8/nvfp4 when H and F are multiples of 64, else unfused-grouped; "
+                     "unfused-split for bf16/fp8 (the H200's path).")
+"""What :func:`default_path` chooses, in words (``memaudit estimate --help``)."""
+DEFAULT_ARCH_HELP = "Default: sm100 for fused/mxfp8/nvfp4, else sm90. Decides FP8 transpose vs single data copy."
+"""The architecture :func:`resolve` models where none is given, in words."""
+
+
 def default_path(recipe: str, hidden: int, ffn: int) -> str:
     """The path TE takes by default: Blackwell fused for MXFP8/NVFP4 when the dims allow it (else the
     Blackwell grouped-tensor path); the H200's split-quantize path for BF16 and FP8 (cuBLASLt < 13.4)."""

@@ -225,7 +225,7 @@ class Model:
             # fc2_x on MXFP8: GroupedTensorStorage built over cuDNN's columnwise outputs, rowwise pruned.
             cont = "GroupedTensorStorage"
             cs = scale_shape("mxfp8", c.tokens, k, True)
-            ideal = sum(unpadded_scale_elems("mxfp8", m, k, True) for m in c.splits)
+            ideal: int | None = sum(unpadded_scale_elems("mxfp8", m, k, True) for m in c.splits)
             acc.te(operand, None, cont, "columnwise_data", self.fmt, (c.tokens * k,), "float8_e4m3fn",
                    note=_SRC["fused_mxfp8_fc2x"])
             acc.te(operand, None, cont, "columnwise_scale_inv", self.fmt, (prod(cs),), "float8_e8m0fnu",

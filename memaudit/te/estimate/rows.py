@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import memaudit
 from memaudit.errors import UsageError
 from memaudit.report import CaseReport, PathInfo, Report, Row, Totals, compute_totals
 from memaudit.spec import CaseSpec
@@ -149,7 +150,6 @@ def expected_rows(spec: CaseSpec) -> list[Row] | None:
 
 def estimate_report(cases: list[CaseReport]) -> Report:
     """A memaudit report around estimated cases (environment: this memaudit, Python, the modelled TE)."""
-    import memaudit
 
     return Report(
         cases=cases,

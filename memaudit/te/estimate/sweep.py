@@ -50,7 +50,7 @@ def sweep_point(recipe: str, tokens: int, hidden: int, ffn: int, groups: int, va
 
 def skipped_case(p: SweepPoint, variant: str, path: str | None) -> CaseReport:
     """The report entry of a skipped point: status ``skipped`` with its reason."""
-    spec = CaseSpec.make(TARGET, p.recipe, p.groups, tokens=p.tokens, hidden=p.hidden, ffn=p.ffn,
+    spec = CaseSpec(TARGET, p.recipe, p.groups, (("tokens", p.tokens), ("hidden", p.hidden), ("ffn", p.ffn)),
                     options={"estimate": True, "variant": variant, "path": path}, splits=())
     return CaseReport(spec, id=f"{TARGET}/{p.recipe}/g{p.groups}/t{p.tokens}-h{p.hidden}-f{p.ffn}/bf16/estimate",
                       status="skipped", reason=p.reason)

@@ -34,8 +34,8 @@ from memaudit.targets.reference_model import DTYPES
 
 if TYPE_CHECKING:
     from memaudit.capture import Capture
-    from memaudit.targets.ep import EPGroupedMLPTarget
     from memaudit.targets.routing import RoutingPlan
+    from memaudit.te.ep_target import EPGroupedMLPTarget
 
 
 class AllToAll(torch.autograd.Function):

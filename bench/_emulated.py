@@ -17,6 +17,7 @@ import torch
 from memaudit.report import CaseReport, Report
 from memaudit.runner import run_case
 from memaudit.spec import CaseSpec
+from memaudit.targets.registry import get_target
 
 Mutate = Callable[[list[Any]], list[Any]]
 
@@ -30,7 +31,7 @@ def emulated_case(recipe: str, groups: int, *, tokens: int = 4096, hidden: int =
 
     target = TEGroupedMLPTarget()
     options = target.configure({"kernels": kernels, "arch": "sm100", "fused": fused, "cudnn_frontend": cudnn_frontend})
-    spec = CaseSpec.make("te-grouped-mlp", recipe, groups, tokens=tokens, hidden=hidden, ffn=ffn, device="cuda", options=options)
+    spec = CaseSpec.make(get_target("te-grouped-mlp"), recipe, groups, tokens=tokens, hidden=hidden, ffn=ffn, device="cuda", options=options)
     return run_case(target, spec, backward=False)
 
 

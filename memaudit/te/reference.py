@@ -1,13 +1,18 @@
 """Target ``reference``: TE's grouped MLP written in plain PyTorch (the model is in
 :mod:`memaudit.targets.reference_model`, imported when a case is built, so that reading this
-target's declaration imports no torch)."""
+target's declaration imports no torch).
+
+It lives with TE because it speaks TE's recipe names, records TE's path keys for its fallback
+answers, and hands a quantized recipe to TE's emulated forward or estimate (:mod:`memaudit.te.fallback`).
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from memaudit.spec import CaseSpec
-from memaudit.targets.base import MLP_SHAPE, Built, Fallback, backward_sum
+from memaudit.targets.base import MLP_SHAPE, Built, Fallback, Target, backward_sum
+from memaudit.te.fallback import grouped_mlp_fallback
 from memaudit.te.recipes import RECIPES, alignment, needs
 from memaudit.te.target import TEGroupedMLPTarget
 
@@ -17,13 +22,14 @@ if TYPE_CHECKING:
     from memaudit.capture import Capture
 
 
-class ReferenceTarget:
+class ReferenceTarget(Target):
     """Target ``reference``: runs anywhere PyTorch runs."""
 
     name = "reference"
     recipes = RECIPES  # TE's names: the reference runs bf16 and says why it skips the others
     default_recipes = ("bf16",)
     supported_recipes = ("bf16",)
+    fallback_recipes = RECIPES
     shape = MLP_SHAPE
     path_keys = TEGroupedMLPTarget.path_keys
     """The reference records no path itself; its fallback answers (TE's estimate or emulated
@@ -39,9 +45,6 @@ class ReferenceTarget:
     def alignment(recipe: str) -> int:
         return alignment(recipe)
 
-    def configure(self, flags: dict[str, Any]) -> dict[str, Any]:
-        return {}
-
     def skip_reason(self, spec: CaseSpec) -> str | None:
         if spec.recipe != "bf16":
             return (f"the reference target runs no quantization recipe (asked for {spec.recipe!r}; TE runs it on "
@@ -53,16 +56,13 @@ class ReferenceTarget:
                 return "CUDA is not available"
         return None
 
-    fallback_recipes = RECIPES
-
     def fallback(self, spec: CaseSpec, reason: str, mode: str, *, backward: bool = True) -> Fallback | None:
         """A quantized recipe the reference cannot run: TE's real forward with emulated kernels
         wherever it can run (a GPU, or fake CUDA), else TE's layout rules (:mod:`memaudit.te.fallback`)."""
         if spec.recipe == "bf16":
             return None
-        from memaudit.te.fallback import grouped_mlp_fallback
 
-        return grouped_mlp_fallback(spec, reason, mode, backward=backward)
+        return grouped_mlp_fallback(TEGroupedMLPTarget, spec, reason, mode, backward=backward)
 
     def build(self, spec: CaseSpec) -> Built:
         from memaudit.targets.reference_model import DTYPES, ReferenceGroupedMLP, make_inputs

@@ -1,4 +1,4 @@
-"""Renderers of ``memaudit estimate``: rich tables, the sweep's text lines and markdown.
+"""Renderers of ``memaudit estimate`` (the estimator's own, so they live with it): rich tables, the sweep's text lines and markdown.
 
 One configuration: :func:`rows_table`, :func:`padding_table`, :func:`diff_table`, :func:`totals_line`
 and :func:`markdown_single`. A sweep (:class:`~memaudit.te.estimate.SweepPoint` s): :func:`sweep_lines`
@@ -6,6 +6,8 @@ and :func:`markdown_sweep`. The plots are :mod:`memaudit.render.plots`.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from rich.console import RenderableType
 
@@ -62,7 +64,7 @@ def rows_table(case: CaseReport, variant: str, *, width: int | None = None) -> R
 
 
 def _padding_sheet(case: CaseReport, compact: bool) -> Sheet:
-    pad = (case.path or {}).get("padding", {})
+    pad: dict[str, Any] = dict(case.path or {}).get("padding", {})
     if compact:
         cols = [Col("operand"), Col("#", "right"), Col("container.slot", wrap=True), Col("padded", "right"),
                 Col("ideal", "right"), Col("padding", "right")]

@@ -3,7 +3,7 @@
 Each rank routes its own tokens with a seeded router (:mod:`memaudit.targets.routing`: uniform,
 Zipf or one hot expert), dispatches them as Megatron's all-to-all token dispatcher does (permute by
 expert; an all-to-all of the counts, then of the tokens and probabilities; sort by local expert),
-runs its local experts, and returns the tokens the same way (:mod:`memaudit.targets.ep_model`).
+runs its local experts, and returns the tokens the same way (:mod:`memaudit.te.ep_model`).
 Under ``torchrun`` (or ``memaudit run --nproc N``) the all-to-alls are real collectives over the
 expert-parallel group; in one process the layer runs with one expert-parallel rank.
 
@@ -29,9 +29,10 @@ from memaudit.errors import UsageError
 from memaudit.ranks import RankInfo, coords_of
 from memaudit.report import Emulation, PathInfo, Row
 from memaudit.spec import CaseSpec, RunFlag, ShapeParam
-from memaudit.targets.base import Built
+from memaudit.targets.base import Built, Target
 from memaudit.targets.routing import RoutingPlan, parse_routing, routing_name
 from memaudit.te.recipes import RECIPES, alignment, needs
+from memaudit.te.reference import ReferenceTarget
 from memaudit.te.target import TEGroupedMLPTarget
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ EP_SHAPE = (
 (they run the tokens the dispatch brings them: the case's ``splits``)."""
 
 EXPERTS = {
-    "reference": "memaudit.targets.ep:ReferenceExperts",
+    "reference": "memaudit.te.ep_target:ReferenceExperts",
     "te": "memaudit.te.ep:TEExperts",
 }
 """Expert backend name -> ``module:class`` (imported when asked for)."""
@@ -77,9 +78,14 @@ class ExpertsBackend(Protocol):
     """What the expert-parallel target needs from an expert backend. ``spec`` is the local
     grouped MLP: the rank's local experts as groups, the tokens they received, its splits."""
 
-    name: str
-    recipes: tuple[str, ...]
-    default_device: str
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def recipes(self) -> tuple[str, ...]: ...
+
+    @property
+    def default_device(self) -> str: ...
 
     def configure(self, flags: dict[str, Any]) -> dict[str, Any]:
         """Options from the run flags the backend reads (part of the case id); UsageError on bad values."""
@@ -110,9 +116,7 @@ class ReferenceExperts:
         return {}
 
     def skip_reason(self, spec: CaseSpec) -> str | None:
-        from memaudit.targets.reference import ReferenceTarget
-
-        return ReferenceTarget().skip_reason(spec.replace(target="reference"))
+        return ReferenceTarget().skip_reason(spec.retarget(ReferenceTarget()))
 
     def build(self, spec: CaseSpec) -> Experts:
         from memaudit.targets.reference_model import DTYPES, ReferenceGroupedMLP
@@ -133,7 +137,7 @@ EXPERTS_FLAG = "experts"
 DEFAULT_TOPK = 2
 
 
-class EPGroupedMLPTarget:
+class EPGroupedMLPTarget(Target):
     """Target ``ep-grouped-mlp``: expert-parallel dispatch around a rank's local grouped MLP."""
 
     name = "ep-grouped-mlp"
@@ -205,7 +209,7 @@ class EPGroupedMLPTarget:
         return RoutingPlan(ep, spec.groups, spec.tokens, int(spec.options.get("topk", DEFAULT_TOPK)), spec.alignment(),
                            skew, param, int(spec.options.get("routing_seed", 0)))
 
-    def place(self, spec: CaseSpec, rank: int, world_size: int) -> tuple[CaseSpec, RankInfo]:
+    def place(self, spec: CaseSpec, rank: int = 0, world_size: int = 1) -> tuple[CaseSpec, RankInfo]:
         """The case rank ``rank`` of ``world_size`` runs: ``ep`` resolved (the world size where not
         given), its local experts' split sizes from the routing plan, and where it sits."""
         ep = spec.options.get("ep") or world_size
@@ -221,8 +225,7 @@ class EPGroupedMLPTarget:
         return placed, RankInfo(rank, world_size, layout, coords, send_splits=plan.send_splits(),
                                 recv_splits=plan.recv_splits(coords["ep"]))
 
-    @staticmethod
-    def rank_problem(case: Any) -> tuple[str, str] | None:
+    def rank_problem(self, case: Any) -> tuple[str, str] | None:
         """``(field, what is wrong)`` where a rank's case contradicts the dispatch: its ``ep``
         option is its layout's, it sent ``tokens x topk`` tokens, and its groups ran what it received."""
         info = case.dist
@@ -240,7 +243,7 @@ class EPGroupedMLPTarget:
     def local_spec(self, spec: CaseSpec) -> CaseSpec:
         """The grouped MLP the local experts are: the reference target's shape, the tokens they received."""
         splits = tuple(spec.splits or ())
-        return CaseSpec.make("reference", spec.recipe, spec.groups, dtype=spec.dtype, device=spec.device,
+        return CaseSpec.make(ReferenceTarget(), spec.recipe, spec.groups, dtype=spec.dtype, device=spec.device,
                              options=dict(spec.options), splits=splits, tokens=sum(splits), hidden=spec.hidden, ffn=spec.ffn)
 
     def skip_reason(self, spec: CaseSpec) -> str | None:
@@ -253,6 +256,6 @@ class EPGroupedMLPTarget:
         return self.backend.skip_reason(self.local_spec(spec) if spec.splits else spec)
 
     def build(self, spec: CaseSpec) -> Built:
-        from memaudit.targets import ep_model
+        from memaudit.te import ep_model
 
         return ep_model.build(self, spec)

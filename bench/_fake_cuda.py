@@ -17,6 +17,7 @@ from typing import Any
 
 from memaudit.report import CaseReport, load_report
 from memaudit.spec import CaseSpec
+from memaudit.targets.registry import get_target
 
 ROOT = Path(__file__).resolve().parent.parent
 EMULATED = ROOT / "reports" / "emulated"
@@ -75,7 +76,7 @@ def replay_case(case: CaseReport) -> CaseReport:
         flags["single_grouped_weight"] = True
     target = TEGroupedMLPTarget()
     options = target.configure(flags)
-    spec = CaseSpec.make(case.target, case.recipe, case.groups, dtype=case.dtype, device=case.device, options=options,
+    spec = CaseSpec.make(get_target(case.target), case.recipe, case.groups, dtype=case.dtype, device=case.device, options=options,
                          **case.dims)
     return run_case_here(target, spec, backward=False)
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from memaudit.report import CaseReport, Row
 from memaudit.spec import CaseSpec
+from memaudit.targets.registry import get_target
 
 DISPATCH = "dispatch."
 """The operands the expert-parallel dispatch names (what one process of the experts does not save)."""
@@ -23,7 +24,6 @@ _TARGETS = {"reference": "reference", "te": "te-grouped-mlp"}
 def one_process(case: CaseReport, device: str | None = None) -> CaseReport:
     """The rank's local experts run in this process at its split sizes (no dispatch, no collective)."""
     from memaudit.runner import run_case
-    from memaudit.targets.registry import get_target
 
     experts = case.options.get("experts", "reference")
     name = _TARGETS[experts]
@@ -35,7 +35,7 @@ def one_process(case: CaseReport, device: str | None = None) -> CaseReport:
         flags.update(kernels=case.emulation.machine.get("kernels", "emulated"), arch=case.emulation.machine.get("arch", "sm100"))
     options = target.configure(flags)
     splits = tuple(case.splits)
-    spec = CaseSpec.make(name, case.recipe, case.groups, dtype=case.dtype, device=device or case.device, options=options,
+    spec = CaseSpec.make(target, case.recipe, case.groups, dtype=case.dtype, device=device or case.device, options=options,
                          splits=splits, tokens=sum(splits), hidden=case.dims["hidden"], ffn=case.dims["ffn"])
     return run_case(target, spec)
 

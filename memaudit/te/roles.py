@@ -1,0 +1,146 @@
+"""The grouped MLP's operand roles: what each entry of the fuser's one save is (fc1.input,
+fc1.weight[g], activation.scales, ...), for the fused op (te-internals §2.1) and the unfused ops
+(§2.4). ``memaudit.te.classify`` reads the storage objects; this module names what they are in the
+grouped MLP that ``memaudit.te.target`` builds. Imports nothing of TE (it reads op type names)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from memaudit.report import Row
+
+
+def name_rows(node: Any, rows: list[Row], counts: list[int], mine: list[int] | None = None,
+              children: dict[int, list[int]] | None = None) -> None:
+    """Name operands of the rows a TE ``OperationFuser`` saved (roles from te-internals §2.1/§2.4):
+    the named rows replace the originals in ``rows`` (a row's ``index`` is its position).
+    ``counts``: how many buffers each ``to_save`` entry became; ``mine``: the indices of the rows
+    this node holds (default: every row of its op type); ``children``: container index -> indices
+    of its buffers' rows (default: found by a scan)."""
+    op_name = type(node).__name__
+    # flat position -> to_save entry index
+    entry_of: list[int] = []
+    for j, n in enumerate(counts):
+        entry_of.extend([j] * n)
+    roles: dict[int, tuple[str, int | None]] = {}
+    basic_ops = list(node.basic_ops)
+    ctxs = list(node.basic_op_ctxs)
+    linear_seen = 0
+    prefixes = []
+    for op in basic_ops:
+        if type(op).__name__ == "GroupedLinear":
+            prefixes.append("fc1" if linear_seen == 0 else "fc2")
+            linear_seen += 1
+        else:
+            prefixes.append("activation")
+    fused_entries = fused_layout(basic_ops, ctxs)
+    for i, (op, ctx) in enumerate(zip(basic_ops, ctxs, strict=True)):
+        rng = getattr(ctx, "_saved_tensors_range", None)
+        if not rng:
+            continue
+        start, end = rng
+        if fused_entries is not None and i == 0:
+            for k, role in enumerate(fused_entries(end - start)):
+                roles[start + k] = role
+            continue
+        for k in range(end - start):
+            roles[start + k] = unfused_role(op, ctx, prefixes[i], k)
+    for row in (rows if mine is None else [rows[i] for i in mine]):
+        slot = row.saved_as
+        if row.op != op_name or not slot or not slot.startswith("saved_tensors["):
+            continue
+        pos = int(slot[len("saved_tensors[") : -1])
+        if pos >= len(entry_of):
+            continue
+        found = roles.get(entry_of[pos])
+        if found is None:
+            continue
+        set_role(row, rows, found, children)
+
+
+def set_role(row: Row, rows: list[Row], role: tuple[str, int | None], children: dict[int, list[int]] | None = None) -> None:
+    operand, group = role
+    targets = [row]
+    if row.kind == "container":
+        targets += ([r for r in rows if r.container_index == row.index] if children is None
+                    else [rows[i] for i in children.get(row.index, ())])
+    for r in targets:
+        rows[r.index] = dataclasses.replace(r, operand=operand, group=r.group if group is None else group)
+
+
+GL_META = ("split_sizes", "base_split_offsets", "split_points", "input_offsets", "output_offsets")
+
+
+def unfused_role(op: Any, ctx: Any, prefix: str, k: int) -> tuple[str, int | None]:
+    """Role of entry ``k`` of an unfused basic op's ``to_save`` (te-internals §2.4)."""
+    if prefix == "activation":
+        return ("activation.activation_in", None) if k == 0 else ("activation.scales", None)
+    if k < len(GL_META):
+        return f"{prefix}.{GL_META[k]}", None
+    m = len(GL_META)
+    if getattr(op, "_scale_bias", False):
+        if k == m:
+            return f"{prefix}.scales", None
+        m += 1
+    groups = int(op.num_groups)
+    if getattr(ctx, "use_grouped_tensor_path", False):
+        if k == m:
+            return f"{prefix}.input", None
+        w = k - m - 1
+        if getattr(op, "single_grouped_weight", False):
+            return (f"{prefix}.weight", None) if w == 0 else (f"{prefix}.extra[{w - 1}]", None)
+    else:
+        if k < m + groups:
+            return f"{prefix}.input", k - m
+        w = k - m - groups
+    if w >= groups:  # more entries than TE 2.20.2's layout has: named as such, never a group that does not exist
+        return f"{prefix}.extra[{w - groups}]", None
+    return f"{prefix}.weight[{w}]", w
+
+
+FUSED_META = (
+    "fc1.split_sizes",
+    "fc1.base_split_offsets",
+    "fc1.split_points",
+    "fc1.input_offsets",
+    "fc1.output_offsets",
+    "fc2.input_offsets",
+    "fc2.output_offsets",
+)
+
+
+def fused_layout(basic_ops: list[Any], ctxs: list[Any]) -> Callable[[int], list[tuple[str, int | None]]] | None:
+    """Roles of the fused grouped MLP's single save (te-internals §2.1), if a fused op ran.
+
+    The fused op saves everything through the FC1 context; the activation and FC2 contexts save
+    nothing. On the unfused path the activation op always saves its two entries.
+    """
+    if len(basic_ops) != 3 or [type(op).__name__ for op in basic_ops][::2] != ["GroupedLinear", "GroupedLinear"]:
+        return None
+    ranges = [getattr(c, "_saved_tensors_range", None) for c in ctxs]
+    if not ranges[0] or ranges[0][1] - ranges[0][0] < len(FUSED_META) + 4:
+        return None
+    if any(r and r[1] > r[0] for r in ranges[1:]):
+        return None
+    fc1_single = bool(getattr(basic_ops[0], "single_grouped_weight", False))
+    fc2_single = bool(getattr(basic_ops[2], "single_grouped_weight", False))
+    groups = int(getattr(basic_ops[0], "num_groups", 0))
+
+    def weights(prefix: str, single: bool, w: int) -> list[tuple[str, int | None]]:
+        if single and w == 1:
+            return [(f"{prefix}.weight", None)]
+        # more entries than groups: TE saved something its 2.20.2 layout does not have; never a group that does not exist
+        return [(f"{prefix}.weight[{g}]", g) if g < groups else (f"{prefix}.extra[{g - groups}]", None) for g in range(w)]
+
+    def layout(n: int) -> list[tuple[str, int | None]]:
+        w = (n - len(FUSED_META) - 4) // 2
+        roles: list[tuple[str, int | None]] = [(name, None) for name in FUSED_META]
+        roles.append(("fc1.input", None))
+        roles += weights("fc1", fc1_single, w)
+        roles += [("activation.activation_in", None), ("activation.scales", None), ("fc2.input", None)]
+        roles += weights("fc2", fc2_single, w)
+        return roles
+
+    return layout
