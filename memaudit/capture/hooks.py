@@ -306,7 +306,9 @@ class Layer:
         expand: Callable[[Any], Any],
     ) -> None:
         self.recorders = recorders
-        self.single = recorders[0] if len(recorders) == 1 else None
+        # The usual case, one capture entered outside any asyncio task: the pack appends to it
+        # directly (a capture's task is set when it is entered, before its layers are pushed).
+        self.single = recorders[0] if len(recorders) == 1 and recorders[0].task is None else None
         self.delegate_pack, self.delegate_unpack = delegate if delegate is not None else (None, None)
         self.hook = hook
         self.expand = expand
@@ -365,9 +367,9 @@ class Layer:
             self._describe(rec, t, state)
         rec.output_nr = None
         rec.is_output = False
-        rec.version = -1
+        version = -1
         try:
-            rec.version = t._version
+            version = t._version
             if not t.is_leaf:
                 rec.output_nr = t.output_nr
                 # An output of the node being built (tanh, relu, exp save their result) has that
@@ -380,6 +382,7 @@ class Layer:
                     t = t.detach()
         except Exception:  # noqa: BLE001 - an object torch cannot version or detach: keep it as given
             pass
+        rec.version = version
         saved.value = t
         rec.frame = state.frame
         if state.context is not None:
@@ -388,7 +391,7 @@ class Layer:
             rec.source = user_frame()
         single = self.single
         if single is not None:
-            if single.active and (single.task is None or single in TASK_CAPTURES.get()):
+            if single.active:
                 single.records.append(rec)
         else:
             self._file(rec)
@@ -479,7 +482,8 @@ class Layer:
             return self.delegate_unpack(saved.value)
         value = saved.value
         rec = saved.rec
-        if rec.output_nr is not None and not rec.is_output and value.grad_fn is None and _unpacked_for_nobody():
+        # is_leaf: grad_fn is None, without making the node's Python object
+        if rec.output_nr is not None and not rec.is_output and value.is_leaf and _unpacked_for_nobody():
             raise RuntimeError(DETACHED_INPLACE)
         if value._version != rec.version:
             raise RuntimeError(version_error(value, rec))
