@@ -313,8 +313,11 @@ class Layer:
         self.hook = hook
         self.expand = expand
         self.state = _local.state
-        timed = [cap for cap in recorders if cap.track_peak]
-        self.on_release = _releaser(timed) if timed else None
+        self.on_release = None
+        for cap in recorders:  # no list is built in the usual case (no capture tracks the peak)
+            if cap.track_peak:
+                self.on_release = _releaser([c for c in recorders if c.track_peak])
+                break
 
     @property
     def pack(self) -> Callable[[Any], Any]:
