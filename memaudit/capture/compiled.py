@@ -103,11 +103,19 @@ _entered = 0
 def enter() -> None:
     """A capture starts: Dynamo, whenever it is imported, never compiles memaudit's hooks."""
     global _entered, _finder
+    if _registered:  # the usual case: Dynamo was imported and seen before. Nothing is counted (the
+        # count only says when to take the import finder out); the callbacks are registered again
+        # if torch._dynamo.reset() dropped them, and only modules loaded since need skipping.
+        callbacks = _callbacks
+        if len(sys.modules) != _modules_seen or (
+                callbacks is not None and _started not in getattr(callbacks, "start_callbacks", ())):
+            with _lock:
+                _register()
+                _skip_memaudit()
+        return
     with _lock:
         _entered += 1
-        if _registered:  # the usual case: Dynamo was imported and seen before (its callbacks are
-            _skip_memaudit()  # checked where they matter: watch() and registered())
-        elif "torch._dynamo" in sys.modules:
+        if "torch._dynamo" in sys.modules:
             _register()
             _skip_memaudit()  # modules loaded since (a classifier)
         elif _finder is None:
@@ -118,6 +126,8 @@ def enter() -> None:
 def exit() -> None:  # noqa: A001 - enter/exit of a capture
     """A capture ends; the last one takes the import finder out again."""
     global _entered, _finder
+    if _registered and _finder is None:  # Dynamo is imported: no finder to take out, nothing counted
+        return
     with _lock:
         _entered -= 1
         if _entered <= 0:
