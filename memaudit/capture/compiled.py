@@ -27,10 +27,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import torch.nn.modules.module as _mm
+
 _lock = threading.RLock()
 _hide: Callable[[], None] | None = None
 _show: Callable[[], None] | None = None
 _registered = False
+_callbacks: Any = None  # torch._dynamo.callback_handler, once Dynamo is imported
 _finder: _DynamoImport | None = None
 
 OPTIMIZED_MODULE: list[type] = []
@@ -100,6 +103,16 @@ _entered = 0
 def enter() -> None:
     """A capture starts: Dynamo, whenever it is imported, never compiles memaudit's hooks."""
     global _entered, _finder
+    if _registered:  # the usual case: Dynamo was imported and seen before. Nothing is counted (the
+        # count only says when to take the import finder out); the callbacks are registered again
+        # if torch._dynamo.reset() dropped them, and only modules loaded since need skipping.
+        callbacks = _callbacks
+        if len(sys.modules) != _modules_seen or (
+                callbacks is not None and _started not in getattr(callbacks, "start_callbacks", ())):
+            with _lock:
+                _register()
+                _skip_memaudit()
+        return
     with _lock:
         _entered += 1
         if "torch._dynamo" in sys.modules:
@@ -113,6 +126,8 @@ def enter() -> None:
 def exit() -> None:  # noqa: A001 - enter/exit of a capture
     """A capture ends; the last one takes the import finder out again."""
     global _entered, _finder
+    if _registered and _finder is None:  # Dynamo is imported: no finder to take out, nothing counted
+        return
     with _lock:
         _entered -= 1
         if _entered <= 0:
@@ -146,15 +161,16 @@ def unwatch() -> None:
 def _register() -> None:
     """Dynamo is imported: skip memaudit's hook frames, and register the compile callbacks (they do
     nothing while no capture names modules; ``torch._dynamo.reset()`` drops them, so this checks)."""
-    global _registered
-    dynamo = sys.modules["torch._dynamo"]
+    global _registered, _callbacks
     if not _registered:
+        dynamo = sys.modules["torch._dynamo"]
         _skip_memaudit()
         optimized = getattr(getattr(dynamo, "eval_frame", None), "OptimizedModule", None)
         if optimized is not None and not OPTIMIZED_MODULE:
             OPTIMIZED_MODULE.append(optimized)
+        _callbacks = getattr(dynamo, "callback_handler", None)  # one object for the process (reset() clears it)
         _registered = True
-    callbacks = getattr(dynamo, "callback_handler", None)
+    callbacks = _callbacks
     if callbacks is not None and _started not in getattr(callbacks, "start_callbacks", ()):
         callbacks.register_start_callback(_started)
         callbacks.register_end_callback(_ended)
@@ -181,6 +197,21 @@ def _ended(args: Any) -> None:
 
 
 _original_has_hook: Callable[[], Any] | None = None
+_OURS = "memaudit.capture.modules"
+
+
+def _has_any_global_hook() -> Any:
+    """torch's ``_has_any_global_hook``, not counting memaudit's two module hooks (installed while
+    they are registered: see :func:`_discount_our_hooks`)."""
+    ours_pre = ours_post = 0
+    for hook in _mm._global_forward_pre_hooks.values():
+        ours_pre += getattr(hook, "__module__", None) == _OURS
+    for hook in _mm._global_forward_hooks.values():
+        ours_post += getattr(hook, "__module__", None) == _OURS
+    return (_mm._global_backward_pre_hooks or _mm._global_backward_hooks
+            or getattr(_mm, "_global_forward_hooks_with_kwargs", None)
+            or len(_mm._global_forward_pre_hooks) > ours_pre or len(_mm._global_forward_hooks) > ours_post
+            or len(_mm._global_forward_hooks_always_called) > ours_post)
 
 
 def _discount_our_hooks() -> None:
@@ -188,34 +219,18 @@ def _discount_our_hooks() -> None:
     while memaudit's hooks are registered, that function answers as if they were not (no warnings
     filter: mutating the filters would re-arm every once-per-location warning in the process)."""
     global _original_has_hook
-    import torch.nn.modules.module as mm
-
     if _original_has_hook is not None:
         return
-    _original_has_hook = mm._has_any_global_hook
-
-    def _has_any_global_hook() -> Any:
-        ours_pre = ours_post = 0
-        for hook in mm._global_forward_pre_hooks.values():
-            ours_pre += getattr(hook, "__module__", None) == "memaudit.capture.modules"
-        for hook in mm._global_forward_hooks.values():
-            ours_post += getattr(hook, "__module__", None) == "memaudit.capture.modules"
-        return (mm._global_backward_pre_hooks or mm._global_backward_hooks
-                or getattr(mm, "_global_forward_hooks_with_kwargs", None)
-                or len(mm._global_forward_pre_hooks) > ours_pre or len(mm._global_forward_hooks) > ours_post
-                or len(mm._global_forward_hooks_always_called) > ours_post)
-
+    _original_has_hook = _mm._has_any_global_hook
     _has_any_global_hook.__wrapped__ = _original_has_hook  # type: ignore[attr-defined]
-    mm._has_any_global_hook = _has_any_global_hook
+    _mm._has_any_global_hook = _has_any_global_hook
 
 
 def _restore_hook_check() -> None:
     global _original_has_hook
-    import torch.nn.modules.module as mm
-
     if _original_has_hook is None:
         return
-    mm._has_any_global_hook = _original_has_hook
+    _mm._has_any_global_hook = _original_has_hook
     _original_has_hook = None
 
 

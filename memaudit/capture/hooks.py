@@ -306,14 +306,19 @@ class Layer:
         expand: Callable[[Any], Any],
     ) -> None:
         self.recorders = recorders
-        self.single = recorders[0] if len(recorders) == 1 else None
+        # The usual case, one capture entered outside any asyncio task: the pack appends to it
+        # directly (a capture's task is set when it is entered, before its layers are pushed).
+        self.single = recorders[0] if len(recorders) == 1 and recorders[0].task is None else None
         pair: tuple[Any, Any] = delegate if delegate is not None else (None, None)
         self.delegate_pack, self.delegate_unpack = pair
         self.hook = hook
         self.expand = expand
         self.state = _local.state
-        timed = [cap for cap in recorders if cap.track_peak]
-        self.on_release = _releaser(timed) if timed else None
+        self.on_release = None
+        for cap in recorders:  # no list is built in the usual case (no capture tracks the peak)
+            if cap.track_peak:
+                self.on_release = _releaser([c for c in recorders if c.track_peak])
+                break
 
     @property
     def pack(self) -> Callable[[Any], Any]:
@@ -366,9 +371,9 @@ class Layer:
             self._describe(rec, t, state)
         rec.output_nr = None
         rec.is_output = False
-        rec.version = -1
+        version = -1
         try:
-            rec.version = t._version
+            version = t._version
             if not t.is_leaf:
                 rec.output_nr = t.output_nr
                 # An output of the node being built (tanh, relu, exp save their result) has that
@@ -381,6 +386,7 @@ class Layer:
                     t = t.detach()
         except Exception:  # noqa: BLE001 - an object torch cannot version or detach: keep it as given
             pass
+        rec.version = version
         saved.value = t
         rec.frame = state.frame
         if state.context is not None:
@@ -389,7 +395,7 @@ class Layer:
             rec.source = user_frame()
         single = self.single
         if single is not None:
-            if single.active and (single.task is None or single in TASK_CAPTURES.get()):
+            if single.active:
                 single.records.append(rec)
         else:
             self._file(rec)
@@ -480,7 +486,8 @@ class Layer:
             return self.delegate_unpack(saved.value)
         value = saved.value
         rec = saved.rec
-        if rec.output_nr is not None and not rec.is_output and value.grad_fn is None and _unpacked_for_nobody():
+        # is_leaf: grad_fn is None, without making the node's Python object
+        if rec.output_nr is not None and not rec.is_output and value.is_leaf and _unpacked_for_nobody():
             raise RuntimeError(DETACHED_INPLACE)
         if value._version != rec.version:
             raise RuntimeError(version_error(value, rec))

@@ -37,6 +37,7 @@ from memaudit.capture.hooks import ThreadState, thread_local
 
 _next_sequence_nr = getattr(_autograd_c, "_get_sequence_nr", lambda: -1)
 _Tensor = torch.Tensor
+_wref = weakref.ref
 _compiling = torch.compiler.is_compiling
 """True while Dynamo traces (it folds this call to a constant): the hooks then trace as no-ops, so
 that a compiled module's graphs are those of a bare run (no graph break, no extra guard)."""
@@ -223,8 +224,11 @@ def _pre(module: torch.nn.Module, args: Any) -> None:
         parent = frames[-1] if frames else None
         inputs: tuple[Any, ...] = ()
         for a in args:
-            if isinstance(a, _Tensor):
-                inputs += (_input_storage(a),)
+            if isinstance(a, _Tensor):  # a weak reference to its storage (None where it has none)
+                try:
+                    inputs += (_wref(a.untyped_storage()),)
+                except Exception:  # noqa: BLE001 - a subclass without a storage
+                    inputs += (None,)
         if parent is not None and parent.module_id == mid:  # the module a compiled wrapper wraps: the same call
             name = parent.name
         else:
@@ -236,14 +240,6 @@ def _pre(module: torch.nn.Module, args: Any) -> None:
         st.frame = frame
     except Exception:  # noqa: BLE001 - never raise into the user's forward
         pass
-
-
-def _input_storage(t: torch.Tensor) -> Any:
-    """A weak reference to the storage of a tensor argument (None where it has none)."""
-    try:
-        return weakref.ref(t.untyped_storage())
-    except Exception:  # noqa: BLE001 - a subclass without a storage
-        return None
 
 
 def _post(module: torch.nn.Module, args: Any, output: Any) -> None:

@@ -250,8 +250,8 @@ class Capture:
         self._other_threads = True
 
     def _push(self, hold_module_hooks: bool = True) -> None:
-        self._regions.setdefault(threading.get_ident(), []).append([_probe_sequence_nr(), None])
         tid = threading.get_ident()
+        self._regions.setdefault(tid, []).append([_probe_sequence_nr(), None])
         self._threads.add(tid)
         hold = self.modules and hold_module_hooks
         if hold:
@@ -271,21 +271,26 @@ class Capture:
         if self.modules:
             st.tracking += 1
         mine = self._spans.setdefault(tid, [])
-        if not any(spans is st.spans for spans in mine):
-            mine.append(st.spans)
+        spans = st.spans
+        for known in mine:
+            if known is spans:
+                break
+        else:
+            mine.append(spans)
         self._note_threads()
 
-    def _close_region(self) -> None:
-        for region in reversed(self._regions.get(threading.get_ident(), [])):
+    def _close_region(self, tid: int) -> None:
+        for region in reversed(self._regions.get(tid, [])):
             if region[1] is None:
                 region[1] = _probe_sequence_nr()
                 return
 
     def _pop(self) -> None:
         self._note_threads()
-        layers = self._layers.get(threading.get_ident())
+        tid = threading.get_ident()
+        layers = self._layers.get(tid)
         if not layers:  # this thread's push failed (hooks disabled here): there is no pair to pop
-            self._close_region()
+            self._close_region(tid)
             return
         try:
             stack.pop_capture(self)
@@ -299,10 +304,10 @@ class Capture:
                     st.sources -= 1
                 if self.modules:
                     st.tracking -= 1
-                held = self._held.get(threading.get_ident())
+                held = self._held.get(tid)
                 if held and held.pop():
                     modules.release()
-            self._close_region()
+            self._close_region(tid)
 
     @property
     def hook_pair(self) -> tuple[Any, Any]:
