@@ -578,7 +578,8 @@ def _ideal_scale_bytes(recipe: str, m: int, k: int, orientation: str, block_dim:
     return (_blocks(m, k, 1, block) if orientation == "rowwise" else _blocks(m, k, block, 1)) * item
 
 
-@pytest.mark.parametrize(("recipe", "m", "k"), [("mxfp8", 100, 70), ("nvfp4", 48, 40), ("fp8-block", 300, 130)])
+@pytest.mark.parametrize(("recipe", "m", "k"), [("mxfp8", 100, 70), ("nvfp4", 48, 40), ("fp8-block", 300, 130),
+                                                     ("fp8-block", 257, 386)])  # 257 and 386 take one more 128-block than 129-blocks
 def test_unpadded_scale_elements_are_one_per_block(recipe: str, m: int, k: int) -> None:
     from memaudit.te.estimate.shapes import unpadded_scale_elems
 
@@ -782,3 +783,15 @@ def test_a_fused_flag_on_one_side_only_names_both_sides() -> None:
     back = compare_reports(cur, base)
     g = next(f for f in back.cases if f.id == TE_BF16).findings[0]
     assert "(the baseline case has none; baseline none, current false)" in g.text and g.failing
+
+
+def test_group_0_sorts_before_group_1_whatever_order_the_rows_come_in() -> None:
+    """Rows in groups 8, 1, 0 (a set of them iterates 8, 1, 0): the buckets are in group order, 0 first."""
+    b = Rows()
+    for g in (8, 1, 0, 8, 1, 8):
+        b.add("fc1.input", "data", "fp8", [8], "uint8", 8, group=g)
+    case = make_case("fp8-current", 9, b.rows, tokens=9 * 16)
+    v = evaluate_rule(rule(Count("==", 99, per="group"), Selection(operand=("fc1.input",))), case)
+    assert v.actual == "group 0: 1, group 1: 2, group 8: 3"
+    og = evaluate_rule(rule(Count("==", 99, per="operand,group"), Selection(operand=("fc1.input",))), case)
+    assert og.actual == "fc1.input[0]: 1, fc1.input[1]: 2, fc1.input[8]: 3"
