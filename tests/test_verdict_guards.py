@@ -795,3 +795,21 @@ def test_group_0_sorts_before_group_1_whatever_order_the_rows_come_in() -> None:
     assert v.actual == "group 0: 1, group 1: 2, group 8: 3"
     og = evaluate_rule(rule(Count("==", 99, per="operand,group"), Selection(operand=("fc1.input",))), case)
     assert og.actual == "fc1.input[0]: 1, fc1.input[1]: 2, fc1.input[8]: 3"
+
+
+@pytest.mark.parametrize("cid_len", [None, 200, 201])
+def test_a_key_named_twice_is_named_by_its_case_id_and_row_position(tmp_path: Path, cid_len: int | None) -> None:
+    """A duplicate key in a row: the case by its id (up to 200 characters, else by position); the row
+    by its position, even where the row holds an ``id`` of its own."""
+    d = json.loads(sample_report().to_json())
+    if cid_len is not None:
+        d["cases"][0]["id"] = "c" * cid_len
+    cid = d["cases"][0]["id"]
+    d["cases"][0]["rows"][1]["id"] = "q"
+    d["cases"][0]["rows"][1]["MARK"] = 1
+    (tmp_path / "r.json").write_text(json.dumps(d).replace('"MARK": 1', '"zz": 1, "zz": 2'), encoding="utf-8")
+    case = f"[{cid}]" if len(cid) <= 200 else "[0]"
+    with pytest.raises(UsageError) as err:
+        load_report(tmp_path / "r.json")
+    assert f"key 'zz' appears twice in cases{case}.rows[1] " in str(err.value)
+    assert err.value.key == f"cases{case}.rows[1].zz"
