@@ -813,3 +813,25 @@ def test_a_key_named_twice_is_named_by_its_case_id_and_row_position(tmp_path: Pa
         load_report(tmp_path / "r.json")
     assert f"key 'zz' appears twice in cases{case}.rows[1] " in str(err.value)
     assert err.value.key == f"cases{case}.rows[1].zz"
+
+
+@pytest.mark.parametrize("recipe", ["bf16", "fp8-current", "mxfp8", "nvfp4"])
+def test_estimated_weights_share_one_packed_storage_only_for_bf16(recipe: str) -> None:
+    """TE packs BF16 weights into one (G, N, K) buffer (grouped_linear.py reset_parameters); quantized
+    weights are one allocation per buffer. Storages are numbered s0, s1, ... as rows first hold them."""
+    from memaudit.te.estimate import estimate, make_spec
+
+    g, hidden, ffn = 3, 128, 64
+    case = estimate(make_spec(recipe, 128 * g, hidden, ffn, g), path="unfused-split", arch="sm100")
+    fc1 = [r for r in case.rows if (r.operand or "").startswith("fc1.weight[") and r.kind in ("tensor", "data")]
+    if recipe == "bf16":
+        assert len({r.storage for r in fc1}) == 1
+        assert [r.storage_offset for r in fc1] == [i * 2 * ffn * hidden * 2 for i in range(g)]
+        assert {r.storage_bytes for r in fc1} == {g * 2 * ffn * hidden * 2}
+    else:
+        assert len({r.storage for r in fc1}) == len(fc1) >= g
+    first_seen: list[str] = []
+    for r in case.rows:
+        if r.storage is not None and r.storage not in first_seen:
+            first_seen.append(r.storage)
+    assert sorted(first_seen, key=lambda s: int(s[1:])) == [f"s{i}" for i in range(len(first_seen))]
