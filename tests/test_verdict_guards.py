@@ -835,3 +835,13 @@ def test_estimated_weights_share_one_packed_storage_only_for_bf16(recipe: str) -
         if r.storage is not None and r.storage not in first_seen:
             first_seen.append(r.storage)
     assert sorted(first_seen, key=lambda s: int(s[1:])) == [f"s{i}" for i in range(len(first_seen))]
+
+
+def test_the_unfused_scales_row_says_when_it_is_a_copy_of_probs_in_another_dtype() -> None:
+    from memaudit.te.estimate import estimate, make_spec
+
+    note = "ScaledSwiGLU saves scales = maybe_dequantize(probs, FC1 dtype) (swiglu.py:541,552)"
+    for probs, want in (("float32", note + "; a bfloat16 copy of float32 probs"), ("bfloat16", note)):
+        case = estimate(make_spec("bf16", 256, 128, 64, 2), path="unfused-grouped", probs_dtype=probs)
+        (scales,) = [r for r in case.rows if r.operand == "activation.scales"]
+        assert (scales.dtype, scales.note) == ("bfloat16", want)
