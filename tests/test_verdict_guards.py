@@ -845,3 +845,14 @@ def test_the_unfused_scales_row_says_when_it_is_a_copy_of_probs_in_another_dtype
         case = estimate(make_spec("bf16", 256, 128, 64, 2), path="unfused-grouped", probs_dtype=probs)
         (scales,) = [r for r in case.rows if r.operand == "activation.scales"]
         assert (scales.dtype, scales.note) == ("bfloat16", want)
+
+
+def test_a_grouped_input_row_names_the_te_file_that_quantized_it() -> None:
+    """The fused op quantizes its input in grouped_mlp.py, the unfused grouped path in grouped_linear.py."""
+    from memaudit.te.estimate import estimate, make_spec
+
+    for path, where in (("fused", "grouped_mlp.py:326"), ("unfused-grouped", "grouped_linear.py:1372")):
+        case = estimate(make_spec("mxfp8", 256, 128, 128, 2), path=path, arch="sm100")
+        notes = {r.slot: r.note for r in case.rows if r.operand == "fc1.input"}
+        for slot in ("columnwise_data", "columnwise_scale_inv"):
+            assert notes[slot] == f"tex.group_quantize, scales sized from totals ({where}; csrc/quantizer.cpp create_grouped_tensor)"
