@@ -856,3 +856,13 @@ def test_a_grouped_input_row_names_the_te_file_that_quantized_it() -> None:
         notes = {r.slot: r.note for r in case.rows if r.operand == "fc1.input"}
         for slot in ("columnwise_data", "columnwise_scale_inv"):
             assert notes[slot] == f"tex.group_quantize, scales sized from totals ({where}; csrc/quantizer.cpp create_grouped_tensor)"
+
+
+def test_a_failing_group_shows_the_rows_of_that_group_only() -> None:
+    """Group 0 holds its rowwise row (passes); group 2 and the ungrouped scale fail: the rows shown
+    are theirs (the group-2 transpose, the scale), never group 0's."""
+    case = _bucket_case()
+    v = evaluate_rule(rule(Count(">=", 1, per="group"), Selection(operand=("fc1.input",), orientation=("rowwise",))), case)
+    assert v.verdict == "fail" and v.actual == "group 2: 0, group None: 0"
+    shown = v.message.split("did not match:\n")[1].splitlines()
+    assert [line.split()[0] for line in shown] == ["#2", "#7"]
