@@ -356,9 +356,10 @@ def tests_of(mapping: dict[str, Any], m: Mutant) -> list[str]:
 
 
 # ---- running one mutant -------------------------------------------------------------------------------
-SNAPSHOT = ("memaudit", "tests", "bench", "reports", "scenarios", "pyproject.toml")
+SNAPSHOT = ("memaudit", "tests", "bench", "reports", "scenarios", "pyproject.toml", "README.md", "docs", ".github", "action.yml")
 """What a mutant's tests run in: a copy of the checkout made when the run starts, so that editing
-the working tree during a run changes nothing (the mutated module is a file of this copy)."""
+the working tree during a run changes nothing (the mutated module is a file of this copy). Every
+file a test reads must be here: a test that cannot be collected is an error, not a kill."""
 
 
 def snapshot(work: Path) -> Path:
@@ -368,11 +369,24 @@ def snapshot(work: Path) -> Path:
     tree.mkdir(parents=True)
     for name in SNAPSHOT:
         src = ROOT / name
+        if not src.exists():
+            continue
         if src.is_dir():
             shutil.copytree(src, tree / name, ignore=shutil.ignore_patterns("__pycache__", ".mutation-cache"))
         else:
             shutil.copy2(src, tree / name)
     return tree
+
+
+CONTROL = {"collects": False}
+"""Whether the unmutated snapshot collects the whole suite (checked once per run, in :func:`main`)."""
+
+
+def control_collects(tree: Path) -> bool:
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "tests"],
+                          cwd=tree, env=env, capture_output=True, text=True)
+    return proc.returncode == 0
 
 
 def run_mutant(m: Mutant, tests: list[str], tree: Path, timeout: float) -> dict[str, Any]:
@@ -400,8 +414,15 @@ def run_mutant(m: Mutant, tests: list[str], tree: Path, timeout: float) -> dict[
         status = "survived"
     elif code == 5:
         status = "no tests"
-    else:
+    elif code in (1, -1):  # a test failed, or the tests never finished
         status = "killed"
+    elif code in (2, 4) and CONTROL["collects"]:
+        # the tests could not be collected (a test id parametrized from what memaudit reads went
+        # missing): the unmutated snapshot collects every test, so the mutant broke it
+        status = "killed"
+        killer = killer or f"collection (pytest exit {code}; the unmutated snapshot collects)"
+    else:  # the tests did not judge the mutant (the snapshot itself fails to collect, an internal error)
+        status = "error"
     return {"status": status, "exit": code, "seconds": round(took, 1), "killed_by": killer if status == "killed" else None,
             "tests": len(tests)}
 
@@ -593,7 +614,8 @@ def load_notes() -> dict[str, dict[str, str]]:
 def summarize(results: list[dict[str, Any]], notes: dict[str, dict[str, str]]) -> dict[str, dict[str, Any]]:
     per: dict[str, dict[str, Any]] = {}
     for r in results:
-        s = per.setdefault(r["module"], {"sampled": 0, "killed": 0, "survived": 0, "equivalent": 0, "no_tests": 0, "invalid": 0})
+        s = per.setdefault(r["module"], {"sampled": 0, "killed": 0, "survived": 0, "equivalent": 0, "no_tests": 0, "invalid": 0,
+                                             "error": 0})
         s["sampled"] += 1
         note = notes.get(r["key"], {})
         if r["status"] == "survived" and note.get("equivalent"):
@@ -604,10 +626,12 @@ def summarize(results: list[dict[str, Any]], notes: dict[str, dict[str, str]]) -
             s["no_tests"] += 1  # no test executes the function: a survivor
         elif r["status"] == "invalid":
             s["invalid"] += 1
+        elif r["status"] == "error":
+            s["error"] += 1  # the tests could not run (not collected): not judged, so not killed
         else:
             s["killed"] += 1
     for s in per.values():
-        counted = s["killed"] + s["survived"] + s["no_tests"]
+        counted = s["killed"] + s["survived"] + s["no_tests"] + s["error"]
         s["score"] = round(s["killed"] / counted, 3) if counted else None
         s["met"] = s["score"] is not None and s["score"] >= GOAL
     return per
@@ -629,24 +653,24 @@ def markdown(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         f"Run: {meta['when']}, {meta['seconds']:.0f} s on {meta['cpus']} cores"
         + (f" ({meta['rerun']} survivors of the full run run again after new tests, with a fresh trace)." if meta.get("rerun") else "."),
         "",
-        "| module | sampled | killed | survived | equivalent | no test runs it | score | goal met |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
+        "| module | sampled | killed | survived | equivalent | no test runs it | tests not run (error) | score | goal met |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     total = {"killed": 0, "counted": 0}
     for mod in MODULES:
         s = per.get(mod)
         if not s:
             continue
-        counted = s["killed"] + s["survived"] + s["no_tests"]
+        counted = s["killed"] + s["survived"] + s["no_tests"] + s.get("error", 0)
         total["killed"] += s["killed"]
         total["counted"] += counted
         score = f"{s['score']:.0%}" if s["score"] is not None else "-"
         lines.append(f"| `{mod.removeprefix('memaudit/')}` | {s['sampled']} | {s['killed']} | {s['survived']} | {s['equivalent']} | "
-                     f"{s['no_tests']} | {score} | {'yes' if s['met'] else '**no**'} |")
+                     f"{s['no_tests']} | {s.get('error', 0)} | {score} | {'yes' if s['met'] else '**no**'} |")
     if total["counted"]:
         lines += ["", f"Overall: {total['killed']} of {total['counted']} non-equivalent mutants killed "
                       f"({total['killed'] / total['counted']:.1%})."]
-    survivors = [r for r in results if r["status"] in ("survived", "no tests")]
+    survivors = [r for r in results if r["status"] in ("survived", "no tests", "error")]
     lines += ["", "## Survivors", "", "Each with why it is equivalent (counted out of the score) or the gap it shows.", "",
               "| module | function | mutant | why |", "|---|---|---|---|"]
     for r in sorted(survivors, key=lambda r: (MODULES.index(r["module"]), r["line"])):
@@ -700,6 +724,8 @@ def main(argv: list[str] | None = None) -> int:
             print(m.key, m.start[0], m.describe())
         return 0
     tree = snapshot(args.cache)
+    CONTROL["collects"] = control_collects(tree)
+    print(f"the unmutated snapshot {'collects' if CONTROL['collects'] else 'does NOT collect'} the suite", flush=True)
     results = []
     start = time.perf_counter()
     if args.isolated:

@@ -111,6 +111,19 @@ def test_scale_shape_matches_te(cpu_shims, recipe: str, block_dim: int) -> None:
     assert checked == 2 * len(DIMS) ** 2
 
 
+@pytest.mark.parametrize("block_dim", [1, 2])
+def test_block_fp8_scale_shapes_match_te_where_a_dim_is_not_a_multiple_of_128(cpu_shims, block_dim: int) -> None:
+    """Block FP8 takes any shape: dims that need one more 128-block than 129-blocks (257, 386) and
+    ones just past a multiple of 128 (129, 16513), in both places of the shape."""
+    q = _quantizer("fp8-block", block_dim=block_dim)
+    dims = [129, 257, 386, 16512, 16513]
+    for m in dims:
+        for k in dims:
+            for col in (False, True):
+                assert tuple(q.get_scale_shape((m, k), col)) == scale_shape("fp8-block", m, k, col, block_dim=block_dim), (
+                    block_dim, m, k, col)
+
+
 # ---- make_empty / prepare_for_saving / update_usage ----------------------------------------------
 def _sample_shapes(mult: int, n: int, seed: int) -> list[tuple[int, int]]:
     rng = random.Random(seed)

@@ -158,3 +158,26 @@ def test_the_allocator_check_is_given_every_device_storage_the_rows_name() -> No
     assert case.allocator == {"hidden_bytes": 0}
     assert sorted(n for _, n in seen[0].values()) == sorted({r.storage: r.storage_bytes for r in case.rows if r.storage}.values())
     assert len(seen[0]) == len({r.storage for r in case.rows if r.storage})
+
+
+@pytest.mark.parametrize("kind", ["list", "tuple", "dict"])
+@pytest.mark.parametrize(("levels", "resides"), [(3, "device"), (4, "unknown")])
+def test_a_pairs_payload_of_one_container_kind_is_searched_three_levels_deep(kind: str, levels: int, resides: str) -> None:
+    """The same limit whatever the containers are: three lists (tuples, dicts) deep is found, four is not."""
+    def wrap(t: torch.Tensor) -> object:
+        x: object = t.clone()
+        for _ in range(levels):
+            x = [x] if kind == "list" else (x,) if kind == "tuple" else {"k": x}
+        return x
+
+    def unwrap(x: object) -> torch.Tensor:
+        while not isinstance(x, torch.Tensor):
+            x = x["k"] if isinstance(x, dict) else x[0]  # type: ignore[index]
+        return x
+
+    a = torch.randn(5, requires_grad=True)
+    with capture() as cap, torch.autograd.graph.saved_tensors_hooks(wrap, unwrap):
+        y = a.sin()
+    case = cap.report(outputs=y)
+    assert {r.resides for r in case.rows} == {resides}
+    assert case.complete is (resides != "unknown")

@@ -581,7 +581,8 @@ def _ideal_scale_bytes(recipe: str, m: int, k: int, orientation: str, block_dim:
     return (_blocks(m, k, 1, block) if orientation == "rowwise" else _blocks(m, k, block, 1)) * item
 
 
-@pytest.mark.parametrize(("recipe", "m", "k"), [("mxfp8", 100, 70), ("nvfp4", 48, 40), ("fp8-block", 300, 130)])
+@pytest.mark.parametrize(("recipe", "m", "k"), [("mxfp8", 100, 70), ("nvfp4", 48, 40), ("fp8-block", 300, 130),
+                                                     ("fp8-block", 257, 386)])  # 257 and 386 take one more 128-block than 129-blocks
 def test_unpadded_scale_elements_are_one_per_block(recipe: str, m: int, k: int) -> None:
     from memaudit.te.estimate.shapes import unpadded_scale_elems
 
@@ -785,3 +786,86 @@ def test_a_fused_flag_on_one_side_only_names_both_sides() -> None:
     back = compare_reports(cur, base)
     g = next(f for f in back.cases if f.id == TE_BF16).findings[0]
     assert "(the baseline case has none; baseline none, current false)" in g.text and g.failing
+
+
+def test_group_0_sorts_before_group_1_whatever_order_the_rows_come_in() -> None:
+    """Rows in groups 8, 1, 0 (a set of them iterates 8, 1, 0): the buckets are in group order, 0 first."""
+    b = Rows()
+    for g in (8, 1, 0, 8, 1, 8):
+        b.add("fc1.input", "data", "fp8", [8], "uint8", 8, group=g)
+    case = make_case("fp8-current", 9, b.rows, tokens=9 * 16)
+    v = evaluate_rule(rule(Count("==", 99, per="group"), Selection(operand=("fc1.input",))), case)
+    assert v.actual == "group 0: 1, group 1: 2, group 8: 3"
+    og = evaluate_rule(rule(Count("==", 99, per="operand,group"), Selection(operand=("fc1.input",))), case)
+    assert og.actual == "fc1.input[0]: 1, fc1.input[1]: 2, fc1.input[8]: 3"
+
+
+@pytest.mark.parametrize("cid_len", [None, 200, 201])
+def test_a_key_named_twice_is_named_by_its_case_id_and_row_position(tmp_path: Path, cid_len: int | None) -> None:
+    """A duplicate key in a row: the case by its id (up to 200 characters, else by position); the row
+    by its position, even where the row holds an ``id`` of its own."""
+    d = json.loads(sample_report().to_json())
+    if cid_len is not None:
+        d["cases"][0]["id"] = "c" * cid_len
+    cid = d["cases"][0]["id"]
+    d["cases"][0]["rows"][1]["id"] = "q"
+    d["cases"][0]["rows"][1]["MARK"] = 1
+    (tmp_path / "r.json").write_text(json.dumps(d).replace('"MARK": 1', '"zz": 1, "zz": 2'), encoding="utf-8")
+    case = f"[{cid}]" if len(cid) <= 200 else "[0]"
+    with pytest.raises(UsageError) as err:
+        load_report(tmp_path / "r.json")
+    assert f"key 'zz' appears twice in cases{case}.rows[1] " in str(err.value)
+    assert err.value.key == f"cases{case}.rows[1].zz"
+
+
+@pytest.mark.parametrize("recipe", ["bf16", "fp8-current", "mxfp8", "nvfp4"])
+def test_estimated_weights_share_one_packed_storage_only_for_bf16(recipe: str) -> None:
+    """TE packs BF16 weights into one (G, N, K) buffer (grouped_linear.py reset_parameters); quantized
+    weights are one allocation per buffer. Storages are numbered s0, s1, ... as rows first hold them."""
+    from memaudit.te.estimate import estimate, make_spec
+
+    g, hidden, ffn = 3, 128, 64
+    case = estimate(make_spec(recipe, 128 * g, hidden, ffn, g), path="unfused-split", arch="sm100")
+    fc1 = [r for r in case.rows if (r.operand or "").startswith("fc1.weight[") and r.kind in ("tensor", "data")]
+    if recipe == "bf16":
+        assert len({r.storage for r in fc1}) == 1
+        assert [r.storage_offset for r in fc1] == [i * 2 * ffn * hidden * 2 for i in range(g)]
+        assert {r.storage_bytes for r in fc1} == {g * 2 * ffn * hidden * 2}
+    else:
+        assert len({r.storage for r in fc1}) == len(fc1) >= g
+    first_seen: list[str] = []
+    for r in case.rows:
+        if r.storage is not None and r.storage not in first_seen:
+            first_seen.append(r.storage)
+    assert sorted(first_seen, key=lambda s: int(s[1:])) == [f"s{i}" for i in range(len(first_seen))]
+
+
+def test_the_unfused_scales_row_says_when_it_is_a_copy_of_probs_in_another_dtype() -> None:
+    from memaudit.te.estimate import estimate, make_spec
+
+    note = "ScaledSwiGLU saves scales = maybe_dequantize(probs, FC1 dtype) (swiglu.py:541,552)"
+    for probs, want in (("float32", note + "; a bfloat16 copy of float32 probs"), ("bfloat16", note)):
+        case = estimate(make_spec("bf16", 256, 128, 64, 2), path="unfused-grouped", probs_dtype=probs)
+        (scales,) = [r for r in case.rows if r.operand == "activation.scales"]
+        assert (scales.dtype, scales.note) == ("bfloat16", want)
+
+
+def test_a_grouped_input_row_names_the_te_file_that_quantized_it() -> None:
+    """The fused op quantizes its input in grouped_mlp.py, the unfused grouped path in grouped_linear.py."""
+    from memaudit.te.estimate import estimate, make_spec
+
+    for path, where in (("fused", "grouped_mlp.py:326"), ("unfused-grouped", "grouped_linear.py:1372")):
+        case = estimate(make_spec("mxfp8", 256, 128, 128, 2), path=path, arch="sm100")
+        notes = {r.slot: r.note for r in case.rows if r.operand == "fc1.input"}
+        for slot in ("columnwise_data", "columnwise_scale_inv"):
+            assert notes[slot] == f"tex.group_quantize, scales sized from totals ({where}; csrc/quantizer.cpp create_grouped_tensor)"
+
+
+def test_a_failing_group_shows_the_rows_of_that_group_only() -> None:
+    """Group 0 holds its rowwise row (passes); group 2 and the ungrouped scale fail: the rows shown
+    are theirs (the group-2 transpose, the scale), never group 0's."""
+    case = _bucket_case()
+    v = evaluate_rule(rule(Count(">=", 1, per="group"), Selection(operand=("fc1.input",), orientation=("rowwise",))), case)
+    assert v.verdict == "fail" and v.actual == "group 2: 0, group None: 0"
+    shown = v.message.split("did not match:\n")[1].splitlines()
+    assert [line.split()[0] for line in shown] == ["#2", "#7"]
