@@ -70,7 +70,10 @@ class EmulatedRun:
         old = os.environ.get(FUSED_ENV)
         os.environ[FUSED_ENV] = "1" if self.fused else "0"
         real = self.real()
-        table = {k: v for k, v in STANDINS.items() if k not in real}
+        from memaudit.te.emulate.families import standins
+        from memaudit.te.emulate.kernels import tex_functions
+
+        table = {k: v for k, v in standins(STANDINS, set(tex_functions())).items() if k not in real}
         try:
             with emulation(self.machine, table, CUDNN_STANDINS, real=real) as log:
                 self.log = log

@@ -68,12 +68,13 @@ def empty_quantized(quantizer: Any, shape: Sequence[int], dtype: torch.dtype, de
     """A quantized tensor of ``shape`` as the quantizer's C++ ``create_tensor`` allocates it
     (quantizer.cpp; storage class or wrapper as ``internal`` says), followed by the post-quantize
     swizzle ``tex.quantize`` applies (cast.cpp:79-84), holding the caller's quantizer."""
-    from transformer_engine.pytorch.dynamo.tensor_spec import TensorSpec
     from transformer_engine.pytorch.tensor.float8_tensor import Float8Quantizer
     from transformer_engine.pytorch.tensor.nvfp4_tensor import NVFP4Quantizer
 
+    from memaudit.te.emulate.families import by_constructor, has_tensor_spec
+
     shape = tuple(int(s) for s in shape)
-    if isinstance(quantizer, Float8Quantizer):
+    if isinstance(quantizer, Float8Quantizer) and has_tensor_spec():
         specs = _fp8_delayed_specs(quantizer, shape)
         inner = {k: torch.empty(s, dtype=d, device=device) for k, (s, d) in specs.items()}
         meta = {
@@ -83,8 +84,12 @@ def empty_quantized(quantizer: Any, shape: Sequence[int], dtype: torch.dtype, de
             "nontensor_kwargs": {"fp8_dtype": quantizer.dtype, "quantizer": quantizer, "fake_dtype": dtype},
         }
         out = meta["cls"].__tensor_unflatten__(inner, meta, shape, _contiguous_strides(shape))
-    else:
+    elif has_tensor_spec():
+        from transformer_engine.pytorch.dynamo.tensor_spec import TensorSpec
+
         out = TensorSpec(shape, dtype, quantizer, device=torch.device(device)).create_tensor()
+    else:  # TE 2.18 and older: no Python mirror; the same rules through the constructors
+        out = by_constructor(quantizer, shape, dtype, device)
     if isinstance(quantizer, NVFP4Quantizer):
         # C++ differs from the Python mirror (nvfp4_tensor.py:354-400) in two ways: the swizzle
         # flag follows the kernel rule, and a row-scaled columnwise amax has K entries.
@@ -278,10 +283,21 @@ def _ru(x: int, a: int) -> int:
 
 
 def nvfp4_group_quantize_with_amax(tensor: torch.Tensor, quantizer: Any, num_tensors: int, first_dims: Any,
-                                   last_dims: Any = None, *, rowwise_amax: torch.Tensor, columnwise_amax: torch.Tensor,
-                                   tensor_offsets: Any = None) -> Any:
+                                   *args: Any, rowwise_amax: torch.Tensor | None = None,
+                                   columnwise_amax: torch.Tensor | None = None, tensor_offsets: Any = None) -> Any:
     """``tex.nvfp4_group_quantize_with_amax`` (cast.cpp:429-503): as group_quantize, then the
-    caller's amaxes replace the allocated ones."""
+    caller's amaxes replace the allocated ones. TE 2.19 on: ``(..., first_dims, last_dims=None, *,
+    rowwise_amax, columnwise_amax, tensor_offsets)``; TE 2.17-2.18: ``(..., first_dims,
+    rowwise_amax, columnwise_amax, tensor_offsets=None)`` (grouped_mlp.py:200-208 in 2.17.1)."""
+    last_dims = None
+    if len(args) == 2 and rowwise_amax is None and columnwise_amax is None:
+        rowwise_amax, columnwise_amax = args
+    elif len(args) <= 1:
+        last_dims = args[0] if args else None
+    else:
+        raise TypeError(f"nvfp4_group_quantize_with_amax: {4 + len(args)} positional arguments fit no TE version's signature")
+    if rowwise_amax is None or columnwise_amax is None:
+        raise TypeError("nvfp4_group_quantize_with_amax: rowwise_amax and columnwise_amax are required")
     out = grouped_empty(tensor, quantizer, int(num_tensors), first_dims, last_dims, tensor_offsets)
     out.amax, out.columnwise_amax = rowwise_amax, columnwise_amax
     return out
