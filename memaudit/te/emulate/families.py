@@ -164,9 +164,31 @@ def swiglu(input: torch.Tensor, quantizer: Any) -> Any:  # noqa: A002 - TE's nam
     return empty_quantized(quantizer, shape, input.dtype, input.device)
 
 
+def get_device_pointer_for_data_and_scales(data_tensors: list[torch.Tensor], scale_tensors: list[torch.Tensor],
+                                           swizzle: bool = False, rowwise: bool = True, data_dtype: Any = None) -> tuple[Any, ...]:
+    """``tex.get_device_pointer_for_data_and_scales`` (TE 2.15-2.16 csrc/extensions/utils.cpp:51-162,
+    the fused MXFP8 op's discrete weights): int64 [G] data pointers and int64 [G] scale pointers,
+    each a device tensor of its own (``collect_pointers_in_device_tensor``), and the swizzled
+    scales' keep-alive buffer: one uint8 buffer of every scale tensor's bytes, each start rounded
+    up to 16 (an empty uint8 tensor without ``swizzle``)."""
+    g = len(data_tensors)
+    if g == 0:
+        raise ValueError("data_tensors must not be empty.")
+    device = data_tensors[0].device
+    if swizzle:
+        total = 0
+        for t in scale_tensors:
+            total = -(-total // 16) * 16 + int(t.numel())  # E8M0 / E4M3 scales: one byte each
+        keep = torch.empty(total, dtype=torch.uint8, device=device)
+    else:
+        keep = torch.empty(0, dtype=torch.uint8, device=device)
+    return (torch.empty(g, dtype=torch.int64, device=device), torch.empty(g, dtype=torch.int64, device=device), keep)
+
+
 FAMILY_STANDINS: dict[str, Callable[..., Any]] = {
     "splits_to_offsets": splits_to_offsets,
     "swiglu": swiglu,
+    "get_device_pointer_for_data_and_scales": get_device_pointer_for_data_and_scales,
 }
 """Entry points older TE Python reaches that TE 2.20.2's grouped-MLP forward does not."""
 
