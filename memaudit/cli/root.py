@@ -422,13 +422,14 @@ def doctor() -> None:
 
 def _register_commands() -> None:
     """Subcommands that live in memaudit/cli/: each module has ``register(app)``."""
-    from memaudit.cli import baseline, check, compare, estimate, plot
+    from memaudit.cli import baseline, check, compare, estimate, history, plot
 
     compare.register(app)
     baseline.register(app)
     check.register(app)
     estimate.register(app)
     plot.register(app)
+    history.register(app)
 
 
 _register_commands()

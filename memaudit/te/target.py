@@ -561,7 +561,7 @@ class TEGroupedMLPTarget:
         for group in getattr(model, "_module_groups", None) or ():
             for op, _idxs in getattr(group, "_forward_ops", ()):
                 forward_ops.append(type(op).__name__)
-        fused = any(name.startswith("GroupedMLP") for name in forward_ops)
+        fused = any("GroupedMLP" in name for name in forward_ops)  # ForwardGroupedMLP_... in TE 2.14-2.16
         if fused:
             return GroupedMLPPath(forward_ops, True, os.environ.get(FUSED_ENV, "0")).info()
         name, why = grouped_linear_path(spec, recipe, called)

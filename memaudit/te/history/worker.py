@@ -33,8 +33,13 @@ def run(request: dict[str, Any]) -> int:
     from memaudit.te.history.compat import load_tree
     from memaudit.te.history.sources import TESource
 
+    import os
+
+    from memaudit.te.target import FUSED_ENV
+
     out = Path(request["out"])
     source = TESource.read(Path(request["tree"]))
+    os.environ[FUSED_ENV] = "0"  # TE reads its fused switch at import; each emulated case sets its own
     try:
         loaded = load_tree(source.tree, source.version)
     except BaseException as exc:  # noqa: BLE001 - any failure to load is the version's error cell
