@@ -185,7 +185,21 @@ def get_device_pointer_for_data_and_scales(data_tensors: list[torch.Tensor], sca
     return (torch.empty(g, dtype=torch.int64, device=device), torch.empty(g, dtype=torch.int64, device=device), keep)
 
 
+def transform_and_copy_data_ptrs_to_device(transform_type: str, tensors: list[torch.Tensor], device: Any) -> tuple[Any, Any]:
+    """``tex.transform_and_copy_data_ptrs_to_device`` (main between PR #3048 and 2.17,
+    csrc/extensions/utils.cpp:41-150 at 920a7db1a): without a transform, the pointers only (int64
+    [G]) and None; with a ``uniform_*_swizzle``, the pointers of the swizzled scales and their one
+    uint8 buffer, each tensor's scale bytes (one byte per E8M0 / E4M3 scale) rounded up to 16."""
+    g = len(tensors)
+    ptrs = torch.empty(g, dtype=torch.int64, device=device)
+    if not transform_type or g == 0:
+        return ptrs, None
+    stride = -(-int(tensors[0].numel()) // 16) * 16
+    return ptrs, torch.empty(stride * g, dtype=torch.uint8, device=device)
+
+
 FAMILY_STANDINS: dict[str, Callable[..., Any]] = {
+    "transform_and_copy_data_ptrs_to_device": transform_and_copy_data_ptrs_to_device,
     "splits_to_offsets": splits_to_offsets,
     "swiglu": swiglu,
     "get_device_pointer_for_data_and_scales": get_device_pointer_for_data_and_scales,
