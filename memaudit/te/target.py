@@ -150,7 +150,9 @@ def why_fused_cannot_register(frontend: str | None = None) -> str | None:
         from transformer_engine.pytorch.ops.fused.grouped_mlp import GroupedMLP_CuTeGEMMGLU as Fused
     except ImportError as exc:
         try:  # TE 2.14-2.16: the forward-only fused op
-            from transformer_engine.pytorch.ops.fused.forward_grouped_mlp import ForwardGroupedMLP_CuTeGEMMSwiGLU_MXFP8 as Fused
+            from transformer_engine.pytorch.ops.fused.forward_grouped_mlp import (
+                ForwardGroupedMLP_CuTeGEMMSwiGLU_MXFP8 as Fused,
+            )
         except ImportError:
             return f"the fused grouped MLP does not import: {exc}"
     if not Fused.is_supported():
@@ -203,7 +205,9 @@ def grouped_linear_path(spec: CaseSpec, recipe: Any, called: frozenset[str] | No
     import torch
 
     try:
-        from transformer_engine.pytorch.ops.basic.grouped_linear import is_op_fuser_grouped_tensor_path_supported
+        from transformer_engine.pytorch.ops.basic.grouped_linear import (
+            is_op_fuser_grouped_tensor_path_supported,
+        )
     except ImportError:
         why = "this TE has no is_op_fuser_grouped_tensor_path_supported"
         seen = sorted(set(called or ()) & {*GROUPED_TENSOR_ENTRY_POINTS, *SPLIT_ENTRY_POINTS})

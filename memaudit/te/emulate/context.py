@@ -136,7 +136,7 @@ class Registration:
     kwargs: tuple[tuple[str, Any], ...]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def registrations(path: str) -> tuple[Registration, ...]:
     """The registrations a TE module makes at import time, read from its own source in order (so
     every TE version's fused ops register as that version registers them)."""

@@ -128,12 +128,23 @@ def _classes(q: Any) -> tuple[type, type]:
     return Float8TensorStorage, Float8Tensor
 
 
+BUFFERS = {
+    "MXFP8TensorStorage": ("rowwise_data", "rowwise_scale_inv", "columnwise_data", "columnwise_scale_inv"),
+    "NVFP4TensorStorage": ("rowwise_data", "rowwise_scale_inv", "columnwise_data", "columnwise_scale_inv",
+                           "amax_rowwise", "amax_columnwise"),
+    "Float8TensorStorage": ("data", "fp8_scale_inv", "data_transpose"),
+}
+"""Every buffer argument of the storage classes' constructors (None where not allocated)."""
+
+
 def by_constructor(q: Any, shape: tuple[int, ...], dtype: torch.dtype, device: Any) -> Any:
     """A quantizer's ``create_tensor`` output built with its classes' constructors (the storage
     class when the quantizer is ``internal``, else the tensor class), with a copy of the quantizer
     as TensorSpec holds (the caller sets the caller's own)."""
-    buffers = {k: torch.empty(s, dtype=d, device=device) for k, (s, d) in quantized_specs(q, shape).items()}
+    specs = quantized_specs(q, shape)
     storage, tensor = _classes(q)
+    names = BUFFERS[storage.__name__]
+    buffers = {k: torch.empty(specs[k][0], dtype=specs[k][1], device=device) if k in specs else None for k in names}
     copy = q.copy() if hasattr(q, "copy") else q
     kw = {**_nontensor(q), "quantizer": copy}
     if q.internal:

@@ -28,13 +28,12 @@ def _first_line(exc: BaseException) -> str:
 
 def run(request: dict[str, Any]) -> int:
     """Load the version, run its cases, write the report; the exit status."""
+    import os
+
     from memaudit.report import atomic_write_text
     from memaudit.te.history.cases import HistoryCase
     from memaudit.te.history.compat import load_tree
     from memaudit.te.history.sources import TESource
-
-    import os
-
     from memaudit.te.target import FUSED_ENV
 
     out = Path(request["out"])
