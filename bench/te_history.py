@@ -12,7 +12,9 @@ neighbouring versions on ``main``'s first-parent line (a release is its branch p
 (history.json, history.md, history.png). Changes of the same kind (same operands, kinds and
 orientations, same pair of versions) are bisected once, on one case; the commit found is then
 checked on every case of the group (its parent and it run each case: the saved state must differ),
-and a case where it does not is bisected on its own.
+and a case where it never does is bisected on its own. Where the state at the commit found is not
+yet the later version's, the bisect goes on from that commit: every commit that changed the case in
+the range is named, in order.
 
 ``timing`` measures, on this machine: one version (2.19.0) x the case list, as one worker process,
 median of 3; and the bisect over 2.16..2.17's first-parent line (83 commits), once.
@@ -112,30 +114,37 @@ def history(args: argparse.Namespace) -> int:
             continue
         todo = sorted(members, key=lambda m: (m.shape.get("tokens", 0), -m.groups, m.id))
         while todo:
-            rep = todo[0]
-            t0 = time.perf_counter()
-            try:
-                result = bisect(repo, good, bad, by_id[rep.id], cache)
-            except Exception as exc:  # noqa: BLE001 - recorded as the group's answer
-                bisects.append({"case": rep.id, "cases": [m.id for m in todo], "pair": [before, after], "good": good,
-                                "bad": bad, "commits": 0, "first": None, "candidates": [], "probes": [],
-                                "not_bisected": f"{type(exc).__name__}: {exc}"})
-                print(f"{before} -> {after}: {rep.id}: {exc}", flush=True)
-                break
-            d = result.to_dict()
-            d["pair"] = [before, after]
-            d["seconds"] = round(time.perf_counter() - t0, 1)
-            confirmed, others = [rep.id], []
-            if result.first is not None and len(todo) > 1:
-                rest = [by_id[m.id] for m in todo[1:]]
-                parent = result.last_old
-                s0, s1 = _state_at(repo, parent, rest, cache), _state_at(repo, result.first, rest, cache)
-                for m in todo[1:]:
-                    (confirmed if s0[m.id] != s1[m.id] else others).append(m.id)
-            d["cases"] = confirmed
-            bisects.append(d)
-            print(f"{before} -> {after}: {len(confirmed)} cases: {result.summary()} ({d['seconds']} s)", flush=True)
-            todo = [m for m in todo if m.id in others]
+            rep, rest = todo[0], todo[1:]
+            confirmed_any: set[str] = {rep.id}
+            lo = good
+            while True:  # every commit that changed the representative's state in the range, in order
+                t0 = time.perf_counter()
+                try:
+                    result = bisect(repo, lo, bad, by_id[rep.id], cache)
+                except Exception as exc:  # noqa: BLE001 - recorded as the group's answer
+                    bisects.append({"case": rep.id, "cases": [rep.id], "pair": [before, after], "good": lo, "bad": bad,
+                                    "commits": 0, "first": None, "candidates": [], "probes": [],
+                                    "not_bisected": f"{type(exc).__name__}: {exc}"})
+                    print(f"{before} -> {after}: {rep.id}: {exc}", flush=True)
+                    break
+                d = result.to_dict()
+                d["pair"] = [before, after]
+                d["seconds"] = round(time.perf_counter() - t0, 1)
+                confirmed = [rep.id]
+                if result.first is not None and rest:
+                    rcases = [by_id[m.id] for m in rest]
+                    s0 = _state_at(repo, result.last_old, rcases, cache)
+                    s1 = _state_at(repo, result.first, rcases, cache)
+                    confirmed += [m.id for m in rest if s0[m.id] != s1[m.id]]
+                confirmed_any.update(confirmed)
+                d["cases"] = confirmed
+                bisects.append(d)
+                print(f"{before} -> {after}: {len(confirmed)} cases: {result.summary()} ({d['seconds']} s)"
+                      + ("; changed again later" if result.changed_again else ""), flush=True)
+                if result.first is None or not result.changed_again:
+                    break
+                lo = result.first
+            todo = [m for m in rest if m.id not in confirmed_any]
     h.bisects = bisects
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,7 @@ saved bytes per version."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,16 @@ if TYPE_CHECKING:
 
     from memaudit.te.history.bisect import BisectResult
     from memaudit.te.history.model import History
+
+
+_PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._+()=/-]*")
+
+
+def label(text: Any) -> str:
+    """A version label or case id as markdown: as it is where it holds nothing markdown reads
+    (``2.17.1``, ``main``), else escaped."""
+    s = str(text)
+    return s if _PLAIN.fullmatch(s) else escape_md(s)
 
 
 def _cell_text(cell: Any) -> str:
@@ -31,7 +42,7 @@ def _case_label(c: Any) -> str:
 def _version_line(v: Any) -> str:
     src = v.source
     where = {"release": "wheel", "git": "git", "local": "local tree", "installed": "installed"}.get(src.get("kind"), src.get("kind", ""))
-    bits = [f"**{escape_md(v.label)}**", escape_md(where), f"version {escape_md(str(src.get('version', '?')))}"]
+    bits = [f"**{label(v.label)}**", escape_md(where), f"version {label(src.get('version', '?'))}"]
     if src.get("commit"):
         bits.append(f"commit {src['commit'][:12]} ({escape_md(str(src.get('date')))}): {escape_md(str(src.get('subject')))}")
     if src.get("placeholders"):
@@ -52,7 +63,7 @@ def history_markdown(h: History, *, title: str = "TE's saved state across its hi
     out += [_version_line(v) for v in h.versions]
     out += ["", "## Saved bytes / rows per version", ""]
     labels = [v.label for v in h.versions]
-    out.append("| case | " + " | ".join(escape_md(x) for x in labels) + " |")
+    out.append("| case | " + " | ".join(label(x) for x in labels) + " |")
     out.append("|---|" + "---:|" * len(labels))
     for c in h.cases:
         cells = []
@@ -61,19 +72,19 @@ def history_markdown(h: History, *, title: str = "TE's saved state across its hi
             if i and c.cells[i - 1].status == cell.status == "ok" and any(ch.after == cell.version for ch in c.changes):
                 text = f"**{text}**"
             cells.append(text)
-        out.append(f"| {escape_md(_case_label(c))} | " + " | ".join(cells) + " |")
+        out.append(f"| {label(_case_label(c))} | " + " | ".join(cells) + " |")
     out += ["", "Bold: the saved state changed from the version to its left.", ""]
     out += ["## Changes between neighbours", ""]
     changed = h.changed()
     if not changed:
         out.append("None: every case saved the same in every version.")
     for c, ch in changed:
-        out.append(f"- {escape_md(_case_label(c))}, {escape_md(ch.before)} → {escape_md(ch.after)}: {escape_md(ch.text)}")
+        out.append(f"- {label(_case_label(c))}, {label(ch.before)} → {label(ch.after)}: {escape_md(ch.text)}")
     errors = [(c, cell) for c in h.cases for cell in c.cells if cell.status not in ("ok",)]
     if errors:
         out += ["", "## Cells that did not run", ""]
         for c, cell in errors:
-            out.append(f"- {escape_md(_case_label(c))} at {escape_md(cell.version)}: {cell.status}: "
+            out.append(f"- {label(_case_label(c))} at {label(cell.version)}: {cell.status}: "
                        f"{escape_md((cell.reason or '').splitlines()[0] if cell.reason else '')}")
     if h.bisects:
         out += ["", "## Which commit made each change (`memaudit te-history --bisect`)", ""]
@@ -83,8 +94,15 @@ def history_markdown(h: History, *, title: str = "TE's saved state across its hi
 
 def bisect_table(bisects: Sequence[dict[str, Any]]) -> list[str]:
     """Markdown table rows of bisect results (their ``to_dict`` form)."""
-    out = ["| case | range | first changed commit | PR | what changed | tested |", "|---|---|---|---|---|---:|"]
+    out = ["| versions | case (and the cases it stands for) | range on main | first changed commit | PR | what changed | tested |",
+           "|---|---|---|---|---|---|---:|"]
     for b in bisects:
+        pair = " → ".join(label(x) for x in b.get("pair", [])) or ""
+        others = [c for c in b.get("cases", []) if c != b["case"]]
+        case = label(b["case"]) + (f" (+{len(others)} more)" if others else "")
+        if b.get("not_bisected"):
+            out.append(f"| {pair} | {case} | | not bisected: {escape_md(b['not_bisected'])} | | | |")
+            continue
         if b.get("first"):
             first = f"`{b['first'][:12]}` {escape_md(str(b.get('subject')))} ({escape_md(str(b.get('date')))})"
             pr = f"#{b['pr']}" if b.get("pr") else "none named"
@@ -92,13 +110,13 @@ def bisect_table(bisects: Sequence[dict[str, Any]]) -> list[str]:
             first = "not found: " + escape_md(", ".join(c[:12] for c in b.get("candidates", [])))
             pr = ""
         bef, aft = b.get("before") or {}, b.get("after") or {}
-        what = f"{_state_text(bef)} -> {_state_text(aft)}"
+        what = f"{_state_text(bef)} → {_state_text(aft)}"
         rows = b.get("changes") or []
         if rows:
             what += ": " + escape_md(", ".join(f"{r['key']} ({r['delta']:+,} B)" for r in rows[:6]))
             if len(rows) > 6:
                 what += f" and {len(rows) - 6} more"
-        out.append(f"| {escape_md(b['case'])} | `{b['good'][:12]}..{b['bad'][:12]}` ({b['commits']} commits) | {first} | {pr} | "
+        out.append(f"| {pair} | {case} | `{b['good'][:12]}..{b['bad'][:12]}` ({b['commits']} commits) | {first} | {pr} | "
                    f"{what} | {len(b.get('probes', []))} |")
     return out
 

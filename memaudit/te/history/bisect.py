@@ -62,6 +62,14 @@ class BisectResult:
     changes: list[RowChange] = field(default_factory=list)
     before: CaseReport | None = None
     after: CaseReport | None = None
+    end: CaseReport | None = None
+    """BAD's case: where ``after`` differs from it, a later commit changed the state again."""
+
+    @property
+    def changed_again(self) -> bool:
+        """The state at the first changed commit is not BAD's: another commit changed it later."""
+        return (self.first is not None and self.after is not None and self.end is not None
+                and saved_state(self.after) != saved_state(self.end))
 
     @property
     def pr(self) -> int | None:
@@ -82,7 +90,7 @@ class BisectResult:
             "first": self.first, "subject": self.subject, "date": self.date, "pr": self.pr, "last_old": self.last_old,
             "candidates": self.candidates, "probes": [p.to_dict() for p in self.probes],
             "before": _state_dict(b), "after": _state_dict(a),
-            "changes": [c.to_dict() for c in self.changes],
+            "changes": [c.to_dict() for c in self.changes], "changed_again": self.changed_again,
         }
 
 
@@ -173,9 +181,9 @@ def bisect(repo: Path, good: str, bad: str, case: HistoryCase, cache: Path, *,
     found = commits[hi] if len(candidates) == 1 else None
     result = BisectResult(case, first_commit, commits[-1], len(commits), found, last_old, candidates, probes=probes)
     before, after = cache_states[last_old], cache_states[commits[hi]]
-    result.before, result.after = before, after
+    result.before, result.after, result.end = before, after, cache_states[commits[-1]]
     if before.status == "ok" and after.status == "ok":
-        result.changes = row_changes(before, after)
+        result.changes = sorted(row_changes(before, after), key=lambda r: (-abs(r.delta), r.key))
     if found is not None:
         result.subject, result.date = commit_info(repo, found)
     return result

@@ -174,14 +174,14 @@ def _change(before: str, after: str, a: CaseReport, b: CaseReport) -> Change | N
         what = "saved state" if saved_state(a) != saved_state(b) else "path"
         names = ", ".join(f"{r.key} ({'+' if r.delta >= 0 else ''}{r.delta} B)" for r in rows[:6])
         more = f" and {len(rows) - 6} more" if len(rows) > 6 else ""
-        path = f"; path {'fused' if a.fused else 'unfused'} -> {'fused' if b.fused else 'unfused'}" if a.fused != b.fused else ""
+        path = f"; path {'fused' if a.fused else 'unfused'} → {'fused' if b.fused else 'unfused'}" if a.fused != b.fused else ""
         text = f"saved {sd:+,} B, rows {rd:+d}{path}" + (f": {names}{more}" if rows else "")
         return Change(before, after, what, sd, rd, rows, text)
     if saved_state(a) == saved_state(b):
         return None
     ra = (a.reason or "").splitlines()[0] if a.reason else ""
     rb = (b.reason or "").splitlines()[0] if b.reason else ""
-    text = f"{a.status}{': ' + ra if a.status != 'ok' else ''} -> {b.status}{': ' + rb if b.status != 'ok' else ''}"
+    text = f"{a.status}{': ' + ra if a.status != 'ok' else ''} → {b.status}{': ' + rb if b.status != 'ok' else ''}"
     return Change(before, after, "status", None, None, [], text)
 
 

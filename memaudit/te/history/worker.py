@@ -52,7 +52,12 @@ def run(request: dict[str, Any]) -> int:
     arch = request.get("arch", "sm100")
     options = target.configure({"kernels": "standins" if request.get("standins") else "emulated", "arch": arch})
     cases = [HistoryCase.from_dict(d) for d in request["cases"]]
-    report = run_matrix(target, [c.spec(options) for c in cases])
+    try:
+        report = run_matrix(target, [c.spec(options) for c in cases])
+    except BaseException as exc:  # noqa: BLE001 - memaudit's own TE code does not run on this TE: every cell says so
+        atomic_write_text(out, json.dumps({"error": f"memaudit's emulation does not run on TE {source.label}: {_first_line(exc)}",
+                                           "traceback": traceback.format_exc()}, sort_keys=True) + "\n")
+        return LOAD_FAILED
     report.created = ""
     report.environment["te_source"] = {**source.describe(), **loaded.describe()}
     atomic_write_text(out, report.to_json())
