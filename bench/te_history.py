@@ -77,6 +77,7 @@ def history(args: argparse.Namespace) -> int:
     from memaudit.te.history.bisect import bisect
     from memaudit.te.history.cases import default_cases
     from memaudit.te.history.history import VersionSpec, history_of, run_versions
+    from memaudit.te.history.model import saved_state
     from memaudit.te.history.sources import cache_dir, check_repo, resolve
 
     repo = check_repo(args.te_repo)
@@ -96,6 +97,15 @@ def history(args: argparse.Namespace) -> int:
     by_id = {c.id: c for c in cases}
     points = {v: _branch_point(repo, main, v) for v in (*RELEASES, LAST_RELEASE)}
     points[args.main] = main
+    # every case at every branch point: where a release's state is not its branch point's, a
+    # release-branch commit (a cherry-pick) made the difference, and main's line cannot name it
+    at_point = {v: _state_at(repo, c, cases, cache) for v, c in points.items() if c is not None}
+    version_state = {r.info.label: {c.id: saved_state(r.report.case(c.id)) for c in cases} for r in runs}
+    h.branch_points = [
+        {"version": v, "commit": points[v], "cases_differing_from_the_release":
+         sorted(cid for cid, st in at_point[v].items() if v in version_state and st != version_state[v][cid])}
+        for v in sorted(at_point, key=lambda x: [r.info.label for r in runs].index(x) if x in version_state else 99)
+    ]
     groups: dict[tuple[Any, ...], list[Any]] = {}
     for case_h, change in h.changed():
         groups.setdefault(_group_key((change.before, change.after), change), []).append(case_h)

@@ -89,6 +89,15 @@ def history_markdown(h: History, *, title: str = "TE's saved state across its hi
     if h.bisects:
         out += ["", "## Which commit made each change (`memaudit te-history --bisect`)", ""]
         out += bisect_table(h.bisects)
+    if h.branch_points:
+        out += ["", "## Releases and their branch points on main", "",
+                "A bisect runs on main's first-parent line, where a release stands at its branch point. Cases whose "
+                "saved state there is not the release's were changed on the release branch (a cherry-pick), which "
+                "main's line cannot name:", ""]
+        for bp in h.branch_points:
+            diff = bp["cases_differing_from_the_release"]
+            out.append(f"- {label(bp['version'])} at `{bp['commit'][:12]}`: "
+                       + (f"{len(diff)} cases differ: {', '.join(label(c) for c in diff)}" if diff else "every case as the release"))
     return "\n".join(out) + "\n"
 
 

@@ -144,11 +144,14 @@ class History:
     arch: str
     memaudit: str
     bisects: list[dict[str, Any]] = field(default_factory=list)
+    branch_points: list[dict[str, Any]] = field(default_factory=list)
+    """Where a git checkout placed each release on main (``bench/te_history.py``): its branch
+    point, and the cases whose state there differs from the release's."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "memaudit": self.memaudit, "arch": self.arch,
                 "versions": [v.to_dict() for v in self.versions], "cases": [c.to_dict() for c in self.cases],
-                "bisects": self.bisects}
+                "bisects": self.bisects, "branch_points": self.branch_points}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, indent=1, ensure_ascii=False) + "\n"
