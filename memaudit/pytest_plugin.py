@@ -37,7 +37,7 @@ import pytest
 MARKER = "saved_budget"
 FIXTURE = "saved_tensors"
 MARKER_KEYS = ("max_bytes", "exact_bytes", "max_total_bytes", "count", "forbid", "rules", "allow_incomplete", "stack", "device",
-               "emulate")
+               "emulate", "ranks")
 EMULATE = ("sm90", "sm100")
 """``emulate`` values: the architectures TE's forward can be emulated on (``memaudit.te.emulate``)."""
 MARKER_HELP = (
@@ -48,7 +48,8 @@ MARKER_HELP = (
     "forbid: [operand pattern or select table]; rules: [budget tables as in scenario files]; "
     "stack=True: name the source line of each saved tensor in the failure; device='meta': meta is the default "
     "device in the test (shapes only, nothing allocated); emulate='sm100': TE's real forward with emulated kernels "
-    "(with no GPU, the test body runs on fake CUDA in a child process). See docs/budgets.md."
+    "(with no GPU, the test body runs on fake CUDA in a child process); ranks=[0, 1]: under torchrun, judge on these "
+    "ranks only (default: every rank judges what it saved, and a failure names the rank). See docs/budgets.md."
 )
 
 _rules_key = pytest.StashKey[list]()
@@ -153,6 +154,9 @@ def marker_rules(marks: list[pytest.Mark], *, source: str) -> list[Any]:
             elif k == "emulate":
                 if not (v is True or v in EMULATE):
                     raise UsageError(f"expected True or one of {', '.join(map(repr, EMULATE))}, got {v!r}", source=source, key=key)
+            elif k == "ranks":
+                if not isinstance(v, list | tuple) or not v or not all(type(r) is int and r >= 0 for r in v):
+                    raise UsageError(f"expected a list of ranks (integers >= 0), got {v!r}", source=source, key=key)
             elif k == "device":
                 if v != "meta":
                     raise UsageError(f"expected 'meta' (the only device the fixture makes the default), got {v!r}",
@@ -240,6 +244,16 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     return result
 
 
+def rank_of_process() -> tuple[int, int] | None:
+    """(rank, world size) of a process torchrun started (``RANK``, ``WORLD_SIZE``), else None."""
+    import os
+
+    try:
+        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    except (KeyError, ValueError):
+        return None
+
+
 def _judge(item: pytest.Item, rules: list[Any]) -> None:
     from memaudit.errors import UsageError
     from memaudit.judge.budgets import Context, evaluate_case, format_rows
@@ -249,6 +263,18 @@ def _judge(item: pytest.Item, rules: list[Any]) -> None:
     cap = getattr(item, "funcargs", {}).get(FIXTURE)
     if cap is None:
         pytest.fail(f"@pytest.mark.{MARKER} needs the {FIXTURE} fixture, which this test did not get", pytrace=False)
+    where = rank_of_process()
+    ranks = next((m.kwargs["ranks"] for m in item.iter_markers(MARKER) if "ranks" in m.kwargs), None)
+    if ranks is not None:
+        world = where[1] if where is not None else 1
+        absent = [r for r in ranks if r >= world]
+        if absent:
+            pytest.fail(f"bad @pytest.mark.{MARKER}: ranks={list(ranks)} names rank(s) {absent} in a world of {world} "
+                        f"process(es){'' if where else ' (not under torchrun)'}", pytrace=False)
+        if (where[0] if where is not None else 0) not in ranks:
+            return  # another rank judges it
+    on = f" on rank {where[0]} of {where[1]}" if where is not None else ""
+    case_id = item.nodeid + (f"/rank{where[0]}" if where else "")
     child = item.stash.get(_case_key, None)  # what a body run in a child process saved
     if child is not None:
         from memaudit.report import CaseReport
@@ -256,13 +282,13 @@ def _judge(item: pytest.Item, rules: list[Any]) -> None:
         history, peak = CaseReport.from_dict(child["history"]), CaseReport.from_dict(child["peak"])
         labels, modules = list(child["labels"]), set(child["modules"])
     else:
-        history = cap.report(case_id=item.nodeid, include_freed=True)  # every row saved during the test
+        history = cap.report(case_id=case_id, include_freed=True)  # every row saved during the test
         peak, labels, modules = None, cap.label_names(), cap.module_names()
     if not history.rows:
-        pytest.fail(f"@pytest.mark.{MARKER}: the test saved no tensor for backward inside {FIXTURE}, so the "
+        pytest.fail(f"@pytest.mark.{MARKER}: the test saved no tensor for backward inside {FIXTURE}{on}, so the "
                     "budget checked nothing (run the forward inside the fixture's capture)", pytrace=False)
     if peak is None:
-        peak = peak_case(cap, item.nodeid)
+        peak = peak_case(cap, case_id)
     try:
         unnamed = [p for rule in rules for p in unnameable(rule, history, labels, modules)]
         if unnamed:
@@ -281,7 +307,7 @@ def _judge(item: pytest.Item, rules: list[Any]) -> None:
         pytest.fail(f"bad @pytest.mark.{MARKER}: {problem}", pytrace=False)
     bad = [v for v in verdicts if v.failed]
     if bad:
-        lines = [f"saved-tensor budget failed ({len(bad)} of {len(verdicts)}):"]
+        lines = [f"saved-tensor budget failed{on} ({len(bad)} of {len(verdicts)}):"]
         for v in bad:
             lines.append("  " + v.message.replace("\n", "\n  "))
         lines.append(f"at the peak, {len(peak.rows)} saved rows alive at once ({fmt_bytes(peak.totals.saved_bytes)} saved, "
@@ -290,7 +316,7 @@ def _judge(item: pytest.Item, rules: list[Any]) -> None:
         pytest.fail("\n".join(lines), pytrace=False)
     xfails = [v for v in verdicts if v.verdict == "xfail"]
     if xfails:
-        pytest.xfail("; ".join(f"{v.rule}: {v.message}" for v in xfails))
+        pytest.xfail(on.strip() + (": " if on else "") + "; ".join(f"{v.rule}: {v.message}" for v in xfails))
 
 
 def peak_case(cap: Any, case_id: str) -> Any:

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from memaudit.errors import UsageError
-from memaudit.spec import CaseSpec
+from memaudit.ranks import DistRun, RankInfo, base_id, info_problem, run_from, run_problem
+from memaudit.spec import DTYPES, CaseSpec
 
 SCHEMA = "memaudit.report/2"
 READABLE_SCHEMAS = ("memaudit.report/1", SCHEMA)
@@ -420,6 +421,9 @@ class CaseReport:
     modules: list[ModuleGroup] = field(default_factory=list)
     """Rows grouped by the module call that saved them, largest first (what to checkpoint); written
     to the JSON only when there are any."""
+    dist: RankInfo | None = None
+    """Set when the case ran on one rank of a distributed job (:class:`~memaudit.ranks.RankInfo`);
+    its id then ends with the rank's coordinates."""
 
     def __post_init__(self) -> None:
         if not self.id:
@@ -496,81 +500,19 @@ class CaseReport:
         if self.emulation is not None:  # measured cases carry neither key (reports stay as they were)
             out["execution"] = "emulated"
             out["emulation"] = asdict(self.emulation)
+        if self.dist is not None:  # only a case run on one rank of a distributed job
+            out["dist"] = self.dist.to_dict()
         return out
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], *, source: str = "<report>") -> CaseReport:
-        d = dict(d)
-        where = f"cases[{d.get('id')}]"
-        path = d.get("path")
-        if path is not None:
-            if not isinstance(path, dict):
-                raise UsageError(f"expected an object or null, found {type(path).__name__}", source=source, key=f"{where}.path")
-            d["path"] = PathInfo(path)
-        for k in ("rows", "freed"):
-            if not isinstance(d.get(k, []), list):
-                raise UsageError(f"expected a list of rows, got {_short(d[k])}", source=source, key=f"{where}.{k}")
-        rows = [_from_dict(Row, r, source, f"{where}.rows[{i}]") for i, r in enumerate(d.pop("rows", []))]
-        freed = [_from_dict(Row, r, source, f"{where}.freed[{i}]") for i, r in enumerate(d.pop("freed", []))]
-        totals = _from_dict(Totals, d.pop("totals", {}), source, f"{where}.totals")
-        groups = d.pop("modules", [])
-        if not isinstance(groups, list):
-            raise UsageError(f"expected a list of module groups, got {_short(groups)}", source=source, key=f"{where}.modules")
-        modules = [_from_dict(ModuleGroup, g, source, f"{where}.modules[{k}]") for k, g in enumerate(groups)]
-        check_module_groups(modules, rows, source, where)
-        execution = d.pop("execution", "measured")
-        emulation = d.pop("emulation", None)
-        if execution not in ("measured", "emulated") or (execution == "emulated") != (emulation is not None):
-            raise UsageError(f"execution {execution!r} with emulation {emulation!r}: an emulated case has both, a measured case neither",
-                             source=source, key=f"{where}.execution")
-        if emulation is not None:
-            d["emulation"] = _from_dict(Emulation, emulation, source, f"{where}.emulation")
-        spec_fields = {k: d.pop(k) for k in _SPEC_KEYS if k in d and k != "shape"}
-        spec_fields["shape"] = _shape_from(d)
-        if "splits" in spec_fields and isinstance(spec_fields["splits"], list):
-            spec_fields["splits"] = tuple(spec_fields["splits"])
-        spec = _from_dict(CaseSpec, spec_fields, source, where)
-        if "id" not in d:
-            raise UsageError("missing key(s) id", source=source, key=where)
-        _check_case_fields(d, source, where)
-        case = _from_dict(cls, {**d, "spec": spec}, source, where)
-        case.rows = rows
-        case.freed = freed
-        case.totals = totals
-        case.modules = modules
-        return case
+    def from_dict(cls, d: Any, *, source: str = "<report>", schema: str = SCHEMA) -> CaseReport:
+        """A case from its JSON object, validated strictly (:func:`validate_case`): every field's
+        type and range, and that its totals are what its rows add up to. A UsageError names
+        ``source``, the case and the field."""
+        return validate_case(d, source=source, schema=schema)
 
 
-_NESTED = ("spec", "rows", "freed", "totals", "path", "emulation", "modules")
-
-
-STATUSES = ("ok", "skipped", "error")
-
-_CASE_TYPES: dict[str, tuple[type, ...]] = {
-    "id": (str,), "status": (str,), "reason": (str, type(None)), "warnings": (list,), "budgets": (list,),
-    "complete": (bool,), "allocator": (dict, type(None)),
-}
-
-
-def _check_case_fields(d: dict[str, Any], source: str, where: str) -> None:
-    """The case's own scalar fields: types and the status vocabulary (rows and totals go through
-    the strict schema)."""
-    for k, types in _CASE_TYPES.items():
-        if k in d and (not isinstance(d[k], types) or (bool not in types and isinstance(d[k], bool))):
-            raise UsageError(f"expected {' or '.join(t.__name__ for t in types)}, got {d[k]!r}", source=source, key=f"{where}.{k}")
-    if d.get("status", "ok") not in STATUSES:
-        raise UsageError(f"unknown status {d['status']!r}; a case is {', '.join(STATUSES)}", source=source, key=f"{where}.status")
-    if any(not isinstance(w, str) for w in d.get("warnings", [])):
-        raise UsageError("warnings must be strings", source=source, key=f"{where}.warnings")
-
-
-def _shape_from(d: dict[str, Any]) -> tuple[tuple[str, int], ...]:
-    """Pop a case's shape dimensions from ``d``: the integer keys that are neither spec nor report
-    fields (the report model reads no target declaration; reports are written with sorted keys,
-    so this order is not the target's: compare shapes as dicts)."""
-    known = {f.name for f in fields(CaseReport)} | set(_SPEC_KEYS)
-    names = [k for k, v in d.items() if k not in known and isinstance(v, int) and not isinstance(v, bool)]
-    return tuple((n, d.pop(n)) for n in names)
+_NESTED = ("spec", "rows", "freed", "totals", "path", "emulation", "modules", "dist")
 
 
 @dataclass
@@ -582,15 +524,20 @@ class Report:
     memaudit: str = ""
     created: str = ""
     schema: str = SCHEMA
+    dist: DistRun | None = None
+    """Set for a distributed run's report: a rank's own file or a merged one (:class:`~memaudit.ranks.DistRun`)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "schema": self.schema,
             "memaudit": self.memaudit,
             "created": self.created,
             "environment": self.environment,
             "cases": [c.to_dict() for c in self.cases],
         }
+        if self.dist is not None:  # only a distributed run's report
+            out["dist"] = self.dist.to_dict()
+        return out
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, indent=1, ensure_ascii=False) + "\n"
@@ -600,51 +547,27 @@ class Report:
 
     @classmethod
     def from_dict(cls, d: Any, *, source: str = "<report>") -> Report:
-        if not isinstance(d, dict):
-            raise UsageError(f"expected a JSON object at the top level, found {type(d).__name__}", source=source)
-        schema = d.get("schema")
-        if schema not in READABLE_SCHEMAS:
-            raise UsageError(f"unsupported schema {schema!r} (expected {SCHEMA!r})", source=source, key="schema")
-        cases = d.get("cases")
-        if not isinstance(cases, list):
-            raise UsageError(f"expected a list, found {type(cases).__name__}", source=source, key="cases")
-        parsed = []
-        for i, c in enumerate(cases):
-            if not isinstance(c, dict):
-                raise UsageError(f"expected an object, found {type(c).__name__}", source=source, key=f"cases[{i}]")
-            parsed.append(CaseReport.from_dict(c, source=source))
-        for k, t in (("environment", dict), ("memaudit", str), ("created", str)):
-            if k in d and not isinstance(d[k], t):
-                raise UsageError(f"expected {'an object' if t is dict else 'a string'}, got {d[k]!r}", source=source, key=k)
-        return cls(
-            cases=parsed,
-            environment=d.get("environment") or {},
-            memaudit=d.get("memaudit", ""),
-            created=d.get("created", ""),
-        )
+        """A report from its decoded JSON, validated strictly (:func:`validate_report`)."""
+        return validate_report(d, source=source)
 
 
 MAX_INT = 2**63 - 1
 """No count or byte number in a report is larger (what a signed 64-bit counter holds)."""
+MAX_DIM = 2**40
+"""No shape dimension or group count in a report is larger (as for ``run`` and scenarios)."""
+MAX_DEPTH = 64
+"""Nesting deeper than this in a report or scenario file is refused (a report nests 6 deep)."""
+DEVICE = re.compile(r"cpu|meta|cuda(:\d{1,3})?")
+"""A case's device, as ``run --device`` takes it."""
 
-_STRICT = (Row, Totals, ModuleGroup)
-"""Leaf records validated by pydantic in strict mode (no coercion: ``"12"`` is not 12, 1.5 is
-not an integer, ``"no"`` is not a boolean)."""
 
-
-@functools.cache
-def _adapter(cls: type) -> Any:
-    """A strict pydantic model with ``cls``'s fields (the dataclass stays the in-memory type)."""
-    import typing
-
-    from pydantic import ConfigDict, TypeAdapter, create_model
-
-    hints = typing.get_type_hints(cls)
-    spec = {f.name: (hints[f.name], ... if f.default is MISSING and f.default_factory is MISSING
-                     else (f.default if f.default is not MISSING else f.default_factory()))
-            for f in fields(cls)}
-    model = create_model(cls.__name__, __config__=ConfigDict(strict=True, extra="forbid"), **spec)
-    return TypeAdapter(model)
+# ---- reading a report: decode, then validate every field ------------------------------------------
+#
+# One pass of the C decoder (duplicate keys refused as each object is made), then one strict
+# pydantic validation per case (rows, totals and case fields together, in pydantic-core), then the
+# checks no schema states: each case's totals against its rows, its status against its rows, row
+# references, unique ids. Free-form values (environment, path, allocator) are the only ones that
+# can nest, so only they are measured for depth.
 
 
 def _short(v: Any) -> str:
@@ -655,83 +578,457 @@ def _short(v: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def schema() -> dict[str, Any]:
-    """The JSON Schema of a report's leaf records (``memaudit schema``): rows and totals."""
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": SCHEMA,
-            "$defs": {c.__name__: _adapter(c).json_schema() for c in _STRICT}}
+class _DuplicateKey(Exception):  # noqa: N818 - a signal inside the decoder, never shown
+    """A JSON object named one key twice (raised inside the decoder; located afterwards)."""
 
 
-def _from_dict(cls: type, d: Any, source: str, key: str) -> Any:
-    if not isinstance(d, dict):
-        raise UsageError(f"expected an object, found {type(d).__name__}", source=source, key=key)
-    names = {f.name for f in fields(cls)}
-    required = {f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING}
-    missing = sorted(required - d.keys())
-    if missing:
-        raise UsageError(f"missing key(s) {', '.join(missing)}", source=source, key=key)
-    unknown = sorted(d.keys() - names)
-    if unknown:
-        raise UsageError(f"unknown key(s) {', '.join(unknown)}", source=source, key=key)
-    if cls in _STRICT:
-        from pydantic import ValidationError
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        raise _DuplicateKey
+    return d
 
+
+class _Twice(dict):  # type: ignore[type-arg]
+    """An object that named a key twice (made only to say where, after :class:`_DuplicateKey`)."""
+
+    key = ""
+
+
+def _marking(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    d = dict(pairs)
+    if len(d) == len(pairs):
+        return d
+    seen: set[str] = set()
+    out = _Twice(d)
+    out.key = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+    return out
+
+
+def _walk(v: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, ...], Any]]:
+    """Every value of a decoded document with its path, outermost first (iterative: no recursion)."""
+    stack = [(path, v)]
+    while stack:
+        p, x = stack.pop()
+        yield p, x
+        if isinstance(x, dict):
+            stack.extend(reversed([(p + (k,), y) for k, y in x.items()]))
+        elif isinstance(x, list):
+            stack.extend(reversed([(p + (i,), y) for i, y in enumerate(x)]))
+
+
+def _where(path: tuple[Any, ...], data: Any) -> str:
+    """``cases[ID].rows[3].bytes`` for a path into a report (a case by its id where it has one)."""
+    out, obj = "", data
+    for p in path:
+        if isinstance(p, int):
+            case = obj[p] if isinstance(obj, list) and 0 <= p < len(obj) else None
+            cid = case.get("id") if out == "cases" and isinstance(case, dict) else None
+            out += f"[{cid}]" if isinstance(cid, str) and 0 < len(cid) <= 200 else f"[{p}]"
+        else:
+            out += f".{p}" if out else str(p)
         try:
-            obj = cls(**dict(_adapter(cls).validate_python(d)))
-        except ValidationError as exc:
-            e = exc.errors()[0]
-            where = ".".join(str(p) for p in e["loc"])
-            raise UsageError(f"{e['msg'].lower()}, got {_short(e.get('input'))}", source=source,
-                             key=f"{key}.{where}" if where else key) from None
-        for f in fields(cls):
-            v = getattr(obj, f.name)
-            if isinstance(v, int) and not isinstance(v, bool) and not 0 <= v <= MAX_INT and f.name != "group":
-                raise UsageError(f"must be between 0 and 2**63-1, got {_short(v)}", source=source, key=f"{key}.{f.name}")
-        return obj
+            obj = obj[p]
+        except (KeyError, IndexError, TypeError):
+            obj = None
+    return out
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _refuse_lone_surrogates(data: Any, source: str) -> None:
+    """A string that is not valid Unicode (a lone ``\\ud800`` escape) cannot be written out again."""
+    for path, v in _walk(data):
+        bad = _LONE_SURROGATE.search(v) if isinstance(v, str) else None
+        if bad is None and isinstance(v, dict):
+            key = next((k for k in v if _LONE_SURROGATE.search(k)), None)
+            if key is not None:
+                bad, path = _LONE_SURROGATE.search(key), path + (key,)
+        if bad is not None:
+            raise UsageError(f"holds a lone surrogate {bad.group().encode('utf-8', 'backslashreplace').decode()!r}, "
+                             "which is not valid Unicode text", source=source, key=_where(path, data) or None)
+
+
+def decode_report(text: str, source: str) -> Any:
+    """The decoded JSON of a report's text; a UsageError naming ``source`` (and where, for a key
+    named twice or text that is not valid Unicode) for anything a report cannot be."""
     try:
-        return cls(**d)
-    except TypeError as exc:  # pragma: no cover - guarded by the checks above
-        raise UsageError(str(exc), source=source, key=key) from exc
+        data = json.loads(text, object_pairs_hook=_unique, parse_constant=_no_constant)
+    except _DuplicateKey:
+        marked = json.loads(text, object_pairs_hook=_marking, parse_constant=_no_constant)
+        path, obj = next((p, x) for p, x in _walk(marked) if isinstance(x, _Twice))
+        where = _where(path, marked)
+        raise UsageError(f"key {obj.key!r} appears twice{' in ' + where if where else ' at the top level'} "
+                         "(JSON keeps the last, a reader sees the first: a report that says two things is refused)",
+                         source=source, key=_where(path + (obj.key,), marked)) from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"not valid JSON (truncated or corrupted?): {exc.msg} at line {exc.lineno} column {exc.colno}", source=source
+        ) from None
+    except RecursionError:
+        raise UsageError(f"nested too deep (at most {MAX_DEPTH} levels)", source=source) from None
+    except ValueError as exc:  # NaN / Infinity, or an integer too long to parse
+        raise UsageError(f"not a valid report: {exc}", source=source) from None
+    if _SURROGATE_ESCAPE.search(text):
+        _refuse_lone_surrogates(data, source)
+    return data
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number a report may hold")
+
+
+def _depth(v: Any) -> int:
+    """How deep ``v`` nests (0 for a scalar, 1 for a flat list or object); iterative."""
+    worst, stack = 0, [(v, 0)]
+    while stack:
+        x, d = stack.pop()
+        if isinstance(x, dict | list):
+            d += 1
+            worst = max(worst, d)
+            stack.extend((y, d) for y in (x.values() if isinstance(x, dict) else x))
+    return worst
+
+
+@functools.cache
+def _validators() -> dict[str, Any]:
+    """Strict pydantic validators (no coercion: ``"12"`` is not 12, 1.5 is not an integer, ``"no"``
+    is not a boolean, no unknown key): one for a case, which holds its rows and totals, one for a
+    row and one for the totals (the JSON Schema ``memaudit schema`` prints)."""
+    import typing
+    from typing import Annotated, Literal, NotRequired
+
+    from pydantic import ConfigDict, Field, TypeAdapter
+    from typing_extensions import TypedDict
+
+    config = ConfigDict(strict=True, extra="forbid")
+    count = Annotated[int, Field(ge=0, le=MAX_INT)]
+    groups = Annotated[int, Field(ge=0, le=MAX_DIM)]  # 0: a bare capture() report (no target, recipe or shape)
+    text = Annotated[str, Field(min_length=1)]
+
+    def typed(cls: type, overrides: dict[str, Any]) -> Any:
+        """A TypedDict of a dataclass's fields (``overrides`` narrow their types; fields with a
+        default may be left out, as in reports made before them)."""
+        hints = typing.get_type_hints(cls)
+        ann = {}
+        for f in fields(cls):
+            t = overrides.get(f.name, count if hints[f.name] is int else hints[f.name])
+            ann[f.name] = t if f.default is MISSING and f.default_factory is MISSING else NotRequired[t]
+        td = TypedDict(cls.__name__, ann)  # type: ignore[operator]
+        td.__pydantic_config__ = config  # type: ignore[attr-defined]
+        return td
+
+    row = typed(Row, {
+        "kind": Literal[KINDS], "orientation": Literal[ORIENTATIONS] | None, "resides": Literal[RESIDES],
+        "via": Literal[VIA], "shape": list[count], "group": Annotated[int, Field(ge=0, le=MAX_DIM)] | None,
+    })
+    totals = typed(Totals, {})
+    emulation = typed(Emulation, {"machine": dict[str, str]})
+    module_group = typed(ModuleGroup, {"module": text, "rows": list[count], "frees": list[count]})
+
+    budget = TypedDict("Budget", {**dict.fromkeys(("rule", "kind", "verdict", "expected", "actual", "select", "message"), str),
+                                  "rows": list[count]})  # type: ignore[operator]
+    budget.__pydantic_config__ = config  # type: ignore[attr-defined]
+
+    from memaudit.ranks import pydantic_types
+
+    dist_types = pydantic_types(config, count, text)
+    scalar = str | bool | int | float
+    case_fields = {
+        "id": text, "target": text, "recipe": text, "groups": groups, "dtype": Literal[(*DTYPES, "-")],
+        "device": Annotated[str, Field(pattern=f"^(?:{DEVICE.pattern})$")], "splits": list[Annotated[int, Field(ge=0, le=MAX_DIM)]],
+        "options": dict[str, scalar | None], "status": Literal[STATUSES], "reason": text | None,
+        "path": dict[str, Any] | None, "rows": list[row], "freed": list[row], "totals": totals,
+        "warnings": list[str], "budgets": list[budget], "complete": bool, "allocator": dict[str, Any] | None,
+        "execution": Literal["measured", "emulated"], "emulation": emulation, "modules": list[module_group],
+        "dist": dist_types["RankInfo"],
+    }
+    written = set(case_fields) - {"execution", "emulation", "modules", "dist"}  # what a /2 report writes for every case
+    first = {"id", "target", "recipe", "groups"}  # what a /1 report surely has
+    adapters = {}
+    for schema_name, required in ((SCHEMA, written), ("memaudit.report/1", first)):
+        ann = {k: t if k in required else NotRequired[t] for k, t in case_fields.items()}
+        case = TypedDict("Case", ann)  # type: ignore[operator]
+        case.__pydantic_config__ = config  # type: ignore[attr-defined]
+        adapters[schema_name] = TypeAdapter(case)
+    return {"cases": adapters, "case_keys": frozenset(case_fields), "Row": TypeAdapter(row), "Totals": TypeAdapter(totals),
+            "DistRun": TypeAdapter(dist_types["DistRun"])}
+
+
+def schema() -> dict[str, Any]:
+    """The JSON Schema of a report's records (``memaudit schema``): rows, totals, a case (its
+    shape dimensions are further integer keys) and a distributed run's top-level ``dist``."""
+    v = _validators()
+    case = v["cases"][SCHEMA].json_schema()
+    case["additionalProperties"] = {"type": "integer", "minimum": 1, "maximum": MAX_DIM}  # the shape dimensions
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": SCHEMA,
+            "$defs": {"Row": v["Row"].json_schema(), "Totals": v["Totals"].json_schema(), "Case": case,
+                      "DistRun": v["DistRun"].json_schema()}}
+
+
+def _validation_error(exc: Any, source: str, where: str, data: Any) -> UsageError:
+    """A pydantic ValidationError as memaudit's UsageError: the first error, its key path."""
+    errors = exc.errors()
+    e = errors[0]
+    loc = _existing(tuple(e["loc"]), data)
+    if len(loc) < len(e["loc"]) and e["type"] not in ("missing", "extra_forbidden"):  # a union: each member's error
+        kinds = sorted({str(x["loc"][len(loc)]) for x in errors if len(x["loc"]) > len(loc) and tuple(x["loc"][:len(loc)]) == loc})
+        return UsageError(f"expected {' or '.join(kinds) or 'another type'}, got {_short(e.get('input'))}", source=source,
+                          key=_join_where(where, _where(loc, data)))
+    if e["type"] == "missing":
+        return UsageError(f"missing key(s) {loc[-1]}", source=source, key=_join_where(where, _where(loc[:-1], data)))
+    if e["type"] == "extra_forbidden":
+        return UsageError(f"unknown key(s) {loc[-1]}", source=source, key=_join_where(where, _where(loc[:-1], data)))
+    return UsageError(f"{e['msg'][0].lower()}{e['msg'][1:]}, got {_short(e.get('input'))}", source=source,
+                      key=_join_where(where, _where(loc, data)))
+
+
+def _existing(loc: tuple[Any, ...], data: Any) -> tuple[Any, ...]:
+    """The longest prefix of a pydantic error location that indexes ``data`` (a union's member
+    names, ``str`` or ``int``, are not in the data), plus a last key that is missing or unknown."""
+    out: list[Any] = []
+    obj = data
+    for p in loc:
+        if isinstance(obj, dict) and isinstance(p, str) or isinstance(obj, list) and isinstance(p, int) and 0 <= p < len(obj):
+            out.append(p)
+            obj = obj.get(p) if isinstance(obj, dict) else obj[p]
+        else:
+            break
+    return tuple(out)
+
+
+def _join_where(base: str, rest: str) -> str:
+    return f"{base}.{rest}" if base and rest else base or rest
+
+
+def _make_rows(items: list[dict[str, Any]]) -> list[Row]:
+    """Rows from validated dicts: each Row's fields in declaration order, defaults where a report
+    leaves one out (what :func:`make_row` makes, without its checks: the schema made them)."""
+    template, new, out = _ROW_DEFAULTS, object.__new__, []
+    for v in items:
+        d = dict(template)
+        d.update(v)
+        row = new(Row)
+        row.__dict__.update(d)
+        out.append(row)
+    return out
+
+
+def _row_problems(rows: list[Row], which: str, groups: int) -> tuple[str, str] | None:
+    """(key, message) of the first row that contradicts its case or an earlier row, or None."""
+    storage_bytes: dict[str, tuple[int, int]] = {}
+    for i, r in enumerate(rows):
+        at = f"{which}[{i}]"
+        if r.index != i:
+            return f"{at}.index", f"row {i} says index {r.index}: rows are numbered in order from 0"
+        if r.duplicate_of is not None and not r.duplicate_of < i:
+            return f"{at}.duplicate_of", f"{r.duplicate_of} is not an earlier row (a duplicate points back at the first view)"
+        ci = r.container_index
+        if ci is not None and not (ci < i and rows[ci].kind == "container"):
+            return f"{at}.container_index", f"{ci} is not an earlier container row"
+        if r.group is not None and r.group >= groups:
+            return f"{at}.group", f"group {r.group} in a case of {groups} group(s)"
+        if r.storage is not None:
+            first = storage_bytes.setdefault(r.storage, (i, r.storage_bytes))
+            if first[1] != r.storage_bytes:
+                return (f"{at}.storage_bytes", f"storage {r.storage} is {r.storage_bytes:,} B here but {first[1]:,} B "
+                        f"in {which}[{first[0]}]: one storage has one size")
+    return None
+
+
+def _a(word: str) -> str:
+    return f"an {word}" if word[0] in "aeiou" else f"a {word}"
+
+
+def validate_case(d: Any, *, source: str = "<report>", schema: str = SCHEMA, where: str | None = None) -> CaseReport:
+    """A case from its decoded JSON object, validated strictly; a UsageError names ``source``,
+    the case (``cases[ID]``) and the field.
+
+    Beyond the schema (types, ranges, vocabularies, no unknown key): the case's other keys are its
+    shape dimensions (positive integers); a skipped or errored case has a reason and no rows; rows
+    are numbered in order and point only at earlier rows; one storage has one size; splits name
+    one count per group; and its totals are what its rows add up to (:func:`compute_totals`).
+    """
+    from pydantic import ValidationError
+
+    cid = d.get("id") if isinstance(d, dict) else None
+    where = where or (f"cases[{cid}]" if isinstance(cid, str) and 0 < len(cid) <= 200 else "cases[?]")
+    if not isinstance(d, dict):
+        raise UsageError(f"expected an object, found {type(d).__name__}", source=source, key=where)
+    v = _validators()
+    known = v["case_keys"]
+    dims = {k: x for k, x in d.items() if k not in known}
+    for k, x in dims.items():
+        if type(x) is int and not 1 <= x <= MAX_DIM:
+            raise UsageError(f"a shape dimension is from 1 to 2**40, got {_short(x)}", source=source, key=f"{where}.{k}")
+        if type(x) is not int:
+            raise UsageError(f"unknown key(s) {k} (a case's other keys are its shape dimensions, integers), got {_short(x)}",
+                             source=source, key=f"{where}.{k}")
+    core = {k: x for k, x in d.items() if k in known}
+    try:
+        c = v["cases"].get(schema, v["cases"][SCHEMA]).validate_python(core)
+    except ValidationError as exc:
+        raise _validation_error(exc, source, where, core) from None
+    execution, emulation = c.pop("execution", "measured"), c.pop("emulation", None)
+    if (execution == "emulated") != (emulation is not None):
+        raise UsageError(f"execution {execution!r} with emulation {_short(emulation)}: an emulated case has both, "
+                         "a measured case neither", source=source, key=f"{where}.execution")
+    dist = _rank_info(c.pop("dist", None), c, source, where)
+    for k in ("path", "allocator"):
+        if c.get(k) is not None and 3 + _depth(c[k]) > MAX_DEPTH:
+            raise UsageError(f"nested {3 + _depth(c[k])} levels deep (at most {MAX_DEPTH})", source=source, key=f"{where}.{k}")
+    path = c.get("path")
+    for k, t in (("fused", bool), ("estimated", bool)):
+        if path is not None and k in path and type(path[k]) is not t:
+            raise UsageError(f"expected true or false, got {_short(path[k])}", source=source, key=f"{where}.path.{k}")
+    rows, freed = _make_rows(c.get("rows", [])), _make_rows(c.get("freed", []))
+    groups = c["groups"]
+    status = c.get("status", "ok")
+    splits = c.get("splits")
+    if splits and len(splits) != groups:
+        raise UsageError(f"{len(splits)} splits for {groups} group(s)", source=source, key=f"{where}.splits")
+    if status != "ok":
+        if not c.get("reason"):
+            raise UsageError(f"{_a(status)} case says why: reason is missing", source=source, key=f"{where}.reason")
+        if rows or freed:
+            raise UsageError(f"{_a(status)} case has no rows, got {len(rows) + len(freed)}", source=source, key=f"{where}.rows")
+    for which, rs in (("rows", rows), ("freed", freed)):
+        problem = _row_problems(rs, which, groups)
+        if problem is not None:
+            raise UsageError(problem[1], source=source, key=f"{where}.{problem[0]}")
+    modules = [ModuleGroup(**g) for g in c.get("modules", [])]
+    check_module_groups(modules, rows, source, where)
+    totals = Totals(**c.get("totals", {}))
+    truth = compute_totals(rows, freed)
+    for f in fields(Totals):
+        said, summed = getattr(totals, f.name), getattr(truth, f.name)
+        if said != summed:
+            raise UsageError(f"says {said:,} but the rows add up to {summed:,} (totals that disagree with their rows are refused)",
+                             source=source, key=f"{where}.totals.{f.name}")
+    spec = CaseSpec(c["target"], c["recipe"], groups, tuple(dims.items()), c.get("dtype", "bf16"), c.get("device", "cpu"),
+                    c.get("options", {}), tuple(splits) if splits is not None else None)
+    return CaseReport(
+        spec, id=c["id"], status=status, reason=c.get("reason"), path=PathInfo(path) if path is not None else None,
+        rows=rows, totals=totals, warnings=c.get("warnings", []), budgets=c.get("budgets", []), complete=c.get("complete", True),
+        freed=freed, allocator=c.get("allocator"), emulation=Emulation(**emulation) if emulation is not None else None,
+        modules=modules, dist=dist,
+    )
+
+
+def _rank_info(d: dict[str, Any] | None, c: dict[str, Any], source: str, where: str) -> RankInfo | None:
+    """A case's ``dist`` (validated by the schema) as a RankInfo that agrees with itself and with
+    the case: its id ends with its coordinates, and what it received is what its groups ran."""
+    if d is None:
+        return None
+    info = RankInfo(**d)
+    problem = info_problem(info)
+    if problem is not None:
+        raise UsageError(problem[1], source=source, key=f"{where}.dist.{problem[0]}")
+    if base_id(c["id"], info) is None:
+        raise UsageError(f"a case run on rank {info.rank} has an id that ends with its coordinates /{info.key}",
+                         source=source, key=f"{where}.id")
+    splits = c.get("splits")
+    if info.recv_splits is not None and splits and sum(info.recv_splits) != sum(splits):
+        raise UsageError(f"received {sum(info.recv_splits):,} tokens ({info.recv_splits}) but its groups ran {sum(splits):,} "
+                         f"({splits})", source=source, key=f"{where}.dist.recv_splits")
+    return info
+
+
+_TOP_KEYS = ("schema", "memaudit", "created", "environment", "cases", "dist")
+
+
+def validate_report(d: Any, *, source: str = "<report>") -> Report:
+    """A report from its decoded JSON, validated strictly (:func:`validate_case` for each case;
+    case ids unique; no unknown top-level key); every problem a UsageError naming ``source``."""
+    if not isinstance(d, dict):
+        raise UsageError(f"expected a JSON object at the top level, found {type(d).__name__}", source=source)
+    schema = d.get("schema")
+    if schema not in READABLE_SCHEMAS:
+        raise UsageError(f"unsupported schema {_short(schema)} (expected {SCHEMA!r})", source=source, key="schema")
+    unknown = sorted(k for k in d if k not in _TOP_KEYS)
+    if unknown:
+        raise UsageError(f"unknown key(s) {', '.join(map(repr, unknown))[:200]}", source=source, key=unknown[0][:100])
+    cases = d.get("cases")
+    if not isinstance(cases, list):
+        raise UsageError(f"expected a list, found {type(cases).__name__}", source=source, key="cases")
+    for k, t in (("environment", dict), ("memaudit", str), ("created", str)):
+        if k in d and not isinstance(d[k], t):
+            raise UsageError(f"expected {'an object' if t is dict else 'a string'}, got {_short(d[k])}", source=source, key=k)
+    env = d.get("environment") or {}
+    if 1 + _depth(env) > MAX_DEPTH:
+        raise UsageError(f"nested {1 + _depth(env)} levels deep (at most {MAX_DEPTH})", source=source, key="environment")
+    parsed: list[CaseReport] = []
+    seen: dict[str, int] = {}
+    with gc_paused():
+        for i, c in enumerate(cases):
+            cid = c.get("id") if isinstance(c, dict) else None
+            case = validate_case(c, source=source, schema=schema,
+                                 where=None if isinstance(cid, str) and 0 < len(cid) <= 200 else f"cases[{i}]")
+            if case.id in seen:
+                raise UsageError(f"case id {case.id!r} appears twice (cases[{seen[case.id]}] and cases[{i}]): ids must be unique",
+                                 source=source, key=f"cases[{i}].id")
+            seen[case.id] = i
+            parsed.append(case)
+        run = _dist_run(d.get("dist"), parsed, source)
+    return Report(cases=parsed, environment=env, memaudit=d.get("memaudit", ""), created=d.get("created", ""), dist=run)
+
+
+def _dist_run(d: Any, cases: list[CaseReport], source: str) -> DistRun | None:
+    """The report's ``dist`` (a distributed run's), validated strictly and against its cases
+    (:func:`memaudit.ranks.run_problem`: a merged report's summary is what its cases give)."""
+    if d is None:
+        return None
+    from pydantic import ValidationError
+
+    try:
+        valid = _validators()["DistRun"].validate_python(d)
+    except ValidationError as exc:
+        raise _validation_error(exc, source, "dist", d) from None
+    run = run_from(valid)
+    problem = run_problem(run, cases)
+    if problem is not None:
+        raise UsageError(problem[1], source=source, key=problem[0])
+    return run
 
 
 def read_input(path: str | os.PathLike[str], what: str = "file") -> str:
-    """The UTF-8 text of an input file; a missing or unreadable one is a UsageError naming it."""
-    p = Path(path)
-    if not p.is_file():
-        raise UsageError(f"no such {what}", source=str(path))
+    """The UTF-8 text of an input file; a missing, unreadable or unnameable one is a UsageError naming it."""
     try:
+        p = Path(path)
+        if not p.is_file():
+            raise UsageError(f"no such {what}", source=str(path))
         return p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read: {exc}", source=str(path)) from exc
+    except UsageError:
+        raise
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"cannot read: not UTF-8 text ({exc.reason} at byte {exc.start})", source=str(path)) from None
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise UsageError(f"cannot read: {_os_reason(exc)}", source=str(path)) from None
+
+
+def _os_reason(exc: BaseException) -> str:
+    """What the OS said, without the path it repeats (the message names it already)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
 
 
 def load_report(path: str | os.PathLike[str]) -> Report:
-    """Read and validate a report file; every problem is a UsageError naming the file."""
+    """Read and validate a report file (:func:`decode_report`, :func:`validate_report`); every
+    problem is a UsageError naming the file and where in it."""
     src = str(path)
-    text = read_input(path)
-    check_depth(text, src)
-    try:
-        data = json.loads(text, parse_constant=_no_constant)
-    except json.JSONDecodeError as exc:
-        raise UsageError(
-            f"not valid JSON (truncated or corrupted?): {exc.msg} at line {exc.lineno} column {exc.colno}",
-            source=src,
-        ) from exc
-    except ValueError as exc:  # NaN / Infinity, or an integer too long to parse
-        raise UsageError(f"not a valid report: {exc}", source=src) from None
-    return Report.from_dict(data, source=src)
-
-
-MAX_DEPTH = 64
-"""Nesting deeper than this in a report or scenario file is refused (a report nests 5 deep)."""
+    return validate_report(decode_report(read_input(path), src), source=src)
 
 
 _SPECIAL = re.compile(r'[\[\]{}"\\]')
 
 
 def check_depth(text: str, source: str) -> None:
-    """Refuse JSON/TOML nested deeper than :data:`MAX_DEPTH` before a recursive parser sees it
+    """Refuse TOML (or JSON) nested deeper than :data:`MAX_DEPTH` before a recursive parser sees it
     (strings in double quotes are skipped; only the bracket, brace, quote and backslash
-    characters are visited)."""
+    characters are visited). Reports are measured after decoding instead (:func:`_depth`)."""
     depth = worst = 0
     in_str = esc = False
     for m in _SPECIAL.finditer(text):
@@ -755,21 +1052,43 @@ def check_depth(text: str, source: str) -> None:
         raise UsageError(f"nested {worst} levels deep (at most {MAX_DEPTH})", source=source)
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number a report may hold")
+def _file_identity(path: str | os.PathLike[str]) -> tuple[Path, tuple[int, int] | None]:
+    """(resolved path, (device, inode) where the file exists): two spellings of one file, a
+    symlink and its target, or two hard links have one identity."""
+    p = Path(path)
+    try:
+        st = os.stat(p)
+    except (OSError, ValueError):
+        ino = None
+    else:
+        ino = (st.st_dev, st.st_ino)
+    return p.resolve(), ino
 
 
 def check_output(path: str | os.PathLike[str], key: str) -> Path:
     """Fail now (UsageError naming ``key`` and the path), before any work, if ``path`` cannot be
-    written: a directory, a path under a file, a folder memaudit may not write. Returns the path
-    a write goes to (a symlink's target: the link stays a link)."""
+    written: a directory, a path under a file, a folder memaudit may not write, a name the OS
+    refuses (a component over 255 bytes, a symlink loop). Returns the path a write goes to (a
+    symlink's target: the link stays a link)."""
+    try:
+        return _check_output(path, key)
+    except UsageError:
+        raise
+    except (OSError, RuntimeError, ValueError) as exc:  # ENAMETOOLONG, ELOOP, a NUL byte: what the OS says
+        raise UsageError(f"cannot write {_short(str(path))}: {_os_reason(exc)}", key=key) from None
+
+
+def _check_output(path: str | os.PathLike[str], key: str) -> Path:
     p = Path(path)
     if p.is_symlink():
-        p = p.resolve()
+        p = p.resolve()  # a loop raises (RuntimeError or OSError); a dangling link names the file to make
     if p.is_dir():
         raise UsageError(f"{str(path)!r} is a directory; name a file", key=key)
     if p.exists() and not p.is_file():
         raise UsageError(f"{str(path)!r} exists and is not a regular file", key=key)
+    if len(os.fsencode(p.name)) > _NAME_MAX - 20:  # the temp file beside it adds a few bytes
+        raise UsageError(f"cannot write {_short(str(path))}: its name is {len(os.fsencode(p.name))} bytes "
+                         f"(at most {_NAME_MAX - 20})", key=key)
     parent = p.parent
     while not parent.exists():
         parent = parent.parent
@@ -782,19 +1101,52 @@ def check_output(path: str | os.PathLike[str], key: str) -> Path:
             pass
     except OSError as exc:
         raise UsageError(f"cannot write {str(path)!r}: {exc.strerror or exc} in {str(parent)!r}", key=key) from None
+    for part in p.relative_to(parent).parts:  # the folders a write will make, and the file itself
+        if len(os.fsencode(part)) > _NAME_MAX:
+            raise UsageError(f"cannot write {_short(str(path))}: a name in it is {len(os.fsencode(part))} bytes "
+                             f"(at most {_NAME_MAX})", key=key)
     return p
 
 
-def check_outputs(outputs: dict[str, str | os.PathLike[str] | None]) -> None:
-    """:func:`check_output` for each given ``{key: path}``, and no file named twice."""
-    seen: dict[Path, str] = {}
+_NAME_MAX = 255
+"""The longest file name (one path component, in bytes) on Linux and macOS file systems."""
+
+
+def check_outputs(outputs: dict[str, str | os.PathLike[str] | None],
+                  inputs: dict[str, str | os.PathLike[str] | None] | None = None) -> None:
+    """:func:`check_output` for each given ``{key: path}``; and no output is an input or another
+    output, however spelled (``sub/../x``, a symlink, a hard link: the same resolved path or the
+    same inode). ``inputs`` are ``{what: path}`` of the files the command reads; one that does not
+    exist (yet) is still compared by its resolved path."""
+    seen: dict[Path | tuple[int, int], str] = {}
+    for what, path in (inputs or {}).items():
+        if path is None:
+            continue
+        try:
+            resolved, ino = _file_identity(path)
+        except (OSError, RuntimeError, ValueError):
+            continue  # an input the OS cannot name is refused when it is read
+        seen[resolved] = what
+        if ino is not None:
+            seen[ino] = what
+    names = set((inputs or {}).keys())
     for key, path in outputs.items():
         if path is None:
             continue
-        p = check_output(path, key).absolute()
-        if p in seen:
-            raise UsageError(f"{str(path)!r} is also given to {seen[p]}; name two files", key=key)
-        seen[p] = key
+        check_output(path, key)
+        try:
+            resolved, ino = _file_identity(path)
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise UsageError(f"cannot write {_short(str(path))}: {_os_reason(exc)}", key=key) from None
+        other = seen.get(resolved) or (seen.get(ino) if ino is not None else None)
+        if other is not None:
+            if other in names:
+                raise UsageError(f"{str(path)!r} is also the input {other} ({str((inputs or {})[other])!r}): an output "
+                                 "never overwrites what memaudit reads; name another file", key=key)
+            raise UsageError(f"{str(path)!r} is also given to {other}; name two files", key=key)
+        seen[resolved] = key
+        if ino is not None:
+            seen[ino] = key
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
@@ -810,32 +1162,34 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
 def atomic_write(path: str | os.PathLike[str], write: Callable[[Any], object], *, binary: bool = False) -> None:
     """Call ``write(file)`` on a temp file in the same folder (UTF-8 text, or bytes with
     ``binary``), then rename it to ``path`` (through a symlink to its target). An OSError is a
-    UsageError naming the path; the temp file is removed also on KeyboardInterrupt and SystemExit
-    (the CLI turns SIGTERM into one)."""
+    UsageError naming the path. The temp file's name is chosen before it is made, so that it is
+    removed whenever the write does not finish: also on KeyboardInterrupt and SystemExit (the
+    CLI turns SIGTERM into one), whenever they arrive."""
     p = Path(path)
-    if p.is_symlink():
-        p = p.resolve()
     try:
+        if p.is_symlink():
+            p = p.resolve()  # a loop raises (RuntimeError or OSError); a dangling link names the file to make
         p.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    except OSError as exc:
-        raise UsageError(f"cannot write: {exc.strerror or exc}", source=str(path)) from None
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise UsageError(f"cannot write: {_os_reason(exc)}", source=str(path)) from None
+    stem = os.fsencode(p.name)[:200].decode("utf-8", "ignore")
+    tmp = p.parent / f".{stem}.{os.urandom(4).hex()}.tmp"
     try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)  # the umask applies
         with (os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8")) as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
         os.replace(tmp, p)
     except BaseException as exc:
         try:
             os.unlink(tmp)
-        except FileNotFoundError:
+        except OSError:
             pass
         if isinstance(exc, OSError):
-            raise UsageError(f"cannot write: {exc.strerror or exc}", source=str(path)) from None
+            raise UsageError(f"cannot write: {_os_reason(exc)}", source=str(path)) from None
+        if isinstance(exc, UnicodeEncodeError):
+            raise UsageError(f"cannot write: text that is not valid Unicode ({exc.reason})", source=str(path)) from None
         raise
 
 

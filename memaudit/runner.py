@@ -14,7 +14,7 @@ from memaudit.capture import capture
 from memaudit.environment import environment
 from memaudit.report import CaseReport, PathInfo, Report, compute_totals
 from memaudit.spec import CaseSpec
-from memaudit.targets.base import Fallback, Target
+from memaudit.targets.base import Fallback, Target, place
 
 
 def _first_line(exc: BaseException) -> str:
@@ -133,24 +133,33 @@ def run_matrix(
     fallbacks: Sequence[Fallback | None] | None = None,
     on_start: Callable[[CaseSpec, int, int], None] | None = None,
     stack: bool = False,
+    rank: int = 0,
+    world_size: int = 1,
+    backend: str | None = None,
 ) -> Report:
     """Run every spec in order and collect a Report; where ``fallbacks`` (from
     :func:`plan_fallbacks`) names an answer for a spec, that answer replaces the skipped cell.
 
     ``on_start(spec, i, n)`` is called before case ``i`` of ``n`` (from 1) runs, ``on_case(case)``
-    after it.
+    after it. Each spec is first placed (:func:`memaudit.targets.base.place`) for ``rank`` of
+    ``world_size``; with a process-group ``backend`` (a distributed run) each case records where it
+    ran (``case.dist``) and its id ends with its coordinates.
     """
     specs = list(specs)
     device = specs[0].device if specs else "cpu"
     cases = []
-    for i, spec in enumerate(specs, 1):
+    for i, given in enumerate(specs, 1):
         if on_start is not None:
-            on_start(spec, i, len(specs))
+            on_start(given, i, len(specs))
+        spec, info = place(target, given, rank, world_size)
         fallback = fallbacks[i - 1] if fallbacks is not None else None
         if fallback is not None:
             case = _run_fallback(fallback, spec)
         else:
             case = run_case(target, spec, backward=backward, verify_allocator=verify_allocator, stack=stack)
+        if backend is not None:
+            case.dist = dataclasses.replace(info, backend=backend)
+            case.id = f"{case.id}/{info.key}"
         cases.append(case)
         if on_case is not None:
             on_case(case)

@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,6 +42,8 @@ ffn = 32
 name = "small"
 max_bytes = "1 GiB"
 """
+FULL = SCENARIO.replace("tokens = 64", "tokens = 1024").replace("hidden = 16", "hidden = 256").replace("ffn = 32", "ffn = 512")
+"""The scenario at reports/cpu/reference.json's shape (T=1024, H=256, F=512): ``check`` judges that report's cases."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,16 @@ class Case:
     writes: tuple[str, ...] = ()
     """Files the command writes when it succeeds (exit 0 or 1)."""
     needle: str | None = None
+    """Text the output must contain (the exit status is for this reason, not another)."""
+    env: dict[str, str] | None = None
+    """Environment variables for the command."""
+    stdout: str | None = None
+    """Run in a fresh process with standard output on ``/dev/full`` (``full``) or on a pipe whose
+    reader is gone (``closed``)."""
+    forbid: str | None = None
+    """Text the output must not contain (a raw escape character, say)."""
+    syspath: bool = False
+    """Put the case's folder on ``sys.path`` (a factory module it writes)."""
 
 
 def _report(tmp: Path, name: str, mutate: Callable[[dict], None] | None = None, text: str | None = None) -> None:
@@ -81,7 +97,13 @@ MAX_CASE_KIB = 1 << 20
 
 
 def _files(tmp: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(tmp)): p.read_bytes() for p in sorted(tmp.rglob("*")) if p.is_file()}
+    """Every regular file under ``tmp`` (symlinks not followed: a loop or a link to a baseline is
+    compared by what it points at once, as its target)."""
+    out = {}
+    for p in sorted(tmp.rglob("*")):
+        if not p.is_symlink() and p.is_file():
+            out[str(p.relative_to(tmp))] = p.read_bytes()
+    return out
 
 
 CASES: list[Case] = []
@@ -321,9 +343,9 @@ for ename, (expr, needle) in BAD_EXPRESSIONS.items():
 BAD_NAMES = ["refrence", "grouped-mlp", "GROUPED_MLP", "nope", "[bold]x", "-", "reference.", "grouped_mlp ", "x" * 300]
 for name in BAD_NAMES:
     CASES.append(Case(f"check --scenario name {name[:20]!r}", lambda t, n=name: ["check", str(t / "good.json"), "--scenario", n],
-                      setup=lambda t: _report(t, "good.json"), needle="shipped scenarios: grouped_mlp, grouped_mlp_emulated, reference"))
+                      setup=lambda t: _report(t, "good.json"), needle="shipped scenarios: expert_parallel, grouped_mlp, grouped_mlp_emulated, reference"))
     CASES.append(Case(f"run --scenario name {name[:20]!r}", lambda t, n=name: ["run", "--scenario", n, "--json", str(t / "o.json")],
-                      needle="shipped scenarios: grouped_mlp, grouped_mlp_emulated, reference"))
+                      needle="shipped scenarios: expert_parallel, grouped_mlp, grouped_mlp_emulated, reference"))
 
 # ---- hostile but valid: the promise is no crash, and the gate's own answer -----------------------
 CASES += [
@@ -344,27 +366,412 @@ CASES += [
 ]
 
 
+# ---- outputs that are inputs, or one file named twice: refused before anything is written ---------
+def _gate(tmp: Path) -> None:
+    _report(tmp, "base.json")
+    _report(tmp, "cur.json")
+    (tmp / "s.toml").write_text(SCENARIO, encoding="utf-8")
+    (tmp / "full.toml").write_text(FULL, encoding="utf-8")
+    (tmp / "sub").mkdir()
+    (tmp / "pyproject.toml").write_text("[tool.memaudit]\nallow-targets = []\n", encoding="utf-8")
+    (tmp / "link.json").symlink_to(tmp / "base.json")
+    (tmp / "link.png").symlink_to(tmp / "base.json")
+    os.link(tmp / "base.json", tmp / "hard.json")
+    (tmp / "away").mkdir()
+    (tmp / "away" / "cur-link.json").symlink_to(tmp / "cur.json")
+
+
+COMPARE = ["compare", "base.json", "cur.json"]
+RUN_S = ["run", "--scenario", "s.toml", "--device", "cpu"]
+CHECK_S = ["check", "base.json", "--scenario", "full.toml"]
+SAME_FILE = {
+    "compare --markdown BASELINE": [*COMPARE, "--markdown", "base.json"],
+    "compare --markdown CURRENT": [*COMPARE, "--markdown", "cur.json"],
+    "compare --benchmark-json BASELINE": [*COMPARE, "--benchmark-json", "base.json"],
+    "compare --markdown ./sub/../base.json": [*COMPARE, "--markdown", "./sub/../base.json"],
+    "compare --markdown a symlink to BASELINE": [*COMPARE, "--markdown", "link.json"],
+    "compare --markdown a hard link of BASELINE": [*COMPARE, "--markdown", "hard.json"],
+    "compare --markdown a symlink elsewhere to CURRENT": [*COMPARE, "--markdown", "away/cur-link.json"],
+    "compare --markdown x.md --benchmark-json sub/../x.md": [*COMPARE, "--markdown", "x.md", "--benchmark-json", "sub/../x.md"],
+    "run --scenario s.toml --json s.toml": [*RUN_S, "--json", "s.toml"],
+    "run --scenario s.toml --markdown ./s.toml": [*RUN_S, "--markdown", "./s.toml"],
+    "run --scenario s.toml --json pyproject.toml": [*RUN_S, "--json", "pyproject.toml"],
+    "run --json x --markdown sub/../x": ["run", *SMALL, "--json", "x", "--markdown", "sub/../x"],
+    "check --json the scenario": [*CHECK_S, "--json", "full.toml"],
+    "check --json REPORT": [*CHECK_S, "--json", "base.json"],
+    "check --json REPORT through sub/..": [*CHECK_S, "--json", "sub/../base.json"],
+    "check --json a symlink to REPORT": [*CHECK_S, "--json", "link.json"],
+    "baseline update CURRENT --into CURRENT": ["baseline", "update", "base.json", "--into", "base.json"],
+    "baseline update CURRENT --into a link to it": ["baseline", "update", "base.json", "--into", "link.json"],
+    "baseline update CURRENT --into a hard link of it": ["baseline", "update", "base.json", "--into", "hard.json"],
+    "plot --out a link to REPORT": ["plot", "base.json", "--out", "link.png"],
+    "estimate --json x --markdown sub/../x": ["estimate", "--recipe", "bf16", "--tokens", "64", "--hidden", "64",
+                                               "--json", "x", "--markdown", "sub/../x"],
+}
+for sname, argv in SAME_FILE.items():
+    CASES.append(Case(f"same file: {sname}", lambda t, a=argv: list(a), setup=_gate, needle="is also"))
+
+# ---- paths the OS refuses: a component over 255 bytes, a symlink loop --------------------------------
+LONG = "x" * 300
+
+
+def _loops(tmp: Path) -> None:
+    _outputs(tmp)
+    (tmp / "loop").symlink_to(tmp / "loop")
+    (tmp / "loop.json").symlink_to(tmp / "loop.json")
+
+
+REFUSED_PATHS = {
+    "output name of 300 bytes": lambda t: str(t / f"{LONG}.json"),
+    "output folder name of 300 bytes": lambda t: str(t / LONG / "x.json"),
+    "output name of 250 bytes (its temp file would be longer)": lambda t: str(t / ("y" * 250)),
+    "output a symlink loop": lambda t: str(t / "loop.json"),
+    "output under a symlink loop": lambda t: str(t / "loop" / "x.json"),
+}
+for cname, cmd in COMMANDS.items():
+    for pname, path in REFUSED_PATHS.items():
+        CASES.append(Case(f"{cname} {pname}", lambda t, c=cmd, p=path: c(t, p(t)), setup=_loops))
+REFUSED_INPUTS = {
+    "compare: BASELINE name of 300 bytes": lambda t: ["compare", f"{LONG}.json", "base.json"],
+    "compare: CURRENT a symlink loop": lambda t: ["compare", "base.json", "loop.json"],
+    "check: REPORT name of 300 bytes": lambda t: ["check", f"{LONG}.json", "--scenario", "s.toml"],
+    "check: scenario name of 300 bytes": lambda t: ["check", "base.json", "--scenario", f"{LONG}.toml"],
+    "check: scenario a symlink loop": lambda t: ["check", "base.json", "--scenario", "loop"],
+    "run: scenario name of 300 bytes": lambda t: ["run", "--scenario", f"{LONG}.toml"],
+    "run: scenario under a symlink loop": lambda t: ["run", "--scenario", "loop/s.toml"],
+    "baseline update: CURRENT name of 300 bytes": lambda t: ["baseline", "update", f"{LONG}.json", "--into", "b.json"],
+    "plot: REPORT a symlink loop": lambda t: ["plot", "loop.json", "--out", "p.png"],
+}
+for iname, argv in REFUSED_INPUTS.items():
+    CASES.append(Case(f"refused input: {iname}", argv, setup=_loops))
+
+# ---- text that is not valid Unicode ----------------------------------------------------------------
+SURROGATE = json.dumps(REPORT).replace('"reason": null', '"reason": "x\\ud800"', 1)
+for uname, argv in {
+    "compare --markdown": lambda t: ["compare", "good.json", "bad.json", "--markdown", "c.md"],
+    "baseline update": lambda t: ["baseline", "update", "bad.json", "--into", "b.json"],
+    "check --json": lambda t: ["check", "bad.json", "--scenario", "s.toml", "--json", "j.json"],
+}.items():
+    CASES.append(Case(f"lone surrogate in a report: {uname}", argv, needle="lone surrogate",
+                      setup=lambda t: (_report(t, "good.json"), _report(t, "bad.json", text=SURROGATE),
+                                       (t / "s.toml").write_text(SCENARIO, encoding="utf-8"))))
+CASES.append(Case("compare --name with a lone surrogate", lambda t: ["compare", "good.json", "good.json", "--name", "ok\udcff"],
+                  setup=lambda t: _report(t, "good.json"), needle="--name"))
+
+# ---- environment and standard output ---------------------------------------------------------------
+DIGITS = "9" * 5000
+for ename, env in {"COLUMNS=²": {"COLUMNS": "²"}, "COLUMNS of 5000 digits": {"COLUMNS": DIGITS},
+                   "LINES of 5000 digits": {"LINES": DIGITS}, "COLUMNS=-1, LINES=abc": {"COLUMNS": "-1", "LINES": "abc"}}.items():
+    CASES.append(Case(f"compare with {ename}", lambda t: ["compare", "good.json", "good.json"], code=0, env=env,
+                      setup=lambda t: _report(t, "good.json")))
+    CASES.append(Case(f"--help with {ename}", lambda t: ["--help"], code=0, env=env))
+    CASES.append(Case(f"check --help with {ename}", lambda t: ["check", "--help"], code=0, env=env))
+    CASES.append(Case(f"bad flag with {ename}", lambda t: ["compare", "--fail-on", "x", "a", "b"], env=env))
+CASES += [
+    Case("compare with stdout on /dev/full", lambda t: ["compare", "good.json", "good.json", "--markdown", "c.md"], stdout="full",
+         setup=lambda t: _report(t, "good.json"), needle="cannot write to standard output: No space left on device"),
+    Case("run with stdout on /dev/full", lambda t: ["run", *SMALL, "--json", "o.json"], stdout="full",
+         needle="cannot write to standard output"),
+    Case("--help with stdout on /dev/full", lambda t: ["compare", "--help"], stdout="full", needle="cannot write to standard output"),
+    Case("compare -v | head -c1 on identical reports", lambda t: ["compare", "good.json", "good.json", "-v"], code=0, stdout="closed",
+         setup=lambda t: _report(t, "good.json")),
+    Case("compare -v | head -c1 on a regression", lambda t: ["compare", "good.json", "fewer.json", "-v", "--markdown", "c.md"], code=1,
+         stdout="closed", writes=("c.md",), setup=lambda t: (_report(t, "good.json"), _report(t, "fewer.json", lambda d: d["cases"].pop()))),
+    Case("check | head -c1", lambda t: ["check", "good.json", "--scenario", "s.toml", "--allow-na"], stdout="closed", code=0,
+         setup=lambda t: (_report(t, "good.json"), (t / "s.toml").write_text(
+             SCENARIO.replace("tokens = 64", "tokens = 1024").replace("hidden = 16", "hidden = 256").replace("ffn = 32", "ffn = 512"),
+             encoding="utf-8"))),
+]
+
+# ---- ./pyproject.toml that cannot be read: exit 2 naming it --------------------------------------------
+PYPROJECTS = {"non-UTF-8 bytes": b"[tool.memaudit]\nallow-targets = [\"\xff\xfe\"]\n",
+              "arrays nested 3,000 deep": b"x = " + b"[" * 3000 + b"]" * 3000 + b"\n",
+              "tool.memaudit not a table": b"[tool]\nmemaudit = 3\n",
+              "not TOML": b"[[[\n"}
+for pname, data in PYPROJECTS.items():
+    def psetup(t: Path, x: bytes = data) -> None:
+        (t / "pyproject.toml").write_bytes(x)
+        (t / "s.toml").write_text(SCENARIO, encoding="utf-8")
+        _report(t, "good.json")
+    CASES.append(Case(f"check with a pyproject.toml of {pname}", lambda t: ["check", "good.json", "--scenario", "s.toml"],
+                      setup=psetup, needle="pyproject.toml"))
+    CASES.append(Case(f"run --scenario with a pyproject.toml of {pname}", lambda t: ["run", "--scenario", "s.toml", "--json", "o.json"],
+                      setup=psetup, needle="pyproject.toml"))
+
+# ---- run validates everything before any work ---------------------------------------------------------
+MODULE = 'from tests.custom_factory import make  # noqa: F401\n'
+CASES += [
+    Case("run --target a non-ASCII module --json --markdown", lambda t: [
+        "run", "--target", "módulo:make", "--groups", "1", "--tokens", "32", "--hidden", "16", "--ffn", "32",
+        "--dtype", "fp32", "--json", "out.json", "--markdown", "p.md"], code=0, writes=("out.json", "p.md"), syspath=True,
+        setup=lambda t: (t / "módulo.py").write_text(MODULE, encoding="utf-8")),
+    Case("compare --name with a newline", lambda t: ["compare", "good.json", "good.json", "--name", "ok\n", "--markdown", "c.md"],
+         setup=lambda t: _report(t, "good.json"), needle="--name"),
+    Case("compare --name of 200 characters", lambda t: ["compare", "good.json", "good.json", "--name", "n" * 200, "--markdown", "c.md"],
+         setup=lambda t: _report(t, "good.json"), needle="--name"),
+]
+
+# ---- vacuous checks fail; when keys the target does not record are refused -------------------------------
+def _all_skipped(d: dict) -> None:
+    for c in d["cases"]:
+        c.update(status="skipped", reason="CUDA is not available", rows=[], freed=[],
+                 totals={k: 0 for k in c["totals"]})
+        c.pop("modules", None)
+
+
+def _vac(tmp: Path, text: str = FULL, mutate: Callable[[dict], None] | None = None) -> None:
+    (tmp / "s.toml").write_text(text, encoding="utf-8")
+    _report(tmp, "good.json", mutate)
+
+
+CHECK_GOOD = ["check", "good.json", "--scenario", "s.toml"]
+CASES += [
+    Case("check: every case skipped", lambda t: CHECK_GOOD, code=1, needle="nothing was judged",
+         setup=lambda t: _vac(t, mutate=_all_skipped)),
+    Case("check --allow-na: every case skipped", lambda t: [*CHECK_GOOD, "--allow-na"], code=0, setup=lambda t: _vac(t, mutate=_all_skipped)),
+    Case("check: a budget that applies to no case", lambda t: CHECK_GOOD, code=1, needle="applied to no case",
+         setup=lambda t: _vac(t, FULL.replace('max_bytes = "1 GiB"', 'max_bytes = "1 GiB"\nwhen = { fused = true }'))),
+    Case("check: a scenario without budgets", lambda t: CHECK_GOOD, code=1, needle="the scenario has no budgets",
+         setup=lambda t: _vac(t, FULL.split("[[budget]]")[0])),
+    Case("run --scenario: a budget that applies to no case", lambda t: ["run", "--scenario", "s.toml", "--json", "o.json"], code=1,
+         needle="applied to no case", writes=("o.json",),
+         setup=lambda t: _vac(t, SCENARIO.replace('max_bytes = "1 GiB"', 'max_bytes = "1 GiB"\nwhen = { fused = true }'))),
+]
+for tname, target in {"reference": "reference", "te-grouped-mlp": "te-grouped-mlp", "a custom factory": "tests.custom_factory:make"}.items():
+    text = FULL.replace('"reference"', f'"{target}"').replace('max_bytes = "1 GiB"', 'max_bytes = "1 GiB"\nwhen = { fusd = true }')
+    allow = ["--allow-target", target] if ":" in target else []
+    CASES.append(Case(f"check: when key 'fusd' on {tname}", lambda t, a=allow: [*CHECK_GOOD, *a], needle="unknown path key 'fusd'",
+                      setup=lambda t, x=text: _vac(t, x)))
+    CASES.append(Case(f"run --scenario: when key 'fusd' on {tname}", lambda t, a=allow: ["run", "--scenario", "s.toml", *a, "--json", "o.json"],
+                      needle="unknown path key 'fusd'", setup=lambda t, x=text: _vac(t, x)))
+
+# ---- terminal escape codes in user strings are shown, not obeyed ---------------------------------------------
+ESC = "\\u001b[2J\\u001b]0;pwned\\u0007\\u202e"
+CASES += [
+    Case("run --scenario: a budget name with escape codes", lambda t: ["run", "--scenario", "s.toml", "--json", "o.json"], code=1,
+         writes=("o.json",), forbid="\x1b", needle="\\x1b[2J", setup=lambda t: _vac(t, SCENARIO.replace('name = "small"', f'name = "{ESC}"')
+                                                                                           .replace('"1 GiB"', '"1 B"'))),
+    Case("check: a budget name with escape codes", lambda t: CHECK_GOOD, code=1, forbid="\x1b", needle="\\x1b]0;pwned",
+         setup=lambda t: _vac(t, FULL.replace('name = "small"', f'name = "{ESC}"').replace('"1 GiB"', '"1 B"'))),
+    Case("compare: an error reason with escape codes", lambda t: ["compare", "good.json", "odd.json", "-v"], code=1, forbid="\x1b",
+         needle="\\x1b[31mboom", setup=lambda t: (_report(t, "good.json"), _report(t, "odd.json", lambda d: d["cases"][0].update(
+             status="error", reason="\x1b[31mboom", rows=[], modules=[], totals={k: 0 for k in d["cases"][0]["totals"]})))),
+    Case("check: a report reason with escape codes", lambda t: ["check", "bad.json", "--scenario", "s.toml", "--show-na"], code=1,
+         forbid="\x1b", setup=lambda t: (_vac(t), _report(t, "bad.json", lambda d: (_all_skipped(d), [c.__setitem__("reason", "\x1b[2Jgone")
+                                                                                                     for c in d["cases"]])))),
+]
+
+
+# ---- forged baselines: a committed baseline (or a report) edited so that it lies --------------------------
+# Each edit must fail the gate: exit 2 naming what is wrong (needle) on every read (compare either way round,
+# check, baseline update either way round, plot), or the gate's own exit 1 where the lie is a regression.
+TE = json.loads((ROOT / "reports" / "baseline" / "h200-te-grouped-mlp.json").read_text(encoding="utf-8"))
+TE_TEXT = json.dumps(TE, sort_keys=True, indent=1, ensure_ascii=False) + "\n"
+OK0, OK3, ERR9, SKIP12 = ("cases", 0), ("cases", 3), ("cases", 9), ("cases", 12)  # bf16 g1, fp8-delayed g1, fp8-block g1, mxfp8 g1
+
+
+def _at(d: dict, path: tuple) -> object:
+    for p in path:
+        d = d[p]
+    return d
+
+
+def _edit(path: tuple, fn: Callable[[object], object]) -> Callable[[dict], None]:
+    def mutate(d: dict) -> None:
+        parent = _at(d, path[:-1])
+        parent[path[-1]] = fn(parent[path[-1]])
+    return mutate
+
+
+def _seq(*fns: Callable[[dict], None]) -> Callable[[dict], None]:
+    def mutate(d: dict) -> None:
+        for f in fns:
+            f(d)
+    return mutate
+
+
+def _twice(text: str, first: str, second: str) -> str:
+    """``text`` with ``second`` written right after the first ``first``: one object names a key twice."""
+    at = text.index(first) + len(first)
+    return text[:at] + second + text[at:]
+
+
+def _row_all(case: tuple, field: str, fn: Callable[[object], object], storage: str) -> Callable[[dict], None]:
+    def mutate(d: dict) -> None:
+        for r in _at(d, case)["rows"]:
+            if r["storage"] == storage:
+                r[field] = fn(r[field])
+    return mutate
+
+
+def _nest(n: int) -> dict:
+    x: object = 1
+    for _ in range(n):
+        x = {"a": x}
+    return x  # type: ignore[return-value]
+
+
+FORGED: dict[str, tuple[Callable[[dict], None] | None, str | None, str]] = {
+    # totals that disagree with the rows
+    "saved_bytes 1 GiB above its rows": (_edit((*OK0, "totals", "saved_bytes"), lambda v: v + (1 << 30)), None, "totals.saved_bytes"),
+    "saved_bytes 0 beside full rows": (_edit((*OK0, "totals", "saved_bytes"), lambda v: 0), None, "totals.saved_bytes"),
+    "logical_bytes one byte short": (_edit((*OK3, "totals", "logical_bytes"), lambda v: v - 1), None, "totals.logical_bytes"),
+    "physical_bytes and saved_bytes both raised": (_seq(_edit((*OK0, "totals", "physical_bytes"), lambda v: v + 4096),
+                                                        _edit((*OK0, "totals", "saved_bytes"), lambda v: v + 4096)), None, "totals.physical_bytes"),
+    "parameter_bytes zeroed": (_edit((*OK0, "totals", "parameter_bytes"), lambda v: 0), None, "totals.parameter_bytes"),
+    "row count one more": (_edit((*OK0, "totals", "rows"), lambda v: v + 1), None, "totals.rows"),
+    "saved_bytes key deleted (read as 0)": (_edit((*OK0, "totals"), lambda t: {k: v for k, v in t.items() if k != "saved_bytes"}),
+                                            None, "totals.saved_bytes"),
+    "a row's bytes grown, totals kept": (_edit((*OK0, "rows", 1, "bytes"), lambda v: v + 1), None, "totals.logical_bytes"),
+    "a row deleted, totals kept": (_edit((*OK0, "rows"), lambda rows: [dict(r, index=i) for i, r in enumerate(rows[:-1])]), None,
+                                   "totals.rows"),
+    "a storage's size shrunk on every row, totals kept": (_row_all(OK0, "storage_bytes", lambda v: v // 2, "s1"), None,
+                                                          "totals.physical_bytes"),
+    "a parameter flag cleared, totals kept": (_edit((*OK0, "rows"), lambda rows: [dict(r, is_parameter=False) for r in rows]), None,
+                                              "totals.parameter_bytes"),
+    "a row moved to the host, totals kept": (_edit((*OK0, "rows", 1, "resides"), lambda v: "host"), None, "totals."),
+    "a freed row added, totals kept": (_edit((*OK0,), lambda c: dict(c, freed=[dict(c["rows"][1], index=0)])), None, "totals.freed_rows"),
+    "totals with an unknown key": (_edit((*OK0, "totals"), lambda t: dict(t, bonus_bytes=0)), None, "unknown key(s) bonus_bytes"),
+    # one object that says two things
+    "a second cases array at the end": (None, TE_TEXT.rstrip()[:-1] + ', "cases": []}\n', "'cases' appears twice"),
+    "saved_bytes twice in totals": (None, _twice(TE_TEXT, '"saved_bytes": 58728456', ', "saved_bytes": 0'), "'saved_bytes' appears twice"),
+    "bytes twice in a row": (None, _twice(TE_TEXT, '"bytes": 8,', ' "bytes": 0,'), "'bytes' appears twice"),
+    "status twice in a case": (None, _twice(TE_TEXT, '"status": "ok"', ', "status": "skipped"'), "'status' appears twice"),
+    "schema twice": (None, _twice(TE_TEXT, '"schema": "memaudit.report/2"', ', "schema": "memaudit.report/2"'), "'schema' appears twice"),
+    "fused twice in a path": (None, _twice(TE_TEXT, '"fused": false', ', "fused": true'), "'fused' appears twice"),
+    "a TE version twice in the environment": (None, _twice(TE_TEXT, '"transformer_engine": "2.20.2"', ', "transformer_engine": "2.21.0"'),
+                                              "'transformer_engine' appears twice"),
+    # case fields
+    "groups -3": (_edit((*OK0, "groups"), lambda v: -3), None, ".groups"),
+    "groups '1'": (_edit((*OK0, "groups"), lambda v: "1"), None, ".groups"),
+    "groups changed, id kept": (_seq(_edit((*OK0, "groups"), lambda v: 2), _edit((*OK0, "splits"), lambda v: [2048, 2048])), None,
+                                "the id says"),
+    "tokens -256": (_edit((*OK0, "tokens"), lambda v: -256), None, ".tokens"),
+    "a dimension deleted": (_edit((*OK0,), lambda c: {k: v for k, v in c.items() if k != "hidden"}), None, "has dimensions"),
+    "a dimension added": (_edit((*OK0,), lambda c: dict(c, seq=8)), None, "has dimensions"),
+    "splits [1e999]": (None, TE_TEXT.replace('"splits": [\n    4096\n   ]', '"splits": [1e999]', 1), ".splits"),
+    "splits that do not add up": (_edit((*OK0, "splits"), lambda v: [4000]), None, "splits [4000] add up to 4000"),
+    "splits for another group count": (_edit((*OK0, "splits"), lambda v: [2048, 2048]), None, "2 splits for 1 group"),
+    "options [1]": (_edit((*OK0, "options"), lambda v: {"fused_env": [1]}), None, ".options.fused_env"),
+    "dtype 4": (_edit((*OK0, "dtype"), lambda v: 4), None, ".dtype"),
+    "device 'tpu'": (_edit((*OK0, "device"), lambda v: "tpu"), None, ".device"),
+    "recipe the target does not know": (_seq(_edit((*OK0, "recipe"), lambda v: "fp16"),
+                                             _edit((*OK0, "id"), lambda v: v.replace("/bf16/", "/fp16/", 1))), None, "has no recipe 'fp16'"),
+    "a row in group 5 of a 1-group case": (_edit((*OK3, "rows", 1, "group"), lambda v: 5), None, "group 5 in a case of 1 group"),
+    "a case key that is neither field nor dimension": (_edit((*OK0,), lambda c: dict(c, verdict="pass")), None, "unknown key(s) verdict"),
+    # status
+    "status 'exploded'": (_edit((*OK0, "status"), lambda v: "exploded"), None, ".status"),
+    "status deleted": (_edit((*OK0,), lambda c: {k: v for k, v in c.items() if k != "status"}), None, "missing key(s) status"),
+    "a skipped case that kept rows": (_edit(SKIP12, lambda c: dict(c, rows=TE["cases"][0]["rows"], totals=TE["cases"][0]["totals"])),
+                                      None, "a skipped case has no rows"),
+    "an error case with saved bytes": (_edit((*ERR9, "totals", "saved_bytes"), lambda v: 1 << 20), None, "totals.saved_bytes"),
+    "a skipped case without a reason": (_edit((*SKIP12, "reason"), lambda v: None), None, "a skipped case says why"),
+    "an ok case turned error, rows kept": (_seq(_edit((*OK0, "status"), lambda v: "error"), _edit((*OK0, "reason"), lambda v: "x")),
+                                           None, "an error case has no rows"),
+    "complete 'yes'": (_edit((*OK0, "complete"), lambda v: "yes"), None, ".complete"),
+    # path
+    "path.fused 'false' (a string)": (_edit((*OK0, "path", "fused"), lambda v: "false"), None, "path.fused"),
+    "path.fused null": (_edit((*OK0, "path", "fused"), lambda v: None), None, "path.fused"),
+    "path a list": (_edit((*OK0, "path"), lambda v: ["fused"]), None, ".path"),
+    "path nested 70 deep": (_edit((*OK0, "path"), lambda v: dict(v, padding=_nest(70))), None, "levels deep"),
+    # ids
+    "case ids twice": (_edit(("cases",), lambda cs: [*cs, cs[0]]), None, "appears twice"),
+    "an id naming another group count": (_edit((*OK0, "id"), lambda v: v.replace("/g1/", "/g2/")), None, "the id says"),
+    "an id naming another shape": (_edit((*OK3, "id"), lambda v: v.replace("t4096", "t8192")), None, "the id says"),
+    "an id naming another dtype": (_edit((*OK3, "id"), lambda v: v.replace("/bf16", "/fp32")), None, "the id says"),
+    "an empty id": (_edit((*OK0, "id"), lambda v: ""), None, ".id"),
+    # rows
+    "rows out of order": (_edit((*OK0, "rows"), lambda rows: [rows[1], rows[0], *rows[2:]]), None, "rows are numbered in order"),
+    "a duplicate pointing forward": (_edit((*OK3, "rows", 1, "duplicate_of"), lambda v: 7), None, "is not an earlier row"),
+    "a container_index at a data row": (_edit((*OK3, "rows", 2, "container_index"), lambda v: 1), None, "is not an earlier container row"),
+    "one storage with two sizes": (_edit((*OK3, "rows", 7, "storage_bytes"), lambda v: v + 8), None, "one storage has one size"),
+    "row kind 'bogus'": (_edit((*OK0, "rows", 1, "kind"), lambda v: "bogus"), None, ".kind"),
+    "row resides 'cloud'": (_edit((*OK0, "rows", 1, "resides"), lambda v: "cloud"), None, ".resides"),
+    "row shape [-1]": (_edit((*OK0, "rows", 1, "shape"), lambda v: [-1]), None, ".shape"),
+    "row bytes 2**63": (_edit((*OK0, "rows", 1, "bytes"), lambda v: 2**63), None, ".bytes"),
+    # text, encoding, structure
+    "a lone surrogate in a reason": (None, TE_TEXT.replace('"reason": null', '"reason": "\\ud800"', 1), "lone surrogate"),
+    "NaN in totals": (None, TE_TEXT.replace('"saved_bytes": 58728456', '"saved_bytes": NaN', 1), "NaN"),
+    "an environment nested 70 deep": (_edit(("environment",), lambda e: dict(e, extra=_nest(70))), None, "levels deep"),
+    "a UTF-8 byte order mark": (None, "\ufeff" + TE_TEXT, "not valid JSON"),
+    "execution emulated without emulation": (_edit((*OK0,), lambda c: dict(c, execution="emulated")), None, ".execution"),
+    "an unknown top-level key": (lambda d: d.__setitem__("cases_v2", []), None, "cases_v2"),
+}
+FORGED_USES = {
+    "compare, forged baseline": (lambda t: ["compare", "forged.json", "good.json", "--markdown", "c.md"], 2),
+    "compare, forged current": (lambda t: ["compare", "good.json", "forged.json", "--benchmark-json", "b.json"], 2),
+    "check": (lambda t: ["check", "forged.json", "--scenario", "grouped_mlp", "--json", "j.json"], 2),
+    "baseline update, forged current": (lambda t: ["baseline", "update", "forged.json", "--into", "new.json"], 2),
+    "baseline update, forged baseline": (lambda t: ["baseline", "update", "good.json", "--into", "forged.json"], 2),
+    "plot": (lambda t: ["plot", "forged.json", "--out", "p.png"], 2),
+}
+for fname, (mutate, text, needle) in FORGED.items():
+    def fsetup(t: Path, m=mutate, x=text) -> None:
+        d = copy.deepcopy(TE)
+        if m is not None:
+            m(d)
+        (t / "good.json").write_text(TE_TEXT, encoding="utf-8")
+        (t / "forged.json").write_text(x if x is not None else json.dumps(d, sort_keys=True, indent=1), encoding="utf-8")
+    for uname, (argv, code) in FORGED_USES.items():
+        CASES.append(Case(f"forged: {fname}: {uname}", argv, code=code, setup=fsetup, needle=needle))
+# a lie that is a regression: the baseline drops path.fused, so that a fused -> unfused change would not show
+FUSED_GONE = copy.deepcopy(TE)
+for c in FUSED_GONE["cases"]:
+    if c["path"]:
+        del c["path"]["fused"]
+CASES.append(Case("forged: path.fused deleted from the baseline: compare", lambda t: ["compare", "forged.json", "good.json"], code=1,
+                  needle="path.fused is recorded in one report only",
+                  setup=lambda t: ((t / "good.json").write_text(TE_TEXT, encoding="utf-8"),
+                                   (t / "forged.json").write_text(json.dumps(FUSED_GONE), encoding="utf-8"))))
+
+
+def _in_process(case: Case, tmp: Path) -> tuple[int, str]:
+    """Run ``memaudit`` as its console script does, in a fresh process: (exit status, stderr)."""
+    cmd = [sys.executable, "-c", "from memaudit.cli import main; main()", *case.argv(tmp)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(case.env or {})}
+    if case.stdout == "full":
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run(cmd, cwd=tmp, env=env, stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+        return proc.returncode, proc.stderr
+    r, w = os.pipe()
+    os.close(r)  # the reader is gone before anything is written (`| head -c1` after its one byte)
+    try:
+        proc = subprocess.run(cmd, cwd=tmp, env=env, stdout=w, stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(w)
+    return proc.returncode, proc.stderr
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_bad_input_keeps_every_promise(case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(ROOT))
+    if case.syspath:
+        monkeypatch.syspath_prepend(str(tmp_path))
     if case.setup is not None:
         case.setup(tmp_path)
     before = _files(tmp_path)
-    measure_memory = _reset_peak()
+    measure_memory = _reset_peak() and case.stdout is None
     rss_before = _rss_kib("VmRSS")
     start = time.perf_counter()
-    result = CliRunner().invoke(app, case.argv(tmp_path))
-    took = time.perf_counter() - start
+    if case.stdout is not None:
+        exit_code, output = _in_process(case, tmp_path)
+        took = time.perf_counter() - start
+    else:
+        result = CliRunner().invoke(app, case.argv(tmp_path), env=case.env)
+        took = time.perf_counter() - start
+        output = result.output + (result.stderr if result.stderr_bytes is not None else "")
+        assert result.exception is None or isinstance(result.exception, SystemExit), f"{type(result.exception).__name__}: {result.exception}"
+        exit_code = result.exit_code
     peak = _rss_kib("VmHWM")
-    output = result.output + (result.stderr if result.stderr_bytes is not None else "")
     assert "Traceback" not in output, output
-    assert result.exception is None or isinstance(result.exception, SystemExit), f"{type(result.exception).__name__}: {result.exception}"
-    assert result.exit_code == case.code, output
+    assert exit_code == case.code, output
+    if case.forbid is not None:
+        assert case.forbid not in output, repr(output[-500:])
     after = _files(tmp_path)
     written = set(after) - set(before)
     assert {k for k in before if after.get(k) != before[k]} == set(), "an existing file changed"
-    assert written <= set(case.writes if result.exit_code in (0, 1) else ()), f"wrote {sorted(written)}"
+    assert written <= set(case.writes if exit_code in (0, 1) else ()), f"wrote {sorted(written)}"
     if case.needle is not None:
         assert case.needle in output
     assert took < 10, f"{took:.1f} s"
@@ -387,15 +794,16 @@ def test_the_suite_is_big_enough() -> None:
     assert len(CASES) >= 250, len(CASES)
 
 
-def test_a_budget_that_applied_to_no_case_is_a_warning_and_fails_under_strict(tmp_path: Path) -> None:
+def test_a_budget_that_applied_to_no_case_fails_unless_allow_na(tmp_path: Path) -> None:
     (tmp_path / "good.json").write_text(json.dumps(REPORT), encoding="utf-8")
     text = SCENARIO.replace("tokens = 64", "tokens = 1024").replace("hidden = 16", "hidden = 256").replace("ffn = 32", "ffn = 512")
     text = text.replace('max_bytes = "1 GiB"', 'max_bytes = "1 GiB"\nwhen = { fused = true }')
     (tmp_path / "s.toml").write_text(text, encoding="utf-8")
     argv = ["check", str(tmp_path / "good.json"), "--scenario", str(tmp_path / "s.toml")]
     result = CliRunner().invoke(app, argv)
-    assert result.exit_code == 0 and "applied to no case" in result.stderr
-    assert CliRunner().invoke(app, [*argv, "--strict"]).exit_code == 1
+    assert result.exit_code == 1 and "budget 'small' applied to no case: 1 case(s) record no path.fused" in result.stderr
+    allowed = CliRunner().invoke(app, [*argv, "--allow-na"])
+    assert allowed.exit_code == 0 and "warning: budget 'small' applied to no case" in allowed.stderr
 
 
 def test_a_huge_verdict_table_is_capped_failures_first() -> None:
@@ -406,3 +814,94 @@ def test_a_huge_verdict_table_is_capped_failures_first() -> None:
     table = render_verdicts(vs, max_rows=10)
     assert table.row_count == 10 and "only the first 10 rows" in str(table.caption)
     assert "fail" in [c.plain for c in table.columns[2]._cells]  # the one failure is shown
+
+
+# ---- concurrency: one baseline, however named; interrupts leave no temp file -------------------------------
+def _cli(*argv: str, cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", "from memaudit.cli import main; main()", *argv], cwd=cwd,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _one_case_reports(tmp: Path) -> list[Path]:
+    out = []
+    for i in range(2):
+        d = copy.deepcopy(REPORT)
+        d["cases"] = [d["cases"][i]]
+        (tmp / f"r{i}.json").write_text(json.dumps(d), encoding="utf-8")
+        out.append(tmp / f"r{i}.json")
+    return out
+
+
+def test_baseline_update_locks_the_file_a_symlink_names(tmp_path: Path) -> None:
+    """The lock is on the resolved file's folder: an update through a link in another folder waits for it."""
+    import fcntl
+
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "links").mkdir()
+    (tmp_path / "links" / "base.json").symlink_to(real / "base.json")
+    r0, _ = _one_case_reports(tmp_path)
+    fd = os.open(real, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        proc = _cli("baseline", "update", str(r0), "--into", "links/base.json", cwd=tmp_path)
+        time.sleep(2.0)
+        assert proc.poll() is None, "the update did not wait for the lock on the real file's folder"
+        assert not (real / "base.json").exists()
+    finally:
+        os.close(fd)
+    assert proc.wait(timeout=60) == 0, proc.stderr.read() if proc.stderr else ""
+    assert len(json.loads((real / "base.json").read_text(encoding="utf-8"))["cases"]) == 1
+
+
+def test_concurrent_updates_through_links_in_two_folders_keep_every_case(tmp_path: Path) -> None:
+    real, a, b = tmp_path / "real", tmp_path / "a", tmp_path / "b"
+    for folder in (real, a, b):
+        folder.mkdir()
+    (a / "base.json").symlink_to(real / "base.json")
+    (b / "base.json").symlink_to(real / "base.json")
+    reports = _one_case_reports(tmp_path)
+    for _ in range(4):
+        (real / "base.json").unlink(missing_ok=True)
+        procs = [_cli("baseline", "update", str(r), "--into", str(link / "base.json"), cwd=tmp_path) for r, link in zip(reports, (a, b), strict=True)]
+        assert [p.wait(timeout=60) for p in procs] == [0, 0]
+        assert len(json.loads((real / "base.json").read_text(encoding="utf-8"))["cases"]) == 2
+        assert (a / "base.json").is_symlink() and (b / "base.json").is_symlink()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupt_while_the_temp_file_exists_leaves_none(tmp_path: Path, sig: int) -> None:
+    """A real signal as soon as the temp file appears (a 15 MB report, so that the write takes a while):
+    the temp file is gone and the baseline is the old one or the new one, never a partial file."""
+    big = copy.deepcopy(REPORT)
+    big["cases"] = [dict(c, id=c["id"].replace("-f512", f"-f{512 + 16 * k}"), ffn=512 + 16 * k) for k in range(1, 60) for c in REPORT["cases"]]
+    (tmp_path / "big.json").write_text(json.dumps(big), encoding="utf-8")
+    (tmp_path / "base.json").write_text(json.dumps(REPORT), encoding="utf-8")
+    old = (tmp_path / "base.json").read_bytes()
+    for _ in range(3):
+        proc = _cli("baseline", "update", "big.json", "--into", "base.json", "--force", cwd=tmp_path)
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline and not list(tmp_path.glob(".base.json.*.tmp")):
+            time.sleep(0.0005)
+        proc.send_signal(sig)
+        proc.wait(timeout=60)
+        assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*.tmp"))
+        now = (tmp_path / "base.json").read_bytes()
+        assert now == old or len(json.loads(now)["cases"]) == len(big["cases"]) + len(REPORT["cases"])
+        (tmp_path / "base.json").write_bytes(old)
+
+
+def test_an_interrupt_right_after_the_temp_file_is_made_leaves_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Deterministic: KeyboardInterrupt the instant ``os.open`` has made the temp file, before memaudit holds its descriptor."""
+    import memaudit.report as report_module
+
+    real_open = os.open
+
+    def open_then_interrupt(path: object, flags: int, mode: int = 0o777) -> int:
+        real_open(path, flags, mode)  # type: ignore[arg-type]
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report_module.os, "open", open_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        report_module.atomic_write_text(tmp_path / "out.json", "{}")
+    assert list(tmp_path.iterdir()) == []

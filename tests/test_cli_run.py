@@ -194,10 +194,11 @@ def test_verify_allocator_without_cuda_is_bad_usage_and_writes_nothing(cli_runne
 def test_run_options_of_a_target_come_from_its_declaration(cli_runner: Any, tmp_path: Path) -> None:
     """``run`` has every option a built-in target declares (``Target.flags``), and the value goes to
     that target's ``configure``: the TE target refuses an unknown activation before TE is imported."""
+    from memaudit.targets.ep import EPGroupedMLPTarget
     from memaudit.targets.registry import run_flags
     from memaudit.te.target import TEGroupedMLPTarget
 
-    assert [f.name for f in run_flags()] == [f.name for f in TEGroupedMLPTarget.flags]
+    assert [f.name for f in run_flags()] == [f.name for f in (*TEGroupedMLPTarget.flags, *EPGroupedMLPTarget.flags)]
     help_text = cli_runner.invoke(app, ["run", "--help"], env={"COLUMNS": "200"}).output
     for option in ("--fused", "--no-fused", "--single-grouped-weight", "--activation"):
         assert option in help_text

@@ -106,7 +106,7 @@ def test_completion_lists_recipes_and_targets() -> None:
     class Ctx:
         params: dict = {}
 
-    assert [t for t, _ in _complete_target("")] == ["reference", "te-grouped-mlp"]
+    assert [t for t, _ in _complete_target("")] == ["reference", "te-grouped-mlp", "ep-grouped-mlp"]
     assert _complete_recipe(Ctx(), "fp8-") == ["fp8-delayed", "fp8-current", "fp8-block"]  # type: ignore[arg-type]
     assert _complete_recipe(Ctx(), "bf16,nv") == ["bf16,nvfp4"]  # type: ignore[arg-type]
     assert "all" in _complete_recipe(Ctx(), "") and "bf16,all" not in _complete_recipe(Ctx(), "bf16,")  # type: ignore[arg-type]

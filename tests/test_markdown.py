@@ -189,7 +189,7 @@ def test_cells_are_escaped() -> None:
         p = parse(render_markdown(rep, cmp))
         skipped = p.blocks[1].tables[0]
         assert len(skipped[1]) == len(skipped[0])  # the pipe did not split the cell
-        assert skipped[1][1] == "⏭️ skipped: " + " ".join(nasty.split())
+        assert skipped[1][1] == "⏭️ skipped: " + " ".join(nasty.split()).replace("http://", "http\u200d://")
         for b in p.blocks:
             assert set(b.cell_tokens) <= {"text", "text_special", "softbreak"}  # no html, code, emphasis, links
     assert not any(t.type == "html_block" and "<script" in t.content for t in parse(render_markdown(rep)).tokens)
@@ -295,3 +295,56 @@ def test_bad_marker_name(name: str) -> None:
 @pytest.mark.parametrize("name", ["te-grouped-mlp", "my_pkg.targets:make_mlp", "h200/te+fp8"])
 def test_marker_names_of_targets_and_baselines(name: str) -> None:
     assert render_markdown(sample_report(), None, name=name).splitlines()[0] == f"<!-- memaudit:{name} -->"
+
+
+# ---- user strings cannot act on GitHub: no link, image, mention or reference ------------------------------
+HOSTILE = "@octocat see [click](https://evil.example) ![pixel](https://evil.example/p.png) www.evil.example #1 a@b.co `x` <b>y</b>\u202e"
+LINK_TOKENS = {"link_open", "image", "html_inline", "code_inline", "autolink"}
+
+
+def _live(text: str) -> list[str]:
+    """What GitHub would turn live in rendered text: mentions, bare URLs, www. links, #N references, emails."""
+    import re
+
+    return re.findall(r"@[A-Za-z0-9]|https?://|www\.|#[0-9]|\u202e", text)
+
+
+def _inline_types(tokens: list[Token]) -> set[str]:
+    """Inline token types, memaudit's own footer tags aside."""
+    return {c.type for t in tokens if t.type == "inline" for c in t.children or []
+            if not (c.type == "html_inline" and c.content in ("<sub>", "</sub>"))}
+
+
+def test_environment_values_in_the_footer_are_text() -> None:
+    rep = sample_report()
+    rep.environment.update(device_class=HOSTILE, torch=HOSTILE, cuda="[x](javascript:alert(1))")
+    rep.memaudit = HOSTILE
+    for cmp in (None, compare_reports(sample_report(), rep)):
+        text = render_markdown(rep, cmp)
+        footer = [line for line in text.splitlines() if line.startswith("<sub>")]
+        assert len(footer) == 1
+        tokens = MD.parse(footer[0].removeprefix("<sub>").removesuffix("</sub>"))
+        assert not _inline_types(tokens) & LINK_TOKENS, _inline_types(tokens)
+        shown = "".join(c.content for t in tokens if t.type == "inline" for c in t.children or [] if c.type.startswith("text"))
+        assert "octocat" in shown and not _live(shown), shown
+
+
+def test_ids_reasons_and_findings_neither_mention_nor_link() -> None:
+    base = sample_report()
+    cur = copy_report(base)
+    cur.cases[1] = make_case(TE_BF16, status="error", reason=HOSTILE)
+    cur.cases[2] = make_case(TE_NVFP4, status="skipped", reason=HOSTILE)
+    cur.environment["transformer_engine"] = HOSTILE  # an environment warning in the head of the comment
+    text = render_markdown(cur, compare_reports(base, cur))
+    tokens = MD.parse(text)
+    assert not _inline_types(tokens) & LINK_TOKENS
+    shown = " ".join(c.content for t in tokens if t.type == "inline" for c in t.children or [] if c.type.startswith("text"))
+    html = " ".join(t.content for t in tokens if t.type == "html_block")
+    assert shown.count("octocat") >= 3 and not _live(shown), [w for w in _live(shown)]
+    assert not _live(html)
+
+
+def test_a_comment_name_with_a_newline_or_control_character_is_refused() -> None:
+    for bad in ("ok\n", "ok\nx", "a\x00", "n" * 101, "ok\r"):
+        with pytest.raises(UsageError, match="--name"):
+            render_markdown(sample_report(), None, name=bad)

@@ -420,6 +420,7 @@ def test_forbidden_graph_dropped(saved_tensors):
 def test_unnameable(saved_tensors):
     steps(1)
 """,
+        "-rN",  # no short summary: on CI (env CI set) pytest prints its messages in full there too
     )
     out = result.stdout.str()
     result.assert_outcomes(failed=3)

@@ -22,6 +22,7 @@ import pytest
 from typer.testing import CliRunner
 
 from memaudit.cli import app, exitcodes
+from memaudit.errors import UsageError
 from memaudit.report import load_report, write_report
 from memaudit.te.expected import attach_expected
 
@@ -214,10 +215,14 @@ def _flip_digit(text: str, marker: str) -> str:
 def test_round_trip_detects_one_flipped_byte(tmp_path: Path) -> None:
     copy = tmp_path / "reference.json"
     text = CPU_REPORT.read_text(encoding="utf-8")
-    copy.write_text(_flip_digit(text, '"storage_bytes": '), encoding="utf-8")
-    with pytest.raises(pytest.fail.Exception, match=r"storage_bytes"):
+    copy.write_text(_flip_digit(text, '"shape": '), encoding="utf-8")
+    with pytest.raises(pytest.fail.Exception, match=r"shape"):
         # the committed bytes against what the changed copy loads and writes back
         assert_same_text(CPU_REPORT.read_bytes(), load_report(copy).to_json(), "copy")
+    # a flipped byte count no longer even loads: the totals disagree with the rows
+    copy.write_text(_flip_digit(text, '"storage_bytes": '), encoding="utf-8")
+    with pytest.raises(UsageError, match=r"rows\[\d+\]\.storage_bytes|totals\.(physical|saved|logical)_bytes"):
+        load_report(copy)
     # and a copy whose bytes are not what the writer writes (one more space) fails its own round trip
     copy.write_text(text.replace('"bytes": ', '"bytes":  ', 1), encoding="utf-8")
     with pytest.raises(pytest.fail.Exception, match="format"):
@@ -244,7 +249,7 @@ def test_baseline_refresh_detects_a_changed_row(fresh_cpu_report: Path, tmp_path
     current.environment = load_report(CPU_BASELINE).environment
     write_report(current, tmp_path / "reference.json")
     into = tmp_path / "cpu-reference.json"
-    into.write_text(_flip_digit(CPU_BASELINE.read_text(encoding="utf-8"), '"bytes": '), encoding="utf-8")
+    into.write_text(_flip_digit(CPU_BASELINE.read_text(encoding="utf-8"), '"shape": '), encoding="utf-8")
     stdout = cli("baseline", "update", str(tmp_path / "reference.json"), "--into", str(into))
     assert "updated reference/bf16/g1/" in stdout and "not rewritten" not in stdout, stdout
 

@@ -32,13 +32,14 @@ def update(
 ) -> None:
     """Write or refresh a baseline from CURRENT and print what changed.
 
-    Runs under a lock on the baseline's folder, so concurrent updates of one file merge in turn.
+    Runs under a lock on the folder of the file the baseline really is (symlinks resolved), so
+    concurrent updates of one file, however named, merge in turn.
     """
     out, err = consoles()
     target = into if into is not None else BASELINE_DIR / f"{current.stem}.json"
     # bad input raises UsageError: exit 2 in the one error style (memaudit.cli.common.Command)
-    check_outputs({"--into": target})
-    with folder_lock(target.parent):
+    check_outputs({"--into": target}, inputs={"CURRENT": current})
+    with folder_lock(target.resolve().parent):
         _update(current, target, prune, force, out, err)
     raise typer.Exit(exitcodes.OK)
 
@@ -59,13 +60,14 @@ def folder_lock(folder: Path) -> Iterator[None]:
 
 def _update(current: Path, target: Path, prune: bool, force: bool, out: Any, err: Any) -> None:
     from memaudit.judge.baseline import env_differences, update_baseline
-    from memaudit.report import load_report, write_report
+    from memaudit.judge.integrity import read_report
+    from memaudit.report import write_report
 
-    cur = load_report(current)
+    cur = read_report(current)
     existing = None
     if target.exists():
         try:
-            existing = load_report(target)
+            existing = read_report(target)
         except UsageError as exc:
             raise UsageError(f"{exc}; the existing baseline was left as it is: fix or remove it, then run again") from None
     env_diff = env_differences(existing.environment, cur.environment) if existing is not None else []

@@ -2,7 +2,8 @@
 
 A GPU runner produces the report (``memaudit run --json``); any machine can judge it. Exit codes:
 0 every budget passes or is xfail; 1 a budget fails or XPASSes (or a case errored and the scenario
-says ``on_error = "fail"``); 2 bad input (nothing written); 3 a case errored and no budget failed.
+says ``on_error = "fail"``, or nothing was judged: see :func:`memaudit.cli.common.judge_vacuity`);
+2 bad input (nothing written); 3 a case errored and no budget failed.
 """
 
 from __future__ import annotations
@@ -14,14 +15,15 @@ import typer
 from rich.text import Text
 
 from memaudit.cli import exitcodes
-from memaudit.cli.common import OUTCOME_CODES, Command
+from memaudit.cli.common import OUTCOME_CODES, Command, judge_vacuity, read_inputs
 from memaudit.render.console import consoles
 from memaudit.report import check_outputs
 
 CHECK_HELP = (
     "Evaluate a scenario's budgets against an existing JSON report, without re-running.\n\n"
     "Exit codes: 0 every budget passes or is xfail; "
-    "1 a budget fails or XPASSes (or a case errored and the scenario sets on_error = \"fail\"); "
+    "1 a budget fails or XPASSes, a case errored and the scenario sets on_error = \"fail\", or the check judged "
+    "nothing (every case skipped) or a budget applies to no case (both pass with --allow-na); "
     "2 bad input: report, scenario or a budget that selects nothing (nothing is written); "
     "3 a case errored (on_error = \"warn\") and no budget failed."
 )
@@ -34,19 +36,21 @@ def check(
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the report with each case's budgets filled in here (atomically).")] = None,
     show_na: Annotated[bool, typer.Option("--show-na", help="Also list rules that do not apply to a case.")] = False,
     allow_incomplete: Annotated[bool, typer.Option("--allow-incomplete", help="Judge cases memaudit marked incomplete instead of failing them.")] = False,
-    strict: Annotated[bool, typer.Option("--strict", help="Fail (exit 1) when a budget applied to no case (n/a everywhere).")] = False,
+    strict: Annotated[bool, typer.Option("--strict", help="Also fail (exit 1) when a budget judged no case because its cases did not run or took another path.")] = False,
+    allow_na: Annotated[bool, typer.Option("--allow-na", help="Pass a check that judged nothing (every budget n/a: every case skipped) and budgets that apply to no case (by default they fail).")] = False,
 ) -> None:
     """Judge REPORT against the budgets of --scenario; exit 1 if a budget fails."""
     from memaudit.judge.budgets import te_version_of
+    from memaudit.judge.integrity import read_report
     from memaudit.judge.scenario import allowed_targets, evaluate, load_scenario, outcome
     from memaudit.render.verdicts import render_failures, render_verdicts
-    from memaudit.report import load_report, write_report
+    from memaudit.report import write_report
 
     out, err = consoles()
     # bad input raises UsageError: exit 2 in the one error style (memaudit.cli.common.Command)
-    check_outputs({"--json": json_path})
+    check_outputs({"--json": json_path}, inputs=read_inputs(report=report, scenario=scenario))
     loaded = load_scenario(scenario, allowed_targets(tuple(allow_target or ())))
-    rep = load_report(report)
+    rep = read_report(report)
     verdicts = evaluate(rep, loaded, source=str(report), allow_incomplete=allow_incomplete)
 
     if te_version_of(rep.environment) is None and any(r.known_failure for r in loaded.rules):
@@ -57,12 +61,7 @@ def check(
     code = OUTCOME_CODES[outcome(rep, verdicts, loaded)]
     out.print(render_failures(verdicts), soft_wrap=True)
     out.print(render_verdicts(verdicts, show_na=show_na, width=out.width))
-    applied = {v.rule for v in verdicts if v.verdict != "n/a"}
-    unused = [r.name for r in loaded.rules if r.name not in applied]
-    for name in unused:
-        err.print(Text(f"{'error' if strict else 'warning'}: budget {name!r} applied to no case (n/a everywhere): it checked nothing",
-                       style="red" if strict else "yellow"), soft_wrap=True)
-    if unused and strict and code == exitcodes.OK:
+    if judge_vacuity(err, rep, verdicts, loaded, allow_na=allow_na, strict=strict) and code == exitcodes.OK:
         code = exitcodes.FAIL
     errored = [c.id for c in rep.cases if c.status == "error" and loaded.covers(c)]
     if errored:

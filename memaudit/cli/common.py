@@ -15,7 +15,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from memaudit.cli import exitcodes
 from memaudit.errors import UsageError
-from memaudit.render.console import make_console
+from memaudit.render.console import make_console, sane_terminal_environment
 
 # click, as the typer installed uses it: the click package, or the copy newer typers carry
 clickx: Any = importlib.import_module(typer.BadParameter.__module__)
@@ -111,9 +111,12 @@ class Command(TyperCommand):
 
 
 class Group(TyperGroup):
-    """The command groups' counterpart of :class:`Command` (an unknown command or group option)."""
+    """The command groups' counterpart of :class:`Command` (an unknown command or group option).
+    Before anything is parsed, ``COLUMNS`` and ``LINES`` that are not plain numbers are dropped:
+    rich and click read them (``--help`` too) and would fail on ``²`` or 5,000 digits."""
 
     def make_context(self, info_name: str | None, args: list[str], parent: Context | None = None, **extra: Any) -> Context:
+        sane_terminal_environment()
         return _handled(lambda: super(Group, self).make_context(info_name, args, parent, **extra),
                         bool(extra.get("resilient_parsing")) or bool(parent and parent.resilient_parsing))
 
@@ -176,3 +179,48 @@ def parse_recipes(text: str, supported: Sequence[str], known: Sequence[str]) -> 
         if n in names[:i]:
             raise UsageError(f"{n!r} is listed twice in {text!r} (each recipe once: the cases would share an id)", key="--recipe")
     return names
+
+
+def read_inputs(*, report: Any = None, scenario: Any = None) -> dict[str, Any]:
+    """The files a command reads, by what it calls them (for ``check_outputs``: no output may be
+    one): ``REPORT``; the ``--scenario`` file (a shipped name is no file here) and
+    ``pyproject.toml``, which a scenario's allowed targets are read from."""
+    import os
+
+    out: dict[str, Any] = {}
+    if report is not None:
+        out["REPORT"] = report
+    if scenario is not None:
+        if os.path.exists(scenario):
+            out["--scenario"] = scenario
+        out["pyproject.toml"] = "pyproject.toml"
+    return out
+
+
+def judge_vacuity(err: Console, report: Any, verdicts: Any, scenario: Any, *, allow_na: bool, strict: bool) -> bool:
+    """Say what a check did not judge; True when that fails it (exit 1).
+
+    A check that judged nothing (every budget n/a on every case: every case skipped, say) fails,
+    and so does a budget that could apply to no case of the report (``Unjudged.vacuous``), unless
+    ``allow_na``. A budget whose cases did not run or took another path is a note (a failure
+    under ``strict``).
+    """
+    from memaudit.judge.scenario import nothing_judged, unjudged
+
+    fails = False
+    if nothing_judged(verdicts):
+        covered = [c for c in report.cases if scenario.covers(c)]
+        states = {s: sum(1 for c in covered if c.status == s) for s in ("ok", "skipped", "error")}
+        what = ", ".join(f"{n} {s}" for s, n in states.items() if n) or "no case"
+        why = "the scenario has no budgets" if not scenario.rules else f"every budget is n/a on every case ({what})"
+        err.print(error_line(f"nothing was judged: {why}" + ("" if allow_na else "; --allow-na passes such a check"))
+                  if not allow_na else Text(f"warning: nothing was judged: {why}", style="yellow"), soft_wrap=True)
+        fails = not allow_na
+    for u in unjudged(report, verdicts, scenario):
+        failing = not allow_na and (u.vacuous or strict)
+        label = "error" if failing else ("warning" if u.vacuous else "note")
+        line = Text(f"{label}: ", style="bold red" if failing else "yellow")
+        line.append(u.text() + ("" if not failing else " (it checked nothing; --allow-na passes it)" if u.vacuous else " (--strict)"))
+        err.print(line, soft_wrap=True)
+        fails = fails or failing
+    return fails

@@ -7,7 +7,6 @@ on exit 2.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -29,9 +28,9 @@ COMPARE_HELP = (
 
 def default_comment_name(baseline: Path) -> str:
     """A marker name from the baseline file's stem, e.g. ``h200-te-grouped-mlp``."""
-    name = re.sub(r"[^A-Za-z0-9_.:+-]+", "-", baseline.stem)
-    name = re.sub(r"-{2,}", "-", name).lstrip("._:+-")
-    return name or "default"
+    from memaudit.render.markdown import marker_name
+
+    return marker_name(baseline.stem)
 
 
 def compare(
@@ -53,18 +52,19 @@ def compare(
 ) -> None:
     """Compare CURRENT against BASELINE; exit 1 on a regression."""
     from memaudit.judge.baseline import compare_reports, parse_tolerance
+    from memaudit.judge.integrity import read_report
     from memaudit.render.compare_table import print_comparison
     from memaudit.render.markdown import marker, render_markdown
-    from memaudit.report import atomic_write_text, load_report
+    from memaudit.report import atomic_write_text
 
     out, err = consoles()
     # bad input raises UsageError: exit 2 in the one error style (memaudit.cli.common.Command)
-    check_outputs({"--markdown": markdown, "--benchmark-json": benchmark_json})
+    check_outputs({"--markdown": markdown, "--benchmark-json": benchmark_json}, inputs={"BASELINE": baseline, "CURRENT": current})
     tol = parse_tolerance(tolerance)
     comment_name = name if name is not None else default_comment_name(baseline)
     marker(comment_name)
-    base_report = load_report(baseline)
-    cur_report = load_report(current)
+    base_report = read_report(baseline)
+    cur_report = read_report(current)
     cmp = compare_reports(base_report, cur_report, tolerance=tol, fail_on=fail_on, strict_env=strict_env, allow_incomplete=allow_incomplete, allow_emulated=allow_emulated, allow_missing=allow_missing)
 
     for w in cmp.env_warnings:

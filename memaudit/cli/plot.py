@@ -86,19 +86,20 @@ def plot_cmd(
     kinds: Annotated[Path | None, typer.Option(help="What is saved, by kind. Default: --out with .kinds before the extension.")] = None,
 ) -> int:
     """Draw a report's saved bytes vs tokens and by kind."""
+    from memaudit.judge.integrity import read_report
     from memaudit.render.plots import kinds_from_report, report_groups, tokens_from_report
-    from memaudit.report import check_outputs, load_report
+    from memaudit.report import check_outputs
 
     out, _ = consoles()
     if out_path is None and kinds is None:
         out_path = Path(report_path.stem + ".png")
     tokens_path, kinds_out = plot_paths(out_path, kinds, "--out", "--kinds")
-    check_outputs({"--out": tokens_path, "--kinds": kinds_out})
+    check_outputs({"--out": tokens_path, "--kinds": kinds_out}, inputs={"REPORT": report_path})
     for value, flag in ((groups, "--groups"), (tokens, "--tokens")):
         if value is not None and value < 1:
             raise UsageError(f"must be >= 1, got {value}", key=flag)
     check_matplotlib("--out" if tokens_path is not None else "--kinds")
-    report = load_report(report_path)
+    report = read_report(report_path)
     if not report.cases:
         raise UsageError("the report has no cases to draw", source=str(report_path))
     present = report_groups(report)

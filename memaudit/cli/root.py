@@ -23,6 +23,7 @@ from memaudit.cli.common import (
     exits,
     parse_int_list,
     parse_recipes,
+    read_inputs,
     usage_exit,
 )
 from memaudit.errors import UsageError
@@ -187,10 +188,15 @@ def run(
     backward: Annotated[bool, typer.Option(help="Run backward after each captured forward.")] = True,
     verify_allocator: Annotated[bool, typer.Option("--verify-allocator", help="CUDA: check the rows against the caching allocator's growth over the captured forward (hidden_bytes per case).")] = False,
     allow_incomplete: Annotated[bool, typer.Option("--allow-incomplete", help="Judge budgets on cases memaudit marked incomplete instead of failing them.")] = False,
+    allow_na: Annotated[bool, typer.Option("--allow-na", help="With --scenario: pass when no budget judged anything or a budget applies to no case (by default that fails).")] = False,
     stack: Annotated[bool, typer.Option("--stack", help="Record the source line (file:line) of the user code behind each saved tensor (rows' source; slower capture, see docs/bench.md).")] = False,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the JSON report here (atomically).")] = None,
     markdown: Annotated[Path | None, typer.Option(help="Write a markdown summary (PR comment) here.")] = None,
     quiet: Annotated[bool, typer.Option(help="Only the summary table (and, where stderr is not a terminal, the one line per finished case).")] = False,
+    nproc: Annotated[int | None, typer.Option(help="Run on N local processes through torch.distributed.run (as torchrun --nproc-per-node N -m memaudit run ... does): per-rank cases, one merged report.")] = None,
+    dist_backend: Annotated[str | None, typer.Option(help="Distributed runs: the process-group backend. Default: gloo on CPU, cpu:gloo,cuda:nccl with --device cuda (the reports always travel over gloo).")] = None,
+    rank_dir: Annotated[Path | None, typer.Option(help="Distributed runs: the folder each rank writes its own file to (rank<N>.json) after every case. Default: beside --json (report.ranks/), else memaudit-ranks/.")] = None,
+    dist_timeout: Annotated[int, typer.Option(help="Distributed runs: seconds a rank waits for the others after a case before the run ends (a rank that died, or one an error took out of a collective).")] = 120,
     **target_flags: Any,
 ) -> int:
     """Run the target for each (recipe, group count) and report every saved tensor.
@@ -206,7 +212,7 @@ def run(
     from memaudit.runner import run_matrix
     from memaudit.targets.registry import default_target_name, get_target
 
-    check_outputs({"--json": json_path, "--markdown": markdown})
+    check_outputs({"--json": json_path, "--markdown": markdown}, inputs=read_inputs(scenario=scenario))
     loaded = None
     if scenario is not None:
         from memaudit.judge.scenario import allowed_targets, load_scenario
@@ -234,7 +240,7 @@ def run(
             )
     mode = fallback.value if fallback is not None else ("none" if loaded is not None else "auto")
     if loaded is not None:
-        specs = loaded.specs(device=dev)
+        specs = loaded.specs(device=dev, options=options)  # the target's options from the [flags] too
     else:
         specs = build_specs(
             tgt,
@@ -247,6 +253,15 @@ def run(
             splits=splits,
             all_recipes=getattr(tgt, "fallback_recipes", None) if mode != "none" else None,
         )
+    from memaudit.cli.dist import DistOptions, run_distributed
+
+    code = run_distributed(
+        DistOptions(nproc, dist_backend, rank_dir, dist_timeout), target=tgt, target_name=target, specs=specs,
+        scenario=loaded, device=dev, backward=backward, verify_allocator=verify_allocator, stack=stack, expected=expected,
+        allow_incomplete=allow_incomplete, allow_na=allow_na, json_path=json_path, markdown=markdown, quiet=quiet,
+        inputs=read_inputs(scenario=scenario))
+    if code is not None:  # --nproc, or a rank under torchrun
+        return code
     from memaudit.render.progress import CaseProgress
     from memaudit.runner import plan_fallbacks
 
@@ -311,10 +326,10 @@ def run(
         write_report(report, json_path)
         console.print(Text(f"wrote {json_path}"), soft_wrap=True)
     if markdown is not None:
-        from memaudit.render.markdown import render_markdown
+        from memaudit.render.markdown import marker_name, render_markdown
         from memaudit.report import atomic_write_text
 
-        atomic_write_text(markdown, render_markdown(report, None, name=target))
+        atomic_write_text(markdown, render_markdown(report, None, name=marker_name(target)))
         console.print(Text(f"wrote {markdown}"), soft_wrap=True)
     answered = [c for c in report.cases if c.status == "ok" and c.execution in ("measured", "emulated")]
     if not answered and code == exitcodes.OK:
@@ -323,6 +338,11 @@ def run(
         err_console.print(Text("nothing was measured or emulated: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
                                + f" (exit {exitcodes.NOTHING_MEASURED})"), soft_wrap=True)
         code = exitcodes.NOTHING_MEASURED
+    if verdicts is not None and loaded is not None and loaded.rules:
+        from memaudit.cli.common import judge_vacuity
+
+        if judge_vacuity(err_console, report, verdicts, loaded, allow_na=allow_na, strict=False) and code == exitcodes.OK:
+            code = exitcodes.FAIL
     return code
 
 
@@ -422,9 +442,10 @@ def doctor() -> None:
 
 def _register_commands() -> None:
     """Subcommands that live in memaudit/cli/: each module has ``register(app)``."""
-    from memaudit.cli import baseline, check, compare, estimate, history, plot
+    from memaudit.cli import baseline, check, compare, dist, estimate, history, plot
 
     compare.register(app)
+    dist.register(app)
     baseline.register(app)
     check.register(app)
     estimate.register(app)
@@ -444,8 +465,11 @@ def main() -> None:
     """Console-script entry point."""
     import signal
 
+    from memaudit.render.console import guard
+
     signal.signal(signal.SIGTERM, _terminate)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.stdout, sys.stderr = guard(sys.stdout, "output"), guard(sys.stderr, "error")  # > /dev/full, | head -c1
     try:
         app()
     except UsageError as exc:  # raised outside a command body

@@ -12,7 +12,9 @@ What counts as a failure (``fail_on="increase"``, the default):
   under a non-zero byte tolerance);
 * a status change ``ok -> error``, ``ok -> skipped`` or ``skipped -> error``;
 * a case new in the current report that ended in ``error``;
-* ``path.fused`` going from true to false (the fused kernel stopped being used);
+* ``path.fused`` going from true to false (the fused kernel stopped being used), or recorded in
+  one report only where that could hide it (the current case records none, or the baseline
+  records none and the current case is unfused);
 * an environment difference, only under ``strict_env``.
 
 A case that the baseline has and the current report lacks is listed but is not a failure: it
@@ -148,7 +150,7 @@ class Finding:
 
     @property
     def is_bytes(self) -> bool:
-        return self.metric in ("saved_bytes", "operand", "kind", "orientation")
+        return self.metric in ("saved_bytes", "operand", "kind", "orientation", "worst_rank")
 
     @property
     def verdict(self) -> str:
@@ -369,6 +371,7 @@ def compare_reports(
     for cid, base in base_cases.items():
         if cid not in cur_cases:
             diffs.append(_compare_case(cid, base, None, tol, strict or not allow_missing))
+    _compare_worst_ranks(diffs, baseline.cases, current.cases, tol, strict)
     return Comparison(
         cases=diffs,
         env_warnings=mixed_warnings + env_differences(baseline.environment, current.environment),
@@ -422,10 +425,60 @@ def _compare_case(
         direction = WORSE if bf and not cf else BETTER
         text = "fused path no longer used (path.fused true -> false)" if bf else "fused path now used (path.fused false -> true)"
         add(Finding(cid, "path.fused", None, bf, cf, direction, direction == WORSE or strict, text))
+    elif (bf is None) != (cf is None) and base.status == cur.status == "ok":
+        # one side records whether the fused kernel ran and the other does not: a path the gate cannot
+        # compare is a finding, failing where it could hide true -> false
+        which = "the current case" if cf is None else "the baseline case"
+        worse = cf is None or cf is False
+        text = (f"path.fused is recorded in one report only ({which} has none; baseline {_flag(bf)}, current {_flag(cf)}): "
+                "the fused path cannot be compared")
+        add(Finding(cid, "path.fused", None, bf, cf, WORSE if worse else NEUTRAL, worse or strict, text))
 
     if base.status == "ok" and cur.status == "ok":
         _compare_bytes(diff, base, cur, tol, strict)
     return diff
+
+
+def _worst_ranks(cases: Iterable[CaseReport]) -> dict[str, CaseReport]:
+    """Per distributed case (its id without the rank's coordinates): the worst rank's case (most
+    saved bytes, lowest rank on a tie), where every rank of its world is there and ok."""
+    from memaudit.ranks import base_id
+
+    by: dict[str, list[CaseReport]] = defaultdict(list)
+    for c in cases:
+        if c.dist is not None:
+            by[base_id(c.id, c.dist) or c.id].append(c)
+    out = {}
+    for base, cs in by.items():
+        world = cs[0].dist.world_size if cs[0].dist is not None else 0
+        if len({c.dist.rank for c in cs if c.dist is not None}) == world and all(c.status == "ok" for c in cs):
+            out[base] = max(sorted(cs, key=lambda c: c.dist.rank if c.dist else 0), key=lambda c: c.totals.saved_bytes)
+    return out
+
+
+def _compare_worst_ranks(diffs: list[CaseDiff], base: Iterable[CaseReport], cur: Iterable[CaseReport], tol: Tolerance,
+                         strict: bool) -> None:
+    """The gate on the worst rank: per distributed case, the worst rank's saved bytes now against the
+    baseline's worst rank (whichever rank that was), beyond the tolerance. The finding goes to the
+    current worst rank's case."""
+    bw, cw = _worst_ranks(base), _worst_ranks(cur)
+    for key, c in cw.items():
+        b = bw.get(key)
+        if b is None or b.totals.saved_bytes == c.totals.saved_bytes:
+            continue
+        before, after = b.totals.saved_bytes, c.totals.saved_bytes
+        d = after - before
+        failing = abs(d) > tol.allowed(before) and (d > 0 or strict)
+        assert b.dist is not None and c.dist is not None
+        text = (f"worst rank {'grew' if d > 0 else 'shrank'} by {fmt_bytes(abs(d))} ({b.dist.label()} {fmt_bytes(before)} -> "
+                f"{c.dist.label()} {fmt_bytes(after)}; {d:+d} B) over {c.dist.world_size} ranks")
+        diff = next((x for x in diffs if x.id == c.id), None)
+        if diff is not None:
+            diff.findings.append(Finding(c.id, "worst_rank", None, before, after, WORSE if d > 0 else BETTER, failing, text))
+
+
+def _flag(v: bool | None) -> str:
+    return "none" if v is None else str(v).lower()
 
 
 def _flag_incomplete(diff: CaseDiff, base: CaseReport | None, cur: CaseReport) -> None:

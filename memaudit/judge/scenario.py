@@ -48,7 +48,7 @@ from memaudit.judge.rules import (
 )
 from memaudit.judge.shipped import SHIPPED, resolve_scenario
 from memaudit.judge.versions import te_version_of, validate_specifier
-from memaudit.report import KINDS, ORIENTATIONS, Report, check_depth
+from memaudit.report import KINDS, MAX_INT, ORIENTATIONS, Report, check_depth, read_input
 from memaudit.spec import DTYPES, CaseSpec, default_splits
 from memaudit.targets import registry
 
@@ -193,11 +193,17 @@ def parse_count(v: Any, *, source: str, key: str) -> tuple[str, int]:
     """``1`` (== 1), ``"== 1"``, ``"<= 2"``, ``">= 1"``."""
     r = _Reader(source)
     if isinstance(v, int) and not isinstance(v, bool):
-        return "==", r.integer(v, key, minimum=0)
-    m = _COUNT.match(v) if isinstance(v, str) else None
-    if not m:
-        raise r.fail(key, f"malformed count {v!r}; use an integer or '== N', '<= N', '>= N' ({', '.join(COUNT_OPS)})")
-    return m.group(1) or "==", int(m.group(2))
+        op, n = "==", v
+    else:
+        m = _COUNT.match(v) if isinstance(v, str) else None
+        if not m:
+            raise r.fail(key, f"malformed count {v!r}; use an integer or '== N', '<= N', '>= N' ({', '.join(COUNT_OPS)})")
+        if len(m.group(2).lstrip("0")) > 19:
+            raise r.fail(key, f"a count is at most 2**63-1, got {len(m.group(2))} digits")
+        op, n = m.group(1) or "==", int(m.group(2))
+    if not 0 <= n <= MAX_INT:
+        raise r.fail(key, f"a count is from 0 to 2**63-1, got {n if n < 0 else f'an integer of {n.bit_length()} bits'}")
+    return op, n
 
 
 def parse_rule(d: Any, *, source: str, key: str, dims: tuple[str, ...] | None = None,
@@ -286,11 +292,13 @@ def parse_rule(d: Any, *, source: str, key: str, dims: tuple[str, ...] | None = 
 
 
 def _parse_when(r: _Reader, v: Any, key: str, path_keys: tuple[str, ...] | None = None) -> tuple[tuple[str, Any], ...]:
+    """``when = { KEY = VALUE, ... }``; ``path_keys`` are the keys the target's cases record (None:
+    a marker rule, which knows no target); any other key is refused: the rule would apply nowhere."""
     d = r.table(v, key)
     for k in d:
         if path_keys is not None and k not in path_keys:
-            raise r.fail(_join(key, k), f"unknown path key {k!r}{did_you_mean(k, path_keys)}; the target's cases record "
-                                        f"{', '.join(path_keys)}")
+            have = f"the target's cases record {', '.join(path_keys)}" if path_keys else "the target's cases record no path"
+            raise r.fail(_join(key, k), f"unknown path key {k!r}{did_you_mean(k, path_keys)}; {have}")
     if not d:
         raise r.fail(key, "empty table: name path keys and values, e.g. { grouped_linear_path = \"split-quantize\" }")
     for k, x in d.items():
@@ -533,12 +541,23 @@ _LINE = re.compile(r"\(at line (\d+), column (\d+)\)")
 def allowed_targets(extra: tuple[str, ...] = (), pyproject: str | os.PathLike[str] = "pyproject.toml") -> tuple[str, ...]:
     """``extra`` (``--allow-target``) and ``[tool.memaudit] allow-targets`` of ``pyproject`` (if it exists)."""
     p = Path(pyproject)
-    listed: list[str] = []
-    if p.is_file():
+    listed: Any = []
+    try:
+        present = p.is_file()
+    except OSError:
+        present = False
+    if present:
+        text = read_input(p, "pyproject.toml")  # a file that is not UTF-8 is a UsageError naming it
+        check_depth(text, str(p))
         try:
-            listed = tomllib.loads(p.read_text(encoding="utf-8")).get("tool", {}).get("memaudit", {}).get("allow-targets", [])
-        except (OSError, tomllib.TOMLDecodeError, AttributeError) as exc:
-            raise UsageError(f"cannot read [tool.memaudit]: {exc}", source=str(p)) from None
+            data = tomllib.loads(text)
+        except (tomllib.TOMLDecodeError, RecursionError, ValueError) as exc:
+            raise UsageError(f"cannot read [tool.memaudit]: {exc or type(exc).__name__}", source=str(p)) from None
+        tool = data.get("tool", {})
+        memaudit = tool.get("memaudit", {}) if isinstance(tool, dict) else None
+        if not isinstance(memaudit, dict):
+            raise UsageError(f"expected a table, got {memaudit!r}"[:200], source=str(p), key="tool.memaudit")
+        listed = memaudit.get("allow-targets", [])
         if not isinstance(listed, list) or not all(isinstance(t, str) for t in listed):
             raise UsageError(f"expected an array of PKG.MOD:FACTORY strings, got {listed!r}", source=str(p), key="tool.memaudit.allow-targets")
     return (*extra, *listed)
@@ -628,3 +647,65 @@ def outcome(report: Report, verdicts: Sequence[Verdict], scenario: Scenario) -> 
     if any(c.status == "error" for c in report.cases if scenario.covers(c)):
         return "fail" if scenario.on_error == "fail" else "case_error"
     return "ok"
+
+
+@dataclass(frozen=True)
+class Unjudged:
+    """A budget that judged no case of a report (n/a on every case), and why.
+
+    ``vacuous``: it could not have applied to any case of the report, whatever ran (every case
+    was filtered out, or records none of its ``when`` keys): it checked nothing and fails the
+    check unless ``--allow-na``. Otherwise its cases did not run (skipped or errored) or took
+    another path than its ``when`` names: said, and a failure only under ``--strict``.
+    """
+
+    rule: str
+    why: str
+    vacuous: bool
+
+    def text(self) -> str:
+        what = "applied to no case" if self.vacuous else "judged no case here"
+        return f"budget {self.rule!r} {what}: {self.why}"
+
+
+def _why_not_judged(rule: Rule, case: CaseLike) -> str:
+    """Why ``rule`` is n/a on ``case``: ``not run``, ``filtered``, ``no path key`` or ``another path``."""
+    if rule.not_applicable(case) is not None:
+        return "filtered"
+    if case.status != "ok":
+        return "not run"
+    path = case.path
+    for k, v in rule.when:
+        if path is None or k not in path:
+            return "no path key"
+        if path[k] != v:
+            return "another path"
+    return "not run"  # the check itself could not judge it (a ratio against a case that did not run)
+
+
+def unjudged(report: Report, verdicts: Sequence[Verdict], scenario: Scenario) -> list[Unjudged]:
+    """The scenario's budgets that judged none of the report's cases (every verdict n/a), in
+    scenario order, each with why (:class:`Unjudged`)."""
+    judged = {v.rule for v in verdicts if v.verdict != "n/a"}
+    cases = [c for c in report.cases if scenario.covers(c)]
+    out = []
+    for rule in scenario.rules:
+        if rule.name in judged:
+            continue
+        counts = {k: 0 for k in ("not run", "another path", "no path key", "filtered")}
+        for c in cases:
+            counts[_why_not_judged(rule, c)] += 1
+        keys = ", ".join(f"path.{k}" for k, _ in rule.when)
+        parts = [text for n, text in (
+            (counts["not run"], f"{counts['not run']} case(s) did not run (skipped or error)"),
+            (counts["another path"], f"{counts['another path']} case(s) took another path than {keys}"),
+            (counts["no path key"], f"{counts['no path key']} case(s) record no {keys}"),
+        ) if n] or [f"all {counts['filtered']} case(s) are outside its recipes or groups"] * bool(counts["filtered"])
+        vacuous = not (counts["not run"] or counts["another path"])
+        out.append(Unjudged(rule.name, "; ".join(parts) or "the report has none of the scenario's cases", vacuous))
+    return out
+
+
+def nothing_judged(verdicts: Sequence[Verdict]) -> bool:
+    """No budget judged any case (every verdict n/a, or no verdict at all): a check of nothing."""
+    return not any(v.verdict != "n/a" for v in verdicts)

@@ -171,6 +171,12 @@ class Sheet:
         need = [max(self._needs(i), min(self._natural(i), FREE_MIN)) if self.cols[i].wrap else self._needs(i) for i in kept]
         return sum(need) + _extra(len(kept), boxed=True)
 
+    def compact_width(self) -> int:
+        """The columns the compact layout needs (free text at its longest word; a ``group``
+        column on its own line is not counted)."""
+        kept = [i for i in self.kept() if i != self.group]
+        return sum(self._needs(i) for i in kept) + _extra(len(kept), boxed=False) + (INDENT if self.group is not None else 0)
+
     def widths(self, kept: Sequence[int], avail: int) -> list[int]:
         """Column widths (no padding) in ``avail`` columns: every column at least what it needs
         (numbers and ids whole, free text its longest word); what is left goes to the free text

@@ -20,28 +20,55 @@ from typing import Any
 from memaudit.environment import libraries
 from memaudit.errors import UsageError
 from memaudit.judge.baseline import WORSE, CaseDiff, Comparison, Finding, kind_breakdown
+from memaudit.render.ranks import PER_RANK_MAX, RankView, imbalance, rank_views
 from memaudit.report import CaseReport, Report
 from memaudit.units import fmt_bytes, fmt_delta
 
 GITHUB_LIMIT = 65536
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_./:+-]*$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_./:+-]*")
 _MD_SPECIAL = re.compile(r"([\\*_\[\]~])")
 _LEADING = re.compile(r"^([#+\-=]|\d+[.)])")
 
 
+def marker_name(text: str) -> str:
+    """A valid marker name made from any text (a file's stem, a target name): every run of other
+    characters becomes ``-``; ``default`` when nothing is left."""
+    name = re.sub(r"[^A-Za-z0-9_.:+-]+", "-", text)
+    name = re.sub(r"-{2,}", "-", name).lstrip("._:+-")
+    return name[:100] or "default"
+
+
 def marker(name: str) -> str:
     """The hidden first line that identifies the comment. Raises UsageError for a bad name."""
-    if not _NAME.match(name) or "--" in name:
+    if not _NAME.fullmatch(name) or "--" in name or len(name) > 100:
         raise UsageError(
-            f"comment name {name!r} must start with a letter or digit and use only letters, digits and _./:+- (no '--')",
+            f"comment name {name!r} must start with a letter or digit and use only letters, digits and _./:+- "
+            "(no '--', at most 100 characters)",
             key="--name",
         )
     return f"<!-- memaudit:{name} -->"
 
 
+_ZWJ = "\u200d"
+_LIVE = re.compile(r"@(?=[A-Za-z0-9_])|(?i:\b(?:https?|ftp|mailto|file)(?=:))|(?i:\bwww(?=\.))|#(?=[0-9])")
+"""What GitHub turns into a notification, a link or a reference: ``@name``, ``user@host``,
+``https://...``, ``www.`` and ``#123``."""
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def neutralize(text: str) -> str:
+    """``text`` with GitHub's live syntax made inert: a zero-width joiner after every ``@`` before
+    a name, inside every URL scheme and ``www`` and after ``#`` before a number (so an id, a
+    reason or an environment value can neither mention nor link), and control characters and
+    bidirectional overrides dropped."""
+    text = _UNPRINTABLE.sub("", text)
+    return _LIVE.sub(lambda m: m.group() + _ZWJ, text)
+
+
 def md_escape(text: Any) -> str:
-    """Escape text for a table cell or list item: markdown specials, ``|``, backticks and HTML."""
-    s = " ".join(str(text).split())
+    """Escape text for a table cell or list item: markdown specials, ``|``, backticks and HTML;
+    mentions, links and references neutralised (:func:`neutralize`)."""
+    s = neutralize(" ".join(str(text).split()))
     s = _MD_SPECIAL.sub(r"\\\1", s)
     s = html.escape(s, quote=False).replace("`", "&#96;").replace("|", "\\|")
     if _LEADING.match(s):
@@ -49,9 +76,14 @@ def md_escape(text: Any) -> str:
     return s
 
 
+_ENTITIES = {**{c: f"&#{ord(c)};" for c in "\\*_[]~`|!#'\""}, "&": "&amp;", "<": "&lt;", ">": "&gt;"}
+
+
 def html_escape(text: Any) -> str:
-    """Escape text for inline HTML such as ``<summary>`` (one line, no backticks)."""
-    return html.escape(" ".join(str(text).split()), quote=True).replace("`", "&#96;")
+    """Escape text for inline HTML such as ``<summary>`` or ``<sub>`` (one line): HTML, and
+    markdown's specials as entities (GitHub renders markdown inside inline HTML); mentions,
+    links and references neutralised (:func:`neutralize`)."""
+    return "".join(_ENTITIES.get(c, c) for c in neutralize(" ".join(str(text).split())))
 
 
 def fmt_pct(pct: float | None) -> str:
@@ -400,6 +432,28 @@ def _footer(report: Report, comparison: Comparison | None) -> str:
     return f"<sub>{html_escape(' · '.join(bits))}</sub>\n" if bits else ""
 
 
+def _ranks_block(v: RankView) -> str:
+    """One planned case of a merged report: a column per rank (up to PER_RANK_MAX), else the
+    worst rank and the spread; the worst rank's cell in bold."""
+    icon = "⚠️" if not v.ok or any(not r.identical for r in v.summary.replicas) else "⚖️"
+    lines = ["<details open>" if not v.ok else "<details>", f"<summary>{icon} {html_escape(v.title())}</summary>", ""]
+    ranks = v.summary.ranks
+    if v.lines and len(ranks) <= PER_RANK_MAX:
+        lines += ["| what | " + " | ".join(f"r{r}" for r in ranks) + " | max/mean |",
+                  "|---|" + "--:|" * (len(ranks) + 1)]
+        for what, sp in v.lines:
+            bold = sp.imbalance not in (None, 1.0)
+            cells = [f"**{fmt_bytes(x)}**" if bold and r == sp.worst_rank else fmt_bytes(x) for r, x in zip(ranks, sp.per_rank, strict=True)]
+            lines.append(f"| {md_escape(what)} | " + " | ".join(cells) + f" | {imbalance(sp)} |")
+    elif v.lines:
+        lines += ["| what | worst | max | mean | min | max/mean |", "|---|--:|--:|--:|--:|--:|"]
+        for what, sp in v.lines:
+            lines.append(f"| {md_escape(what)} | r{sp.worst_rank} | {fmt_bytes(sp.max)} | {fmt_bytes(round(sp.mean))} | "
+                         f"{fmt_bytes(sp.min)} | {imbalance(sp)} |")
+    lines += ["", *(f"- {md_escape(n)}" for n in v.notes()), "", "</details>", ""]
+    return "\n".join(lines)
+
+
 # --------------------------------------------------------------------------------------------
 # Public entry point
 
@@ -413,6 +467,7 @@ def render_markdown(
 ) -> str:
     """Render ``report`` (and its comparison against a baseline, if any) as a PR comment."""
     head = [marker(name), _verdict(report, comparison), ""]
+    head += [_ranks_block(v) for v in rank_views(report)]  # a merged report's ranks, side by side
     if comparison is not None and comparison.env_warnings:
         strict = " (a failure under --strict-env)" if comparison.strict_env else ""
         head += [f"> ⚠️ Environment differs from the baseline{strict}:"]

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from memaudit.ranks import RankInfo, data_parallel
 from memaudit.report import CaseReport, Emulation, PathInfo, Row
 from memaudit.spec import CaseSpec, ShapeParam
 
@@ -84,7 +85,10 @@ class Target(Protocol):
     ``fallback_recipes``: what ``--recipe all`` means when fallbacks are on; ``case_host(spec)``:
     None to run the case in this process, or a function that runs the given zero-argument runner
     elsewhere and returns its :class:`~memaudit.report.CaseReport` (the TE target's forward on fake
-    CUDA runs in a child process).
+    CUDA runs in a child process);
+    ``place(spec, rank, world_size) -> (CaseSpec, RankInfo)``: what rank ``rank`` of a job of
+    ``world_size`` processes runs and where it sits (see :func:`place`), and ``collective``: true
+    when its forward runs collectives (an error on one rank then ends a distributed run).
     """
 
     name: str
@@ -115,6 +119,17 @@ class Target(Protocol):
 
     def build(self, spec: CaseSpec) -> Built:
         """Build the model and inputs for ``spec``."""
+
+
+def place(target: Target, spec: CaseSpec, rank: int = 0, world_size: int = 1) -> tuple[CaseSpec, RankInfo]:
+    """The case rank ``rank`` of ``world_size`` runs, and where it sits: the target's own
+    ``place`` where it declares one (an expert-parallel target gives each rank its own split
+    sizes); otherwise every rank runs ``spec`` whole, as data-parallel replicas. In one process
+    this is rank 0 of 1."""
+    own = getattr(target, "place", None)
+    if own is not None:
+        return own(spec, rank, world_size)
+    return spec, data_parallel(rank, world_size)
 
 
 def backward_sum(outputs: Any) -> None:

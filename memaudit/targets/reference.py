@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from memaudit.spec import CaseSpec
 from memaudit.targets.base import MLP_SHAPE, Built, Fallback, backward_sum
 from memaudit.te.recipes import RECIPES, alignment, needs
+from memaudit.te.target import TEGroupedMLPTarget
 
 if TYPE_CHECKING:
     import torch
@@ -24,6 +25,9 @@ class ReferenceTarget:
     default_recipes = ("bf16",)
     supported_recipes = ("bf16",)
     shape = MLP_SHAPE
+    path_keys = TEGroupedMLPTarget.path_keys
+    """The reference records no path itself; its fallback answers (TE's estimate or emulated
+    forward, :meth:`fallback`) record TE's, so a scenario's ``when`` may name those."""
     defaults: dict[str, Any] = {"tokens": 1024, "hidden": 256, "ffn": 512, "groups": (1, 4, 8), "dtype": "bf16"}
     default_device = "cpu"
 

@@ -17,6 +17,7 @@ from memaudit.targets.base import Target  # torch-free: the protocol only
 BUILTIN = {
     "reference": "memaudit.targets.reference:ReferenceTarget",
     "te-grouped-mlp": "memaudit.te.target:TEGroupedMLPTarget",
+    "ep-grouped-mlp": "memaudit.targets.ep:EPGroupedMLPTarget",
 }
 """Built-in target name -> ``module:class``; the first whose ``runs_here()`` is true is the default."""
 
@@ -154,7 +155,7 @@ def all_shape_params() -> tuple[ShapeParam, ...]:
     return tuple(seen.values())
 
 
-def path_keys(target: str) -> tuple[str, ...] | None:
-    """The ``path`` keys ``target`` declares (``Target.path_keys``), or None where it declares none."""
-    keys = getattr(_class_of(target), "path_keys", None)
-    return tuple(keys) if keys is not None else None
+def path_keys(target: str) -> tuple[str, ...]:
+    """The ``path`` keys ``target``'s cases may record (``Target.path_keys``); none where it
+    declares none (a scenario's ``when`` on such a target would apply nowhere, and is refused)."""
+    return tuple(getattr(_class_of(target), "path_keys", ()))

@@ -605,11 +605,13 @@ def _unfused_role(op: Any, ctx: Any, prefix: str, k: int, meta: int = len(_GL_ME
             return f"{prefix}.input", None
         w = k - m - 1
         if getattr(op, "single_grouped_weight", False):
-            return f"{prefix}.weight", None
-        return f"{prefix}.weight[{w}]", w
-    if k < m + groups:
-        return f"{prefix}.input", k - m
-    w = k - m - groups
+            return (f"{prefix}.weight", None) if w == 0 else (f"{prefix}.extra[{w - 1}]", None)
+    else:
+        if k < m + groups:
+            return f"{prefix}.input", k - m
+        w = k - m - groups
+    if w >= groups:  # more entries than TE 2.20.2's layout has: named as such, never a group that does not exist
+        return f"{prefix}.extra[{w - groups}]", None
     return f"{prefix}.weight[{w}]", w
 
 
@@ -643,6 +645,13 @@ def _fused_layout(basic_ops: list[Any], ctxs: list[Any]) -> Callable[[int], list
         return None
     fc1_single = bool(getattr(basic_ops[0], "single_grouped_weight", False))
     fc2_single = bool(getattr(basic_ops[2], "single_grouped_weight", False))
+    groups = int(getattr(basic_ops[0], "num_groups", 0))
+
+    def weights(prefix: str, single: bool, w: int) -> list[tuple[str, int | None]]:
+        if single and w == 1:
+            return [(f"{prefix}.weight", None)]
+        # more entries than groups: TE saved something its 2.20.2 layout does not have; never a group that does not exist
+        return [(f"{prefix}.weight[{g}]", g) if g < groups else (f"{prefix}.extra[{g - groups}]", None) for g in range(w)]
 
     groups = int(getattr(basic_ops[0], "num_groups", 0) or 0)
 
@@ -654,9 +663,9 @@ def _fused_layout(basic_ops: list[Any], ctxs: list[Any]) -> Callable[[int], list
         w = (n - meta - 4) // 2
         roles: list[tuple[str, int | None]] = [(name, None) for name in _FUSED_META[:meta]]
         roles.append(("fc1.input", None))
-        roles += [("fc1.weight", None)] if fc1_single and w == 1 else [(f"fc1.weight[{g}]", g) for g in range(w)]
+        roles += weights("fc1", fc1_single, w)
         roles += [("activation.activation_in", None), ("activation.scales", None), ("fc2.input", None)]
-        roles += [("fc2.weight", None)] if fc2_single and w == 1 else [(f"fc2.weight[{g}]", g) for g in range(w)]
+        roles += weights("fc2", fc2_single, w)
         return roles
 
     return layout
