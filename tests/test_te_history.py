@@ -290,6 +290,14 @@ def test_bisect_names_the_commit_that_made_the_change(te_repo: dict[str, Any]) -
     assert {p.verdict for p in result.probes} <= {"old", "new"}
 
 
+def test_bisect_names_its_flag_for_an_unknown_revision(te_repo: dict[str, Any], tmp_path: Path) -> None:
+    done = _cli("te-history", "--te-repo", str(te_repo["repo"]), "--bisect", "nosuchrev..main", "--case", CASE.id,
+                "--out", str(tmp_path / "out"), "--cache", str(te_repo["cache"]))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "--bisect: unknown revision 'nosuchrev'" in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_bisect_refuses_a_range_without_a_change(te_repo: dict[str, Any]) -> None:
     from memaudit.errors import UsageError
     from memaudit.te.history.bisect import bisect
@@ -334,7 +342,11 @@ def test_history_over_revisions_twice_is_byte_identical(te_repo: dict[str, Any],
 
 def test_cli_refuses_bad_input_and_writes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "out"
+    afile = tmp_path / "afile"
+    afile.write_text("")
     for args, needle in (
+        (["--installed", "--cache", str(afile), "--out", str(out)], f"--cache: not a folder: {afile}"),
+        (["--installed", "--out", str(afile)], f"--out: not a folder: {afile}"),
         (["--te", "2.x", "--out", str(out)], "--te"),
         (["--rev", "main", "--out", str(out)], "--rev needs --te-repo"),
         (["--te", "2.19.0", "--case", "nope", "--out", str(out)], "unknown case"),

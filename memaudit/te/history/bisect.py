@@ -116,7 +116,7 @@ def bisect(repo: Path, good: str, bad: str, case: HistoryCase, cache: Path, *,
     GOOD's. UsageError where GOOD and BAD have the same saved state (nothing to find) or GOOD's case
     does not run."""
     run = run or _default_runner
-    line = rev_range(repo, f"{good}..{bad}")
+    line = rev_range(repo, f"{good}..{bad}", "--bisect")
     first_commit, commits = line[0], line[1:]
     if not commits:
         raise UsageError(f"{bad!r} has no commit after {good!r} on its first-parent line", key="--bisect")

@@ -77,13 +77,21 @@ class TESource:
 
 
 def cache_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
-    """The cache for wheels and trees (created on first use)."""
+    """The cache for wheels and trees (created on first use); UsageError where it names something
+    that is not a folder, or a folder that cannot be written."""
     if explicit is not None:
-        return Path(explicit).expanduser()
-    if os.environ.get("MEMAUDIT_CACHE"):
-        return Path(os.environ["MEMAUDIT_CACHE"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "memaudit"
+        path, key = Path(explicit).expanduser(), "--cache"
+    elif os.environ.get("MEMAUDIT_CACHE"):
+        path, key = Path(os.environ["MEMAUDIT_CACHE"]).expanduser(), "MEMAUDIT_CACHE"
+    else:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        path, key = Path(base) / "memaudit", "XDG_CACHE_HOME"
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise UsageError(f"not a folder: {existing}", key=key)
+    if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot write into {existing}", key=key)
+    return path
 
 
 def tree_hash(tree: Path) -> str:
@@ -212,21 +220,22 @@ def check_repo(repo: str | os.PathLike[str]) -> Path:
     return path
 
 
-def resolve(repo: Path, rev: str) -> str:
-    """The full commit hash of ``rev``; UsageError naming it where git does not know it."""
+def resolve(repo: Path, rev: str, key: str = "--rev") -> str:
+    """The full commit hash of ``rev``; UsageError naming it (and the flag ``key`` that gave it)
+    where git does not know it."""
     try:
         return str(git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")).strip()
     except GitError:
-        raise UsageError(f"unknown revision {rev!r} in the TE repository", key="--rev") from None
+        raise UsageError(f"unknown revision {rev!r} in the TE repository {repo}", key=key) from None
 
 
-def rev_range(repo: Path, spec: str) -> list[str]:
+def rev_range(repo: Path, spec: str, key: str = "--rev") -> list[str]:
     """Commits of ``A..B`` (A included, then B's first-parent line after A, oldest first), or the one
     commit ``spec`` names."""
     if ".." not in spec:
-        return [resolve(repo, spec)]
+        return [resolve(repo, spec, key)]
     a, b = spec.split("..", 1)
-    first, last = resolve(repo, a), resolve(repo, b)
+    first, last = resolve(repo, a, key), resolve(repo, b, key)
     line = str(git(repo, "rev-list", "--first-parent", "--reverse", f"{first}..{last}")).split()
     return [first, *line]
 
