@@ -419,6 +419,25 @@ def test_compare_fails_exactly_where_the_committed_history_says_the_saved_state_
     assert checked and changed
 
 
+def test_compare_command_exits_nonzero_exactly_on_the_committed_pairs_that_changed() -> None:
+    """``memaudit compare --fail-on change`` on every committed neighbouring pair: exit 1 where the
+    history records a change between the two versions, 0 where it records none."""
+    from typer.testing import CliRunner
+
+    from memaudit.cli import app
+
+    h = _committed()
+    labels = [v["label"] for v in h["versions"]]
+    files = {v["label"]: str(COMMITTED / v["report"]) for v in h["versions"]}
+    codes = {}
+    for a, b in zip(labels, labels[1:], strict=False):
+        changed = any(ch["before"] == a and ch["after"] == b for c in h["cases"] for ch in c["changes"])
+        done = CliRunner().invoke(app, ["compare", files[a], files[b], "--fail-on", "change", "--allow-emulated"])
+        codes[(a, b)] = done.exit_code
+        assert done.exit_code == (1 if changed else 0), (a, b, done.output[-2000:])
+    assert 0 in codes.values() and 1 in codes.values(), codes
+
+
 def test_committed_bisects_name_prs_3048_and_3238() -> None:
     h = _committed()
     found = {b.get("pr") for b in h["bisects"] if b.get("first")}
