@@ -340,6 +340,26 @@ def test_history_over_revisions_twice_is_byte_identical(te_repo: dict[str, Any],
     assert _cli("compare", str(base), str(base), "--fail-on", "change", "--allow-emulated").returncode == 0
 
 
+def test_local_tree_against_the_installed_te(te_repo: dict[str, Any], tmp_path: Path) -> None:
+    """--te-tree: the checkout's working tree (PR #3545's change applied) is copied, declares
+    VERSION.txt's version with +local and its hash, and differs from the installed TE exactly by the
+    rowwise input buffers PR #3545 prunes."""
+    out = tmp_path / "out"
+    done = _cli("te-history", "--te-tree", str(te_repo["repo"]), "--installed", "--case", CASE.id, "--out", str(out),
+                "--cache", str(te_repo["cache"]), "--no-plot")
+    assert done.returncode == 0, done.stdout + done.stderr
+    h = json.loads((out / "history.json").read_text())
+    local, inst = h["versions"]
+    assert local["source"]["kind"] == "local" and local["source"]["version"].startswith("2.20.2+local")
+    assert inst["source"]["kind"] == "installed"
+    report = load_report(out / local["report"])
+    assert report.environment["transformer_engine"] == local["source"]["version"]
+    (change,) = h["cases"][0]["changes"]
+    assert change["before"] == local["label"] and change["saved_delta"] > 0
+    assert {(r["operand"], r["orientation"]) for r in change["rows"] if r["before"] is None} == {
+        ("fc1.input", "rowwise"), ("fc2.input", "rowwise")}
+
+
 def test_cli_refuses_bad_input_and_writes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "out"
     afile = tmp_path / "afile"
@@ -352,6 +372,7 @@ def test_cli_refuses_bad_input_and_writes_nothing(tmp_path: Path) -> None:
         (["--te", "2.19.0", "--case", "nope", "--out", str(out)], "unknown case"),
         (["--te-repo", str(tmp_path), "--bisect", "a..b", "--out", str(out)], "not a git repository"),
         (["--installed", "--shape", "huge", "--out", str(out)], "unknown shape"),
+        (["--installed", "--te-tree", str(tmp_path), "--out", str(out)], "holds no transformer_engine/pytorch package"),
         (["--installed"], "--out"),
     ):
         done = _cli("te-history", *args)

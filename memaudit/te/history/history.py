@@ -68,6 +68,8 @@ def parse_versions(te: str | None, repo: Path | None, revs: list[str], trees: li
     for t in trees:
         if not Path(t).is_dir():
             raise UsageError(f"no such directory: {t}", key="--te-tree")
+        if not (Path(t) / "transformer_engine" / "pytorch" / "__init__.py").is_file():
+            raise UsageError(f"{t} holds no transformer_engine/pytorch package", key="--te-tree")
         out.append(VersionSpec("local", t))
     if installed:
         out.append(VersionSpec("installed", "installed"))
