@@ -1,6 +1,7 @@
 """TE's saved state across its history: the committed history and its timing.
 
     python bench/te_history.py history --te-repo PATH [--cache DIR] [--out reports/te-history]
+    python bench/te_history.py render [--out reports/te-history]
     python bench/te_history.py timing --te-repo PATH [--cache DIR] [--out reports/bench/cpu-te-history]
 
 ``history`` audits the grouped-MLP case list (fused NVFP4 and MXFP8; unfused NVFP4, MXFP8 and
@@ -15,6 +16,10 @@ checked on every case of the group (its parent and it run each case: the saved s
 and a case where it never does is bisected on its own. Where the state at the commit found is not
 yet the later version's, the bisect goes on from that commit: every commit that changed the case in
 the range is named, in order.
+
+``render`` makes history.md and history.png again from the per-version reports and the bisects
+recorded in history.json (which must come out of them byte for byte): a change to how the history
+is shown needs no TE checkout.
 
 ``timing`` measures, on this machine: one version (2.19.0) x the case list, as one worker process,
 median of 3; and the bisect over 2.16..2.17's first-parent line (83 commits), once.
@@ -167,6 +172,26 @@ def history(args: argparse.Namespace) -> int:
     return 0
 
 
+def render_again(args: argparse.Namespace) -> int:
+    """history.md and history.png made again from a history folder's per-version reports and the
+    bisects recorded in its history.json, which must come out byte for byte (no TE needed)."""
+    from memaudit.render.history import history_figure, history_markdown
+    from memaudit.render.plots import render
+    from memaudit.report import atomic_write_bytes, atomic_write_text
+    from memaudit.te.history.model import load, rebuild
+
+    out = Path(args.out)
+    saved = (out / "history.json").read_text(encoding="utf-8")
+    h = rebuild(load(out / "history.json"), out)
+    if h.to_json() != saved:
+        print(f"{out / 'history.json'} does not come out of the reports beside it: not rendered", file=sys.stderr)
+        return 1
+    atomic_write_text(out / "history.md", history_markdown(h))
+    atomic_write_bytes(out / "history.png", render(history_figure(h), "png"))
+    print(f"rendered {out / 'history.md'} and {out / 'history.png'}")
+    return 0
+
+
 def timing(args: argparse.Namespace) -> int:
     from memaudit.report import atomic_write_text
     from memaudit.te.history.bisect import bisect
@@ -232,8 +257,10 @@ def main() -> int:
     t.add_argument("--good", default="eca05d3b554e", help="the 2.16 branch point on main")
     t.add_argument("--bad", default="5d1dddfe2397", help="the 2.17 branch point on main")
     t.add_argument("--out", default=str(ROOT / "reports" / "bench" / "cpu-te-history"))
+    r = sub.add_parser("render", help="history.md and history.png again from the reports and history.json in --out")
+    r.add_argument("--out", default=str(ROOT / "reports" / "te-history"))
     args = ap.parse_args()
-    return history(args) if args.cmd == "history" else timing(args)
+    return {"history": history, "timing": timing, "render": render_again}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -459,6 +459,18 @@ def test_compare_command_exits_nonzero_exactly_on_the_committed_pairs_that_chang
     assert 0 in codes.values() and 1 in codes.values(), codes
 
 
+def test_committed_history_comes_out_of_its_reports_byte_for_byte() -> None:
+    """history.json (less its recorded bisects) and history.md are made again from the committed
+    per-version reports (``bench/te_history.py render``); the figure is left out (fonts differ)."""
+    from memaudit.render.history import history_markdown
+    from memaudit.te.history.model import load, rebuild
+
+    _committed()
+    h = rebuild(load(COMMITTED / "history.json"), COMMITTED)
+    assert h.to_json() == (COMMITTED / "history.json").read_text(encoding="utf-8")
+    assert history_markdown(h) == (COMMITTED / "history.md").read_text(encoding="utf-8")
+
+
 def test_committed_bisects_name_prs_3048_and_3238() -> None:
     h = _committed()
     found = {b.get("pr") for b in h["bisects"] if b.get("first")}

@@ -172,9 +172,10 @@ def history_figure(h: History) -> Figure:
     """Saved bytes per version: one panel per shape, one line per (recipe, fused, G); an error
     cell is a gap, listed in the footnote."""
     from matplotlib.figure import Figure
-    from matplotlib.ticker import FixedLocator, FuncFormatter
+    from matplotlib.ticker import FixedLocator, FuncFormatter, MultipleLocator
 
     from memaudit.render.plots import fmt_axis_bytes
+    MiB = 1024**2
 
     shapes = sorted({(c.shape.get("tokens", 0), c.shape.get("hidden", 0), c.shape.get("ffn", 0)) for c in h.cases})
     labels = [v.label for v in h.versions]
@@ -192,16 +193,23 @@ def history_figure(h: History) -> Figure:
             for cell in c.cells:
                 if cell.status != "ok":
                     notes.append(f"{_case_label(c)} @ {cell.version}: {cell.status}")
-        ax.set_yscale("log")
+        top = max((cell.saved_bytes or 0 for c in h.cases for cell in c.cells
+                   if (c.shape.get("tokens"), c.shape.get("hidden"), c.shape.get("ffn")) == shape), default=0)
+        step = MiB  # a power of two MiB: about six labelled lines from 0 to the largest
+        while step * 6 < top:
+            step *= 2
+        ax.set_ylim(0, max(top * 1.08, step))
+        ax.yaxis.set_major_locator(MultipleLocator(step))
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: fmt_axis_bytes(v)))
         ax.xaxis.set_major_locator(FixedLocator(list(range(len(labels)))))
         ax.set_xticklabels(labels, rotation=20, ha="right")
         ax.set_ylabel("saved bytes")
         ax.set_title(f"T={shape[0]:,} H={shape[1]:,} F={shape[2]:,}", fontsize=10)
         ax.grid(True, which="major", alpha=0.3)
-        ax.legend(fontsize=7, ncol=2)
+    handles, names = axes[0].get_legend_handles_labels()
+    fig.legend(handles, names, fontsize=8, loc="outside right upper")  # one legend: every panel has the same lines
     fig.suptitle(f"Saved bytes per TE version (emulated {h.arch}, forward)", fontsize=11)
-    if notes:
+    if notes:  # as the figure's x label, so that the layout keeps room for it under the axes
         shown = notes[:8] + ([f"... and {len(notes) - 8} more cells that did not run"] if len(notes) > 8 else [])
-        fig.text(0.01, 0.0, "\n".join(shown), fontsize=6, va="bottom")
+        fig.supxlabel("no point (did not run): " + "; ".join(shown), fontsize=7, x=0.01, ha="left", wrap=True)
     return fig

@@ -225,3 +225,20 @@ def load(path: str | Path) -> dict[str, Any]:
     if not isinstance(d, dict) or d.get("schema") != SCHEMA:
         raise UsageError(f"not a TE history (expected schema {SCHEMA!r})", source=str(path), key="schema")
     return d
+
+
+def rebuild(d: dict[str, Any], folder: str | Path) -> History:
+    """The history of a saved document ``d`` made again from the per-version reports beside it
+    (``folder``), with its recorded bisects and branch points; ``to_json`` of the answer equals the
+    document where the reports are the ones it was made from."""
+    from memaudit.report import load_report
+
+    versions = [VersionInfo(v["label"], v["source"], v["report"], v.get("error")) for v in d["versions"]]
+    missing = [v.label for v in versions if not v.report]
+    if missing:
+        raise UsageError(f"version {missing[0]!r} has no report to rebuild from", key="versions")
+    reports = [load_report(Path(folder) / str(v.report)) for v in versions]
+    h = build(versions, reports, [c["id"] for c in d["cases"]], d["arch"])
+    h.memaudit = d["memaudit"]
+    h.bisects, h.branch_points = d.get("bisects", []), d.get("branch_points", [])
+    return h
