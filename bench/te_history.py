@@ -144,7 +144,7 @@ def history(args: argparse.Namespace) -> int:
                     break
                 d = result.to_dict()
                 d["pair"] = [before, after]
-                d["seconds"] = round(time.perf_counter() - t0, 1)
+                seconds = round(time.perf_counter() - t0, 1)  # printed, not saved: reruns write the same bytes
                 confirmed = [rep.id]
                 if result.first is not None and rest:
                     rcases = [by_id[m.id] for m in rest]
@@ -154,7 +154,7 @@ def history(args: argparse.Namespace) -> int:
                 confirmed_any.update(confirmed)
                 d["cases"] = confirmed
                 bisects.append(d)
-                print(f"{before} -> {after}: {len(confirmed)} cases: {result.summary()} ({d['seconds']} s)"
+                print(f"{before} -> {after}: {len(confirmed)} cases: {result.summary()} ({seconds} s)"
                       + ("; changed again later" if result.changed_again else ""), flush=True)
                 if result.first is None or not result.changed_again:
                     break

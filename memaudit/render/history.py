@@ -142,11 +142,11 @@ def bisect_markdown(result: BisectResult) -> str:
     d = result.to_dict()
     out = [f"# Bisect: {escape_md(d['case'])}", ""]
     out += bisect_table([d])
-    out += ["", "| commit | verdict | status | saved bytes | rows | seconds |", "|---|---|---|---:|---:|---:|"]
+    out += ["", "| commit | verdict | status | saved bytes | rows |", "|---|---|---|---:|---:|"]
     for p in d["probes"]:
         saved = "" if p["saved_bytes"] is None else f"{p['saved_bytes']:,}"
         rows = "" if p["rows"] is None else str(p["rows"])
-        out.append(f"| `{p['commit'][:12]}` | {p['verdict']} | {escape_md(p['status'])} | {saved} | {rows} | {p['seconds']} |")
+        out.append(f"| `{p['commit'][:12]}` | {p['verdict']} | {escape_md(p['status'])} | {saved} | {rows} |")
     return "\n".join(out) + "\n"
 
 

@@ -37,10 +37,12 @@ class Probe:
     rows: int | None
     reason: str | None
     seconds: float
+    """Wall time of the probe: shown while it runs and measured by the bench, never saved (two
+    runs of a bisect write the same bytes)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"commit": self.commit, "verdict": self.verdict, "status": self.status, "saved_bytes": self.saved_bytes,
-                "rows": self.rows, "reason": self.reason, "seconds": round(self.seconds, 1)}
+                "rows": self.rows, "reason": self.reason}
 
 
 @dataclass
