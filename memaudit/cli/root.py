@@ -459,7 +459,7 @@ def doctor() -> None:
 
 def _register_commands() -> None:
     """Subcommands that live in memaudit/cli/: each module has ``register(app)``."""
-    from memaudit.cli import baseline, check, compare, dist, estimate, plot
+    from memaudit.cli import baseline, check, compare, dist, estimate, history, plot
 
     compare.register(app)
     dist.register(app)
@@ -467,6 +467,7 @@ def _register_commands() -> None:
     check.register(app)
     estimate.register(app)
     plot.register(app)
+    history.register(app)
 
 
 _register_commands()

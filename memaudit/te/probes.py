@@ -124,12 +124,16 @@ def why_fused_cannot_register(frontend: str | None = None) -> str | None:
     if _version_tuple(fe) < (1, 23, 0):
         return f"nvidia-cudnn-frontend {fe} < 1.23.0"
     try:
-        from transformer_engine.pytorch.ops.fused.grouped_mlp import GroupedMLP_CuTeGEMMGLU
-
-        if not GroupedMLP_CuTeGEMMGLU.is_supported():
-            return "the cuDNN frontend grouped GEMM kernels do not import"
+        from transformer_engine.pytorch.ops.fused.grouped_mlp import GroupedMLP_CuTeGEMMGLU as Fused
     except ImportError as exc:
-        return f"the fused grouped MLP does not import: {exc}"
+        try:  # TE 2.14-2.16: the forward-only fused op
+            from transformer_engine.pytorch.ops.fused.forward_grouped_mlp import (
+                ForwardGroupedMLP_CuTeGEMMSwiGLU_MXFP8 as Fused,
+            )
+        except ImportError:
+            return f"the fused grouped MLP does not import: {exc}"
+    if not Fused.is_supported():
+        return "the cuDNN frontend grouped GEMM kernels do not import"
     return None
 
 
@@ -168,10 +172,28 @@ def why_not_fused(spec: CaseSpec, recipe: Any, frontend: str | None = None) -> s
     return "; ".join(reasons)
 
 
-def grouped_linear_path(spec: CaseSpec, recipe: Any) -> tuple[str, str]:
-    """Which GroupedLinear path TE takes and why, using TE's own predicate (te-internals §1.5)."""
+GROUPED_TENSOR_ENTRY_POINTS = ("group_quantize", "nvfp4_group_quantize_with_amax", "te_general_grouped_gemm_for_grouped_tensor")
+SPLIT_ENTRY_POINTS = ("split_quantize", "te_general_grouped_gemm")
+
+
+def grouped_linear_path(spec: CaseSpec, recipe: Any, called: frozenset[str] | None = None) -> tuple[str, str]:
+    """Which GroupedLinear path TE takes and why, using TE's own predicate (te-internals §1.5).
+    A TE version without the predicate (2.18 and older) is read from the kernel entry points its
+    emulated forward ``called``."""
     import torch
-    from transformer_engine.pytorch.ops.basic.grouped_linear import is_op_fuser_grouped_tensor_path_supported
+
+    try:
+        from transformer_engine.pytorch.ops.basic.grouped_linear import (
+            is_op_fuser_grouped_tensor_path_supported,
+        )
+    except ImportError:
+        why = "this TE has no is_op_fuser_grouped_tensor_path_supported"
+        seen = sorted(set(called or ()) & {*GROUPED_TENSOR_ENTRY_POINTS, *SPLIT_ENTRY_POINTS})
+        if any(n in GROUPED_TENSOR_ENTRY_POINTS for n in seen):
+            return "grouped-tensor", f"{why}; its forward called {', '.join(seen)}"
+        if seen:
+            return "split-quantize", f"{why}; its forward called {', '.join(seen)}"
+        return "unknown", f"{why}, and no grouped entry point was called"
 
     dtype = torch.bfloat16 if spec.dtype == "bf16" else torch.float32
     grouped = is_op_fuser_grouped_tensor_path_supported(recipe, dtype)

@@ -45,8 +45,14 @@ def name_rows(node: Any, rows: list[Row], counts: list[int], mine: list[int] | N
             for k, role in enumerate(fused_entries(end - start)):
                 roles[start + k] = role
             continue
+        early = early_fused_roles(op, ctx, prefixes[i], end - start)
+        if early is not None:
+            for k, role in enumerate(early):
+                roles[start + k] = role
+            continue
+        meta = meta_count(op, ctx, prefixes[i], end - start)
         for k in range(end - start):
-            roles[start + k] = unfused_role(op, ctx, prefixes[i], k)
+            roles[start + k] = unfused_role(op, ctx, prefixes[i], k, meta)
     for row in (rows if mine is None else [rows[i] for i in mine]):
         slot = row.saved_as
         if row.op != op_name or not slot or not slot.startswith("saved_tensors["):
@@ -71,15 +77,51 @@ def set_role(row: Row, rows: list[Row], role: tuple[str, int | None], children: 
 
 
 GL_META = ("split_sizes", "base_split_offsets", "split_points", "input_offsets", "output_offsets")
+"""GroupedLinear's leading metadata entries in TE 2.19 on (PR #3238 added the two offsets); TE
+2.16-2.18 save the first three, TE 2.14-2.15 the first one (``split_sizes``)."""
+GL_META_COUNTS = (5, 3, 1)
 
 
-def unfused_role(op: Any, ctx: Any, prefix: str, k: int) -> tuple[str, int | None]:
-    """Role of entry ``k`` of an unfused basic op's ``to_save`` (te-internals §2.4)."""
+def early_fused_roles(op: Any, ctx: Any, prefix: str, n: int) -> list[tuple[str, int | None]] | None:
+    """TE 2.14-2.15's forward-only fused MXFP8 op (``ops/fused/forward_grouped_mlp.py``) saves its
+    own layout through each GroupedLinear's context, which it marks with a singular
+    ``input_quantizer``: ``split_sizes`` (FC1 also ``split_points``), the weights, then the
+    grouped input's columnwise data, columnwise scales and tensor offsets. None for any other op."""
+    if prefix == "activation" or not hasattr(ctx, "input_quantizer") or hasattr(ctx, "input_quantizers"):
+        return None
+    ws = 1 if getattr(op, "single_grouped_weight", False) else int(getattr(op, "num_groups", 0) or 0)
+    lead = n - ws - 3
+    if lead not in (1, 2):
+        return None
+    roles: list[tuple[str, int | None]] = [(f"{prefix}.split_sizes", None)]
+    if lead == 2:
+        roles.append((f"{prefix}.split_points", None))
+    roles += [(f"{prefix}.weight", None)] if ws == 1 and getattr(op, "single_grouped_weight", False) else [
+        (f"{prefix}.weight[{g}]", g) for g in range(ws)]
+    return roles + [(f"{prefix}.input", None), (f"{prefix}.input", None), (f"{prefix}.input_offsets", None)]
+
+
+def meta_count(op: Any, ctx: Any, prefix: str, n: int) -> int:
+    """How many of ``GL_META`` a GroupedLinear's ``n`` saved entries start with: what is left
+    after the scales, the inputs (one grouped tensor, or one per group) and the weights (one
+    grouped weight, or one per group); TE 2.20.2's five where no TE layout fits."""
+    if prefix == "activation":
+        return 0
+    groups = int(getattr(op, "num_groups", 0) or 0)
+    xs = 1 if getattr(ctx, "use_grouped_tensor_path", False) else groups
+    ws = 1 if getattr(op, "single_grouped_weight", False) else groups
+    m = n - (1 if getattr(op, "_scale_bias", False) else 0) - xs - ws
+    return m if m in GL_META_COUNTS else len(GL_META)
+
+
+def unfused_role(op: Any, ctx: Any, prefix: str, k: int, meta: int = len(GL_META)) -> tuple[str, int | None]:
+    """Role of entry ``k`` of an unfused basic op's ``to_save`` (te-internals §2.4), whose first
+    ``meta`` entries are GroupedLinear's metadata (:func:`meta_count`)."""
     if prefix == "activation":
         return ("activation.activation_in", None) if k == 0 else ("activation.scales", None)
-    if k < len(GL_META):
+    if k < meta:
         return f"{prefix}.{GL_META[k]}", None
-    m = len(GL_META)
+    m = meta
     if getattr(op, "_scale_bias", False):
         if k == m:
             return f"{prefix}.scales", None
@@ -109,6 +151,8 @@ FUSED_META = (
     "fc2.input_offsets",
     "fc2.output_offsets",
 )
+FUSED_META_OLD = 3
+"""TE 2.17-2.18's fused op saves only the first three of ``FUSED_META`` (no tensor offsets: PR #3238)."""
 
 
 def fused_layout(basic_ops: list[Any], ctxs: list[Any]) -> Callable[[int], list[tuple[str, int | None]]] | None:
@@ -120,13 +164,13 @@ def fused_layout(basic_ops: list[Any], ctxs: list[Any]) -> Callable[[int], list[
     if len(basic_ops) != 3 or [type(op).__name__ for op in basic_ops][::2] != ["GroupedLinear", "GroupedLinear"]:
         return None
     ranges = [getattr(c, "_saved_tensors_range", None) for c in ctxs]
-    if not ranges[0] or ranges[0][1] - ranges[0][0] < len(FUSED_META) + 4:
+    if not ranges[0] or ranges[0][1] - ranges[0][0] < FUSED_META_OLD + 4 + 2:
         return None
     if any(r and r[1] > r[0] for r in ranges[1:]):
         return None
     fc1_single = bool(getattr(basic_ops[0], "single_grouped_weight", False))
     fc2_single = bool(getattr(basic_ops[2], "single_grouped_weight", False))
-    groups = int(getattr(basic_ops[0], "num_groups", 0))
+    groups = int(getattr(basic_ops[0], "num_groups", 0) or 0)
 
     def weights(prefix: str, single: bool, w: int) -> list[tuple[str, int | None]]:
         if single and w == 1:
@@ -135,8 +179,12 @@ def fused_layout(basic_ops: list[Any], ctxs: list[Any]) -> Callable[[int], list[
         return [(f"{prefix}.weight[{g}]", g) if g < groups else (f"{prefix}.extra[{g - groups}]", None) for g in range(w)]
 
     def layout(n: int) -> list[tuple[str, int | None]]:
-        w = (n - len(FUSED_META) - 4) // 2
-        roles: list[tuple[str, int | None]] = [(name, None) for name in FUSED_META]
+        meta = len(FUSED_META)
+        per = 1 if fc1_single else groups
+        if n - 4 - 2 * per == FUSED_META_OLD:  # TE 2.17-2.18: no tensor offsets (PR #3238)
+            meta = FUSED_META_OLD
+        w = (n - meta - 4) // 2
+        roles: list[tuple[str, int | None]] = [(name, None) for name in FUSED_META[:meta]]
         roles.append(("fc1.input", None))
         roles += weights("fc1", fc1_single, w)
         roles += [("activation.activation_in", None), ("activation.scales", None), ("fc2.input", None)]

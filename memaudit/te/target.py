@@ -357,7 +357,8 @@ class TEGroupedMLPTarget(Target):
         def emulated_forward(cap: Capture) -> Any:
             with run.active():
                 out = forward(cap)
-                paths.append(self._path(model, spec, recipe, frontend=run.machine.cudnn_frontend))
+                called = frozenset(run.log.kernels.standins) | frozenset(run.log.kernels.real) if run.log is not None else None
+                paths.append(self._path(model, spec, recipe, frontend=run.machine.cudnn_frontend, called=called))
             return out
 
         return Built(
@@ -372,13 +373,14 @@ class TEGroupedMLPTarget(Target):
             emulation=run.describe,
         )
 
-    def _path(self, model: Any, spec: CaseSpec, recipe: Any, frontend: str | None = None) -> PathInfo:
+    def _path(self, model: Any, spec: CaseSpec, recipe: Any, frontend: str | None = None,
+              called: frozenset[str] | None = None) -> PathInfo:
         forward_ops: list[str] = []
         for group in getattr(model, "_module_groups", None) or ():
             for op, _idxs in getattr(group, "_forward_ops", ()):
                 forward_ops.append(type(op).__name__)
-        fused = any(name.startswith("GroupedMLP") for name in forward_ops)
+        fused = any("GroupedMLP" in name for name in forward_ops)  # ForwardGroupedMLP_... in TE 2.14-2.16
         if fused:
             return GroupedMLPPath(forward_ops, True, os.environ.get(FUSED_ENV, "0")).info()
-        name, why = grouped_linear_path(spec, recipe)
+        name, why = grouped_linear_path(spec, recipe, called)
         return GroupedMLPPath(forward_ops, False, os.environ.get(FUSED_ENV, "0"), why_not_fused(spec, recipe, frontend), name, why).info()

@@ -106,25 +106,85 @@ def _patched(obj: Any, name: str, value: Any) -> Iterator[None]:
         setattr(obj, name, old)
 
 
-@contextmanager
-def _fusions(gm: Any, log: EmulationLog) -> Iterator[None]:
-    """Register the fused grouped-MLP fusions TE would have registered on this machine."""
+FUSED_MODULES = ("grouped_mlp", "forward_grouped_mlp", "backward_grouped_mlp")
+"""TE's fused grouped-MLP modules under ``transformer_engine.pytorch.ops.fused``: ``grouped_mlp``
+(2.17 on: joint forward-backward fusions), ``forward_grouped_mlp`` / ``backward_grouped_mlp``
+(2.14-2.16: separate forward and backward fusions). Those the imported TE has are patched."""
+
+
+def fused_modules() -> list[Any]:
+    """The fused grouped-MLP modules of the imported TE (imported here), in FUSED_MODULES order."""
+    import importlib
+
+    out = []
+    for name in FUSED_MODULES:
+        try:
+            out.append(importlib.import_module(f"transformer_engine.pytorch.ops.fused.{name}"))
+        except ModuleNotFoundError as exc:
+            if exc.name != f"transformer_engine.pytorch.ops.fused.{name}":
+                raise
+    return out
+
+
+@dataclass(frozen=True)
+class Registration:
+    """One import-time fusion registration of a TE module: ``if CLS.is_supported(): REGISTER(FUNC, **kwargs)``."""
+
+    cls: str
+    register: str
+    func: str
+    kwargs: tuple[tuple[str, Any], ...]
+
+
+@functools.cache
+def registrations(path: str) -> tuple[Registration, ...]:
+    """The registrations a TE module makes at import time, read from its own source in order (so
+    every TE version's fused ops register as that version registers them)."""
+    import ast
+
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    out = []
+    for node in tree.body:
+        if not (isinstance(node, ast.If) and isinstance(node.test, ast.Call) and isinstance(node.test.func, ast.Attribute)
+                and node.test.func.attr == "is_supported" and isinstance(node.test.func.value, ast.Name)):
+            continue
+        for stmt in node.body:
+            call = stmt.value if isinstance(stmt, ast.Expr) else None
+            if (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and len(call.args) == 1
+                    and isinstance(call.args[0], ast.Name)):
+                kwargs = tuple((k.arg, ast.literal_eval(k.value)) for k in call.keywords if k.arg is not None)
+                out.append(Registration(node.test.func.value.id, call.func.id, call.args[0].id, kwargs))
+    return tuple(out)
+
+
+def _fusion_tables() -> list[list[Any]]:
     from transformer_engine.pytorch.ops.fuser import OperationFuser
 
-    table = OperationFuser.forward_backward_fusion_functions
+    return [v for k, v in sorted(vars(OperationFuser).items()) if k.endswith("fusion_functions") and isinstance(v, list)]
+
+
+@contextmanager
+def _fusions(modules: list[Any], log: EmulationLog) -> Iterator[None]:
+    """Register the fused grouped-MLP fusions TE would have registered on this machine: each
+    module's own import-time registrations (:func:`registrations`) whose ``is_supported()`` says
+    yes now."""
+    tables = _fusion_tables()
     added = []
-    for cls_name, func_name in (("GroupedMLP_CuTeGEMMGLU", "fuse_glu_ops"), ("GroupedMLP_CuTeGEMMUnary", "fuse_unary_activation_ops")):
-        func = getattr(gm, func_name)
-        if getattr(gm, cls_name).is_supported() and func not in table:
-            gm.register_forward_backward_fusion(func, prepend=True)
-            added.append(func)
-            log.fusions.append(cls_name)
+    for module in modules:
+        for reg in registrations(module.__file__):
+            func = getattr(module, reg.func)
+            if getattr(module, reg.cls).is_supported() and not any(func in t for t in tables):
+                getattr(module, reg.register)(func, **dict(reg.kwargs))
+                added.append(func)
+                log.fusions.append(reg.cls)
     try:
         yield
     finally:
         for func in added:
-            if func in table:
-                table.remove(func)
+            for table in tables:
+                while func in table:
+                    table.remove(func)
 
 
 @contextmanager
@@ -137,25 +197,55 @@ def emulation(
     """TE's real Python on ``machine`` with ``standins`` for ``tex`` and ``cudnn`` for the
     cuDNN-frontend kernels; ``real`` names the ``tex`` kernels to run for real."""
     import torch
-    import transformer_engine.pytorch.ops.fused.grouped_mlp as gm
     import transformer_engine.pytorch.utils as te_utils
 
+    modules = fused_modules()
     capability = ARCHS[machine.arch]
     log = EmulationLog(machine)
     version = PkgVersionAnswer(machine.cudnn_frontend)
     with ExitStack() as stack:
         stack.enter_context(emulated_arch(machine.arch))
-        stack.callback(_clear_caches, gm)  # run last on exit: TE's caches forget the emulation
+        for gm in modules:
+            stack.callback(_clear_caches, gm)  # run last on exit: TE's caches forget the emulation
         stack.callback(_clear_caches, te_utils)  # is_non_tn_fp8_gemm_supported and the like
-        stack.enter_context(_patched(gm, "_cudnn_frontend_version_at_least", version))
+        for gm in modules:
+            if hasattr(gm, "_cudnn_frontend_version_at_least"):
+                stack.enter_context(_patched(gm, "_cudnn_frontend_version_at_least", version))
+        stack.enter_context(_frontend_supported(version))
         stack.enter_context(_patched(torch.cuda, "get_device_capability", lambda device=None: capability))
         table = {**standins, "get_cublasLt_version": lambda: machine.cublaslt}
         log.kernels = stack.enter_context(kernel_table(table, real))
         stack.enter_context(_cudnn_module({name: _noted(log, name, fn) for name, fn in cudnn.items()}))
-        _clear_caches(gm)
+        for gm in modules:
+            _clear_caches(gm)
         _clear_caches(te_utils)
-        stack.enter_context(_fusions(gm, log))
+        stack.enter_context(_fusions(modules, log))
         yield log
+
+
+@contextmanager
+def _frontend_supported(version: PkgVersionAnswer) -> Iterator[None]:
+    """TE 2.16's ``ops/_common.py`` ``_cudnn_frontend_version_supported`` (the fused op's >= 1.23.0
+    check, reading package metadata, bound by name in ``forward_grouped_mlp``) answers for the
+    emulated cuDNN-frontend version; TE versions without it are left alone."""
+    common = sys.modules.get("transformer_engine.pytorch.ops._common")
+    original = getattr(common, "_cudnn_frontend_version_supported", None) if common is not None else None
+    if original is None:
+        yield
+        return
+
+    def supported() -> bool:
+        return version("1.23.0")
+
+    bound = [m for name, m in list(sys.modules.items())
+             if m is not None and name.startswith("transformer_engine") and vars(m).get("_cudnn_frontend_version_supported") is original]
+    for m in bound:
+        setattr(m, "_cudnn_frontend_version_supported", supported)  # noqa: B010 - mypy: modules of any TE version
+    try:
+        yield
+    finally:
+        for m in bound:
+            setattr(m, "_cudnn_frontend_version_supported", original)  # noqa: B010
 
 
 class PkgVersionAnswer:

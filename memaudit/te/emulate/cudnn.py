@@ -82,9 +82,17 @@ def grouped_gemm_glu_hadamard_wrapper_sm100(**kwargs: Any) -> dict[str, Any]:
 
 
 def grouped_gemm_quant_wrapper_sm100(**kwargs: Any) -> dict[str, Any]:
-    """FC2 for MXFP8 (grouped_mlp.py:1906): TE passes its own ``d_tensor`` and ignores the
-    return, so nothing it allocates outlives the call; the stand-in allocates nothing."""
-    return {"d_tensor": kwargs.get("d_tensor")}
+    """FC2 for MXFP8 (grouped_mlp.py:1906): TE 2.19 on passes its own ``d_tensor`` and ignores
+    the return, so nothing it allocates outlives the call; the stand-in allocates nothing. TE 2.17
+    and 2.18 pass none and read the wrapper's ``d_tensor`` (grouped_mlp.py:1424-1425 in 2.17.1):
+    (M, N, 1) in ``d_dtype`` with strides (N, 1, M*N), as the GLU wrapper's D."""
+    if kwargs.get("d_tensor") is not None:
+        return {"d_tensor": kwargs["d_tensor"]}
+    a = kwargs["a_tensor"]
+    m = int(a.shape[0])
+    n = int(kwargs["n"]) if kwargs.get("b_tensor") is None else int(kwargs["b_tensor"].shape[0])
+    d = torch.empty_strided((m, n, 1), (n, 1, m * n), dtype=kwargs["d_dtype"], device=a.device)
+    return {"d_tensor": d}
 
 
 CUDNN_STANDINS: dict[str, Callable[..., Any]] = {name: _missing(name) for name in WRAPPERS}

@@ -100,8 +100,12 @@ VALUE_SITES = (
               "split_sizes.tolist(): the split sizes the case gave"),
     ValueSite("pytorch/tensor/nvfp4_tensor.py", "get_sign_from_vector", 45,
               "mask |= (v == -1) << i; mask.item(): the RHT sign vector TE builds from a constant list"),
+    ValueSite("pytorch/ops/basic/grouped_linear.py", "fuser_forward", 769,
+              "split_sizes.tolist() in TE 2.14-2.16 (GroupedLinear.fuser_forward, before the split-quantize "
+              "path was its own function; line of 2.15.0): the split sizes the case gave"),
 )
-"""The only places TE 2.20.2's grouped-MLP forward reads a tensor's value."""
+"""The only places TE 2.20.2's grouped-MLP forward reads a tensor's value (the first two), and the
+one older TE versions read instead (:mod:`memaudit.te.history`)."""
 
 SM_COUNT = {"sm90": 132, "sm100": 148}
 """Streaming multiprocessors of the emulated machine (H100/H200, B200). TE passes the count only

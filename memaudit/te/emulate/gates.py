@@ -26,6 +26,10 @@ ARCHS = {"sm90": (9, 0), "sm100": (10, 0)}
 SUPPORT_CACHES = ("_FP8_SUPPORT", "_MXFP8_SUPPORT", "_NVFP4_SUPPORT", "_FP8_BLOCK_SCALING_SUPPORT")
 """Module globals of ``transformer_engine.pytorch.quantization`` caching each recipe's (ok, reason)."""
 
+SUPPORT_CHECKS = ("check_fp8_support", "check_mxfp8_support", "check_nvfp4_support", "check_fp8_block_scaling_support")
+"""TE 2.14's ``quantization.py``: the same answers as lru-cached functions (no module globals);
+their caches are cleared on entry and exit."""
+
 GATE_NAME = "get_device_compute_capability"
 
 
@@ -48,12 +52,15 @@ def emulated_arch(arch: str) -> Iterator[tuple[int, int]]:
         return capability
 
     bound = [m for m in _te_modules() if vars(m).get(GATE_NAME) is original]
-    caches = {name: getattr(quantization, name) for name in SUPPORT_CACHES}
+    caches = {name: getattr(quantization, name) for name in SUPPORT_CACHES if hasattr(quantization, name)}
+    checks: list[Any] = [f for name in SUPPORT_CHECKS if hasattr(f := getattr(quantization, name, None), "cache_clear")]
     try:
         for module in bound:
             setattr(module, GATE_NAME, get_device_compute_capability)
-        for name in SUPPORT_CACHES:
+        for name in caches:
             setattr(quantization, name, None)
+        for check in checks:
+            check.cache_clear()
         yield capability
     finally:
         for module in _te_modules():  # also modules that bound the stand-in while inside
@@ -61,3 +68,5 @@ def emulated_arch(arch: str) -> Iterator[tuple[int, int]]:
                 setattr(module, GATE_NAME, original)
         for name, value in caches.items():
             setattr(quantization, name, value)
+        for check in checks:
+            check.cache_clear()

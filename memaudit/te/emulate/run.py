@@ -8,9 +8,11 @@ from contextlib import contextmanager
 from typing import Any
 
 from memaudit.report import Emulation
-from memaudit.te.emulate.context import EmulationLog, Machine, emulation
+from memaudit.te.emulate.context import EmulationLog, Machine, emulation, fused_modules
 from memaudit.te.emulate.cudnn import CUDNN_STANDINS
+from memaudit.te.emulate.families import standins
 from memaudit.te.emulate.gates import ARCHS
+from memaudit.te.emulate.kernels import tex_functions
 from memaudit.te.emulate.standins import NEVER_REAL, STANDINS
 from memaudit.te.recipes import FUSED_ENV
 
@@ -69,7 +71,7 @@ class EmulatedRun:
         old = os.environ.get(FUSED_ENV)
         os.environ[FUSED_ENV] = "1" if self.fused else "0"
         real = self.real()
-        table = {k: v for k, v in STANDINS.items() if k not in real}
+        table = {k: v for k, v in standins(STANDINS, set(tex_functions())).items() if k not in real}
         try:
             with emulation(self.machine, table, CUDNN_STANDINS, real=real) as log:
                 self.log = log
@@ -109,8 +111,9 @@ def import_te_modules() -> None:
     """Import what an emulated case imports on first use: the TE modules :func:`emulation`
     patches and memaudit's own TE modules (a process that forks cases imports them once, not
     every child)."""
-    import transformer_engine.pytorch.ops.fused.grouped_mlp  # noqa: F401
     import transformer_engine.pytorch.tensor.nvfp4_tensor  # noqa: F401
     import transformer_engine.pytorch.utils  # noqa: F401
+
+    fused_modules()  # whichever fused grouped-MLP modules this TE version has
 
     import memaudit.te.classify  # noqa: F401  (after TE: it reads TE's classes)

@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from memaudit.te.emulate.allocation import by_constructor, has_tensor_spec
+
 # ---- quantized tensors -------------------------------------------------------------------------
 
 
@@ -60,20 +62,34 @@ def _nvfp4_swizzled(quantizer: Any, shape: Sequence[int]) -> bool:
         return False
     if quantizer.with_rht:
         return m % 64 == 0 and k % 128 == 0 and 100 <= _sm() <= 110
-    return (quantizer.with_2d_quantization and not quantizer.row_scaled_nvfp4 and not quantizer.nvfp4_use_4over6
+    return (quantizer.with_2d_quantization and not _nvfp4_flag(quantizer, "row_scaled_nvfp4")
+            and not _nvfp4_flag(quantizer, "nvfp4_use_4over6")
             and m % 128 == 0 and k % 128 == 0 and 100 <= _sm() <= 110)
+
+
+NVFP4_OPTIONS = ("row_scaled_nvfp4", "nvfp4_use_4over6", "nvfp4_e4m3_max")
+"""NVFP4 quantizer options TE 2.17 on passes to its storage classes (2.16 and older have none)."""
+
+
+def _nvfp4_flag(q: Any, name: str) -> bool:
+    """An NVFP4 quantizer option, False where the TE version has none."""
+    return bool(getattr(q, name, False))
+
+
+def nvfp4_options(q: Any) -> dict[str, Any]:
+    """The NVFP4 options the quantizer has, as keyword arguments of TE's storage classes."""
+    return {name: getattr(q, name) for name in NVFP4_OPTIONS if hasattr(q, name)}
 
 
 def empty_quantized(quantizer: Any, shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> Any:
     """A quantized tensor of ``shape`` as the quantizer's C++ ``create_tensor`` allocates it
     (quantizer.cpp; storage class or wrapper as ``internal`` says), followed by the post-quantize
     swizzle ``tex.quantize`` applies (cast.cpp:79-84), holding the caller's quantizer."""
-    from transformer_engine.pytorch.dynamo.tensor_spec import TensorSpec
     from transformer_engine.pytorch.tensor.float8_tensor import Float8Quantizer
     from transformer_engine.pytorch.tensor.nvfp4_tensor import NVFP4Quantizer
 
     shape = tuple(int(s) for s in shape)
-    if isinstance(quantizer, Float8Quantizer):
+    if isinstance(quantizer, Float8Quantizer) and has_tensor_spec():
         specs = _fp8_delayed_specs(quantizer, shape)
         inner = {k: torch.empty(s, dtype=d, device=device) for k, (s, d) in specs.items()}
         meta = {
@@ -83,13 +99,17 @@ def empty_quantized(quantizer: Any, shape: Sequence[int], dtype: torch.dtype, de
             "nontensor_kwargs": {"fp8_dtype": quantizer.dtype, "quantizer": quantizer, "fake_dtype": dtype},
         }
         out = meta["cls"].__tensor_unflatten__(inner, meta, shape, _contiguous_strides(shape))  # type: ignore[attr-defined]
-    else:
+    elif has_tensor_spec():
+        from transformer_engine.pytorch.dynamo.tensor_spec import TensorSpec
+
         out = TensorSpec(shape, dtype, quantizer, device=torch.device(device)).create_tensor()
+    else:  # TE 2.18 and older: no Python mirror; the same rules through the constructors
+        out = by_constructor(quantizer, shape, dtype, device)
     if isinstance(quantizer, NVFP4Quantizer):
         # C++ differs from the Python mirror (nvfp4_tensor.py:354-400) in two ways: the swizzle
         # flag follows the kernel rule, and a row-scaled columnwise amax has K entries.
         out._with_gemm_swizzled_scales = _nvfp4_swizzled(quantizer, shape)
-        if quantizer.row_scaled_nvfp4 and out._amax_columnwise is not None:
+        if _nvfp4_flag(quantizer, "row_scaled_nvfp4") and out._amax_columnwise is not None:
             out._amax_columnwise = torch.empty(shape[-1], dtype=torch.float32, device=device)
         if quantizer.optimize_for_gemm and not out._with_gemm_swizzled_scales:
             swizzle_scales_for_gemm_(out)
@@ -183,10 +203,9 @@ def _bulk_storage(q: Any, shape: tuple[int, ...], device: torch.device) -> Any:
         empty(q.get_scale_shape(shape, False), torch.uint8) if row else None,
         empty((shape[-1], *shape[:-2], shape[-2] // 2), torch.uint8) if col else None,
         empty(q.get_scale_shape(shape, True), torch.uint8) if col else None,
-        empty((m if q.row_scaled_nvfp4 else 1,), torch.float32) if row else None,
-        empty((k if q.row_scaled_nvfp4 else 1,), torch.float32) if col else None,
-        q.dtype, q, swizzled,
-        row_scaled_nvfp4=q.row_scaled_nvfp4, nvfp4_use_4over6=q.nvfp4_use_4over6, nvfp4_e4m3_max=q.nvfp4_e4m3_max,
+        empty((m if _nvfp4_flag(q, "row_scaled_nvfp4") else 1,), torch.float32) if row else None,
+        empty((k if _nvfp4_flag(q, "row_scaled_nvfp4") else 1,), torch.float32) if col else None,
+        q.dtype, q, swizzled, **nvfp4_options(q),
     )
 
 
@@ -254,13 +273,13 @@ def grouped_empty(tensor: torch.Tensor, q: Any, g: int, first_dims: torch.Tensor
         if row:
             bufs["data"] = empty(total // 2, torch.uint8)
             bufs["scale_inv"] = empty(_ru(l0, 128) * _ru(l1 // 16, 4), torch.uint8)
-            bufs["amax"] = empty(l0 if q.row_scaled_nvfp4 else g, torch.float32)
+            bufs["amax"] = empty(l0 if _nvfp4_flag(q, "row_scaled_nvfp4") else g, torch.float32)
         if col:
             bufs["columnwise_data"] = empty(total // 2, torch.uint8)
             bufs["columnwise_scale_inv"] = empty(_ru(l1, 128) * _ru(l0 // 16, 4), torch.uint8)
             bufs["columnwise_amax"] = empty(g, torch.float32)
         swizzled = q.optimize_for_gemm
-        extra = {"row_scaled_nvfp4": q.row_scaled_nvfp4, "nvfp4_use_4over6": q.nvfp4_use_4over6, "nvfp4_e4m3_max": q.nvfp4_e4m3_max}
+        extra = nvfp4_options(q)
     else:
         raise NotImplementedError(f"group_quantize stand-in: {type(q).__name__} (TE's group_quantize supports MXFP8, NVFP4, current and block scaling)")
     if tensor_offsets is None and first_dims is not None and last_dims is None:
@@ -278,10 +297,21 @@ def _ru(x: int, a: int) -> int:
 
 
 def nvfp4_group_quantize_with_amax(tensor: torch.Tensor, quantizer: Any, num_tensors: int, first_dims: Any,
-                                   last_dims: Any = None, *, rowwise_amax: torch.Tensor, columnwise_amax: torch.Tensor,
-                                   tensor_offsets: Any = None) -> Any:
+                                   *args: Any, rowwise_amax: torch.Tensor | None = None,
+                                   columnwise_amax: torch.Tensor | None = None, tensor_offsets: Any = None) -> Any:
     """``tex.nvfp4_group_quantize_with_amax`` (cast.cpp:429-503): as group_quantize, then the
-    caller's amaxes replace the allocated ones."""
+    caller's amaxes replace the allocated ones. TE 2.19 on: ``(..., first_dims, last_dims=None, *,
+    rowwise_amax, columnwise_amax, tensor_offsets)``; TE 2.17-2.18: ``(..., first_dims,
+    rowwise_amax, columnwise_amax, tensor_offsets=None)`` (grouped_mlp.py:200-208 in 2.17.1)."""
+    last_dims = None
+    if len(args) == 2 and rowwise_amax is None and columnwise_amax is None:
+        rowwise_amax, columnwise_amax = args
+    elif len(args) <= 1:
+        last_dims = args[0] if args else None
+    else:
+        raise TypeError(f"nvfp4_group_quantize_with_amax: {4 + len(args)} positional arguments fit no TE version's signature")
+    if rowwise_amax is None or columnwise_amax is None:
+        raise TypeError("nvfp4_group_quantize_with_amax: rowwise_amax and columnwise_amax are required")
     out = grouped_empty(tensor, quantizer, int(num_tensors), first_dims, last_dims, tensor_offsets)
     out.amax, out.columnwise_amax = rowwise_amax, columnwise_amax
     return out
