@@ -23,7 +23,7 @@ from markdown_it.token import Token
 
 from memaudit.errors import UsageError
 from memaudit.judge.baseline import compare_reports
-from memaudit.render.markdown import GITHUB_LIMIT, render_markdown
+from memaudit.render.markdown import GITHUB_LIMIT, md_escape, render_markdown
 from memaudit.report import PathInfo
 from memaudit.spec import CaseSpec
 from memaudit.targets.registry import get_target
@@ -368,3 +368,14 @@ def test_a_comment_name_with_a_newline_or_control_character_is_refused() -> None
     for bad in ("ok\n", "ok\nx", "a\x00", "n" * 101, "ok\r"):
         with pytest.raises(UsageError, match="--name"):
             render_markdown(sample_report(), None, name=bad)
+
+
+@pytest.mark.parametrize(("text", "shown"), [("0.1.0", "0.1.0"), ("12) x", "12) x"), ("# h", "# h"), ("- x", "- x"),
+                                             ("+ x", "+ x")])
+def test_a_leading_marker_is_escaped_so_that_it_shows_as_written(text: str, shown: str) -> None:
+    """A cell or list item that starts like a list or heading marker renders as the text itself
+    (GitHub-flavoured markdown through markdown-it): no list, no heading, no stray backslash."""
+    from markdown_it import MarkdownIt
+
+    html = MarkdownIt("commonmark").enable("table").render(md_escape(text)).strip()
+    assert html == f"<p>{shown}</p>", html

@@ -72,8 +72,9 @@ def md_escape(text: Any) -> str:
     s = neutralize(" ".join(str(text).split()))
     s = _MD_SPECIAL.sub(r"\\\1", s)
     s = html.escape(s, quote=False).replace("`", "&#96;").replace("|", "\\|")
-    if _LEADING.match(s):
-        s = "\\" + s
+    m = _LEADING.match(s)
+    if m:  # a list or heading marker: escape its punctuation (a backslash before a digit is shown)
+        s = s[: m.end() - 1] + "\\" + s[m.end() - 1 :]
     return s
 
 
