@@ -4,8 +4,7 @@
 set -u
 OUT="${1:?usage: bench/emulated.sh OUTDIR}"
 W=/tmp/emulated; rm -rf "$W"; mkdir -p "$W" "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .device/te/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+source bench/device_env.sh  # TE from .device/te, memaudit from this tree (checked)
 ma() { python3 -c "import memaudit.cli as c; c.main()" "$@"; }
 t() { local s=$(date +%s%N); "$@"; local rc=$?; echo "rc=$rc wall_ms=$(( ($(date +%s%N) - s) / 1000000 ))"; }
 R=bf16,fp8-delayed,fp8-current

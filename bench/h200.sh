@@ -9,10 +9,7 @@ set -u
 OUT="${1:?usage: bench/h200.sh OUTDIR [--bench [--cpu-smoke]]}"
 PY="${PYTHON:-python3}"
 mkdir -p "$OUT/bench" "$OUT/reports/bench"
-if compgen -G ".device/te/*.whl" > /dev/null; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .device/te/*.whl || exit 1
-fi
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+source bench/device_env.sh  # TE from .device/te, memaudit from this tree (checked)
 ma() { "$PY" -c "import memaudit.cli as c; c.main()" "$@"; }
 if [ "${2:-}" = "--bench" ]; then
   # Five independent invocations (fresh processes) of bare / capture() / floor rounds come first;

@@ -10,8 +10,7 @@
 set -u
 OUT="${1:?usage: bench/h200_round.sh OUTDIR}"
 W=/tmp/round; rm -rf "$W"; mkdir -p "$W" "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .device/te/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+source bench/device_env.sh  # TE from .device/te, memaudit from this tree (checked)
 ma() { python3 -c "import memaudit.cli as c; c.main()" "$@"; }
 t() { local s=$(date +%s%N); "$@"; local rc=$?; echo "rc=$rc wall_ms=$(( ($(date +%s%N) - s) / 1000000 ))"; }
 pack() { rm -f "$W"/*.pickle.tmp; tar -C "$W" --exclude='*.pickle' -czf "$OUT/round.tar.gz" .; }  # after each step: a call cut short keeps what ran

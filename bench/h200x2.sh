@@ -11,12 +11,7 @@ OUT="${1:?usage: bench/h200x2.sh OUTDIR [--cpu-smoke]}"
 PY="${PYTHON:-python3}"
 NPROC="${NPROC:-2}"
 mkdir -p "$OUT"
-if compgen -G ".device/te/*.whl" > /dev/null; then
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .device/te/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD
-fi
+source bench/device_env.sh  # TE from .device/te, memaudit from this tree (checked)
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 if [ "${2:-}" = "--cpu-smoke" ]; then
   DEV=(--device cpu --dist-backend gloo); EXPERTS=(--experts reference); MEASURED=bf16; EMULATED=""

@@ -48,12 +48,9 @@ def _target(name: str) -> Any:
 
 
 def probe(name: str, args: argparse.Namespace) -> dict[str, Any]:
-    from memaudit.spec import CaseSpec
-    from memaudit.targets.registry import get_target
-
     res: dict[str, Any] = {"target": name, "stage": "result"}
     target = _target(name)
-    spec = CaseSpec.make(get_target(target), "bf16", args.groups, tokens=args.tokens, hidden=args.hidden, ffn=args.ffn, device=args.device)
+    spec = target.spec("bf16", args.groups, tokens=args.tokens, hidden=args.hidden, ffn=args.ffn, device=args.device)
     reason = target.skip_reason(spec)
     if reason:
         res["skipped"] = reason
