@@ -36,10 +36,26 @@ EXIT_CODES_HELP = (
     "4 (run) nothing was measured or emulated (only estimates or skipped cells)."
 )
 
+RUN_EXIT_CODES_HELP = """\b
+Exit codes:
+  0  ok: some case was measured or emulated, no case errored, every budget
+     passes or is xfail (other cases may be skipped or estimated)
+  1  a budget failed or XPASSed; or nothing was judged, or a budget applies
+     to no case (--allow-na passes both); or a case errored under the
+     scenario's on_error = "fail"
+  2  bad usage or input: the flag, file, key and value are named; nothing
+     is written
+  3  a case ended in error and no budget failed
+  4  nothing was measured or emulated: every case is skipped or estimated
+     (a gate on a runner without the GPU it expects goes red, not green)"""
+"""``run --help``'s exit-code section (``\\b``: click keeps its lines as they are)."""
+
 app = typer.Typer(
     name="memaudit",
     help="Saved-tensor memory auditor and regression gate for PyTorch and TransformerEngine.\n\n" + EXIT_CODES_HELP,
     no_args_is_help=False,
+    rich_markup_mode=None,  # click's own help: whole flag names, no <bool> metavar on a flag
+    context_settings={"max_content_width": 120},
     add_completion=True,
     pretty_exceptions_enable=False,
     cls=Group,
@@ -182,7 +198,7 @@ def run(
     device: Annotated[str | None, typer.Option(callback=_check_device, autocompletion=_complete_device, help="cpu | cuda | cuda:N | meta (shapes only: no values, nothing allocated; the reference and custom targets). Default: cuda for the TE target, else cpu.")] = None,
     splits: Annotated[str | None, typer.Option(help="Explicit token splits, e.g. 256,0,512,256 (one group count only).")] = None,
     scenario: Annotated[Path | None, typer.Option(help="Scenario TOML file, or a shipped scenario by name (grouped_mlp, reference): its cases and budgets replace the matrix flags.")] = None,
-    allow_target: Annotated[list[str] | None, typer.Option("--allow-target", help="A PKG.MOD:FACTORY target the scenario may name (repeatable; also \\[tool.memaudit] allow-targets in pyproject.toml).")] = None,
+    allow_target: Annotated[list[str] | None, typer.Option("--allow-target", help="A PKG.MOD:FACTORY target the scenario may name (repeatable; also [tool.memaudit] allow-targets in pyproject.toml).")] = None,
     fallback: Annotated[FallbackMode | None, typer.Option(help="What answers a case that cannot run on real kernels here (the grouped-MLP targets): auto = TE's real forward with emulated sm100 kernels wherever TE is installed (on a GPU, or with no GPU on fake CUDA), else the estimate; emulate; estimate; none = a skipped cell. Default: auto; none with --scenario.")] = None,
     expected: Annotated[bool, typer.Option(help="Add the estimator's expected bytes per row and flag mismatches.")] = False,
     backward: Annotated[bool, typer.Option(help="Run backward after each captured forward.")] = True,
@@ -419,7 +435,7 @@ def _with_target_flags(fn: Any) -> Any:
     return fn
 
 
-app.command(cls=Command)(exits(_with_target_flags(run)))
+app.command(cls=Command, epilog=RUN_EXIT_CODES_HELP)(exits(_with_target_flags(run)))
 
 
 @app.command(cls=Command)
