@@ -376,6 +376,12 @@ class FallbackMode(StrEnum):
     none = "none"
 
 
+def _toy_shape(target: Any, spec: CaseSpec) -> bool:
+    """The grouped MLP at its default shape (no ``--tokens/--hidden/--ffn`` given): a toy size."""
+    shape = dict(spec.shape)
+    return set(shape) == {"tokens", "hidden", "ffn"} and all(shape[n] == target.defaults.get(n) for n in shape)
+
+
 def fallback_notes(target: Any, specs: list[CaseSpec], fallbacks: list[Any], mode: str) -> list[Text]:
     """Said before anything runs: each recipe that cannot run on real kernels here, why (the
     target's or TE's own words), and what answers it instead, with the command that gives it."""
@@ -405,6 +411,12 @@ def fallback_notes(target: Any, specs: list[CaseSpec], fallbacks: list[Any], mod
                         f"{_all_groups(fb.command, groups)}")
             if fb.better:
                 line.append(f"\n  {_all_groups(fb.better, groups)}")
+            if _toy_shape(target, group[0]):
+                from memaudit.te.fallback import at_pr3545_shape
+
+                why = "; where NVFP4 keeps about 136 MiB per expert layer that no backward reads" if recipe == "nvfp4" else ""
+                line.append(f"\n  at TE PR #3545's shape (T=82,944, H=3,072, F=1,536{why}), not this toy one: "
+                            f"{at_pr3545_shape(_all_groups(fb.command, groups))}")
         notes.append(line)
     return notes
 

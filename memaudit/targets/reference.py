@@ -44,8 +44,8 @@ class ReferenceTarget:
 
     def skip_reason(self, spec: CaseSpec) -> str | None:
         if spec.recipe != "bf16":
-            return (f"the reference target runs no quantization recipe (asked for {spec.recipe!r}; TE runs it on "
-                    f"{needs(spec.recipe)}); use bf16")
+            return (f"the reference target (plain PyTorch, no TE) runs bf16 only, not {spec.recipe}; TE runs "
+                    f"{spec.recipe} on {needs(spec.recipe)}")
         if spec.device.startswith("cuda"):
             import torch
 

@@ -34,6 +34,33 @@ def _dims(spec: CaseSpec) -> list[str]:
     return out
 
 
+PR3545_SHAPE = (("tokens", 82944), ("hidden", 3072), ("ffn", 1536))
+"""The shape TE PR #3545 measured (a Nemotron hybrid proxy's expert layer: 83k tokens, hidden
+3072), where NVFP4's fused path keeps about 136 MiB of rowwise input it never reads."""
+PR3545_CUDNN_FRONTEND = "1.26.0"
+"""Below 1.27 a single group takes the grouped path, as in the PR's test (docs/te-nvfp4-weight-scale-view.md)."""
+
+
+def at_pr3545_shape(command: str) -> str:
+    """``command`` (an emulate or estimate command of :func:`emulate_command` /
+    :func:`estimate_command`) at PR #3545's shape. For NVFP4 an emulated run also names the cuDNN
+    frontend version under which one group takes the grouped path, as in the PR's test, and an
+    estimate shows the PR's pruning beside TE 2.20.2 (``--diff pr3545``)."""
+    args = shlex.split(command)
+    for name, value in PR3545_SHAPE:
+        flag = f"--{name}"
+        if flag in args:
+            args[args.index(flag) + 1] = str(value)
+        else:
+            args += [flag, str(value)]
+    if args[args.index("--recipe") + 1] == "nvfp4":
+        if "--kernels" in args and "--cudnn-frontend" not in args:
+            args += ["--cudnn-frontend", PR3545_CUDNN_FRONTEND]
+        elif args[1] == "estimate" and "--diff" not in args:
+            args += ["--diff", "pr3545"]  # the estimate beside the PR's pruning
+    return shlex.join(args)
+
+
 def estimate_command(spec: CaseSpec) -> str:
     """``memaudit estimate`` for the same recipe, group count and shape."""
     return shlex.join(["memaudit", "estimate", "--recipe", spec.recipe, "--groups", str(spec.groups), *_dims(spec)])
