@@ -151,7 +151,7 @@ def build_specs(
     for name, value in dims.items():
         flag = "--" + name.replace("_", "-")
         if value is not None and name not in names:
-            has = f"it has {', '.join(names)}" if names else "it declares none: its factory takes no case spec"
+            has = f"it has {', '.join(names)}" if names else "it declares none: its factory takes no required case spec"
             raise UsageError(f"target {target.name!r} has no dimension {name!r} ({has})", key=flag)
         _positive(value, flag)
         if value is not None and value > MAX_DIM:
