@@ -30,8 +30,8 @@ from memaudit.render.plots import (
     kinds_from_estimate,
     kinds_from_report,
     kinds_path,
-    linear_byte_ticks,
-    log_byte_ticks,
+    linear_byte_locator,
+    log_byte_locator,
     render,
     saved_segments,
     short_reason,
@@ -376,9 +376,12 @@ def test_bad_group_or_token_choice_is_a_usage_error() -> None:
 def test_formatters() -> None:
     assert [fmt_tokens(t) for t in (1000, 1024, 82944, 131072, 2**20)] == ["1000", "1K", "81K", "128K", "1M"]
     assert [fmt_axis_bytes(v) for v in (0, 512, 2**24, 1.25 * 2**30)] == ["0", "512 B", "16 MiB", "1.25 GiB"]
-    assert log_byte_ticks(10 * 2**20, 3 * 2**30) == [2**k for k in range(24, 32)]
-    assert len(log_byte_ticks(1, 2**40)) <= 9
-    ticks = linear_byte_ticks(1.3 * 2**30)
+    def inside(locator, lo: float, hi: float) -> list[int]:
+        return [int(v) for v in locator.tick_values(lo, hi) if lo <= v <= hi]
+
+    assert inside(log_byte_locator(), 10 * 2**20, 3 * 2**30) == [2**k for k in range(24, 32)]
+    assert 2 <= len(inside(log_byte_locator(), 1, 2**40)) <= 9
+    ticks = inside(linear_byte_locator(1.3 * 2**30), 0, 1.3 * 2**30)
     assert ticks[0] == 0 and len(ticks) <= 9 and ticks[1] == 256 * 2**20
     assert short_reason("E: /a/b/c/x.cu:7 in  f (a/b)\n") == "E: x.cu:7 in f (a/b)"
     assert kinds_path(Path("out/saved.png")) == Path("out/saved.kinds.png")
