@@ -17,9 +17,11 @@ from rich.text import Text
 
 from memaudit.cli import exitcodes
 from memaudit.cli.common import (
+    INT_LIST,
     OUTCOME_CODES,
     Command,
     Group,
+    Ints,
     exits,
     parse_int_list,
     parse_recipes,
@@ -132,7 +134,7 @@ def build_specs(
     target: Any,
     *,
     recipe: str | None,
-    groups: str | None,
+    groups: str | list[int] | None,
     dims: dict[str, int | None],
     dtype: str | None,
     device: str,
@@ -158,7 +160,8 @@ def build_specs(
             raise UsageError(f"must be at most 2**40, got an integer of {value.bit_length()} bits", key=flag)
     supported = all_recipes if all_recipes is not None else target.supported_recipes
     recipes = parse_recipes(recipe, supported, target.recipes) if recipe is not None else list(target.default_recipes)
-    group_list = parse_int_list(groups, "--groups") if groups is not None else list(d["groups"])
+    group_list = (parse_int_list(groups, "--groups") if isinstance(groups, str) else list(groups)) if groups is not None \
+        else list(d["groups"])  # the CLI gives a list (IntList); the Python API may give "1,4,8"
     dtype = dtype if dtype is not None else d["dtype"]
     if dtype not in DTYPES:
         raise UsageError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}", key="--dtype")
@@ -193,7 +196,7 @@ def build_specs(
 def run(
     target: Annotated[str | None, typer.Option(autocompletion=_complete_target, help="reference | te-grouped-mlp | PKG.MOD:FACTORY. Default: te-grouped-mlp wherever TE is installed and its forward runs (a GPU, or emulated kernels on fake CUDA with torch's CUDA build), else reference.")] = None,
     recipe: Annotated[str | None, typer.Option(autocompletion=_complete_recipe, help="A recipe the target knows (te-grouped-mlp: bf16, fp8-delayed, fp8-current, fp8-block, mxfp8, nvfp4; reference: bf16) | all; comma-separated for several.")] = None,
-    groups: Annotated[str | None, typer.Option(help="Group (expert) counts, e.g. 1,4,8.")] = None,
+    groups: Annotated[Ints | None, typer.Option(parser=INT_LIST, metavar=INT_LIST.metavar, help="Group (expert) counts, e.g. 1,4,8.")] = None,
     dtype: Annotated[Dtype | None, typer.Option(help="The activations' dtype. Default: the target's (bf16).")] = None,
     device: Annotated[str | None, typer.Option(callback=_check_device, autocompletion=_complete_device, help="cpu | cuda | cuda:N | meta (shapes only: no values, nothing allocated; the reference and custom targets). Default: cuda for the TE target, else cpu.")] = None,
     splits: Annotated[str | None, typer.Option(help="Explicit token splits, e.g. 256,0,512,256 (one group count only).")] = None,
