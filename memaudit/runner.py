@@ -28,10 +28,12 @@ def empty_case(spec: CaseSpec) -> CaseReport:
 
 
 def run_case(target: Target, spec: CaseSpec, *, backward: bool = True, verify_allocator: bool = False,
-             stack: bool = False) -> CaseReport:
+             stack: bool = False, snapshot: str | None = None) -> CaseReport:
     """Run one case under ``capture()``; errors and OOM become an ``error`` cell.
 
-    ``stack`` records the user source line of each save (``Row.source``).
+    ``stack`` records the user source line of each save (``Row.source``). ``snapshot`` (CUDA)
+    writes the allocator history of the captured forward there, each saved buffer's block named
+    after its row (:mod:`memaudit.capture.snapshot`).
 
     ``verify_allocator`` (CUDA) first runs one forward and backward as a warm-up (lazy library
     handles and workspaces are allocated there, not in the measured forward), then compares the
@@ -43,7 +45,9 @@ def run_case(target: Target, spec: CaseSpec, *, backward: bool = True, verify_al
     host = getattr(target, "case_host", None)
     elsewhere = host(spec) if host is not None else None
     if elsewhere is None:
-        return run_case_here(target, spec, backward=backward, verify_allocator=verify_allocator, stack=stack)
+        return run_case_here(target, spec, backward=backward, verify_allocator=verify_allocator, stack=stack, snapshot=snapshot)
+    if snapshot is not None:
+        raise ValueError("an allocator snapshot is recorded in this process: a case run elsewhere cannot write one")
     try:
         return elsewhere(lambda: run_case_here(target, spec, backward=backward, verify_allocator=verify_allocator, stack=stack))
     except Exception as exc:  # noqa: BLE001 - one cell's fault is that cell's error
@@ -53,7 +57,7 @@ def run_case(target: Target, spec: CaseSpec, *, backward: bool = True, verify_al
 
 
 def run_case_here(target: Target, spec: CaseSpec, *, backward: bool = True, verify_allocator: bool = False,
-                  stack: bool = False) -> CaseReport:
+                  stack: bool = False, snapshot: str | None = None) -> CaseReport:
     """:func:`run_case` in this process, whatever host the target names."""
     case = empty_case(spec)
     reason = target.skip_reason(spec)
@@ -71,7 +75,7 @@ def run_case_here(target: Target, spec: CaseSpec, *, backward: bool = True, veri
             outputs = None
             del warm
             gc.collect()
-        with capture(verify_allocator=verify_allocator, stack=stack) as cap:
+        with capture(verify_allocator=verify_allocator, stack=stack, snapshot=snapshot) as cap:
             outputs = built.forward(cap)
         measured = cap.report(outputs=outputs)
         path = built.annotate(measured.rows, cap)
@@ -136,6 +140,7 @@ def run_matrix(
     rank: int = 0,
     world_size: int = 1,
     backend: str | None = None,
+    snapshot: str | None = None,
 ) -> Report:
     """Run every spec in order and collect a Report; where ``fallbacks`` (from
     :func:`plan_fallbacks`) names an answer for a spec, that answer replaces the skipped cell.
@@ -143,7 +148,8 @@ def run_matrix(
     ``on_start(spec, i, n)`` is called before case ``i`` of ``n`` (from 1) runs, ``on_case(case)``
     after it. Each spec is first placed (:func:`memaudit.targets.base.place`) for ``rank`` of
     ``world_size``; with a process-group ``backend`` (a distributed run) each case records where it
-    ran (``case.dist``) and its id ends with its coordinates.
+    ran (``case.dist``) and its id ends with its coordinates. ``snapshot`` (one case, run here on
+    CUDA) writes that case's allocator snapshot (:func:`run_case`).
     """
     specs = list(specs)
     device = specs[0].device if specs else "cpu"
@@ -156,7 +162,7 @@ def run_matrix(
         if fallback is not None:
             case = _run_fallback(fallback, spec)
         else:
-            case = run_case(target, spec, backward=backward, verify_allocator=verify_allocator, stack=stack)
+            case = run_case(target, spec, backward=backward, verify_allocator=verify_allocator, stack=stack, snapshot=snapshot)
         if backend is not None:
             case.dist = dataclasses.replace(info, backend=backend)
             case.id = f"{case.id}/{info.key}"

@@ -201,8 +201,10 @@ def test_markdown_comment_is_written(tmp_path: Path, base_path: Path) -> None:
     text = md.read_text(encoding="utf-8")
     assert text.splitlines()[0] == "<!-- memaudit:h200-te-grouped-mlp -->"  # default name: the baseline's stem
     tokens = MarkdownIt("commonmark").enable("table").parse(text)
-    assert sum(t.type == "table_open" for t in tokens) == 4
-    assert sum(t.type == "html_block" and t.content.startswith("<details") for t in tokens) == 4
+    # the regressed case's table of changed buffers, then the unchanged cases' table (collapsed)
+    assert sum(t.type == "table_open" for t in tokens) == 2
+    assert sum(t.type == "html_block" and t.content.startswith("<details") for t in tokens) == 2
+    assert text.index("### ❌ Regressions") < text.index("<summary>Unchanged: 3 cases")
     named = invoke("compare", base_path, cur, "--markdown", md, "--name", "gate.cpu")
     assert named.exit_code == 1
     assert md.read_text(encoding="utf-8").startswith("<!-- memaudit:gate.cpu -->\n❌")

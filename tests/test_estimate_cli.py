@@ -96,7 +96,7 @@ def test_plot_without_matplotlib_is_a_clear_usage_error(runner, app, tmp_path, m
     res = invoke(runner, app, "--recipe", "all", "--tokens", "1024:4096:x2", "--hidden", "1024", "--plot",
                  str(tmp_path / "p.svg"))
     assert res.exit_code == 2
-    assert "--plot" in res.stderr and "memaudit[plot]" in res.stderr
+    assert "--plot" in res.stderr and "torch-memaudit[plot]" in res.stderr
     assert not (tmp_path / "p.svg").exists()
 
 

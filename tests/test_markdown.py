@@ -26,7 +26,6 @@ from memaudit.judge.baseline import compare_reports
 from memaudit.render.markdown import GITHUB_LIMIT, render_markdown
 from memaudit.report import PathInfo
 from memaudit.spec import CaseSpec
-from memaudit.units import fmt_delta
 
 MD = MarkdownIt("commonmark").enable("table")
 COMPARE_HEADER = ["case", "status", "saved now", "baseline", "delta", "delta %", "path", "by kind"]
@@ -106,64 +105,80 @@ def regressed_report():
     return base, cur, compare_reports(base, cur)
 
 
-def test_marker_verdict_and_one_details_per_target_recipe() -> None:
+BUFFER_HEADER = ["operand", "kind", "orientation", "format", "shape", "before", "after", "Δ"]
+UNCHANGED_HEADER = ["case", "status", "saved", "path"]
+
+
+def tables(text: str) -> list[list[list[str]]]:
+    """Every table of a comment, in order: rows of cell texts, header first."""
+    out: list[list[list[str]]] = []
+    row: list[str] | None = None
+    for tok in MD.parse(text):
+        if tok.type == "table_open":
+            out.append([])
+        elif tok.type == "tr_open":
+            row = []
+        elif tok.type == "tr_close":
+            out[-1].append(row)
+            row = None
+        elif tok.type == "inline" and row is not None:
+            row.append(inline_text(tok))
+    return out
+
+
+def details(text: str) -> list[str]:
+    return [t.content.strip().split("\n")[1] for t in MD.parse(text) if t.type == "html_block" and t.content.lstrip().startswith("<details")]
+
+
+def test_marker_headline_and_the_unchanged_cases_collapsed() -> None:
     base = sample_report()
     cur = copy_report(base)
     text = render_markdown(cur, compare_reports(base, cur), name="h200-te-grouped-mlp")
     lines = text.splitlines()
     assert lines[0] == "<!-- memaudit:h200-te-grouped-mlp -->"
-    assert lines[1].startswith("✅") and "no regression" in lines[1] and "0 B" in lines[1]
+    assert lines[1].startswith("✅ **memaudit: no regression** · saved 0 B over 3 compared cases")
+    assert "worst" not in lines[1]
     assert lines[1].endswith(" · not checked: nvfp4")  # its one case was skipped
-    p = parse(text)
-    assert p.tokens[0].type == "html_block" and p.tokens[0].content.strip() == lines[0]
-    assert [b.summary.split("</b>")[0] for b in p.blocks] == [
-        "<summary>✅ <b>te-grouped-mlp · fp8-current",
-        "<summary>✅ <b>te-grouped-mlp · bf16",
-        "<summary>⏭️ <b>te-grouped-mlp · nvfp4",  # never a tick for a recipe that was not checked
-        "<summary>✅ <b>reference · bf16",
-    ]
-    assert p.blocks[2].summary.endswith("— 1 case, not checked</summary>")
-    for b in p.blocks:
-        assert b.open_tag == "<details>"  # nothing failed: all collapsed
-        assert len(b.tables) == 1
-        assert b.tables[0][0] == COMPARE_HEADER
-        assert len(b.tables[0]) == 2  # header + the one case
-        assert all(len(r) == len(COMPARE_HEADER) for r in b.tables[0])
-    fp8 = p.blocks[0].tables[0][1]
-    assert fp8[0] == "g4/t4096-h1024-f2048/bf16"
-    assert fp8[1] == "✅ unchanged"
-    assert fp8[2] == fp8[3] and fp8[4] == "0 B" and fp8[6] == "unfused"
-    assert "data 12.0 MiB" in fp8[7] and "scale_inv 8 B" in fp8[7]
+    assert "###" not in text  # nothing changed: no section but the collapsed one
+    # never a tick for a recipe that was not checked
+    assert details(text)[0].startswith("<summary>Unchanged: 4 cases (")
+    assert "nvfp4 (not checked)" in details(text)[0] and "nvfp4 ✅" not in details(text)[0]
+    (table,) = tables(text)
+    assert table[0] == UNCHANGED_HEADER and len(table) == 5
+    fp8 = next(r for r in table if r[0] == TE_FP8)
+    assert fp8[1] == "✅ unchanged" and fp8[3] == "unfused" and fp8[2].endswith("MiB)") and "," in fp8[2]
+    nvfp4 = next(r for r in table if r[0] == TE_NVFP4)
+    assert nvfp4[1].startswith("⏭️ skipped: ") and "✅" not in nvfp4[1]
 
 
-def test_regression_verdict_table_and_named_buffer() -> None:
+def test_a_regression_comes_first_with_its_changed_buffers_in_exact_bytes() -> None:
     _, cur, cmp = regressed_report()
     text = render_markdown(cur, cmp, name="gate")
     lines = text.splitlines()
     assert cmp.saved_delta == 1
-    assert lines[1].startswith("❌") and f"saved bytes {fmt_delta(cmp.saved_delta)} " in lines[1]
-    p = parse(text)
-    fp8 = p.blocks[0]
-    assert fp8.open_tag == "<details open>" and fp8.summary.startswith("<summary>❌")
-    row = fp8.tables[0][1]
-    assert row[1] == "❌ regression" and row[4] == "+1 B"
-    assert "(+1 B)" in row[7] and row[7].startswith("tensor 32.0 MiB")
-    assert "Regressions" in " ".join(fp8.paragraphs)
-    assert any("operand fc2.input grew by 1 B" in i for i in fp8.items)
-    # Unaffected groups stay collapsed and list nothing.
-    assert all(b.open_tag == "<details>" and not b.items for b in p.blocks[1:])
+    assert lines[1].startswith("❌ **memaudit: 1 case regressed** · saved +1 B over 3 compared cases")
+    assert f"worst: {TE_FP8} +1 B" in lines[1]
+    assert text.index("### ❌ Regressions · 1 case") < text.index("<summary>Unchanged: 3 cases")
+    buffers, unchanged = tables(text)
+    assert buffers[0] == BUFFER_HEADER and len(buffers) == 2
+    row = buffers[1]
+    before = int(row[5].split(" B")[0].replace(",", ""))
+    assert row[0] == "fc2.input" and row[1] == "data"
+    assert row[6].startswith(f"{before + 1:,} B (") and row[7] == "+1 B"  # a one-byte change shows, exactly
+    assert TE_FP8 not in [r[0] for r in unchanged]
 
 
 def test_improvements_and_env_warning_are_listed() -> None:
     base = sample_report()
     cur = resize_row(base, TE_BF16, 1, -1024)
     cur.environment["device_class"] = "sm100"
-    p = parse(render_markdown(cur, compare_reports(base, cur)))
-    assert any("device class differs" in t and "SM100" in t for t in p.outside)
-    bf16 = p.blocks[1]
-    assert bf16.tables[0][1][1] == "✅ improvement" and bf16.tables[0][1][4] == "-1.0 KiB"
-    assert "Improvements" in " ".join(bf16.paragraphs)
-    assert any("operand activation.input shrank by 1.0 KiB" in i for i in bf16.items)
+    text = render_markdown(cur, compare_reports(base, cur))
+    assert "device class differs" in text and "SM100" in text
+    assert "### 📉 Improvements · 1 case" in text and "Regressions" not in text
+    assert "· 1 improved" in text.splitlines()[1]
+    buffers = tables(text)[0]
+    assert buffers[0] == BUFFER_HEADER and buffers[1][0] == "activation.input"
+    assert buffers[1][7] == "-1,024 B (-1.0 KiB)"
 
 
 def test_skipped_error_and_missing_cells_show_their_reasons() -> None:
@@ -171,27 +186,38 @@ def test_skipped_error_and_missing_cells_show_their_reasons() -> None:
     cur = copy_report(base)
     cur.cases = [c for c in cur.cases if c.id != REF_BF16]
     cur.cases[1] = make_case(TE_BF16, status="error", reason="cublas_gemm: Assertion failed")
-    p = parse(render_markdown(cur, compare_reports(base, cur)))
-    rows = {b.summary.split("<b>")[1].split("</b>")[0]: b.tables[0][1] for b in p.blocks}
-    err = rows["te-grouped-mlp · bf16"]
-    assert err[1] == "❌ error: cublas_gemm: Assertion failed (was ok)"
-    assert err[2] == "-" and err[3] == "56.0 MiB" and err[4] == "-"
-    skipped = rows["te-grouped-mlp · nvfp4"]
+    text = render_markdown(cur, compare_reports(base, cur))
+    regressions = text.split("### ❌ Regressions")[1].split("<details>")[0]
+    assert "❌ error: cublas\\_gemm: Assertion failed (was ok)" in regressions
+    assert "❌ missing from the current report" in regressions
+    unchanged = tables(text)[-1]
+    skipped = next(r for r in unchanged if r[0] == TE_NVFP4)
     assert skipped[1].startswith("⏭️ skipped: Device compute capability 10.0")
-    missing = rows["reference · bf16"]
-    assert missing[1] == "❌ missing from the current report" and missing[2] == "-" and missing[3] == "224.0 KiB"
+
+
+def test_an_estimated_case_gets_no_tick() -> None:
+    rep = make_report([make_case(REF_BF16)])
+    rep.cases[0].path = PathInfo({"estimated": True})
+    assert rep.cases[0].execution == "estimated"
+    text = render_markdown(rep, compare_reports(rep, copy_report(rep)))
+    assert "(not checked)" in details(text)[0] and "✅" not in tables(text)[0][1][1]
 
 
 def test_cells_are_escaped() -> None:
     nasty = "a | b `code` <script>alert(1)</script> *x* _y_ [l](http://e) & \\ end\nline2"
     rep = make_report([make_case(REF_BF16), make_case(TE_NVFP4, status="skipped", reason=nasty)])
-    for cmp in (None, compare_reports(rep, copy_report(rep))):
-        p = parse(render_markdown(rep, cmp))
-        skipped = p.blocks[1].tables[0]
-        assert len(skipped[1]) == len(skipped[0])  # the pipe did not split the cell
-        assert skipped[1][1] == "⏭️ skipped: " + " ".join(nasty.split()).replace("http://", "http\u200d://")
-        for b in p.blocks:
-            assert set(b.cell_tokens) <= {"text", "text_special", "softbreak"}  # no html, code, emphasis, links
+    shown = "⏭️ skipped: " + " ".join(nasty.split()).replace("http://", "http\u200d://")
+    p = parse(render_markdown(rep, None))
+    skipped = p.blocks[1].tables[0]
+    assert len(skipped[1]) == len(skipped[0]) and skipped[1][1] == shown  # the pipe did not split the cell
+    for b in p.blocks:
+        assert set(b.cell_tokens) <= {"text", "text_special", "softbreak"}  # no html, code, emphasis, links
+    text = render_markdown(rep, compare_reports(rep, copy_report(rep)))
+    row = next(r for r in tables(text)[0] if r[0] == TE_NVFP4)
+    assert len(row) == len(UNCHANGED_HEADER) and row[1] == shown
+    body = "\n".join(line for line in text.splitlines() if not line.startswith("<sub>"))  # the footer is ours
+    cells = [c.type for t in MD.parse(body) if t.type == "inline" for c in t.children or []]
+    assert not {"html_inline", "code_inline", "link_open", "image", "em_open"} & set(cells)
     assert not any(t.type == "html_block" and "<script" in t.content for t in parse(render_markdown(rep)).tokens)
 
 
@@ -214,17 +240,16 @@ def test_run_mode_has_no_baseline_columns() -> None:
     assert ok.startswith("✅") and "1 skipped" in ok
 
 
-def test_path_column_only_when_a_case_has_a_path() -> None:
+def test_a_path_change_is_named() -> None:
     rep = make_report([make_case(REF_BF16)])
-    p = parse(render_markdown(rep, compare_reports(rep, copy_report(rep))))
-    assert "path" not in p.blocks[0].tables[0][0]
+    assert tables(render_markdown(rep, compare_reports(rep, copy_report(rep))))[0][1][3] == "-"
     base = sample_report()
     base.case(TE_FP8).path = PathInfo({"fused": True})
     cur = copy_report(base)
     cur.case(TE_FP8).path = PathInfo({"fused": False})
-    p = parse(render_markdown(cur, compare_reports(base, cur)))
-    assert p.blocks[0].tables[0][1][6] == "unfused (was fused)"
-    assert any("fused path no longer used" in i for i in p.blocks[0].items)
+    text = render_markdown(cur, compare_reports(base, cur))
+    assert f"{TE_FP8}** · unfused (was fused)" in text.replace("\\", "")
+    assert "fused path no longer used" in text
 
 
 def big_pair(n_per_recipe: int, recipes=("bf16", "fp8-delayed", "fp8-current", "fp8-block")):
@@ -246,33 +271,28 @@ def test_fits_without_cutting_when_small() -> None:
     base, cur = big_pair(3)
     text = render_markdown(cur, compare_reports(base, cur))
     assert "✂️" not in text
-    assert sum(len(b.tables[0]) - 1 for b in parse(text).blocks) == 12
+    assert text.count("\n❌ **te-grouped-mlp/") == 12 and len(tables(text)) == 12
 
 
 def test_cuts_finding_lists_first() -> None:
-    base, cur = big_pair(40)  # ~160 cases: the tables fit, the finding lists do not
+    base, cur = big_pair(12)  # 48 cases: the tables fit, the finding lists do not
     cmp = compare_reports(base, cur)
-    text = render_markdown(cur, cmp)
-    assert len(text) <= GITHUB_LIMIT
-    p = parse(text)
-    assert any("Detail was cut" in t and "lists of findings left out" in t for t in p.outside)
-    assert sum(len(b.tables[0]) - 1 for b in p.blocks) == 160  # every case is still in a table
-    assert all(not b.items for b in p.blocks)
+    full = render_markdown(cur, cmp, limit=10**9)
+    text = render_markdown(cur, cmp, limit=len(full.encode()) - 1000)
+    assert "Detail was cut" in text and "lists of findings left out" in text
+    assert len(tables(text)) == 48 and "what the gate compared" not in text
 
 
-def test_huge_comment_is_cut_under_the_limit_and_keeps_its_structure() -> None:
+def test_huge_comment_is_cut_under_the_limit_regressions_first() -> None:
     base, cur = big_pair(300)  # 1200 regressed cases
     cmp = compare_reports(base, cur)
     text = render_markdown(cur, cmp, name="huge")
     assert len(text.encode("utf-8")) <= GITHUB_LIMIT
     lines = text.splitlines()
     assert lines[0] == "<!-- memaudit:huge -->" and lines[1].startswith("❌")
-    p = parse(text)
-    note = next(t for t in p.outside if "Detail was cut" in t)
-    shown_groups = len(p.blocks)
-    assert 1 <= shown_groups < 4 and f"only {shown_groups} of 4" in note
-    last = p.blocks[-1]
-    assert last.tables and any("not shown" in para for para in last.paragraphs)
+    shown = len(tables(text))
+    assert 10 < shown < 1200 and f"only the first {shown} of 1200 changed cases shown" in text
+    assert "more case(s) not shown" in text
 
 
 @pytest.mark.parametrize("limit", [1500, 3000, 6000])
@@ -280,8 +300,7 @@ def test_small_limits_are_respected(limit: int) -> None:
     _, cur, cmp = regressed_report()
     text = render_markdown(cur, cmp, limit=limit)
     assert len(text.encode("utf-8")) <= limit
-    p = parse(text)  # balanced <details>, tables inside them
-    assert p.tokens[0].content.strip() == "<!-- memaudit:default -->"
+    assert MD.parse(text)[0].content.strip() == "<!-- memaudit:default -->"
     assert text.splitlines()[1].startswith("❌")
 
 

@@ -32,6 +32,7 @@ from markdown_it import MarkdownIt
 from typer.testing import CliRunner
 
 from memaudit.cli import app
+from memaudit.distribution import DISTRIBUTION, OTHER
 from memaudit.errors import UsageError
 from memaudit.judge.scenario import load_scenario
 from memaudit.judge.shipped import SHIPPED, is_scenario_name, resolve_scenario, shipped_dir, shipped_scenarios
@@ -166,8 +167,42 @@ def test_pyproject_lists_every_package_folder() -> None:
     }
     assert set(config["packages"]) == folders | {"memaudit.scenarios"}
     assert config["package-dir"] == {"memaudit.scenarios": "scenarios"}
-    assert config["package-data"] == {"memaudit": ["py.typed"], "memaudit.scenarios": ["*.toml"]}
+    assert config["package-data"] == {"memaudit": ["gate.sh", "py.typed"], "memaudit.scenarios": ["*.toml"]}
     assert (ROOT / "memaudit" / "py.typed").is_file()  # PEP 561: type checkers read memaudit's hints
+
+
+def test_the_distribution_name_is_not_the_other_projects() -> None:
+    """The package index's ``memaudit`` is another project; this one is published as DISTRIBUTION."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert project["name"] == DISTRIBUTION != OTHER
+    assert project["scripts"] == {"memaudit": "memaudit.cli:main"}
+
+
+def _fake_other_project(folder: Path, summary: str) -> None:
+    info = folder / "memaudit-0.2.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: memaudit\nVersion: 0.2.0\nSummary: {summary}\n",
+                                   encoding="utf-8")
+
+
+def test_the_command_refuses_to_run_beside_the_other_memaudit(tmp_path: Path) -> None:
+    """Both projects install a ``memaudit`` package folder and command; the command says so, exit 2."""
+    _fake_other_project(tmp_path / "other", "Local Trainer/TRL plugin that audits fine-tunes for membership leakage")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "other")}
+    done = subprocess.run([sys.executable, "-m", "memaudit", "--help"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "'memaudit' 0.2.0 installed (Local Trainer/TRL plugin" in done.stderr
+    assert f"pip uninstall -y memaudit {DISTRIBUTION} && pip install {DISTRIBUTION}" in done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+def test_this_project_under_its_old_name_is_not_the_other_project(tmp_path: Path) -> None:
+    _fake_other_project(tmp_path / "old", "Saved-tensor memory auditor and regression gate for PyTorch and TransformerEngine")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "old")}
+    done = subprocess.run([sys.executable, "-m", "memaudit", "--help"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_the_te_extra_names_transformer_engine_for_pytorch() -> None:
@@ -201,7 +236,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *offline, "-w", str(work / "dist"), str(src)]
     done = subprocess.run(cmd, cwd=work, env=_clean_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    (whl,) = (work / "dist").glob("memaudit-*.whl")
+    (whl,) = (work / "dist").glob("torch_memaudit-*.whl")
     return whl
 
 
@@ -210,6 +245,7 @@ def test_the_wheel_ships_the_scenarios_and_every_module(wheel: Path) -> None:
         names = set(z.namelist())
         for p in SCENARIOS:
             assert z.read(f"memaudit/scenarios/{p.name}") == p.read_bytes()
+        assert z.read("memaudit/gate.sh") == (ROOT / "memaudit" / "gate.sh").read_bytes()  # the CI gate's script
         metadata = next(z.read(n).decode() for n in names if n.endswith(".dist-info/METADATA"))
     modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "memaudit").rglob("*.py") if "__pycache__" not in p.parts}
     assert modules <= names, sorted(modules - names)
@@ -244,7 +280,7 @@ def check(dist, extras, depth):
             check(req.name, ["", *req.extras], depth - 1)
         print("ok", text, "->", req.name, have.version)
 
-check("memaudit", ["", "te"], 1)
+check("torch-memaudit", ["", "te"], 1)
 """
 
 

@@ -580,5 +580,5 @@ def test_plot_without_matplotlib_is_a_clear_usage_error(app, tmp_path, monkeypat
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
     res = run(app, "plot", H200, "--out", tmp_path / "x.png")
-    assert res.exit_code == 2 and "--out" in res.stderr and "memaudit[plot]" in res.stderr
+    assert res.exit_code == 2 and "--out" in res.stderr and "torch-memaudit[plot]" in res.stderr
     assert list(tmp_path.iterdir()) == []

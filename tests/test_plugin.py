@@ -256,7 +256,7 @@ def test_marker_is_registered(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["*saved_budget(max_bytes=None*"])
 
 
-@pytest.mark.skipif(not _entry_point_installed(), reason="needs memaudit installed (pip install -e .)")
+@pytest.mark.skipif(not _entry_point_installed(), reason="needs memaudit installed (pip install -e .: the torch-memaudit distribution)")
 @pytest.mark.parametrize("args", [("-p", "memaudit"), ()], ids=["dash-p", "auto"])
 def test_loads_by_entry_point(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...]) -> None:
     """``pytest -p memaudit`` (plugin autoload off) and plain auto-registration both provide the plugin."""

@@ -9,8 +9,9 @@ import sys
 import types
 
 from memaudit.capture.recorder import Capture, Plugin, capture, iter_tensors
+from memaudit.capture.snapshot import SnapshotUnavailable
 
-__all__ = ["Capture", "Plugin", "capture", "iter_tensors"]
+__all__ = ["Capture", "Plugin", "SnapshotUnavailable", "capture", "iter_tensors"]
 
 
 class _CallableModule(types.ModuleType):

@@ -27,6 +27,7 @@ import torch
 
 from memaudit.capture import compiled, graph, hooks, modules, stack
 from memaudit.capture.hooks import Record
+from memaudit.capture.snapshot import AllocatorHistory, row_label
 from memaudit.capture.tensors import Buffer, buffer_of, dtype_name, format_of, kind_of, storage_ref
 from memaudit.capture.verify import AllocatorCheck
 from memaudit.report import (
@@ -134,8 +135,10 @@ class Capture:
 
     def __init__(
         self, plugins: Iterable[Plugin] | None = None, *, verify_allocator: bool = False, modules: bool = True, stack: bool = False,
-        track_peak: bool = False, name_early: bool = False,
+        track_peak: bool = False, name_early: bool = False, snapshot: str | os.PathLike[str] | None = None,
     ) -> None:
+        self.history = AllocatorHistory(snapshot) if snapshot is not None else None
+        """The allocator history recorded for ``snapshot`` (CUDA; written by the first ``report()``)."""
         self.track_peak = track_peak
         """Note when autograd releases each record, for :meth:`peak` (a callback per release)."""
         self.name_early = name_early
@@ -185,6 +188,8 @@ class Capture:
             self._task_token = hooks.TASK_CAPTURES.set((*hooks.TASK_CAPTURES.get(), self))
         if self._verify:
             self._allocator = AllocatorCheck()
+        if self.history is not None and self.history.result is None:
+            self.history.start()
         for plugin in self.plugins:
             plugin.install()
             self._installed.append(plugin)
@@ -219,6 +224,8 @@ class Capture:
                 self._installed.pop().uninstall()
             if self._allocator is not None:
                 self._allocator.stop()
+            if self.history is not None and exc and exc[0] is not None:
+                self.history.stop()  # the block raised: no report will write the snapshot
 
     def _note_threads(self) -> None:
         # One Python thread alive: the calling one, which is always among this capture's threads.
@@ -474,9 +481,30 @@ class Capture:
         )
         if self._allocator is not None:
             case.allocator = self._allocator.result(builder.device_storages(), outputs)
+        if self.history is not None and self.history.recording:
+            self._write_snapshot(builder, rows, case)
         if pending or builder.named:
             self._reports.append((weakref.ref(case), builder.named, builder.row_srefs, pending))
         return case
+
+    def _write_snapshot(self, builder: _RowBuilder, rows: list[Row], case: CaseReport) -> None:
+        """Name the allocations of the live rows' storages after their rows and write the snapshot."""
+        assert self.history is not None
+        sref_of = {r.index: sref for r, sref in zip(builder.rows, builder.row_srefs, strict=True)}
+        storages: dict[str, tuple[Any, list[str]]] = {}
+        for row in rows:
+            sref = sref_of.get(row.index)
+            st = sref() if sref is not None else None
+            if st is None or row.storage is None or row.resides != "device":
+                continue
+            storages.setdefault(row.storage, (st, []))[1].append(row_label(row))
+        result = self.history.write([(name, st, labels) for name, (st, labels) in storages.items()])
+        if result.unlabelled:
+            case.warnings.append(
+                f"memory snapshot: {len(result.unlabelled)} saved storage(s) have no live caching-allocator block to name "
+                f"({', '.join(result.unlabelled[:8])}{', ...' if len(result.unlabelled) > 8 else ''}): "
+                "memory not from PyTorch's caching allocator, or a block already split or freed"
+            )
 
     def _module_groups(self, builder: _RowBuilder, rows: list[Row]) -> list[ModuleGroup]:
         """Rows grouped by module call (with the calls inside it), largest first, and what a
@@ -1225,7 +1253,8 @@ def default_plugins() -> list[Plugin]:
 
 
 def capture(
-    plugins: Iterable[Plugin] | None = None, *, verify_allocator: bool = False, modules: bool = True, stack: bool = False
+    plugins: Iterable[Plugin] | None = None, *, verify_allocator: bool = False, modules: bool = True, stack: bool = False,
+    snapshot: str | os.PathLike[str] | None = None,
 ) -> Capture:
     """Record every saved tensor of the autograd graphs built inside the block (this thread).
 
@@ -1234,6 +1263,10 @@ def capture(
     block raises. ``verify_allocator`` (CUDA) compares the allocator's growth with the rows.
     ``modules`` (default on) names each row by the module whose forward saved it (``Row.module``,
     e.g. ``layers.3.mlp.fc1``); ``stack`` adds the user source line of each save (``Row.source``,
-    ``model.py:42``; a frame walk per saved tensor).
+    ``model.py:42``; a frame walk per saved tensor). ``snapshot`` (CUDA) records the caching
+    allocator's history from entering the block to the first ``report()``, which names each saved
+    buffer's allocation after its row and writes the snapshot there (a pickle for PyTorch's
+    ``memory_viz``); it raises :class:`~memaudit.capture.snapshot.SnapshotUnavailable` where there
+    is no CUDA caching allocator.
     """
-    return Capture(plugins, verify_allocator=verify_allocator, modules=modules, stack=stack)
+    return Capture(plugins, verify_allocator=verify_allocator, modules=modules, stack=stack, snapshot=snapshot)

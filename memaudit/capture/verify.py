@@ -32,17 +32,19 @@ def round_block(nbytes: int) -> int:
     return 0 if nbytes == 0 else -(-nbytes // BLOCK) * BLOCK
 
 
-def _cuda_storages() -> dict[int, Any]:
+def cuda_storages() -> dict[int, Any]:
+    """id -> weak reference of the storage of every CUDA tensor the garbage collector tracks."""
     found: dict[int, Any] = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         for obj in gc.get_objects():
-            if isinstance(obj, torch.Tensor) and obj.device.type == "cuda":
-                try:
-                    ref = weakref.ref(obj.untyped_storage())
-                except (RuntimeError, NotImplementedError, TypeError):
+            try:  # a weakref.proxy whose referent is gone (Dynamo keeps some) raises on any look
+                if not (isinstance(obj, torch.Tensor) and obj.device.type == "cuda"):
                     continue
-                found[id(ref)] = ref
+                ref = weakref.ref(obj.untyped_storage())
+            except (ReferenceError, RuntimeError, NotImplementedError, TypeError):
+                continue
+            found[id(ref)] = ref
     return found
 
 
@@ -59,7 +61,7 @@ class AllocatorCheck:
 
     def __init__(self) -> None:
         self.available = torch.cuda.is_available()
-        self.existing = _cuda_storages() if self.available else {}
+        self.existing = cuda_storages() if self.available else {}
         self.requested_before, self.before = _counters() if self.available else (None, 0)
         self.after: int | None = None
         self.requested_after: int | None = None

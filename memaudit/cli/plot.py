@@ -19,6 +19,7 @@ from rich.text import Text
 
 from memaudit.cli import exitcodes
 from memaudit.cli.common import exits
+from memaudit.distribution import pip_install
 from memaudit.errors import UsageError
 from memaudit.render.console import consoles
 
@@ -37,9 +38,7 @@ def check_matplotlib(key: str) -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise UsageError(
-            "drawing a plot needs matplotlib, an optional extra: pip install 'memaudit[plot]'", key=key
-        ) from None
+        raise UsageError(f"drawing a plot needs matplotlib, an optional extra: {pip_install('plot')}", key=key) from None
 
 
 def plot_paths(tokens: Path | None, kinds: Path | None, tokens_key: str, kinds_key: str) -> tuple[Path | None, Path | None]:

@@ -211,6 +211,7 @@ def run(
     stack: Annotated[bool, typer.Option("--stack", help="Record the source line (file:line) of the user code behind each saved tensor (rows' source; slower capture, see docs/bench.md).")] = False,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the JSON report here (atomically).")] = None,
     markdown: Annotated[Path | None, typer.Option(help="Write a markdown summary (PR comment) here.")] = None,
+    memory_snapshot: Annotated[Path | None, typer.Option("--memory-snapshot", help="CUDA, one case: write the caching allocator's history of the captured forward here (a pickle for PyTorch's memory_viz), each saved tensor's block named after its row (fc1.input data columnwise nvfp4).")] = None,
     quiet: Annotated[bool, typer.Option(help="Only the summary table (and, where stderr is not a terminal, the one line per finished case).")] = False,
     nproc: Annotated[int | None, typer.Option(help="Run on N local processes through torch.distributed.run (as torchrun --nproc-per-node N -m memaudit run ... does): per-rank cases, one merged report.")] = None,
     dist_backend: Annotated[str | None, typer.Option(help="Distributed runs: the process-group backend. Default: gloo on CPU, cpu:gloo,cuda:nccl with --device cuda (the reports always travel over gloo).")] = None,
@@ -231,7 +232,15 @@ def run(
     from memaudit.runner import run_matrix
     from memaudit.targets.registry import default_target_name, get_target
 
-    check_outputs({"--json": json_path, "--markdown": markdown}, inputs=read_inputs(scenario=scenario))
+    check_outputs({"--json": json_path, "--markdown": markdown, "--memory-snapshot": memory_snapshot},
+                  inputs=read_inputs(scenario=scenario))
+    if memory_snapshot is not None:
+        from memaudit.capture.snapshot import unavailable_reason
+
+        if nproc is not None:
+            raise UsageError("records one process's allocator: not with --nproc", key="--memory-snapshot")
+        if (why := unavailable_reason()) is not None:
+            raise UsageError(why, key="--memory-snapshot")
     loaded = None
     if scenario is not None:
         from memaudit.judge.scenario import allowed_targets, load_scenario
@@ -272,6 +281,9 @@ def run(
             splits=splits,
             all_recipes=getattr(tgt, "fallback_recipes", None) if mode != "none" else None,
         )
+    if memory_snapshot is not None and len(specs) != 1:
+        raise UsageError(f"records one case; these options make {len(specs)} (choose one recipe and one group count)",
+                         key="--memory-snapshot")
     from memaudit.cli.dist import DistOptions, run_distributed
 
     code = run_distributed(
@@ -285,6 +297,10 @@ def run(
     from memaudit.runner import plan_fallbacks
 
     fallbacks = plan_fallbacks(tgt, specs, mode, backward=backward)
+    if memory_snapshot is not None and fallbacks[0] is not None:
+        raise UsageError(f"case {specs[0].id!r} cannot run on real kernels here and would be answered by the "
+                         f"{fallbacks[0].execution} fallback, which records no allocator (use --kernels emulated)",
+                         key="--memory-snapshot")
     from memaudit.render.modules import module_table
     from memaudit.render.tables import case_table, summary_table
 
@@ -316,7 +332,7 @@ def run(
     with progress if progress is not None else contextlib.nullcontext():
         report = run_matrix(tgt, specs, backward=backward, verify_allocator=verify_allocator, on_case=on_case,
                             on_start=progress.start if progress is not None else None, fallbacks=fallbacks,
-                            stack=stack)
+                            stack=stack, snapshot=None if memory_snapshot is None else str(memory_snapshot))
     if expected:
         from memaudit.te.expected import attach_expected
 
@@ -336,6 +352,13 @@ def run(
                 line.append(f"{case.id}: {warning}")
                 err_console.print(line, soft_wrap=True)
     console.print(summary_table(report.cases, width=console.width))
+    if memory_snapshot is not None:
+        line = Text("memory snapshot: ", style="bold")
+        if report.cases[0].status == "ok":
+            line.append(f"{memory_snapshot} (open it in PyTorch's memory_viz; saved tensors' blocks carry their row names)")
+        else:
+            line.append(f"not written: case {report.cases[0].id} is {report.cases[0].status}")
+        err_console.print(line, soft_wrap=True)
     if verdicts is not None:
         from memaudit.render.verdicts import render_failures, render_verdicts
 

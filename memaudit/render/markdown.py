@@ -19,10 +19,10 @@ from typing import Any
 
 from memaudit.environment import libraries
 from memaudit.errors import UsageError
-from memaudit.judge.baseline import WORSE, CaseDiff, Comparison, Finding, kind_breakdown
+from memaudit.judge.baseline import WORSE, CaseDiff, Comparison, Finding, RowDiff, kind_breakdown
 from memaudit.render.ranks import PER_RANK_MAX, RankView, imbalance, rank_views
 from memaudit.report import CaseReport, Report
-from memaudit.units import fmt_bytes, fmt_delta
+from memaudit.units import fmt_bytes, fmt_delta, fmt_shape
 
 GITHUB_LIMIT = 65536
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_./:+-]*")
@@ -192,6 +192,8 @@ def _status_text(e: _Entry) -> str:
         icon = "⏭️"
     elif c.status == "error":
         icon = "⚠️"
+    elif c.execution not in ("measured", "emulated"):
+        icon = "➖"  # an estimate: nothing was checked
     else:
         icon = "✅"
     if d is not None and d.state == "missing":
@@ -470,6 +472,8 @@ def render_markdown(
     limit: int = GITHUB_LIMIT,
 ) -> str:
     """Render ``report`` (and its comparison against a baseline, if any) as a PR comment."""
+    if comparison is not None:
+        return render_compare_markdown(report, comparison, name=name, limit=limit)
     head = [marker(name), _verdict(report, comparison), ""]
     head += [_ranks_block(v) for v in rank_views(report)]  # a merged report's ranks, side by side
     if comparison is not None and comparison.env_warnings:
@@ -553,5 +557,265 @@ def render_markdown(
                 break
             out.append(line)
             used += n
+        text = "\n".join(out) + tail
+    return text
+
+
+# --------------------------------------------------------------------------------------------
+# The compare comment: the reviewer's view
+
+
+def exact(n: int, *, signed: bool = False) -> str:
+    """Exact bytes with thousands separators and, from 1 KiB, the binary unit:
+    ``127,401,984 B (121.5 MiB)``; signed: ``+127,401,984 B (+121.5 MiB)``."""
+    text = f"{n:+,} B" if signed and n else f"{n:,} B"
+    if abs(n) >= 1024:
+        text += f" ({fmt_delta(n) if signed else fmt_bytes(n)})"
+    return text
+
+
+_TABLE_METRICS = ("saved_bytes", "operand", "kind", "orientation", "rows")
+"""Findings the buffer table and the case line show; the others (status, path, ...) are listed."""
+
+
+def _section(d: CaseDiff) -> str:
+    if d.regressed:
+        return "regressions"
+    if not d.changed:
+        return "unchanged"
+    if any(f.direction == "better" for f in d.findings) and not any(f.direction == WORSE for f in d.findings):
+        return "improvements"
+    return "other"
+
+
+def _case_icon(d: CaseDiff, section: str) -> str:
+    c = d.current or d.baseline
+    assert c is not None
+    if section == "regressions":
+        return "❌"
+    if c.status == "skipped":
+        return "⏭️"
+    if c.status == "error":
+        return "⚠️"
+    if d.state == "missing":
+        return "❔"
+    if c.status == "ok" and c.execution not in ("measured", "emulated"):
+        return "➖"  # an estimate: nothing was checked
+    return "✅" if section != "other" else "🔸"
+
+
+def _buffer_order(d: CaseDiff, sign: int) -> list[RowDiff]:
+    """Rows grouped by operand (the operand whose rows moved most first), then by delta."""
+    def operand(rd: RowDiff) -> str:
+        r = rd.current or rd.baseline
+        return (r.operand or r.slot or "") if r is not None else ""
+
+    per_operand: dict[str, int] = {}
+    for rd in d.row_diffs:
+        per_operand[operand(rd)] = per_operand.get(operand(rd), 0) + sign * rd.delta
+    return sorted(d.row_diffs, key=lambda rd: (-per_operand[operand(rd)], operand(rd), -sign * rd.delta, rd.key))
+
+
+def _shape_cell(rd: RowDiff) -> str:
+    b, c = rd.baseline, rd.current
+    if b is not None and c is not None and (b.shape != c.shape or b.dtype != c.dtype):
+        return f"{fmt_shape(b.shape)} {md_escape(b.dtype)} → {fmt_shape(c.shape)} {md_escape(c.dtype)}"
+    r = c or b
+    assert r is not None
+    return f"{fmt_shape(r.shape)} {md_escape(r.dtype)}"
+
+
+def _buffer_table(d: CaseDiff, sign: int, max_rows: int | None) -> list[str]:
+    rows = _buffer_order(d, sign)
+    shown = rows if max_rows is None else rows[:max_rows]
+    lines = ["| operand | kind | orientation | format | shape | before | after | Δ |",
+             "|---|---|---|---|---|---:|---:|---:|"]
+    for rd in shown:
+        r = rd.current or rd.baseline
+        assert r is not None
+        kind = r.kind + ("" if not r.notes() else f" ({', '.join(r.notes())})")
+        before = exact(rd.baseline.bytes) if rd.baseline is not None else "— (added)"
+        after = exact(rd.current.bytes) if rd.current is not None else "— (removed)"
+        delta = exact(rd.delta, signed=True)
+        cells = [md_escape(r.operand or r.slot or f"row {r.index}"), md_escape(kind), md_escape(r.orientation or "-"),
+                 md_escape(r.format), _shape_cell(rd), before, after, f"**{delta}**" if rd.delta else delta]
+        lines.append("| " + " | ".join(cells) + " |")
+    if len(shown) < len(rows):
+        lines += ["", f"_{len(rows) - len(shown)} more changed buffer{'s' if len(rows) - len(shown) != 1 else ''} not shown._"]
+    return lines
+
+
+def _finding_bytes(f: Finding) -> str:
+    if f.numeric and f.is_bytes:
+        return f"{md_escape(f.label)}: {exact(f.baseline)} → {exact(f.current)} ({exact(f.current - f.baseline, signed=True)})"
+    if f.numeric:
+        return f"{md_escape(f.label)}: {f.baseline:,} → {f.current:,} ({f.current - f.baseline:+,})"
+    return md_escape(f.text)
+
+
+def _case_block(d: CaseDiff, section: str, *, findings: bool, max_rows: int | None) -> list[str]:
+    c = d.current or d.baseline
+    assert c is not None
+    head = f"{_case_icon(d, section)} **{md_escape(c.id)}**"
+    label = c.execution_label()
+    bits = [md_escape(label)] if label is not None else []
+    path = _path_cell(_Entry(c, d))
+    if path != "-":
+        bits.append(path)
+    lines = [head + (" · " + " · ".join(bits) if bits else ""), ""]
+    base = d.baseline if d.baseline is not None and d.baseline.status == "ok" else None
+    cur = d.current if d.current is not None and d.current.status == "ok" else None
+    if d.saved_delta is not None and base is not None and cur is not None:
+        pct = fmt_pct(100.0 * d.saved_delta / base.totals.saved_bytes if base.totals.saved_bytes else (0.0 if not d.saved_delta else None))
+        lines += [f"saved {exact(base.totals.saved_bytes)} → {exact(cur.totals.saved_bytes)}: "
+                  f"**{exact(d.saved_delta, signed=True)}**, {pct} · rows {len(base.rows):,} → {len(cur.rows):,}", ""]
+    else:
+        lines += [_status_text(_Entry(c, d)), ""]
+    if d.row_diffs:
+        lines += _buffer_table(d, -1 if section == "improvements" else 1, max_rows) + [""]
+    events = [f for f in d.findings if f.metric not in _TABLE_METRICS or not d.row_diffs]
+    lines += [f"- {_finding_bytes(f)}" for f in events]
+    if events:
+        lines.append("")
+    measured = [f for f in d.findings if f.metric in _TABLE_METRICS and d.row_diffs]
+    if findings and measured:
+        lines += ["<details>", f"<summary>what the gate compared: {len(measured)} finding{'s' if len(measured) != 1 else ''}</summary>", ""]
+        lines += [f"- {'❌ ' if f.failing else ''}{_finding_bytes(f)}" for f in measured]
+        lines += ["", "</details>", ""]
+    return lines
+
+
+def _unchanged_block(diffs: list[CaseDiff], rows: bool) -> list[str]:
+    n = len(diffs)
+    recipes: dict[str, list[CaseDiff]] = {}
+    for d in diffs:
+        recipes.setdefault(d.recipe, []).append(d)
+    per = []
+    for recipe, ds in recipes.items():
+        entries = [_Entry(d.current or d.baseline, d) for d in ds]  # type: ignore[arg-type]
+        checked = [e for e in entries if e.checked]
+        emulated = " emulated" if checked and all(e.case.execution == "emulated" for e in checked) else ""
+        per.append(f"{recipe} {'✅' + emulated if checked else '(not checked)'}")
+    summary = f"Unchanged: {n} case{'s' if n != 1 else ''} ({', '.join(per)})"
+    lines = ["<details>", f"<summary>{html_escape(summary)}</summary>", ""]
+    if rows:
+        lines += ["| case | status | saved | path |", "|---|---|---:|---|"]
+        for d in diffs:
+            c = d.current or d.baseline
+            assert c is not None
+            e = _Entry(c, d)
+            saved = exact(c.totals.saved_bytes) if c.status == "ok" else "-"
+            lines.append(f"| {md_escape(c.id)} | {_status_cell(e)} | {saved} | {_path_cell(e)} |")
+    else:
+        lines.append(f"_{n} unchanged case{'s' if n != 1 else ''} not listed._")
+    lines += ["", "</details>", ""]
+    return lines
+
+
+def _headline(report: Report, cmp: Comparison) -> str:
+    n = len(cmp.compared)
+    total = f"saved {exact(cmp.saved_delta, signed=True)} over {n} compared case{'s' if n != 1 else ''}"
+    failing = [d for d in cmp.cases if d.regressed]
+    if failing:
+        worst = sorted(failing, key=lambda d: (d.saved_delta is not None, -(d.saved_delta or 0)))[0]
+    else:
+        grew = [d for d in cmp.compared if (d.saved_delta or 0) > 0]
+        worst = max(grew, key=lambda d: d.saved_delta or 0) if grew else None
+    if worst is not None:
+        what = exact(worst.saved_delta, signed=True) if worst.saved_delta is not None else md_escape(
+            next((f.text for f in worst.findings if f.failing), "changed"))
+        total += f" · worst: {md_escape(worst.id)} {what}"
+    if cmp.regressed:
+        cases = len(failing)
+        head = f"{cases} case{'s' if cases != 1 else ''} regressed"
+        if not cmp.failures:
+            head = "environment differs from the baseline (strict)"
+        if cmp.nothing_compared:
+            head = "nothing compared: no case is ok in both reports"
+        text = f"❌ **memaudit: {head}** · {total}"
+    else:
+        text = f"✅ **memaudit: no regression** · {total}"
+        imp = sum(1 for d in cmp.cases if _section(d) == "improvements")
+        if imp:
+            text += f" · {imp} improved"
+    return text + _not_checked(report, cmp)
+
+
+def render_compare_markdown(report: Report, cmp: Comparison, *, name: str = "default", limit: int = GITHUB_LIMIT) -> str:
+    """The PR comment for a comparison: a headline (total delta, worst case, verdict), then the
+    regressed cases, the improved ones and other changes, each with its table of changed buffers
+    in exact bytes, then the unchanged cases collapsed; cut to ``limit`` from the end."""
+    head = [marker(name), _headline(report, cmp), ""]
+    head += [_ranks_block(v) for v in rank_views(report)]
+    if cmp.env_warnings:
+        strict = " (a failure under --strict-env)" if cmp.strict_env else ""
+        head += [f"> ⚠️ Environment differs from the baseline{strict}:", *(f"> - {md_escape(w)}" for w in cmp.env_warnings), ""]
+    sections: dict[str, list[CaseDiff]] = {"regressions": [], "improvements": [], "other": [], "unchanged": []}
+    for d in cmp.cases:
+        sections[_section(d)].append(d)
+    sections["regressions"].sort(key=lambda d: (d.saved_delta is not None, -(d.saved_delta or 0)))
+    sections["improvements"].sort(key=lambda d: d.saved_delta or 0)
+    titles = {"regressions": "❌ Regressions", "improvements": "📉 Improvements", "other": "🔸 Other changes"}
+    footer = _footer(report, cmp)
+    if not cmp.cases:
+        head.append("_No cases._\n")
+
+    def build(findings: bool, max_rows: int | None, unchanged_rows: bool, max_cases: int | None, note: str | None) -> str:
+        parts = ["\n".join(head)]
+        if note:
+            parts.append(note + "\n")
+        shown = 0
+        for key, title in titles.items():
+            ds = sections[key]
+            if not ds:
+                continue
+            if max_cases is not None and shown >= max_cases:
+                break
+            lines = [f"### {title} · {len(ds)} case{'s' if len(ds) != 1 else ''}", ""]
+            for d in ds:
+                if max_cases is not None and shown >= max_cases:
+                    lines += [f"_{len(ds) - ds.index(d)} more case(s) not shown._", ""]
+                    break
+                lines += _case_block(d, key, findings=findings, max_rows=max_rows)
+                shown += 1
+            parts.append("\n".join(lines))
+        if sections["unchanged"] and max_cases is None:
+            parts.append("\n".join(_unchanged_block(sections["unchanged"], unchanged_rows)))
+        if footer:
+            parts.append(footer)
+        return "\n".join(parts)
+
+    text = build(True, None, True, None, None)
+    if _size(text) <= limit:
+        return text
+
+    def cut_note(what: str) -> str:
+        return (f"> ✂️ Detail was cut to stay under GitHub's {limit:,}-character comment limit: {what}. "
+                "The full comparison is in `memaudit compare -v` output and the JSON report.")
+
+    steps = [("lists of findings left out", (False, None, True)),
+             ("lists of findings and the unchanged cases' table left out", (False, None, False)),
+             ("only the 8 largest changed buffers of each case shown", (False, 8, False))]
+    for what, (findings, rows, unchanged) in steps:
+        text = build(findings, rows, unchanged, None, cut_note(what))
+        if _size(text) <= limit:
+            return text
+    changed = sum(len(v) for k, v in sections.items() if k != "unchanged")
+    lo, hi = 0, changed
+    while lo < hi:  # as many changed cases as fit, regressions first
+        mid = (lo + hi + 1) // 2
+        if _size(build(False, 8, False, mid, cut_note(f"only the first {mid} of {changed} changed cases shown"))) <= limit:
+            lo = mid
+        else:
+            hi = mid - 1
+    text = build(False, 8, False, lo, cut_note(f"only the first {lo} of {changed} changed cases shown"))
+    if _size(text) > limit:  # even the head does not fit: cut at a line boundary
+        tail = "\n" + cut_note("cut at a line") + "\n"
+        out, used = [], 0
+        for line in text.split("\n"):
+            if used + _size(line) + 1 > limit - _size(tail):
+                break
+            out.append(line)
+            used += _size(line) + 1
         text = "\n".join(out) + tail
     return text
