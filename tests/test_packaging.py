@@ -167,7 +167,8 @@ def test_pyproject_lists_every_package_folder() -> None:
     }
     assert set(config["packages"]) == folders | {"memaudit.scenarios"}
     assert config["package-dir"] == {"memaudit.scenarios": "scenarios"}
-    assert config["package-data"] == {"memaudit": ["gate.sh"], "memaudit.scenarios": ["*.toml"]}
+    assert config["package-data"] == {"memaudit": ["gate.sh", "py.typed"], "memaudit.scenarios": ["*.toml"]}
+    assert (ROOT / "memaudit" / "py.typed").is_file()  # PEP 561: type checkers read memaudit's hints
 
 
 def test_the_distribution_name_is_not_the_other_projects() -> None:
@@ -248,6 +249,7 @@ def test_the_wheel_ships_the_scenarios_and_every_module(wheel: Path) -> None:
         metadata = next(z.read(n).decode() for n in names if n.endswith(".dist-info/METADATA"))
     modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "memaudit").rglob("*.py") if "__pycache__" not in p.parts}
     assert modules <= names, sorted(modules - names)
+    assert "memaudit/py.typed" in names
     assert not [n for n in names if n.startswith(("tests/", "reports/", "scenarios/", "bench/", "docs/"))]
     assert 'Requires-Dist: transformer-engine[pytorch]; extra == "te"' in metadata
 
