@@ -833,23 +833,23 @@ def _one_case_reports(tmp: Path) -> list[Path]:
 
 
 def test_baseline_update_locks_the_file_a_symlink_names(tmp_path: Path) -> None:
-    """The lock is on the resolved file's folder: an update through a link in another folder waits for it."""
-    import fcntl
+    """The lock is on the resolved file: an update through a link in another folder waits for it."""
+    from memaudit.cli.baseline import baseline_lock
 
     real = tmp_path / "real"
     real.mkdir()
     (tmp_path / "links").mkdir()
     (tmp_path / "links" / "base.json").symlink_to(real / "base.json")
     r0, _ = _one_case_reports(tmp_path)
-    fd = os.open(real, os.O_RDONLY)
-    fcntl.flock(fd, fcntl.LOCK_EX)
+    lock = baseline_lock(real / "base.json")  # as an update of the real file, by its own name, holds it
+    lock.acquire()
     try:
         proc = _cli("baseline", "update", str(r0), "--into", "links/base.json", cwd=tmp_path)
         time.sleep(2.0)
         assert proc.poll() is None, "the update did not wait for the lock on the real file's folder"
         assert not (real / "base.json").exists()
     finally:
-        os.close(fd)
+        lock.release()
     assert proc.wait(timeout=60) == 0, proc.stderr.read() if proc.stderr else ""
     assert len(json.loads((real / "base.json").read_text(encoding="utf-8"))["cases"]) == 1
 

@@ -22,7 +22,7 @@ from memaudit.judge.rules import (
     Selection,
     operand_matches,
 )
-from memaudit.judge.versions import fallback_version_in, te_version_of, version_in
+from memaudit.judge.versions import te_version_of, validate_specifier, version_in
 from memaudit.report import Row
 from memaudit.units import fmt_shape
 
@@ -377,17 +377,20 @@ def test_did_you_mean() -> None:
         ("3.0", ">2.99", True),
     ],
 )
-def test_version_specifiers_with_and_without_packaging(version: str, spec: str, hit: bool) -> None:
-    assert fallback_version_in(version, spec) is hit
-    if "+" not in version:
-        assert version_in(version, spec) is hit
+def test_version_specifiers(version: str, spec: str, hit: bool) -> None:
+    assert version_in(version, spec) is hit
 
 
-def test_fallback_rejects_garbage() -> None:
-    with pytest.raises(ValueError):
-        fallback_version_in("2.20.2", "<<2.21")
-    with pytest.raises(ValueError):
-        fallback_version_in("2.20.2", "<2.20.*")
+def test_a_version_packaging_rejects_is_compared_by_its_release() -> None:
+    assert version_in("2.20.2-custom", "<2.21") and not version_in("2.21.0-custom", "<2.21")
+    with pytest.raises(ValueError, match="not a version"):
+        version_in("main", "<2.21")
+
+
+def test_bad_specifiers_are_refused() -> None:
+    for spec in ("<<2.21", "<2.20.*", "", "2.21"):
+        with pytest.raises(ValueError):
+            validate_specifier(spec)
 
 
 def test_te_version_of_environment() -> None:

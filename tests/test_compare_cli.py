@@ -61,7 +61,7 @@ def test_identical_reports_exit_0(tmp_path: Path, base_path: Path) -> None:
     cur = write(sample_report(), tmp_path / "current.json")
     r = invoke("compare", base_path, cur)
     assert r.exit_code == 0, r.output
-    assert "No changes in 4 cases." in r.stdout
+    assert "No changes in 4 cases: 3 ok in both reports" in r.stdout and "over 3 compared cases" in r.stdout
     assert "OK: no regression" in r.stdout
     assert r.stderr == ""
 

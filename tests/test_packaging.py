@@ -1,7 +1,8 @@
 """memaudit outside a clone: shipped scenarios by name, the wheel's contents, and the wheel in a
 fresh venv (the ``wheel`` test: built from this checkout, installed outside the repo, then
 ``memaudit --help``, ``run``, ``check --scenario reference``, ``compare --benchmark-json`` and the
-README's Python snippet run from a folder outside the repo).
+README's Python snippet run from a folder outside the repo; and every shell command of README.md
+and docs/ci.md that runs memaudit, read from their ``bash``/``sh``/``console`` blocks).
 
 The fresh venv gets only the wheel (``--no-deps``); torch, TransformerEngine, rich, typer and
 pydantic come from the test interpreter's site-packages through a ``.pth`` file that lists those
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import site
 import subprocess
@@ -23,7 +26,7 @@ import sys
 import time
 import tomllib
 import zipfile
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -167,7 +170,8 @@ def test_pyproject_lists_every_package_folder() -> None:
     }
     assert set(config["packages"]) == folders | {"memaudit.scenarios"}
     assert config["package-dir"] == {"memaudit.scenarios": "scenarios"}
-    assert config["package-data"] == {"memaudit": ["gate.sh"], "memaudit.scenarios": ["*.toml"]}
+    assert config["package-data"] == {"memaudit": ["gate.sh", "py.typed"], "memaudit.scenarios": ["*.toml"]}
+    assert (ROOT / "memaudit" / "py.typed").is_file()  # PEP 561: type checkers read memaudit's hints
 
 
 def test_the_distribution_name_is_not_the_other_projects() -> None:
@@ -248,6 +252,7 @@ def test_the_wheel_ships_the_scenarios_and_every_module(wheel: Path) -> None:
         metadata = next(z.read(n).decode() for n in names if n.endswith(".dist-info/METADATA"))
     modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "memaudit").rglob("*.py") if "__pycache__" not in p.parts}
     assert modules <= names, sorted(modules - names)
+    assert "memaudit/py.typed" in names
     assert not [n for n in names if n.startswith(("tests/", "reports/", "scenarios/", "bench/", "docs/"))]
     assert 'Requires-Dist: transformer-engine[pytorch]; extra == "te"' in metadata
 
@@ -289,10 +294,22 @@ def _readme_snippet() -> str:
     return fences[0]
 
 
-@pytest.mark.wheel
-def test_the_wheel_works_in_a_fresh_venv_outside_the_repo(wheel: Path, tmp_path: Path) -> None:
-    start = time.perf_counter()
-    venv, work = tmp_path / "venv", tmp_path / "work"
+@dataclass(frozen=True)
+class Venv:
+    """A fresh venv outside the repo with the wheel installed (and its dependencies seen through a
+    ``.pth`` file), a work folder outside the repo, and the environment the commands run in."""
+
+    root: Path
+    python: Path
+    memaudit: Path
+    work: Path
+    env: dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def fresh_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
+    base = tmp_path_factory.mktemp("fresh")
+    venv, work = base / "venv", base / "work"
     work.mkdir()
     assert ROOT not in work.parents and ROOT not in venv.parents
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
@@ -300,11 +317,27 @@ def test_the_wheel_works_in_a_fresh_venv_outside_the_repo(wheel: Path, tmp_path:
     done = subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", "--no-index", str(wheel)],
                           env=_clean_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             env=_clean_env(), capture_output=True, text=True, check=True).stdout.strip()
+    purelib = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                  env=_clean_env(), capture_output=True, text=True, check=True).stdout.strip())
     deps = [p for p in site.getsitepackages() if Path(p).is_dir()]
-    (Path(purelib) / "_memaudit_test_deps.pth").write_text("".join(f"{p}\n" for p in deps), encoding="utf-8")
+    (purelib / "_memaudit_test_deps.pth").write_text("".join(f"{p}\n" for p in deps), encoding="utf-8")
+    # TE finds its CUDA libraries (cuDNN, NVRTC: the nvidia-* packages) under the running venv's own
+    # site-packages, not on sys.path: they are linked there, as installing them would put them
+    for p in deps:
+        if (Path(p) / "nvidia").is_dir() and not (purelib / "nvidia").exists():
+            (purelib / "nvidia").symlink_to(Path(p) / "nvidia", target_is_directory=True)
+    # torch's console script torchrun (the .pth brings torch's modules, not its scripts)
+    torchrun = venv / "bin" / "torchrun"
+    torchrun.write_text(f"#!{py}\nimport sys\nfrom torch.distributed.run import main\nsys.exit(main())\n", encoding="utf-8")
+    torchrun.chmod(0o755)
     env = _clean_env(CUDA_VISIBLE_DEVICES="", NO_COLOR="1", COLUMNS="200")
+    return Venv(venv, py, exe, work, env)
+
+
+@pytest.mark.wheel
+def test_the_wheel_works_in_a_fresh_venv_outside_the_repo(fresh_venv: Venv) -> None:
+    start = time.perf_counter()
+    py, exe, work, env, venv = fresh_venv.python, fresh_venv.memaudit, fresh_venv.work, fresh_venv.env, fresh_venv.root
 
     def sh(*argv: object, code: int = 0) -> str:
         done = subprocess.run([str(a) for a in argv], cwd=work, env=env, capture_output=True, text=True, timeout=300)
@@ -320,8 +353,8 @@ def test_the_wheel_works_in_a_fresh_venv_outside_the_repo(wheel: Path, tmp_path:
     assert "check" in sh(exe, "--help")
     # the default target: TE's grouped MLP wherever TE is installed and its forward can run (with no GPU,
     # emulated kernels on fake CUDA), else the reference target. The fresh venv sees this one's packages,
-    # but TE may not import there (its libraries are found from its own venv): then every case is the
-    # estimate, saying why, and nothing was measured or emulated (exit 4)
+    # but TE may not import there (where this interpreter has no nvidia-* packages for it to load): then
+    # every case is the estimate, saying why, and nothing was measured or emulated (exit 4)
     from memaudit.te.target import TEGroupedMLPTarget
 
     te = TEGroupedMLPTarget.runs_here()
@@ -343,3 +376,131 @@ def test_the_wheel_works_in_a_fresh_venv_outside_the_repo(wheel: Path, tmp_path:
     (work / "snippet.py").write_text(_readme_snippet(), encoding="utf-8")
     assert int(sh(py, "snippet.py").split()[-1]) > 0
     print(f"fresh-venv wheel test: {time.perf_counter() - start:.1f} s")
+
+
+# ---- the docs' commands, against the installed wheel ---------------------------------------------------
+DOCS = ("README.md", "docs/ci.md")
+SHELLS = ("bash", "sh", "shell", "console")
+NOT_RUN = {
+    "bash .ci/setup && .venv/bin/memaudit run": "a clone's setup: .ci/setup builds .venv from the package index",
+    "bash .ci/setup && .venv/bin/python -m pytest -q": "a clone's setup and test suite",
+    "pip install torch-memaudit==0.1.0": "the package index; the wheel under test is installed instead",
+    "memaudit run --scenario grouped_mlp --json current.json": "TE on real kernels: the GPU runner (with no GPU every "
+                                                               "cell is skipped)",
+    "memaudit baseline update current.json --into reports/baseline/h200-te-grouped-mlp.json":
+        "the H200 baseline, from the GPU run's report",
+    "git add reports/baseline/h200-te-grouped-mlp.json": "the user's own repository",
+    'git commit -m "memaudit: accept +X MiB saved for ... (reason)" reports/baseline/h200-te-grouped-mlp.json':
+        "the user's own repository",
+    "torchrun --nproc-per-node 8 -m memaudit run --scenario my_moe.toml --device cuda --json current.json --markdown "
+    "comment.md": "8 CUDA GPUs and the user's own my_moe.toml",
+    "memaudit run --nproc 8 --scenario my_moe.toml --device cuda --json current.json --markdown comment.md":
+        "8 CUDA GPUs and the user's own my_moe.toml",
+    "memaudit compare reports/baseline/h200x8-ep.json current.json --markdown comment.md":
+        "the 8-GPU run's report and the user's own 8-rank baseline",
+}
+"""Commands of the docs' shell blocks that this test does not run, with why (each must still be in a doc)."""
+STATED = {
+    "COLUMNS=120 memaudit run --recipe nvfp4 --quiet": ((4,), "A run in which\nnothing was measured or emulated exits 4"),
+}
+"""Exit codes a doc states in its prose for a command (besides 0), with the sentence that states them."""
+_EXIT_COMMENT = re.compile(r"#.*?\bexit (\d+)")
+
+
+@dataclass(frozen=True)
+class DocBlock:
+    doc: str
+    line: int
+    commands: tuple[str, ...]
+
+    def runs_memaudit(self) -> bool:
+        return any(invokes_memaudit(c) for c in self.commands)
+
+
+def bare(command: str) -> str:
+    """``command`` without its trailing comment (a ``#`` after a space, outside quotes)."""
+    quote = None
+    for i, ch in enumerate(command):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or command[i - 1].isspace()):
+            return command[:i].rstrip()
+    return command.rstrip()
+
+
+def invokes_memaudit(command: str) -> bool:
+    """A command that runs memaudit: the program (``memaudit``, ``.venv/bin/memaudit``), ``-m memaudit``
+    (torchrun, python) or memaudit's gate script."""
+    return re.search(r"(?:^|[\s;&|(/])memaudit(?:\s|$)|-m memaudit\b|gate\.sh", bare(command)) is not None
+
+
+def doc_blocks() -> list[DocBlock]:
+    """Every bash/sh/console block of the docs, as its commands (a console block's ``$`` lines;
+    continuation lines joined; comment lines and blank lines left out)."""
+    out = []
+    for doc in DOCS:
+        for t in MarkdownIt().parse((ROOT / doc).read_text(encoding="utf-8")):
+            lang = t.info.strip().split()[0] if t.info.strip() else ""
+            if t.type != "fence" or lang not in SHELLS:
+                continue
+            lines = t.content.replace("\\\n", " ").splitlines()
+            if lang == "console":
+                lines = [line[2:] for line in lines if line.startswith("$ ")]
+            cmds = tuple(line for line in lines if line.strip() and not line.lstrip().startswith("#"))
+            out.append(DocBlock(doc, t.map[0] + 1 if t.map else 0, cmds))
+    return out
+
+
+def test_the_docs_shell_blocks_are_found_and_every_exception_is_still_in_them() -> None:
+    blocks = [b for b in doc_blocks() if b.runs_memaudit()]
+    commands = [bare(c) for b in blocks for c in b.commands]
+    assert {b.doc for b in blocks} == set(DOCS) and len(commands) >= 20, commands
+    assert not set(NOT_RUN) - set(commands), sorted(set(NOT_RUN) - set(commands))
+    assert not set(STATED) - set(commands), sorted(set(STATED) - set(commands))
+    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    for _codes, sentence in STATED.values():
+        assert " ".join(sentence.split()) in text
+    runnable = [c for c in commands if invokes_memaudit(c) and c not in NOT_RUN]
+    assert len(runnable) >= 10, runnable
+
+
+@pytest.mark.wheel
+def test_the_docs_commands_run_against_the_wheel(fresh_venv: Venv, tmp_path: Path) -> None:
+    """Each README.md and docs/ci.md shell block that runs memaudit runs as a bash script, in document
+    order in one folder outside the repo (a user's project: its reports/baseline/ holds the committed
+    baselines the docs compare against), with the fresh venv's memaudit first on PATH. Every memaudit
+    invocation (also those of gate.sh) and every block exits 0 or a code its doc states."""
+    start = time.perf_counter()
+    work = tmp_path / "project"
+    shutil.copytree(ROOT / "reports" / "baseline", work / "reports" / "baseline")
+    shim, log = tmp_path / "shim", tmp_path / "memaudit.log"
+    shim.mkdir()
+    (shim / "memaudit").write_text(f'#!/bin/sh\n"{fresh_venv.memaudit}" "$@"\nrc=$?\n'
+                                   f'printf \'%s\\t%s\\n\' "$rc" "$*" >> "{log}"\nexit $rc\n', encoding="utf-8")
+    (shim / "memaudit").chmod(0o755)
+    env = dict(fresh_venv.env, PATH=f"{shim}:{fresh_venv.root / 'bin'}:{os.environ.get('PATH', '')}")
+    ran = []
+    for block in (b for b in doc_blocks() if b.runs_memaudit()):
+        todo = [c for c in block.commands if bare(c) not in NOT_RUN]
+        if not any(invokes_memaudit(c) for c in todo):
+            continue
+        script = "\n".join(c if bare(c) not in NOT_RUN else ": " + shlex.quote(f"not run: {NOT_RUN[bare(c)]}") for c in block.commands)
+        allowed = {0, *(int(n) for c in todo for n in _EXIT_COMMENT.findall(c)),
+                   *(n for c in todo for n in STATED.get(bare(c), ((), ""))[0])}
+        log.write_text("", encoding="utf-8")
+        t0 = time.perf_counter()
+        done = subprocess.run(["bash", "-c", script], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+        where = f"{block.doc}:{block.line} ({time.perf_counter() - t0:.1f} s)"
+        output = f"{where}\n{script}\n--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-4000:]}"
+        assert done.returncode in allowed, f"exit {done.returncode}, allowed {sorted(allowed)}: {output}"
+        calls = [line.split("\t", 1) for line in log.read_text(encoding="utf-8").splitlines()]
+        direct = [p for c in todo for p in re.split(r"[;&|]+", bare(c)) if re.match(r"\s*(?:\w+=\S*\s+)*memaudit\s", p)]
+        assert len(calls) >= len(direct), f"{calls} for {direct}: {output}"
+        assert all(int(rc) in allowed for rc, _ in calls), f"{calls}, allowed {sorted(allowed)}: {output}"
+        assert "Traceback" not in done.stderr, output
+        ran.append(f"{where}: {len(calls)} memaudit call(s), exit {done.returncode}")
+    assert len(ran) >= 6, ran
+    print("\n".join(ran))
+    print(f"docs' commands against the wheel: {time.perf_counter() - start:.1f} s")

@@ -285,3 +285,63 @@ def test_a_scenario_names_no_factory_the_user_did_not_allow(target: str, tmp_pat
     from memaudit.judge.scenario import allowed_targets
 
     assert allowed_targets(("x:y",), pyproject) == ("x:y", target)
+
+
+# ---- the schema: pydantic models made for the target ------------------------------------------------
+def test_every_table_is_strict_and_forbids_unknown_keys() -> None:
+    """Each table of a scenario's schema is a pydantic model with strict types and extra="forbid"."""
+    from pydantic import BaseModel
+
+    from memaudit.judge.scenario_schema import scenario_model
+
+    model = scenario_model(("tokens", "hidden", "ffn"), ("bf16", "nvfp4"), ("fused",), ("kernels",), "te-grouped-mlp")
+    seen, todo = set(), [model]
+    while todo:
+        m = todo.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        assert m.model_config.get("extra") == "forbid" and m.model_config.get("strict") is True, m.__name__
+        for f in m.model_fields.values():
+            todo += [t for t in _types_in(f.annotation) if isinstance(t, type) and issubclass(t, BaseModel)]
+    assert {m.__name__ for m in seen} >= {"ScenarioTable", "CasesTable", "BudgetTable", "SelectTable", "KnownFailureTable",
+                                         "AgainstTable", "WhenTable", "FlagsTable"}
+
+
+def _types_in(t):
+    import typing
+
+    yield t
+    for a in typing.get_args(t):
+        yield from _types_in(a)
+
+
+@pytest.mark.parametrize(("edit", "key", "message"), [
+    ('recipes = "bf17"', "cases.recipes", "unknown value 'bf17' (did you mean 'bf16'?)"),  # one value: no [0] in the key
+    ('recipes = ["bf16", "bf17"]', "cases.recipes[1]", "unknown value 'bf17'"),
+    ("recipes = 5", "cases.recipes", "expected a string or a non-empty array of strings, got 5 (integer)"),
+    ("recipes = []", "cases.recipes", "expected a string or a non-empty array of strings, got []"),
+    ("tokens = true", "cases.tokens", "expected an integer, got True (boolean)"),
+    ("tokens = 2.5", "cases.tokens", "expected an integer, got 2.5 (float)"),
+    ('dtype = "fp32"\noptions = { a = [1] }', "cases.options.a", "option values must be strings, numbers or booleans"),
+    ('dtype = "fp32"\ntokns = 3', "cases.tokns", "unknown key 'tokns' (did you mean 'tokens'?); allowed keys: target, recipes, "
+                                                 "groups, tokens, hidden, ffn, dtype, options"),
+])
+def test_schema_errors_name_the_key_as_written_and_the_value(edit: str, key: str, message: str) -> None:
+    old = edit.split(" = ")[0].split("\n")[0]
+    text = re.sub(rf"^{old} = .*$", edit, BASE, count=1, flags=re.M) if old in BASE else BASE + edit + "\n"
+    with pytest.raises(UsageError) as info:
+        scenario(text)
+    assert info.value.key == key and info.value.source == "t.toml", str(info.value)
+    assert message in info.value.message, str(info.value)
+
+
+def test_a_third_party_targets_dimensions_are_its_cases_keys() -> None:
+    """The cases table is made for the target it names: another target's dimensions are its keys."""
+    from memaudit.judge.scenario_schema import cases_model
+
+    model = cases_model(("seq", "heads"), ("bf16",))
+    assert model.keys() == ["target", "recipes", "groups", "seq", "heads", "dtype", "options"]
+    with pytest.raises(UsageError) as info:
+        scenario("[cases]\ntarget = 'reference'\nrecipes = 'bf16'\ngroups = 1\ntokens = 64\nhidden = 8\nffn = 16\nseq = 3\n")
+    assert info.value.key == "cases.seq" and "allowed keys: target, recipes, groups, tokens, hidden, ffn" in str(info.value)

@@ -7,8 +7,6 @@ that its diff in the PR shows exactly what the change accepts.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -32,30 +30,30 @@ def update(
 ) -> None:
     """Write or refresh a baseline from CURRENT and print what changed.
 
-    Runs under a lock on the folder of the file the baseline really is (symlinks resolved), so
-    concurrent updates of one file, however named, merge in turn.
+    Runs under a lock on the file the baseline really is (symlinks resolved, :func:`baseline_lock`),
+    so concurrent updates of one file, however named, merge in turn.
     """
     out, err = consoles()
     target = into if into is not None else BASELINE_DIR / f"{current.stem}.json"
     # bad input raises UsageError: exit 2 in the one error style (memaudit.cli.common.Command)
     check_outputs({"--into": target}, inputs={"CURRENT": current})
-    with folder_lock(target.resolve().parent):
+    target.resolve().parent.mkdir(parents=True, exist_ok=True)
+    with baseline_lock(target):
         _update(current, target, prune, force, out, err)
     raise typer.Exit(exitcodes.OK)
 
 
-@contextmanager
-def folder_lock(folder: Path) -> Iterator[None]:
-    """An exclusive ``flock`` on ``folder`` (created if missing) for the block; no lock file."""
-    import fcntl
+def baseline_lock(target: Path) -> Any:
+    """filelock's exclusive lock for the file ``target`` really is (symlinks resolved). Its lock
+    file lives in the temp folder, named by a hash of that path, so that nothing is left beside a
+    committed baseline; every ``baseline update`` of the file, through any link, takes the same one."""
+    import hashlib
+    import tempfile
 
-    folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
+    from filelock import FileLock
+
+    key = hashlib.sha256(str(target.resolve()).encode("utf-8", "surrogateescape")).hexdigest()[:24]
+    return FileLock(os.path.join(tempfile.gettempdir(), f"memaudit-baseline-{key}.lock"))
 
 
 def _update(current: Path, target: Path, prune: bool, force: bool, out: Any, err: Any) -> None:

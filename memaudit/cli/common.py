@@ -144,6 +144,37 @@ def exits(fn: Callable[..., int | None]) -> Callable[..., None]:
     return command
 
 
+class IntList:
+    """The one parser of memaudit's list and range flags (``--groups 1,4,8``; with ``ranges``,
+    ``estimate --tokens 1024:131072:x2`` too), given to typer as ``parser=``: typer 0.29 parses
+    through pydantic and takes no click ``ParamType``; ``parser`` is its idiom for one. The value
+    becomes a list of integers; a bad one is typer's BadParameter, shown as ``error: --flag: what``.
+    A list (a default, or a caller of the Python API) passes as it is."""
+
+    def __init__(self, *, ranges: bool = False) -> None:
+        self.ranges = ranges
+        self.metavar = "N,...|A:B:xK|A:B:+K" if ranges else "N,..."
+        """What ``--help`` shows for the value (typer would show the annotation, ``<Any>``)."""
+
+    def __call__(self, value: Any) -> list[int]:
+        if isinstance(value, list):
+            return value
+        from memaudit.te.estimate.config import parse_range
+
+        try:
+            return parse_range(str(value), "") if self.ranges else parse_int_list(str(value), "")
+        except UsageError as exc:
+            raise ValueError(exc.message) from None  # typer names the flag
+
+
+INT_LIST = IntList()
+"""``1,4,8``: positive integers, each once."""
+INT_RANGE = IntList(ranges=True)
+"""``N``, ``A,B,C``, ``A:B:xK`` (geometric) or ``A:B:+K`` (arithmetic)."""
+Ints = Any
+"""The annotation of a flag parsed by :class:`IntList` (typer reads the parser, not the type)."""
+
+
 def read_inputs(*, report: Any = None, scenario: Any = None) -> dict[str, Any]:
     """The files a command reads, by what it calls them (for ``check_outputs``: no output may be
     one): ``REPORT``; the ``--scenario`` file (a shipped name is no file here) and

@@ -81,7 +81,8 @@ def child_command(exclude: Sequence[str] = ("nproc", "rank_dir")) -> list[str]:
             continue
         values = value if getattr(param, "multiple", False) else [value]
         for v in values:
-            out += [opts[0], str(getattr(v, "value", v))]
+            text = ",".join(map(str, v)) if isinstance(v, list) else str(getattr(v, "value", v))  # IntList: 1,4,8
+            out += [opts[0], text]
     return out
 
 

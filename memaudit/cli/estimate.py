@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.text import Text
 
 from memaudit.cli import exitcodes
-from memaudit.cli.common import Command, exits, parse_recipes
+from memaudit.cli.common import INT_RANGE, Command, Ints, exits, parse_recipes
 from memaudit.cli.plot import check_matplotlib, draw_and_write, plot_paths
 from memaudit.errors import UsageError
 from memaudit.render.console import consoles
@@ -35,7 +35,6 @@ from memaudit.te.estimate import (
     SweepPoint,
     estimate_config,
     estimate_report,
-    parse_range,
     resolve,
     skipped_case,
     sweep_point,
@@ -87,10 +86,10 @@ def _splits(text: str) -> list[int]:
 @exits
 def estimate_cmd(
     recipe: Annotated[str, typer.Option(autocompletion=_complete_recipe, help=f"{' | '.join(RECIPES)} | all; comma-separated for several.")],
-    tokens: Annotated[str, typer.Option(help="Tokens T: N, a list N1,N2 or a range FROM:TO:xK (multiply) / FROM:TO:+K (add).")],
-    hidden: Annotated[str, typer.Option(help="Hidden size H (N, list or range).")],
-    ffn: Annotated[str | None, typer.Option(help="FFN size F; FC1 has 2F outputs. Default: --hidden.")] = None,
-    groups: Annotated[str, typer.Option(help="Group (expert) counts G, e.g. 1,8,64.")] = "1",
+    tokens: Annotated[Ints, typer.Option(parser=INT_RANGE, metavar=INT_RANGE.metavar, help="Tokens T: N, a list N1,N2 or a range FROM:TO:xK (multiply) / FROM:TO:+K (add).")],
+    hidden: Annotated[Ints, typer.Option(parser=INT_RANGE, metavar=INT_RANGE.metavar, help="Hidden size H (N, list or range).")],
+    ffn: Annotated[Ints | None, typer.Option(parser=INT_RANGE, metavar=INT_RANGE.metavar, help="FFN size F; FC1 has 2F outputs. Default: --hidden.")] = None,
+    groups: Annotated[Ints, typer.Option(parser=INT_RANGE, metavar=INT_RANGE.metavar, help="Group (expert) counts G, e.g. 1,8,64.")] = "1",
     splits: Annotated[str | None, typer.Option(help="Explicit token splits, e.g. 256,0,512,256 (one T and one G only). Default: the uneven splits memaudit run uses.")] = None,
     path: Annotated[Path_ | None, typer.Option(help=DEFAULT_PATH_HELP)] = None,
     variant: Annotated[Variant, typer.Option(help="Which saved set.")] = "te-2.20",
@@ -116,10 +115,7 @@ def estimate_cmd(
     recipes = parse_recipes(recipe, RECIPES, RECIPES)
     if plot is not None or kinds_path is not None:
         check_matplotlib("--plot" if plot is not None else "--plot-kinds")
-    t_list = parse_range(tokens, "--tokens")
-    h_list = parse_range(hidden, "--hidden")
-    f_list = parse_range(ffn, "--ffn") if ffn is not None else None
-    g_list = parse_range(groups, "--groups")
+    t_list, h_list, f_list, g_list = tokens, hidden, ffn, groups  # lists of integers (IntList)
     split_list = _splits(splits) if splits is not None else None
     if split_list is not None and (len(t_list) != 1 or len(g_list) != 1):
         raise UsageError("explicit splits need exactly one --tokens and one --groups value", key="--splits")
@@ -131,7 +127,7 @@ def estimate_cmd(
                          "narrow a range or raise --max-points", key="--max-points")
     g_plot = max(g_list) if plot_groups is None else plot_groups
     if g_plot not in g_list:
-        raise UsageError(f"{g_plot} is not one of --groups {groups}", key="--plot-groups")
+        raise UsageError(f"{g_plot} is not one of --groups {','.join(map(str, g_list))}", key="--plot-groups")
     t_plot = max(t_list) if plot_tokens is None else plot_tokens
     if t_plot < 1:
         raise UsageError(f"must be >= 1, got {t_plot}", key="--plot-tokens")

@@ -1,7 +1,8 @@
 """Exit codes: part of the CLI contract (README, --help)."""
 
 OK = 0
-"""Every budget passed (or is xfail); no regression; every case ran or was skipped."""
+"""Every budget passed (or is xfail); no regression; some case was measured or emulated (others may
+be skipped or estimated: a run whose every case is skipped is :data:`NOTHING_MEASURED`)."""
 FAIL = 1
 """A budget failed or XPASSed, or compare found a regression."""
 USAGE = 2
@@ -9,4 +10,5 @@ USAGE = 2
 CASE_ERROR = 3
 """A case ended in ``error`` and nothing failed (scenario ``on_error = "warn"`` or a plain run)."""
 NOTHING_MEASURED = 4
-"""``run``: no case was measured or emulated (every answer is an estimate or a skipped cell)."""
+"""``run``: no case was measured or emulated (every answer is an estimate or a skipped cell): a
+gate on a runner without the GPU it expects goes red, not green."""

@@ -18,9 +18,11 @@ from rich.text import Text
 
 from memaudit.cli import exitcodes
 from memaudit.cli.common import (
+    INT_LIST,
     OUTCOME_CODES,
     Command,
     Group,
+    Ints,
     exits,
     read_inputs,
     usage_exit,
@@ -36,10 +38,26 @@ EXIT_CODES_HELP = (
     "4 (run) nothing was measured or emulated (only estimates or skipped cells)."
 )
 
+RUN_EXIT_CODES_HELP = """\b
+Exit codes:
+  0  ok: some case was measured or emulated, no case errored, every budget
+     passes or is xfail (other cases may be skipped or estimated)
+  1  a budget failed or XPASSed; or nothing was judged, or a budget applies
+     to no case (--allow-na passes both); or a case errored under the
+     scenario's on_error = "fail"
+  2  bad usage or input: the flag, file, key and value are named; nothing
+     is written
+  3  a case ended in error and no budget failed
+  4  nothing was measured or emulated: every case is skipped or estimated
+     (a gate on a runner without the GPU it expects goes red, not green)"""
+"""``run --help``'s exit-code section (``\\b``: click keeps its lines as they are)."""
+
 app = typer.Typer(
     name="memaudit",
     help="Saved-tensor memory auditor and regression gate for PyTorch and TransformerEngine.\n\n" + EXIT_CODES_HELP,
     no_args_is_help=False,
+    rich_markup_mode=None,  # click's own help: whole flag names, no <bool> metavar on a flag
+    context_settings={"max_content_width": 120},
     add_completion=True,
     pretty_exceptions_enable=False,
     cls=Group,
@@ -114,12 +132,12 @@ def _complete_recipe(ctx: typer.Context, incomplete: str) -> list[str]:
 def run(
     target: Annotated[str | None, typer.Option(autocompletion=_complete_target, help="A registered target | PKG.MOD:FACTORY (the names are added below).")] = None,
     recipe: Annotated[str | None, typer.Option(autocompletion=_complete_recipe, help="A recipe the target knows | all; comma-separated for several.")] = None,
-    groups: Annotated[str | None, typer.Option(help="Group (expert) counts, e.g. 1,4,8.")] = None,
+    groups: Annotated[Ints | None, typer.Option(parser=INT_LIST, metavar=INT_LIST.metavar, help="Group (expert) counts, e.g. 1,4,8.")] = None,
     dtype: Annotated[Dtype | None, typer.Option(help="The activations' dtype. Default: the target's (bf16).")] = None,
     device: Annotated[str | None, typer.Option(callback=_check_device, autocompletion=_complete_device, help="cpu | cuda | cuda:N | meta (shapes only: no values, nothing allocated; where the target runs there). Default: the target's.")] = None,
     splits: Annotated[str | None, typer.Option(help="Explicit token splits, e.g. 256,0,512,256 (one group count only).")] = None,
     scenario: Annotated[Path | None, typer.Option(help="Scenario TOML file, or a shipped scenario by name (grouped_mlp, reference): its cases and budgets replace the matrix flags.")] = None,
-    allow_target: Annotated[list[str] | None, typer.Option("--allow-target", help="A PKG.MOD:FACTORY target the scenario may name (repeatable; also \\[tool.memaudit] allow-targets in pyproject.toml).")] = None,
+    allow_target: Annotated[list[str] | None, typer.Option("--allow-target", help="A PKG.MOD:FACTORY target the scenario may name (repeatable; also [tool.memaudit] allow-targets in pyproject.toml).")] = None,
     fallback: Annotated[FallbackMode | None, typer.Option(help="What answers a case that cannot run on real kernels here, where the target offers it: auto = the best there is (its real code with emulated kernels, else a model's estimate); emulate; estimate; none = a skipped cell. Default: auto; none with --scenario.")] = None,
     expected: Annotated[bool, typer.Option(help="Add the target's model of each row's bytes (expected_bytes) and flag mismatches, where it has one.")] = False,
     backward: Annotated[bool, typer.Option(help="Run backward after each captured forward.")] = True,
@@ -348,6 +366,8 @@ def fallback_notes(target: Any, specs: list[CaseSpec], fallbacks: list[Any], mod
                         f"{_all_groups(fb.command, groups)}")
             if fb.better:
                 line.append(f"\n  {_all_groups(fb.better, groups)}")
+            if fb.at_scale:
+                line.append(f"\n  {_all_groups(fb.at_scale, groups)}")
         notes.append(line)
     return notes
 
@@ -431,7 +451,7 @@ class RunCommand(Command):
         return super().make_context(info_name, args, parent, **extra)
 
 
-app.command(cls=RunCommand)(exits(_with_target_flags(run, ())))
+app.command(cls=RunCommand, epilog=RUN_EXIT_CODES_HELP)(exits(_with_target_flags(run, ())))
 
 
 @app.command(cls=Command)

@@ -7,14 +7,13 @@ the CaseSpecs to run; :func:`evaluate` applies the budgets to a report (filling 
 ``budgets``) and :func:`outcome` sums the verdicts up (the CLI turns it into the exit status).
 The rule language is documented in docs/budgets.md.
 
-Why one file of about 550 lines: most of it is the validating reader, one function per table of
-the TOML schema, each naming the file, key path and value of what is wrong; it reads best in the
-order of the schema.
+The file's schema is pydantic models made for the scenario's target
+(:mod:`memaudit.judge.scenario_schema`); what types cannot say (one check per budget, a ratio's
+other case, the split of tokens into groups) is checked here, on the validated tables.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import tomllib
@@ -28,11 +27,6 @@ from memaudit.judge.budgets import Verdict, evaluate_case
 from memaudit.judge.checks import Context
 from memaudit.judge.rules import (
     CHECKS,
-    COUNT_OPS,
-    COUNT_UNITS,
-    MEASURES,
-    PER,
-    ByteExpr,
     CaseLike,
     Check,
     Count,
@@ -46,290 +40,91 @@ from memaudit.judge.rules import (
     Selection,
     default_dims,
 )
+from memaudit.judge.scenario_schema import MAX_DIM as MAX_DIM
+from memaudit.judge.scenario_schema import budget_model, join_key, scenario_model, validate_table
+from memaudit.judge.scenario_schema import parse_count as parse_count
 from memaudit.judge.shipped import SHIPPED, resolve_scenario
-from memaudit.judge.versions import te_version_of, validate_specifier
-from memaudit.plugins import formats
-from memaudit.report import KINDS, MAX_INT, ORIENTATIONS, CaseReport, Report, check_depth, read_input
-from memaudit.spec import DTYPES, CaseSpec, default_splits
+from memaudit.judge.versions import te_version_of
+from memaudit.report import CaseReport, Report, check_depth, read_input
+from memaudit.spec import CaseSpec, default_splits
 from memaudit.targets import registry
 from memaudit.targets.base import Target
 
-ON_ERROR = ("fail", "warn")
-MAX_DIM = 2**40
-"""The largest shape dimension or group count a scenario may name."""
-TOP_KEYS = ("name", "description", "on_error", "allow_incomplete", "require_measured", "flags", "cases", "budget")
-CASE_KEYS = ("target", "recipes", "groups", "dtype", "options")
-"""A cases table's keys besides the target's dimensions (``Target.shape``: tokens, hidden, ...)."""
-RULE_KEYS = ("name", "why", "recipes", "groups", "when", "select", "per", "unit", "measure", "against", "known_failure", *CHECKS)
-SELECT_KEYS = ("operand", "kind", "orientation", "format", "container", "slot", "group", "is_parameter", "duplicate")
-KNOWN_FAILURE_KEYS = ("te", "reason")
-AGAINST_KEYS = ("recipe", "groups", "dtype")
-"""What ``against`` may change besides the target's dimensions."""
-FORMATS = formats()
-"""What a selection's ``format`` may name: torch's dtypes and the classifier plugins' formats
-(:func:`memaudit.plugins.formats`)."""
-
-
-# ---- typed access with key paths ----------------------------------------------------------------
-def _tname(v: Any) -> str:
-    return {bool: "boolean", int: "integer", float: "float", str: "string", list: "array", dict: "table"}.get(
-        type(v), type(v).__name__
-    )
-
-
-def _join(base: str, k: str | int) -> str:
-    if isinstance(k, int):
-        return f"{base}[{k}]"
-    return f"{base}.{k}" if base else k
-
-
-@dataclass
-class _Reader:
-    """Typed getters that raise UsageError(source, key path, value)."""
-
-    source: str
-
-    def fail(self, key: str, message: str) -> UsageError:
-        return UsageError(message, source=self.source, key=key)
-
-    def table(self, v: Any, key: str) -> dict[str, Any]:
-        if not isinstance(v, dict):
-            raise self.fail(key, f"expected a table, got {v!r} ({_tname(v)})")
-        return v
-
-    def keys(self, d: dict[str, Any], allowed: Sequence[str], key: str) -> None:
-        for k in d:
-            if k not in allowed:
-                raise self.fail(
-                    _join(key, k), f"unknown key {k!r}{did_you_mean(k, allowed)}; allowed keys: {', '.join(allowed)}"
-                )
-
-    def string(self, v: Any, key: str, *, choices: Sequence[str] | None = None) -> str:
-        if not isinstance(v, str):
-            raise self.fail(key, f"expected a string, got {v!r} ({_tname(v)})")
-        if not v.strip():
-            raise self.fail(key, f"expected a non-empty string, got {v!r}")
-        if choices is not None and v not in choices:
-            raise self.fail(key, f"unknown value {v!r}{did_you_mean(v, choices)}; use one of {', '.join(choices)}")
-        return v
-
-    def integer(self, v: Any, key: str, *, minimum: int = 1) -> int:
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise self.fail(key, f"expected an integer, got {v!r} ({_tname(v)})")
-        if v < minimum:
-            raise self.fail(key, f"must be >= {minimum}, got {v}")
-        if v > MAX_DIM:
-            raise self.fail(key, f"must be at most 2**40, got an integer of {v.bit_length()} bits")
-        return v
-
-    def boolean(self, v: Any, key: str) -> bool:
-        if not isinstance(v, bool):
-            raise self.fail(key, f"expected true or false, got {v!r} ({_tname(v)})")
-        return v
-
-    def strings(self, v: Any, key: str, *, choices: Sequence[str] | None = None) -> tuple[str, ...]:
-        """A string or a non-empty array of strings."""
-        if isinstance(v, str):
-            return (self.string(v, key, choices=choices),)
-        if not isinstance(v, list) or not v:
-            raise self.fail(key, f"expected a string or a non-empty array of strings, got {v!r} ({_tname(v)})")
-        return tuple(self.string(x, _join(key, i), choices=choices) for i, x in enumerate(v))
-
-    def integers(self, v: Any, key: str, *, minimum: int = 1) -> tuple[int, ...]:
-        """An integer or a non-empty array of integers."""
-        if isinstance(v, int) and not isinstance(v, bool):
-            return (self.integer(v, key, minimum=minimum),)
-        if not isinstance(v, list) or not v:
-            raise self.fail(key, f"expected an integer or a non-empty array of integers, got {v!r} ({_tname(v)})")
-        return tuple(self.integer(x, _join(key, i), minimum=minimum) for i, x in enumerate(v))
-
 
 # ---- rules --------------------------------------------------------------------------------------
-_COUNT = re.compile(r"^\s*(==|<=|>=)?\s*([0-9]+)\s*$")
-
-
-def _formats(r: _Reader, v: Any, key: str) -> tuple[str, ...]:
-    out = r.strings(v, key)
-    for i, f in enumerate(out):
-        k = key if isinstance(v, str) else _join(key, i)
-        if any(c in f for c in "*?"):
-            rx = re.compile(re.escape(f).replace(r"\*", ".*").replace(r"\?", ".") + r"\Z")
-            if not any(rx.match(x) for x in FORMATS):
-                raise r.fail(k, f"format pattern {f!r} matches no known format; formats: {', '.join(FORMATS)}")
-        elif f not in FORMATS:
-            raise r.fail(k, f"unknown format {f!r}{did_you_mean(f, FORMATS)}; formats: {', '.join(FORMATS)}")
-    return out
-
-
-def parse_selection(d: Any, *, source: str, key: str) -> Selection:
-    """A ``select`` table: operand patterns, kinds, orientations, formats, group, ..."""
-    r = _Reader(source)
-    d = r.table(d, key)
-    r.keys(d, SELECT_KEYS, key)
-    kw: dict[str, Any] = {}
-    if "operand" in d:
-        kw["operand"] = r.strings(d["operand"], _join(key, "operand"))
-    if "kind" in d:
-        kw["kind"] = r.strings(d["kind"], _join(key, "kind"), choices=KINDS)
-    if "orientation" in d:
-        kw["orientation"] = r.strings(d["orientation"], _join(key, "orientation"), choices=(*ORIENTATIONS, "none"))
-    if "format" in d:
-        kw["format"] = _formats(r, d["format"], _join(key, "format"))
-    for name in ("container", "slot"):
-        if name in d:
-            kw[name] = r.strings(d[name], _join(key, name))
-    if "group" in d:
-        g = d["group"]
-        if isinstance(g, str):
-            kw["group"] = r.string(g, _join(key, "group"), choices=("nonempty",))
-        else:
-            kw["group"] = r.integers(g, _join(key, "group"), minimum=0)
-    for name in ("is_parameter", "duplicate"):
-        if name in d:
-            kw[name] = r.boolean(d[name], _join(key, name))
-    return Selection(**kw)
-
-
-def parse_count(v: Any, *, source: str, key: str) -> tuple[str, int]:
-    """``1`` (== 1), ``"== 1"``, ``"<= 2"``, ``">= 1"``."""
-    r = _Reader(source)
-    if isinstance(v, int) and not isinstance(v, bool):
-        op, n = "==", v
-    else:
-        m = _COUNT.match(v) if isinstance(v, str) else None
-        if not m:
-            raise r.fail(key, f"malformed count {v!r}; use an integer or '== N', '<= N', '>= N' ({', '.join(COUNT_OPS)})")
-        if len(m.group(2).lstrip("0")) > 19:
-            raise r.fail(key, f"a count is at most 2**63-1, got {len(m.group(2))} digits")
-        op, n = m.group(1) or "==", int(m.group(2))
-    if not 0 <= n <= MAX_INT:
-        raise r.fail(key, f"a count is from 0 to 2**63-1, got {n if n < 0 else f'an integer of {n.bit_length()} bits'}")
-    return op, n
-
-
 def parse_rule(d: Any, *, source: str, key: str, dims: tuple[str, ...] | None = None,
                path_keys: tuple[str, ...] | None = None, recipes: tuple[str, ...] | None = None) -> Rule:
     """One budget table (or marker rule dict) into a :class:`Rule`; ``dims`` and ``recipes`` are
     the target's dimension and recipe names (default: every built-in target's)."""
-    dims = dims if dims is not None else default_dims()
-    recipes = recipes if recipes is not None else _builtin_recipes()
-    r = _Reader(source)
-    d = r.table(d, key)
-    r.keys(d, RULE_KEYS, key)
-    if "name" not in d:
-        raise r.fail(_join(key, "name"), "missing key 'name' (every budget needs a name)")
-    name = r.string(d["name"], _join(key, "name"))
-    checks = [c for c in CHECKS if c in d]
+    dims = tuple(dims) if dims is not None else tuple(default_dims())
+    recipes = tuple(recipes) if recipes is not None else _builtin_recipes()
+    table = validate_table(budget_model(dims, recipes, tuple(path_keys) if path_keys is not None else None), d,
+                      source=source, key=key)
+    return _rule(table, d, source=source, key=key)
+
+
+def _ordered(table: Any, raw: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """A validated table's entries in the file's order."""
+    if isinstance(table, dict):
+        return tuple((k, table[k]) for k in raw)
+    return tuple((k, table.value(k)) for k in raw)
+
+
+def _rule(t: Any, raw: dict[str, Any], *, source: str, key: str) -> Rule:
+    """A validated budget table as a :class:`Rule`: what its types cannot say is checked here."""
+
+    def fail(k: str, message: str) -> UsageError:
+        return UsageError(message, source=source, key=join_key(key, k) if k else key)
+
+    name = t.name
+    checks = [c for c in CHECKS if getattr(t, c) is not None]
     if not checks:
-        raise r.fail(key, f"budget {name!r} has no check; add one of {', '.join(CHECKS)}")
+        raise fail("", f"budget {name!r} has no check; add one of {', '.join(CHECKS)}")
     if len(checks) > 1:
-        raise r.fail(_join(key, checks[1]), f"budget {name!r} has {len(checks)} checks ({', '.join(checks)}); use one per budget")
+        raise fail(checks[1], f"budget {name!r} has {len(checks)} checks ({', '.join(checks)}); use one per budget")
     kind = checks[0]
-    ck = _join(key, kind)
-    select = parse_selection(d["select"], source=source, key=_join(key, "select")) if "select" in d else None
-
-    for opt, allowed in (("per", ("count",)), ("unit", ("count",)), ("measure", ("max_bytes", "exact_bytes", "ratio")), ("against", ("ratio",))):
-        if opt in d and kind not in allowed:
-            raise r.fail(_join(key, opt), f"{opt!r} = {d[opt]!r} does not go with a {kind} check (only with {', '.join(allowed)})")
-    measure = "saved" if select is None else "logical"
-    if "measure" in d:
-        measure = r.string(d["measure"], _join(key, "measure"), choices=MEASURES)
-
+    for opt, allowed in (("per", ("count",)), ("unit", ("count",)), ("measure", ("max_bytes", "exact_bytes", "ratio")),
+                         ("against", ("ratio",))):
+        if opt in raw and kind not in allowed:
+            raise fail(opt, f"{opt!r} = {raw[opt]!r} does not go with a {kind} check (only with {', '.join(allowed)})")
+    select = Selection(**{k: v for k, v in t.select if v is not None}) if t.select is not None else None
+    measure = t.measure or ("saved" if select is None else "logical")
     check: Check
     if kind == "count":
-        op, n = parse_count(d["count"], source=source, key=ck)
-        per = "case"
-        if "per" in d:
-            per = r.string(d["per"], _join(key, "per")).replace(" ", "")
-            if per not in PER:
-                raise r.fail(_join(key, "per"), f"unknown value {d['per']!r}{did_you_mean(per, PER)}; use one of {', '.join(PER)}")
-        unit = r.string(d["unit"], _join(key, "unit"), choices=COUNT_UNITS) if "unit" in d else "rows"
-        check = Count(op, n, per, unit)
+        op, n = t.count
+        check = Count(op, n, t.per or "case", t.unit or "rows")
     elif kind == "forbid":
-        if d["forbid"] is not True:
-            raise r.fail(ck, f"forbid must be true (it forbids every row of the selection), got {d['forbid']!r}")
         if select is None:
-            raise r.fail(ck, f"budget {name!r}: forbid needs a 'select' table (forbidding every row is never meant)")
+            raise fail("forbid", f"budget {name!r}: forbid needs a 'select' table (forbidding every row is never meant)")
         check = Forbid()
-    elif kind in ("max_bytes", "exact_bytes"):
-        expr = ByteExpr.parse(d[kind], source=source, key=ck, dims=dims)
-        check = MaxBytes(expr, measure) if kind == "max_bytes" else ExactBytes(expr, measure)
+    elif kind == "max_bytes":
+        check = MaxBytes(t.max_bytes, measure)
+    elif kind == "exact_bytes":
+        check = ExactBytes(t.exact_bytes, measure)
     elif kind == "ratio":
-        v = d["ratio"]
-        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v <= 0 or v > 1e12:
-            raise r.fail(ck, f"expected a positive, finite number (the largest allowed ratio), got {v!r}")
-        if "against" not in d:
-            raise r.fail(_join(key, "against"), f"budget {name!r}: ratio needs 'against', e.g. against = {{ recipe = \"bf16\" }}")
-        check = Ratio(float(v), _parse_against(r, d["against"], _join(key, "against"), dims, recipes), measure)
+        if t.against is None:
+            raise fail("against", f"budget {name!r}: ratio needs 'against', e.g. against = {{ recipe = \"bf16\" }}")
+        check = Ratio(t.ratio, _ordered(t.against, raw["against"]), measure)
     else:
-        check = PathCheck(r.string(d["path"], ck, choices=("fused", "unfused")) == "fused")
-
-    known = None
-    if "known_failure" in d:
-        kk = _join(key, "known_failure")
-        kf = r.table(d["known_failure"], kk)
-        r.keys(kf, KNOWN_FAILURE_KEYS, kk)
-        for k in KNOWN_FAILURE_KEYS:
-            if k not in kf:
-                raise r.fail(_join(kk, k), f"missing key {k!r}; known_failure needs te (a version range) and reason")
-        spec = r.string(kf["te"], _join(kk, "te"))
-        try:
-            validate_specifier(spec)
-        except ValueError as exc:
-            raise r.fail(_join(kk, "te"), f"invalid version specifier {spec!r} (use e.g. '<2.21'): {exc}") from None
-        known = KnownFailure(spec, r.string(kf["reason"], _join(kk, "reason")))
-
+        check = PathCheck(t.path == "fused")
+    kf = t.known_failure
     return Rule(
         name=name,
         check=check,
         select=select,
-        recipes=frozenset(r.strings(d["recipes"], _join(key, "recipes"), choices=recipes)) if "recipes" in d else None,
-        groups=frozenset(r.integers(d["groups"], _join(key, "groups"))) if "groups" in d else None,
-        known_failure=known,
-        why=r.string(d["why"], _join(key, "why")) if "why" in d else None,
-        when=_parse_when(r, d["when"], _join(key, "when"), path_keys) if "when" in d else (),
+        recipes=frozenset(t.recipes) if t.recipes is not None else None,
+        groups=frozenset(t.groups) if t.groups is not None else None,
+        known_failure=KnownFailure(kf.te, kf.reason) if kf is not None else None,
+        why=t.why,
+        when=_ordered(t.when, raw["when"]) if t.when is not None else (),
         source=source,
         key=key,
     )
 
 
-def _parse_when(r: _Reader, v: Any, key: str, path_keys: tuple[str, ...] | None = None) -> tuple[tuple[str, Any], ...]:
-    """``when = { KEY = VALUE, ... }``; ``path_keys`` are the keys the target's cases record (None:
-    a marker rule, which knows no target); any other key is refused: the rule would apply nowhere."""
-    d = r.table(v, key)
-    for k in d:
-        if path_keys is not None and k not in path_keys:
-            have = f"the target's cases record {', '.join(path_keys)}" if path_keys else "the target's cases record no path"
-            raise r.fail(_join(key, k), f"unknown path key {k!r}{did_you_mean(k, path_keys)}; {have}")
-    if not d:
-        raise r.fail(key, "empty table: name path keys and values, e.g. { grouped_linear_path = \"split-quantize\" }")
-    for k, x in d.items():
-        if not isinstance(x, str | int | float | bool):
-            raise r.fail(_join(key, k), f"expected a string, number or boolean, got {x!r} ({_tname(x)})")
-    return tuple(d.items())
-
-
 def _builtin_recipes() -> tuple[str, ...]:
     """Every recipe memaudit's own targets know (a rule that names no target: a marker's)."""
-    return registry.union_recipes(registry.builtin_targets())
-
-
-def _parse_against(r: _Reader, v: Any, key: str, dims: tuple[str, ...],
-                   recipes: tuple[str, ...]) -> tuple[tuple[str, Any], ...]:
-    d = r.table(v, key)
-    r.keys(d, (*AGAINST_KEYS[:2], *dims, *AGAINST_KEYS[2:]), key)
-    if not d:
-        raise r.fail(key, "empty table: name what differs in the other case, e.g. { recipe = \"bf16\" }")
-    out: list[tuple[str, Any]] = []
-    for k, x in d.items():
-        kk = _join(key, k)
-        if k == "recipe":
-            out.append((k, r.string(x, kk, choices=recipes)))
-        elif k == "dtype":
-            out.append((k, r.string(x, kk, choices=DTYPES)))
-        else:
-            out.append((k, r.integer(x, kk)))
-    return tuple(out)
+    return tuple(registry.union_recipes(registry.builtin_targets()))
 
 
 # ---- cases --------------------------------------------------------------------------------------
@@ -372,74 +167,63 @@ class CaseBlock:
         )
 
 
-def parse_cases(d: Any, *, source: str, key: str, allow_targets: tuple[str, ...] = ()) -> CaseBlock:
-    r = _Reader(source)
-    d = r.table(d, key)
-    target = r.string(d["target"], _join(key, "target")) if "target" in d else None
-    builtin = registry.target_names()
-    if target is not None and target not in builtin and ":" not in target:
-        raise r.fail(
-            _join(key, "target"),
-            f"unknown target {target!r}{did_you_mean(target, builtin)}; use {' or '.join(builtin)} or PKG.MOD:FACTORY",
-        )
-    if target is not None and ":" in target and target not in allow_targets:
-        # A scenario is data: it may not make memaudit import and call any callable it names.
-        raise r.fail(
-            _join(key, "target"),
-            f"a scenario file names only {' or '.join(builtin)}, or a factory the user allowed: pass "
-            f"--allow-target {target} or list it under [tool.memaudit] allow-targets in pyproject.toml",
-        )
-    owner = _resolve(r, target, _join(key, "target")) if target is not None else None
-    declared = owner.shape if owner is not None else registry.union_shape(registry.builtin_targets())
-    dims = tuple(p.name for p in declared)
-    r.keys(d, (*CASE_KEYS[:3], *dims, *CASE_KEYS[3:]), key)
-    required = ("target", "recipes", "groups", *dims)
-    for k in required:
-        if k not in d:
-            raise r.fail(_join(key, k), f"missing key {k!r}; a cases table needs {', '.join(required)}")
-    assert target is not None and owner is not None
-    known = tuple(owner.recipes)
-    if d["recipes"] == "all":
-        recipes: tuple[str, ...] = known
-    else:
-        recipes = r.strings(d["recipes"], _join(key, "recipes"), choices=known)
-    groups = r.integers(d["groups"], _join(key, "groups"))
-    for name, values in (("recipes", recipes), ("groups", groups)):
-        dup = next((v for i, v in enumerate(values) if v in values[:i]), None)
-        if dup is not None:
-            raise r.fail(_join(key, name), f"{dup!r} is listed twice")
-    shape = tuple((k, r.integer(d[k], _join(key, k))) for k in dims)
-    dtype = r.string(d.get("dtype", owner.defaults.get("dtype", "bf16")), _join(key, "dtype"), choices=DTYPES)
-    options = r.table(d.get("options", {}), _join(key, "options"))
-    for k, v in options.items():
-        if not isinstance(v, str | int | float | bool):
-            raise r.fail(_join(_join(key, "options"), k), f"option values must be strings, numbers or booleans, got {v!r} ({_tname(v)})")
+def _block(t: Any, *, source: str, key: str, owner: Target) -> CaseBlock:
+    """A validated cases table as a :class:`CaseBlock`: its shape is checked against the target's
+    alignment here (each recipe's, for each group count)."""
+    dims = tuple(p.name for p in owner.shape)
+    shape = tuple((k, t.value(k)) for k in dims)
+    dtype = t.dtype or owner.defaults.get("dtype", "bf16")
     split = next((p.name for p in owner.shape if p.split), None)
-    for rec in recipes:
+    for rec in t.recipes:
         if split is None:
             break
         align = owner.alignment(rec)
         size = dict(shape)[split]
         if size % align:
-            raise r.fail(
-                _join(key, split),
-                f"{size} {split} cannot be split into groups of multiples of {align} (the alignment of recipe {rec!r}); use a multiple of {align}",
-            )
-        for i, g in enumerate(groups):
+            raise UsageError(f"{size} {split} cannot be split into groups of multiples of {align} (the alignment of "
+                             f"recipe {rec!r}); use a multiple of {align}", source=source, key=join_key(key, split))
+        for i, g in enumerate(t.groups):
             try:
                 default_splits(size, g, align)
             except UsageError as exc:
                 detail = str(exc).removeprefix(f"{exc.key}: ") if exc.key else str(exc)
-                raise r.fail(_join(_join(key, "groups"), i), f"group count {g} with recipe {rec!r}: {detail}") from None
-    return CaseBlock(target, recipes, groups, shape, dtype, dict(options), key, owner)
+                raise UsageError(f"group count {g} with recipe {rec!r}: {detail}", source=source,
+                                 key=join_key(join_key(key, "groups"), i)) from None
+    return CaseBlock(t.target, t.recipes, t.groups, shape, dtype, dict(t.options), key, owner)
 
 
-def _resolve(r: _Reader, name: str, key: str) -> Target:
-    """The target a cases table names (checked: a registered one, or a factory the user allowed)."""
-    try:
-        return registry.get_target(name)
-    except UsageError as exc:
-        raise r.fail(key, str(exc).removeprefix(f"{exc.key}: ") if exc.key else str(exc)) from None
+def _owner(data: Any, *, source: str, allow_targets: tuple[str, ...]) -> Target | None:
+    """The target the scenario's cases name, checked before anything is imported: a registered
+    one, or a factory the user allowed; one target for every cases table. None where no table
+    names one (the schema then says what is missing)."""
+    raw = data.get("cases") if isinstance(data, dict) else None
+    blocks = raw if isinstance(raw, list) else [raw]
+    first: str | None = None
+    owner = None
+    for i, b in enumerate(blocks):
+        target = b.get("target") if isinstance(b, dict) else None
+        if not isinstance(target, str) or not target.strip():
+            continue
+        key = join_key(f"cases[{i}]" if isinstance(raw, list) else "cases", "target")
+        if first is not None:
+            if target != first:
+                raise UsageError(f"target {target!r} differs from {first!r}; one target per scenario", source=source, key=key)
+            continue
+        builtin = registry.target_names()
+        if target not in builtin and ":" not in target:
+            raise UsageError(f"unknown target {target!r}{did_you_mean(target, builtin)}; use {' or '.join(builtin)} "
+                             "or PKG.MOD:FACTORY", source=source, key=key)
+        if ":" in target and target not in allow_targets:
+            # A scenario is data: it may not make memaudit import and call any callable it names.
+            raise UsageError(f"a scenario file names only {' or '.join(builtin)}, or a factory the user allowed: pass "
+                             f"--allow-target {target} or list it under [tool.memaudit] allow-targets in pyproject.toml",
+                             source=source, key=key)
+        try:
+            owner = registry.get_target(target)
+        except UsageError as exc:
+            raise UsageError(str(exc).removeprefix(f"{exc.key}: ") if exc.key else str(exc), source=source, key=key) from None
+        first = target
+    return owner
 
 
 # ---- scenario -----------------------------------------------------------------------------------
@@ -493,54 +277,34 @@ class Scenario:
 def parse_scenario(data: Any, *, source: str, allow_targets: tuple[str, ...] = ()) -> Scenario:
     """Validate a decoded TOML document; ``allow_targets`` are the ``PKG.MOD:FACTORY`` targets the
     user allowed (a scenario may name no other factory)."""
-    r = _Reader(source)
-    data = r.table(data, "")
-    r.keys(data, TOP_KEYS, "")
-    name = r.string(data["name"], "name") if "name" in data else Path(source.removesuffix(SHIPPED)).stem
-    description = r.string(data["description"], "description") if "description" in data else ""
-    on_error = r.string(data.get("on_error", "warn"), "on_error", choices=ON_ERROR)
-    allow_incomplete = r.boolean(data.get("allow_incomplete", False), "allow_incomplete")
-    require_measured = r.boolean(data.get("require_measured", False), "require_measured")
-    flags = r.table(data.get("flags", {}), "flags")
-    if "cases" not in data:
-        raise r.fail("cases", "missing [cases] table: name the target, recipes, groups and the target's dimensions (tokens, hidden, ffn for the built-in targets)")
+    owner = _owner(data, source=source, allow_targets=allow_targets)
+    shape = owner.shape if owner is not None else registry.union_shape(registry.builtin_targets())
+    dims = tuple(p.name for p in shape)
+    recipes = tuple(owner.recipes) if owner is not None else _builtin_recipes()
+    pkeys = tuple(owner.path_keys) if owner is not None else ()
+    flag_names = tuple(f.name for f in owner.flags) if owner is not None else ()
+    model = scenario_model(dims, recipes, pkeys, flag_names, owner.name if owner is not None else None)
+    t = validate_table(model, data, source=source)
+    assert owner is not None  # a validated file names its target
     raw = data["cases"]
-    if isinstance(raw, list):
-        if not raw:
-            raise r.fail("cases", "empty array of cases")
-        blocks = tuple(parse_cases(b, source=source, key=f"cases[{i}]", allow_targets=allow_targets) for i, b in enumerate(raw))
-    else:
-        blocks = (parse_cases(raw, source=source, key="cases", allow_targets=allow_targets),)
-    for b in blocks[1:]:
-        if b.target != blocks[0].target:
-            raise r.fail(_join(b.key, "target"), f"target {b.target!r} differs from {blocks[0].target!r}; one target per scenario")
-    owner = blocks[0].owner
-    assert owner is not None
-    known_flags = {f.name: f for f in owner.flags}
-    for k, v in flags.items():
-        if k not in known_flags:
-            raise r.fail(_join("flags", k), f"unknown run flag {k!r}{did_you_mean(k, tuple(known_flags))}; "
-                                            f"target {owner.name!r} has {', '.join(known_flags) or 'none'}")
-        if not isinstance(v, str | int | bool):
-            raise r.fail(_join("flags", k), f"expected a string, integer or boolean, got {v!r} ({_tname(v)})")
+    blocks = tuple(_block(c, source=source, key=f"cases[{i}]" if isinstance(raw, list) else "cases", owner=owner)
+                   for i, c in enumerate(t.cases))
     specs = [s for b in blocks for s in b.specs()]
     seen: set[str] = set()
     for s in specs:
         if s.id in seen:
-            raise r.fail("cases", f"case {s.id} is listed twice")
+            raise UsageError(f"case {s.id} is listed twice", source=source, key="cases")
         seen.add(s.id)
 
     raw_rules = data.get("budget", [])
-    if not isinstance(raw_rules, list):
-        raise r.fail("budget", f"expected an array of tables ([[budget]]), got {_tname(raw_rules)}")
-    dims = tuple(blocks[0].dims)
-    pkeys = tuple(owner.path_keys)
-    rules = tuple(parse_rule(d, source=source, key=f"budget[{i}]", dims=dims, path_keys=pkeys, recipes=tuple(owner.recipes))
-                  for i, d in enumerate(raw_rules))
+    rules = tuple(_rule(b, raw_rules[i], source=source, key=f"budget[{i}]") for i, b in enumerate(t.budget))
     names: dict[str, int] = {}
     for i, rule in enumerate(rules):
+        def fail(k: str, message: str, i: int = i) -> UsageError:
+            return UsageError(message, source=source, key=f"budget[{i}].{k}")
+
         if rule.name in names:
-            raise r.fail(f"budget[{i}].name", f"duplicate budget name {rule.name!r} (also budget[{names[rule.name]}])")
+            raise fail("name", f"duplicate budget name {rule.name!r} (also budget[{names[rule.name]}])")
         names[rule.name] = i
         applies = [s for s in specs if rule.not_applicable(s) is None]  # type: ignore[arg-type]
         if not applies:
@@ -551,22 +315,20 @@ def parse_scenario(data: Any, *, source: str, allow_targets: tuple[str, ...] = (
                 k, shown, have = "recipes", sorted(rule.recipes), run_recipes
             else:
                 k, shown, have = "groups", sorted(rule.groups or ()), sorted({s.groups for s in specs})
-            raise r.fail(
-                f"budget[{i}].{k}",
-                f"budget {rule.name!r} applies to {k} {shown!r}, but the scenario runs {k} {have!r}: it would never be checked",
-            )
+            raise fail(k, f"budget {rule.name!r} applies to {k} {shown!r}, but the scenario runs {k} {have!r}: it would never be checked")
         if isinstance(rule.check, Ratio):
             have = {_fields(s) for s in specs}
             for s in applies:
                 other = s.replace(**dict(rule.check.against))
                 if _fields(other) not in have:
-                    shape = ", ".join(f"{k} {v}" for k, v in other.shape)
-                    raise r.fail(
-                        f"budget[{i}].against",
-                        f"budget {rule.name!r}: against = {dict(rule.check.against)!r} points at a case the scenario "
-                        f"does not run ({other.recipe}, groups {other.groups}, {shape}, {other.dtype}) for {s.id}",
-                    )
-    return Scenario(source, name, blocks, rules, description, on_error, allow_incomplete, require_measured, dict(flags))
+                    dims_text = ", ".join(f"{k} {v}" for k, v in other.shape)
+                    raise fail("against", f"budget {rule.name!r}: against = {dict(rule.check.against)!r} points at a case the "
+                                          f"scenario does not run ({other.recipe}, groups {other.groups}, {dims_text}, "
+                                          f"{other.dtype}) for {s.id}")
+    flags = dict(_ordered(t.flags, data.get("flags", {})))
+    name = t.name if t.name is not None else Path(source.removesuffix(SHIPPED)).stem
+    return Scenario(source, name, blocks, rules, t.description or "", t.on_error, t.allow_incomplete,
+                    t.require_measured, flags)
 
 
 _LINE = re.compile(r"\(at line (\d+), column (\d+)\)")

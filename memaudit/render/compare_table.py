@@ -118,6 +118,28 @@ def _row_cells(rd: RowDiff) -> list[Text]:
     return [key, *(Text(x) for x in plain), Text(fmt_delta(d), style="red" if d > 0 else ("green" if d < 0 else ""))]
 
 
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
+def no_changes_line(cmp: Comparison) -> str:
+    """``No changes in N cases`` with the same count as the verdict's ``over K compared cases``:
+    the cases not ok in both reports are named by the status they kept (nothing to compare)."""
+    n, k = len(cmp.cases), len(cmp.compared)
+    if k == n:
+        return f"No changes in {_plural(n, 'case')}."
+    compared = {id(d) for d in cmp.compared}
+    kept: dict[str, int] = {}
+    for d in cmp.cases:
+        if id(d) not in compared:
+            side = d.current if d.current is not None else d.baseline
+            status = side.status if side is not None else "missing"
+            kept[status] = kept.get(status, 0) + 1
+    same = ", ".join(f"{m} {s}" for s, m in sorted(kept.items()))
+    return (f"No changes in {_plural(n, 'case')}: {k} ok in both reports and compared byte for byte, "
+            f"{n - k} with the same status in both ({same}) and no bytes to compare.")
+
+
 def verdict_line(cmp: Comparison) -> Text:
     """One line: OK/FAIL, counts and the total saved-bytes delta over the compared cases."""
     n = len(cmp.compared)
@@ -156,7 +178,7 @@ def print_comparison(console: Console, cmp: Comparison, *, verbose: bool = False
     if any(d.findings for d in cmp.cases):
         console.print(comparison_table(cmp, title=title, width=width))
     else:
-        console.print(Text(f"No changes in {len(cmp.cases)} case{'s' if len(cmp.cases) != 1 else ''}."))
+        console.print(Text(no_changes_line(cmp)))
     if verbose:
         for diff in cmp.cases:
             if diff.row_diffs:

@@ -71,12 +71,18 @@ class _Guarded:
         self._stream = stream
         self._name = name
         self.broken = False
+        self._error: str | None = None
+        """The OutputError's message, said again on every later write of text: a caller that
+        caught the first one (click probes a stream with ``write("")``) must not go on as if the
+        output had been written."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
 
     def _call(self, fn: Any, *args: Any) -> Any:
         if self.broken:
+            if self._error is not None and fn == self._stream.write and args and args[0]:
+                raise OutputError(self._error)
             return None
         try:
             return fn(*args)
@@ -85,7 +91,8 @@ class _Guarded:
             self.broken = True
             if exc.errno == errno.EPIPE or self._name == "error":  # nowhere left to say anything
                 return None
-            raise OutputError(f"cannot write to standard {self._name}: {exc.strerror or exc}") from None
+            self._error = f"cannot write to standard {self._name}: {exc.strerror or exc}"
+            raise OutputError(self._error) from None
 
     def _drop(self) -> None:
         try:

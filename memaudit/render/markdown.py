@@ -383,8 +383,12 @@ def _verdict_text(report: Report, comparison: Comparison | None) -> str:
         skipped = sum(1 for c in report.cases if c.status == "skipped")
         total = sum(c.totals.saved_bytes for c in ok)
         incomplete = sum(1 for c in ok if not c.complete)
-        icon = "❌" if errors or incomplete else "✅"
-        parts = [f"{n} case{'s' if n != 1 else ''}", f"{len(ok)} ok"]
+        estimated = sum(1 for c in ok if c.execution == "estimated")
+        answered = len(ok) > estimated  # what `run` exits 4 without (nothing measured or emulated)
+        icon = "❌" if errors or incomplete or not answered else "✅"
+        parts = [f"{n} case{'s' if n != 1 else ''}", f"{len(ok)} ok" + (f" ({estimated} estimated)" if estimated else "")]
+        if not answered:
+            parts.insert(0, "nothing measured or emulated")
         if incomplete:
             parts.append(f"{incomplete} incomplete")
         if skipped:

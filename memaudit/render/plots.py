@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import io
+import math
 import re
 import textwrap
 from collections.abc import Callable, Iterable, Sequence
@@ -388,34 +389,36 @@ def fmt_axis_bytes(v: float) -> str:
     return f"{v:g} B"
 
 
-def log_byte_ticks(lo: float, hi: float) -> list[int]:
-    """Powers of two between ``lo`` and ``hi`` (every 2nd or 4th when there are many)."""
-    lo_k = max(0, int(lo).bit_length() - 1)
-    ticks = [2**k for k in range(lo_k, int(hi).bit_length() + 1) if lo <= 2**k <= hi]
-    step = 1
-    while len(ticks[::step]) > 9:
-        step *= 2
-    return ticks[::step]
+def log_byte_locator() -> Any:
+    """matplotlib's locator of a log2 byte axis: powers of two, at most 9 (a stride where there are more)."""
+    from matplotlib.ticker import LogLocator
+
+    return LogLocator(base=2, subs=(1.0,), numticks=9)
 
 
-def linear_byte_ticks(hi: float) -> list[int]:
-    """0 and multiples of a power-of-two step (1 KiB or more) up to ``hi``: at most 8 steps."""
-    step = KiB
-    while hi / step > 8:
-        step *= 2
-    return [i * step for i in range(int(hi // step) + 1)]
+def linear_byte_locator(hi: float) -> Any:
+    """matplotlib's locator of a linear byte axis up to ``hi``: multiples of a power of two (1 KiB
+    or more; matplotlib's own steps are decimal, which binary units would show as ``95.37 MiB``),
+    at most 8 steps."""
+    from matplotlib.ticker import MultipleLocator
+
+    return MultipleLocator(2 ** max(10, math.ceil(math.log2(max(hi, 1) / 8))))
 
 
-def token_ticks(values: Sequence[int]) -> list[int]:
-    """The token counts themselves when there are few, else powers of two across their range."""
+def token_locator(values: Sequence[int]) -> Any:
+    """The token counts themselves when there are few (matplotlib's FixedLocator), else powers of
+    two across their range (LogLocator, at most 12)."""
+    from matplotlib.ticker import FixedLocator, LogLocator
+
     vs = sorted(set(values))
-    if len(vs) <= 12:
-        return vs
-    ticks = [2**k for k in range(vs[0].bit_length() - 1, vs[-1].bit_length() + 1) if vs[0] <= 2**k <= vs[-1]]
-    step = 1
-    while len(ticks[::step]) > 12:
-        step *= 2
-    return ticks[::step] or vs[:: max(1, len(vs) // 10)]
+    return FixedLocator(vs) if len(vs) <= 12 else LogLocator(base=2, subs=(1.0,), numticks=12)
+
+
+def formatter(fmt: Callable[[Any], str], *, integer: bool = False) -> Any:
+    """matplotlib's FuncFormatter of ``fmt`` (a tick value -> its label)."""
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda v, _pos: fmt(round(v)) if integer else fmt(v))
 
 
 def missing_notes(missing: Sequence[Missing]) -> list[str]:
@@ -527,17 +530,20 @@ def draw_tokens(data: TokensFigure) -> Figure:
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
     if all_x:
-        ticks = token_ticks(all_x)
-        ax.set_xticks(ticks, [fmt_tokens(t) for t in ticks])
+        ax.xaxis.set_major_locator(token_locator(all_x))
+        ax.xaxis.set_major_formatter(formatter(fmt_tokens, integer=True))
         ax.set_xlim(min(all_x) / 2**0.25, max(all_x) * 2**0.25)
     ax.xaxis.set_minor_locator(_null_locator())
     if all_y:
         lo, hi = min(all_y) / 1.35, max(all_y) * 1.35
         if xs_missing:  # room under the lowest line for the crosses
             lo /= (hi / lo) ** 0.12
-        ticks_y = log_byte_ticks(lo, hi) or [min(all_y)]
-        ax.set_ylim(min(lo, ticks_y[0]), max(hi, ticks_y[-1]))
-        ax.set_yticks(ticks_y, [fmt_axis_bytes(t) for t in ticks_y])
+        locator = log_byte_locator()
+        if not any(lo <= v <= hi for v in locator.tick_values(lo, hi)):  # no power of two inside: reach the one below
+            lo = 2.0 ** math.floor(math.log2(lo))
+        ax.set_ylim(lo, hi)
+        ax.yaxis.set_major_locator(locator)
+        ax.yaxis.set_major_formatter(formatter(fmt_axis_bytes))
     ax.yaxis.set_minor_locator(_null_locator())
     ax.set_xlabel("tokens T (log scale)")
     ax.set_ylabel("saved bytes (log scale)")
@@ -580,8 +586,7 @@ def draw_kinds(data: KindsFigure) -> Figure:
         xs.append(x)
     top = max([b.saved_bytes for b in data.bars if b.missing is None] + [sum(s.bytes for s in b.segments) for b in data.bars]
               + [1])
-    ticks = linear_byte_ticks(top * 1.12)
-    ymax = max(top * 1.12, ticks[-1])
+    ymax = top * 1.12
     used: set[tuple[str, str]] = set()
     for b, x in zip(data.bars, xs, strict=True):
         bottom = 0
@@ -605,7 +610,8 @@ def draw_kinds(data: KindsFigure) -> Figure:
                     weight="bold")
     ax.set_xticks(xs, [b.label for b in data.bars], fontsize=8.5)
     ax.set_xlim(-0.7, (xs[-1] if xs else 0) + 0.7)
-    ax.set_yticks(ticks, [fmt_axis_bytes(t) for t in ticks])
+    ax.yaxis.set_major_locator(linear_byte_locator(ymax))
+    ax.yaxis.set_major_formatter(formatter(fmt_axis_bytes))
     ax.set_ylim(0, ymax)
     ax.set_ylabel("saved bytes")
     ax.grid(True, axis="y", alpha=0.3)

@@ -51,7 +51,8 @@ _SHORT_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float
 
 def _case_sheet(case: CaseReport, show_expected: bool, compact: bool) -> Sheet:
     """Wide: # operand what shape bytes where storage [expected]. Compact: # operand shape bytes
-    [expected] what, the notes in ``what``, no ``where`` and no storage id, short dtype names."""
+    [expected] what, the notes and the source line (``--stack``) in ``what``, no ``where`` and no
+    storage id, short dtype names."""
     if compact:
         cols = [Col("#", "right"), Col("operand"), Col("shape"), Col("bytes", "right")]
         cols += [Col("expected", "right", keep=True)] if show_expected else []
@@ -75,7 +76,7 @@ def _case_sheet(case: CaseReport, show_expected: bool, compact: bool) -> Sheet:
         expected = [_expected_cell(row)] if show_expected else []
         if compact:
             dtype = _SHORT_DTYPE.get(row.dtype, row.dtype)
-            what = " ".join([what, *row.notes()])
+            what = " ".join([what, *row.notes(), *([f"at {row.source}"] if row.source else [])])  # --stack's source line
             sheet.add_row(str(row.index), operand, f"{fmt_shape(row.shape)} {dtype}", fmt_bytes(row.bytes), *expected, what)
             continue
         where = ".".join(p for p in (row.container, row.slot) if p) if row.container else (row.slot or "")

@@ -227,14 +227,28 @@ def _validators() -> dict[str, Any]:
 
 
 def schema() -> dict[str, Any]:
-    """The JSON Schema of a report's records (``memaudit schema``): rows, totals, a case (its
-    shape dimensions are further integer keys) and a distributed run's top-level ``dist``."""
+    """The JSON Schema of a whole report as memaudit writes it (``memaudit schema``): the top-level
+    object, each case (its shape dimensions are further integer keys), its rows and totals, and a
+    distributed run's ``dist``; one ``$defs`` that every ``$ref`` resolves in. A JSON Schema
+    validator (``check-jsonschema --schemafile``) can check a report with it; memaudit's own
+    reader checks more (totals against rows, unique ids, a merged run's summary)."""
+    from pydantic import TypeAdapter
+
     v = _validators()
-    case = v["cases"][SCHEMA].json_schema()
-    case["additionalProperties"] = {"type": "integer", "minimum": 1, "maximum": MAX_DIM}  # the shape dimensions
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": SCHEMA,
-            "$defs": {"Row": v["Row"].json_schema(), "Totals": v["Totals"].json_schema(), "Case": case,
-                      "DistRun": v["DistRun"].json_schema()}}
+    adapters = [("Case", v["cases"][SCHEMA]), ("DistRun", v["DistRun"]), ("Row", v["Row"]), ("Totals", v["Totals"])]
+    refs, shared = TypeAdapter.json_schemas([(name, "validation", a) for name, a in adapters])
+    defs = shared["$defs"]
+    defs["Case"]["additionalProperties"] = {"type": "integer", "minimum": 1, "maximum": MAX_DIM}  # the shape dimensions
+    ref = {name: refs[(name, "validation")] for name, _ in adapters}
+    text = {"type": "string"}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema", "title": SCHEMA, "type": "object",
+        "properties": {"schema": {"const": SCHEMA}, "memaudit": text, "created": text, "environment": {"type": "object"},
+                       "cases": {"type": "array", "items": ref["Case"]}, "dist": ref["DistRun"]},
+        "required": ["schema", "memaudit", "created", "environment", "cases"],
+        "additionalProperties": False,
+        "$defs": defs,
+    }
 
 
 def _validation_error(exc: Any, source: str, where: str, data: Any) -> UsageError:

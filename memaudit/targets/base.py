@@ -66,6 +66,9 @@ class Fallback:
     better: str = ""
     what: str = ""
     """How the answer is made, for the note said before anything runs (``TE's layout rules``)."""
+    at_scale: str = ""
+    """Where the case ran at the target's toy default shape: the same answer at a shape that shows
+    what the recipe keeps (the target's words, then the command), or empty."""
 
 
 class Target(ABC):

@@ -18,7 +18,7 @@ import inspect
 from typing import TYPE_CHECKING, Any
 
 from memaudit.errors import UsageError
-from memaudit.spec import CaseSpec, ShapeParam, default_case_id
+from memaudit.spec import DTYPES, CaseSpec, ShapeParam, default_case_id
 from memaudit.targets.base import MLP_SHAPE, Built, Target, backward_sum
 
 if TYPE_CHECKING:
@@ -33,25 +33,76 @@ def load_factory(ref: str) -> Any:
     try:
         module = importlib.import_module(mod_name)
     except Exception as exc:  # noqa: BLE001 - any import failure is bad input here
-        raise UsageError(f"cannot import {mod_name!r} from {ref!r}: {type(exc).__name__}: {exc}", key="--target") from exc
+        raise UsageError(f"cannot import {mod_name!r} from {ref!r}: {type(exc).__name__}: {exc}{_path_hint(exc, mod_name)}",
+                         key="--target") from exc
     factory = getattr(module, attr, None)
     if factory is None or not callable(factory):
         raise UsageError(f"{mod_name!r} has no callable {attr!r} (from {ref!r})", key="--target")
     return factory
 
 
+def _path_hint(exc: BaseException, mod_name: str) -> str:
+    """``; ... PYTHONPATH=.`` where the module that is missing is a file or package in the current
+    folder, which the ``memaudit`` console script does not put on Python's path."""
+    import os
+    import sys
+    from pathlib import Path
+
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name:
+        return ""
+    top = Path(*exc.name.split("."))
+    here = Path.cwd()
+    if not (here / top.with_suffix(".py")).is_file() and not (here / top).is_dir():
+        return ""
+    if any(os.path.abspath(p or ".") == str(here) for p in sys.path):
+        return ""
+    return (f"; {top.with_suffix('.py') if (here / top.with_suffix('.py')).is_file() else str(top) + '/'} is in the "
+            f"current folder, which is not on Python's path: run with PYTHONPATH=. (or pip install your package)")
+
+
 @functools.cache
 def takes_spec(ref: str) -> bool | None:
-    """Whether factory ``ref`` takes the case's ``CaseSpec`` (an argument), or None where it cannot
-    be imported here (then it is taken to take one: nothing is hidden from its id)."""
+    """Whether factory ``ref`` takes the case's ``CaseSpec`` (a required argument), or None where it
+    cannot be imported here (then it is taken to take one: nothing is hidden from its id). A
+    factory whose parameters all have defaults (``def build(spec=None)``) is called with none:
+    its model is what its defaults make, so its ids name no grouped-MLP dimensions."""
     try:
         factory = load_factory(ref)
     except UsageError:
         return None
     try:
-        return bool(inspect.signature(factory).parameters)
+        params = inspect.signature(factory).parameters.values()
     except (TypeError, ValueError):  # a builtin without a signature: called with the spec
         return True
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return any(p.kind in positional and p.default is inspect.Parameter.empty for p in params)
+
+
+def built_dtype(factory: Any) -> str | None:
+    """The dtype (``bf16``, ``fp32``) of the floating-point parameters (else inputs) a factory that
+    takes no spec builds, from one build on the meta device (no values, nothing allocated); None
+    where it builds another dtype or a mix, or the meta build fails (the real build then says why)."""
+    import torch
+
+    try:
+        with torch.device("meta"):
+            model, inputs = factory()
+    except Exception:  # noqa: BLE001 - the real build reports it as the case's error
+        return None
+    formats = built_formats(model, inputs if isinstance(inputs, tuple) else (inputs,))
+    return formats[0] if len(formats) == 1 and formats[0] in DTYPES else None
+
+
+def built_formats(model: Any, args: tuple[Any, ...]) -> list[str]:
+    """The formats (``bf16``, ``fp32``), sorted, of the floating-point parameters of ``model``, or
+    of the tensor inputs ``args`` where it has none."""
+    import torch
+
+    from memaudit.capture.tensors import format_of
+
+    params: list[torch.Tensor] = list(model.parameters()) if isinstance(model, torch.nn.Module) else []
+    floating = [t for t in (params or [a for a in args if isinstance(a, torch.Tensor)]) if t.is_floating_point()]
+    return sorted({format_of(t.dtype) for t in floating})
 
 
 class CustomTarget(Target):
@@ -60,8 +111,10 @@ class CustomTarget(Target):
     A factory that takes the spec is told the grouped-MLP dimensions (``--tokens``, ``--hidden``,
     ``--ffn``), the group count, dtype and device; one that takes none declares no dimensions (a
     dimension option is refused) and its case id names only what it runs: ``PKG.MOD:FACTORY/fp32``.
-    The dtype defaults to ``fp32`` (PyTorch's default), and a case whose model or inputs are not
-    of its dtype and device is an error cell rather than a case whose id says something untrue.
+    The dtype defaults to ``fp32`` (PyTorch's default) for a factory told the spec, and to the
+    dtype it builds (one build on the meta device) for one that takes none; a case whose model or
+    inputs are not of its dtype and device is an error cell rather than a case whose id says
+    something untrue.
     The custom target runs no quantization recipe: its one recipe (``bf16``, the built-ins' name
     for plain high precision) is not part of its ids.
     """
@@ -96,6 +149,8 @@ class CustomTarget(Target):
         self.ref = ref
         self.factory = load_factory(ref)
         self.shape = self.shape_of(ref)
+        if takes_spec(ref) is False:  # it builds what it builds: without --dtype, the case says that dtype
+            self.defaults = {**self.defaults, "dtype": built_dtype(self.factory) or self.defaults["dtype"]}
 
     @property
     def name(self) -> str:
@@ -140,13 +195,10 @@ def mismatch(model: Any, args: tuple[Any, ...], spec: CaseSpec, takes_spec: bool
     inputs where the model has none); a mix agrees when the spec's dtype is among them."""
     import torch
 
-    from memaudit.capture.tensors import format_of
-
     params = list(model.parameters()) if isinstance(model, torch.nn.Module) else []
     tensors = [*params, *(a for a in args if isinstance(a, torch.Tensor))]
-    floating = [t for t in (params or tensors) if t.is_floating_point()]
     how = "build spec.dtype and spec.device in the factory, or run with" if takes_spec else "run with"
-    formats = sorted({format_of(t.dtype) for t in floating})
+    formats = built_formats(model, args)
     if formats and spec.dtype not in formats:
         fix = f"--dtype {formats[0]}" if len(formats) == 1 else f"--dtype {' or '.join(formats)}"
         return f"the factory built {'/'.join(formats)} tensors, but the case (and its id) says {spec.dtype}: {how} {fix}"

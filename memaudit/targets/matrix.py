@@ -66,7 +66,7 @@ def build_specs(
     target: Target,
     *,
     recipe: str | None,
-    groups: str | None,
+    groups: str | list[int] | None,
     dims: dict[str, int | None],
     dtype: str | None,
     device: str,
@@ -85,14 +85,15 @@ def build_specs(
     for name, value in dims.items():
         flag = "--" + name.replace("_", "-")
         if value is not None and name not in names:
-            has = f"it has {', '.join(names)}" if names else "it declares none: its factory takes no case spec"
+            has = f"it has {', '.join(names)}" if names else "it declares none: its factory takes no required case spec"
             raise UsageError(f"target {target.name!r} has no dimension {name!r} ({has})", key=flag)
         _positive(value, flag)
         if value is not None and value > MAX_DIM:
             raise UsageError(f"must be at most 2**40, got an integer of {value.bit_length()} bits", key=flag)
     supported = all_recipes if all_recipes is not None else target.supported_recipes
     recipes = parse_recipes(recipe, supported, target.recipes) if recipe is not None else list(target.default_recipes)
-    group_list = parse_int_list(groups, "--groups") if groups is not None else list(d["groups"])
+    group_list = (parse_int_list(groups, "--groups") if isinstance(groups, str) else list(groups)) if groups is not None \
+        else list(d["groups"])  # the CLI gives a list (IntList); the Python API may give "1,4,8"
     dtype = dtype if dtype is not None else d["dtype"]
     if dtype not in DTYPES:
         raise UsageError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}", key="--dtype")

@@ -9,8 +9,9 @@ labelled (``execution``) and comes with the command that gives it on its own.
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from memaudit.errors import UsageError
@@ -34,6 +35,33 @@ def _dims(spec: CaseSpec) -> list[str]:
     if spec.splits:
         out += ["--splits", ",".join(map(str, spec.splits))]
     return out
+
+
+PR3545_SHAPE = (("tokens", 82944), ("hidden", 3072), ("ffn", 1536))
+"""The shape TE PR #3545 measured (a Nemotron hybrid proxy's expert layer: 83k tokens, hidden
+3072), where NVFP4's fused path keeps about 136 MiB of rowwise input it never reads."""
+PR3545_CUDNN_FRONTEND = "1.26.0"
+"""Below 1.27 a single group takes the grouped path, as in the PR's test (docs/te-nvfp4-weight-scale-view.md)."""
+
+
+def at_pr3545_shape(command: str) -> str:
+    """``command`` (an emulate or estimate command of :func:`emulate_command` /
+    :func:`estimate_command`) at PR #3545's shape. For NVFP4 an emulated run also names the cuDNN
+    frontend version under which one group takes the grouped path, as in the PR's test, and an
+    estimate shows the PR's pruning beside TE 2.20.2 (``--diff pr3545``)."""
+    args = shlex.split(command)
+    for name, value in PR3545_SHAPE:
+        flag = f"--{name}"
+        if flag in args:
+            args[args.index(flag) + 1] = str(value)
+        else:
+            args += [flag, str(value)]
+    if args[args.index("--recipe") + 1] == "nvfp4":
+        if "--kernels" in args and "--cudnn-frontend" not in args:
+            args += ["--cudnn-frontend", PR3545_CUDNN_FRONTEND]
+        elif args[1] == "estimate" and "--diff" not in args:
+            args += ["--diff", "pr3545"]  # the estimate beside the PR's pruning
+    return shlex.join(args)
 
 
 def estimate_command(spec: CaseSpec) -> str:
@@ -126,9 +154,22 @@ def _estimated(spec: CaseSpec, reason: str, why: str | None = None) -> Fallback 
 
 
 def grouped_mlp_fallback(make: Callable[[], Target], spec: CaseSpec, reason: str, mode: str,
-                         flags: dict[str, Any] | None = None, *, backward: bool = True) -> Fallback | None:
+                         flags: dict[str, Any] | None = None, *, backward: bool = True,
+                         defaults: Mapping[str, Any] | None = None) -> Fallback | None:
     """The best answer for ``spec`` under ``mode`` (``auto``, ``emulate``, ``estimate``), or None;
-    ``make`` makes the TE grouped-MLP target that runs an emulated answer."""
+    ``make`` makes the TE grouped-MLP target that runs an emulated answer. Where ``spec`` is at the
+    asking target's default shape (``defaults``: a toy size), the answer also offers its command at
+    TE PR #3545's shape (``at_scale``)."""
+    found = _best(make, spec, reason, mode, flags, backward)
+    if found is None or defaults is None or any(defaults.get(n) != v for n, v in spec.shape):
+        return found
+    why = "; where NVFP4 keeps about 136 MiB per expert layer that no backward reads" if spec.recipe == "nvfp4" else ""
+    return dataclasses.replace(found, at_scale=f"at TE PR #3545's shape (T=82,944, H=3,072, F=1,536{why}), not this "
+                                               f"toy one: {at_pr3545_shape(found.command)}")
+
+
+def _best(make: Callable[[], Target], spec: CaseSpec, reason: str, mode: str,
+          flags: dict[str, Any] | None, backward: bool) -> Fallback | None:
     if spec.recipe not in RECIPES:
         return None
     if spec.device == "meta":  # nothing may be allocated: no emulated forward (it runs on CUDA), the estimate at most

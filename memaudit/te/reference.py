@@ -47,8 +47,8 @@ class ReferenceTarget(Target):
 
     def skip_reason(self, spec: CaseSpec) -> str | None:
         if spec.recipe != "bf16":
-            return (f"the reference target runs no quantization recipe (asked for {spec.recipe!r}; TE runs it on "
-                    f"{needs(spec.recipe)}); use bf16")
+            return (f"the reference target (plain PyTorch, no TE) runs bf16 only, not {spec.recipe}; TE runs "
+                    f"{spec.recipe} on {needs(spec.recipe)}")
         if spec.device.startswith("cuda"):
             import torch
 
@@ -62,7 +62,7 @@ class ReferenceTarget(Target):
         if spec.recipe == "bf16":
             return None
 
-        return grouped_mlp_fallback(TEGroupedMLPTarget, spec, reason, mode, backward=backward)
+        return grouped_mlp_fallback(TEGroupedMLPTarget, spec, reason, mode, backward=backward, defaults=self.defaults)
 
     def build(self, spec: CaseSpec) -> Built:
         from memaudit.targets.reference_model import DTYPES, ReferenceGroupedMLP, make_inputs

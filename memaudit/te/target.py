@@ -205,7 +205,8 @@ class TEGroupedMLPTarget(Target):
         if self.emulated is not None:
             return None
 
-        return grouped_mlp_fallback(type(self), spec, reason, mode, self.flags_given, backward=backward)
+        return grouped_mlp_fallback(type(self), spec, reason, mode, self.flags_given, backward=backward,
+                                    defaults=self.defaults)
 
     def execution_label(self, case: Any) -> str | None:
         """``estimated sm100``: an estimate names the architecture it modelled (``path.arch``)."""
