@@ -610,3 +610,39 @@ def test_qualified_names_are_those_named_modules_gives() -> None:
         got = {k: v[1] for k, v in mod.qualified_names(root).items()}
         assert list(got.items()) == list(expect.items())
     assert "renamed.0.x" in {v[1] for v in mod.qualified_names(roots[2]).values()}
+
+
+def test_global_hooks_registered_again_come_last_and_follow_replaced_dicts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Later captures put memaudit's module hooks back under the ids of the first registration:
+    after a hook the user registered in between (as a fresh registration orders them), gone again
+    at exit, and into torch's new dicts where they were replaced since."""
+    import collections
+
+    import torch.nn.modules.module as mm
+
+    from memaudit.capture import modules as mod
+
+    lin = torch.nn.Linear(2, 2)
+    with capture():
+        lin(torch.randn(1, 2))
+    order: list[str] = []
+    user = mm.register_module_forward_pre_hook(lambda m, a: order.append("user"))
+    try:
+        with capture():
+            hooks = list(mm._global_forward_pre_hooks.values())
+            assert hooks[-1] is mod._pre and hooks[-2] is not mod._pre
+            assert list(mm._global_forward_hooks.values())[-1] is mod._post
+        assert mod._pre not in mm._global_forward_pre_hooks.values()
+        assert mod._post not in mm._global_forward_hooks.values()
+    finally:
+        user.remove()
+    for name in ("_global_forward_pre_hooks", "_global_forward_hooks", "_global_forward_hooks_always_called"):
+        monkeypatch.setattr(mm, name, collections.OrderedDict())
+    with capture() as cap:
+        assert list(mm._global_forward_pre_hooks.values()) == [mod._pre]
+        assert list(mm._global_forward_hooks.values()) == [mod._post]
+        assert list(mm._global_forward_hooks_always_called.values()) == [True]
+        y = lin(torch.randn(1, 2, requires_grad=True))
+    assert any(r.module == "Linear" for r in cap.report().rows)
+    assert not mm._global_forward_pre_hooks and not mm._global_forward_hooks and not mm._global_forward_hooks_always_called
+    del y

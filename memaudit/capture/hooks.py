@@ -76,16 +76,17 @@ class Record(weakref.ref):
     class-level defaults; the hot path sets only slots (no instance dict is made).
     """
 
-    __slots__ = ("raw", "version", "output_nr", "is_output", "frame", "op", "slot", "node_seq", "__dict__")
+    __slots__ = ("raw", "version", "output_nr", "is_output", "frame", "__dict__")
 
     raw: tuple[Any, ...] | None
     version: int
     output_nr: int | None  # a non-leaf's output_nr when packed (PyTorch's in-place message names it)
     is_output: bool  # packed as an output of the node being built (kept as a detached alias)
     frame: Frame | None  # the module call that was innermost when packed (modules.py)
-    op: str | None  # the node that holds it, once report()'s walk named it
-    slot: str | None  # the node's attribute (saved_tensors[k], _saved_self, ...)
-    node_seq: int | None  # sequence number of the Python autograd node that holds it (set by the walk)
+    # Set by report()'s walk only (the pack leaves them to these class-level defaults).
+    op: str | None = None  # the node that holds it, once report()'s walk named it
+    slot: str | None = None  # the node's attribute (saved_tensors[k], _saved_self, ...)
+    node_seq: int | None = None  # sequence number of the Python autograd node that holds it (set by the walk)
     buffers: list[tuple[str | None, Buffer]] | None = None
     container: dict[str, Any] | None = None
     hook: HookInfo | None = None
@@ -148,7 +149,6 @@ def new_record(value: Any, on_release: Callable[[Record], None] | None = None) -
     rec.output_nr = None
     rec.is_output = False
     rec.frame = None
-    rec.op = rec.slot = rec.node_seq = None
     return saved, rec
 
 
@@ -336,11 +336,11 @@ class Layer:
         """
         state = self.state
         tp = type(t)
-        if tp is _Tensor or tp is _Parameter:
+        plain = tp is _Tensor or tp is _Parameter
+        if plain:
             saved = _Saved()
             rec = Record(saved, self.on_release)
             saved.rec = rec
-            rec.op = rec.slot = rec.node_seq = None
             fields = None
             prov = state.provenance
             if prov:  # a classifier queued what this tensor is (_take, inline)
@@ -374,14 +374,17 @@ class Layer:
         version = -1
         try:
             version = t._version
-            if not t.is_leaf:
+            # None for a leaf: what is_leaf says, in the read the next lines need (a subclass is
+            # asked is_leaf first: its grad_fn may be a property that warns)
+            fn = t.grad_fn if plain or not t.is_leaf else None
+            if fn is not None:
                 rec.output_nr = t.output_nr
                 # An output of the node being built (tanh, relu, exp save their result) has that
                 # node, the newest in this thread, as grad_fn: keeping it would make a
                 # node -> tensor -> node cycle that C++ holds. Keep an alias without grad_fn
                 # (same storage and version counter); every other tensor is kept as given.
                 newest = _next_sequence_nr() - 1
-                if newest < 0 or t.grad_fn._sequence_nr() == newest:
+                if newest < 0 or fn._sequence_nr() == newest:
                     rec.is_output = True
                     t = t.detach()
         except Exception:  # noqa: BLE001 - an object torch cannot version or detach: keep it as given

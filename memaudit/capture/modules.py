@@ -84,7 +84,35 @@ _handles: list[Any] = []
 _hidden = False  # the hooks are taken out while Dynamo compiles (memaudit.capture.compiled)
 
 
+_made: list[Any] = []
+"""The two handles torch gave on the first registration in this process (pre, post), kept for
+the next ones: registering again puts the same hooks back under the same ids (see :func:`_register`)."""
+
+
 def _register() -> None:
+    """Put the two global hooks in torch's dicts, last in order, as a fresh registration does.
+
+    The first time through torch's ``register_module_forward_*hook``; later the same handles'
+    entries are inserted again (a new ``RemovableHandle`` per capture cost about 12,000
+    instructions: it bumps a class attribute, which flushes the type's method cache). Where torch
+    keeps its hooks elsewhere than the handle says (a torch that changed, or dicts replaced since),
+    torch's functions are asked again."""
+    if _made:
+        pre, post = _made
+        mm = torch.nn.modules.module
+        pre_d: Any = getattr(mm, "_global_forward_pre_hooks", None)
+        post_d: Any = getattr(mm, "_global_forward_hooks", None)
+        always_d: Any = getattr(mm, "_global_forward_hooks_always_called", None)
+        extra = post.extra_dict_ref
+        if (pre_d is not None and post_d is not None and always_d is not None and pre.hooks_dict_ref() is pre_d
+                and post.hooks_dict_ref() is post_d and len(extra) == 1 and extra[0]() is always_d):
+            pre_d[pre.id] = _pre
+            _handles.append(pre)
+            post_d[post.id] = _post
+            always_d[post.id] = True
+            _handles.append(post)
+            return
+        _made.clear()
     pre = register_module_forward_pre_hook(_pre)
     try:
         _handles.append(pre)
@@ -92,6 +120,7 @@ def _register() -> None:
     except BaseException:
         _remove()
         raise
+    _made.extend(_handles)
 
 
 def acquire() -> None:

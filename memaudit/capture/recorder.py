@@ -117,6 +117,10 @@ def _probe_sequence_nr() -> int | None:
         return None
 
 
+_next_seq: Any = _peek_sequence_nr if _peek_sequence_nr is not None else _probe_sequence_nr
+"""What entering and leaving a capture call: torch's counter itself where it has one."""
+
+
 def _current_task() -> Any:
     """The asyncio task running in this thread, or None (asyncio is not imported for this)."""
     aio = sys.modules.get("asyncio")
@@ -207,7 +211,7 @@ class Capture:
             plugin.install()
             self._installed.append(plugin)
         self.active = True
-        stack.ACTIVE.add(self)
+        stack.ACTIVE[id(self)] = weakref.ref(self)
         compiled.enter()
         if self.name_early:
             stack.watch_backward(True)
@@ -223,7 +227,7 @@ class Capture:
             self._pop()
         finally:
             self.active = False
-            stack.ACTIVE.discard(self)
+            stack.ACTIVE.pop(id(self), None)
             compiled.exit()
             if self.name_early:
                 stack.watch_backward(False)
@@ -251,7 +255,7 @@ class Capture:
 
     def _push(self, hold_module_hooks: bool = True) -> None:
         tid = threading.get_ident()
-        self._regions.setdefault(tid, []).append([_probe_sequence_nr(), None])
+        self._regions.setdefault(tid, []).append([_next_seq(), None])
         self._threads.add(tid)
         hold = self.modules and hold_module_hooks
         if hold:
@@ -263,7 +267,7 @@ class Capture:
                 modules.release()
             raise
         self._held.setdefault(tid, []).append(hold)
-        st = hooks.state()
+        st = self._layers[tid][-1].state  # this thread's (the layer just pushed read it)
         if self.name_early:
             st.naming += 1
         if self.stack:
@@ -282,7 +286,7 @@ class Capture:
     def _close_region(self, tid: int) -> None:
         for region in reversed(self._regions.get(tid, [])):
             if region[1] is None:
-                region[1] = _probe_sequence_nr()
+                region[1] = _next_seq()
                 return
 
     def _pop(self) -> None:

@@ -238,8 +238,15 @@ def _label_noop_save_inputs(ckpt: Any) -> None:
     noop.apply = staticmethod(apply)
 
 
-ACTIVE: weakref.WeakSet[Capture] = weakref.WeakSet()
-"""Captures active in any thread (a thread started while one is active may save unseen tensors)."""
+ACTIVE: dict[int, weakref.ref[Capture]] = {}
+"""Captures active in any thread, by id (a thread started while one is active may save unseen
+tensors): a weak reference each, put in when a capture is entered and taken out when it ends
+(cheaper to enter and leave than a ``WeakSet``, which makes a weak reference with a callback)."""
+
+
+def active_captures() -> list[Capture]:
+    """The captures active in any thread now."""
+    return [cap for ref in list(ACTIVE.values()) if (cap := ref()) is not None and cap.active]
 
 
 def _attached(mine: list[Capture], fn: Callable[..., Any], hold_module_hooks: bool = True) -> Callable[..., Any]:
@@ -281,7 +288,7 @@ def _watch_thread_starts() -> None:
 
     def start(self: threading.Thread) -> None:
         mine = [cap for cap in state().captures if cap.active]
-        for cap in list(ACTIVE):
+        for cap in active_captures():
             if cap not in mine:
                 cap.thread_started()
         if mine and not _is_pool_worker(self):  # it may outlive the capture: it holds no global module hook
