@@ -21,7 +21,7 @@ from memaudit.judge.baseline import compare_reports
 from memaudit.judge.budgets import Verdict
 from memaudit.render.compare_table import comparison_table, print_comparison, rows_table
 from memaudit.render.console import LOG_WIDTH, make_console
-from memaudit.render.layout import COMPACT_WIDTH, Col, Prose, Sheet, fit, wrap_text
+from memaudit.render.layout import COMPACT_WIDTH, Prose, Sheet, fit, text_col, value_col, wrap_text
 from memaudit.render.tables import case_table, summary_table
 from memaudit.render.verdicts import render_verdicts
 from memaudit.report import load_report
@@ -214,7 +214,7 @@ def test_wrap_keeps_a_quantity_with_its_unit_and_folds_after_a_dot() -> None:
 
 
 def test_fit_goes_compact_below_the_threshold_even_when_the_wide_table_would_fit() -> None:
-    sheet = Sheet([Col("a"), Col("b", "right"), Col("empty")])
+    sheet = Sheet([value_col("a"), value_col("b", "right"), text_col("empty")])
     sheet.add_row("x", "1 B", "")
     assert "┃" in "".join(render(fit(COMPACT_WIDTH, sheet), COMPACT_WIDTH))
     narrow = render(fit(COMPACT_WIDTH - 1, sheet), COMPACT_WIDTH - 1)
