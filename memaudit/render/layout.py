@@ -44,6 +44,10 @@ FREE_MIN = 20
 LONG_WORD = 30
 """Free text may fold a word longer than this (a path in an error message) rather than widen its column."""
 
+NARROW_TEXT = 12
+"""Where the compact table would leave a free-text column fewer columns than this (or its longest
+word, where shorter), free text goes on lines of its own under each row's values."""
+
 Cell = str | Text
 
 _TOKEN = re.compile(r"(?:(?:[<>]=?|==?|≠) )?[-+(~]?[0-9][0-9.,]* (?:B|KiB|MiB|GiB|TiB|kB|MB|GB|TB)(?![A-Za-z])\S*|\S+")
@@ -167,10 +171,12 @@ class Sheet:
         kept = self.kept()
         return sum(self._floor(i, wide=True) for i in kept) + _extra(len(kept), boxed=True)
 
-    def compact_width(self) -> int:
-        """The columns the compact layout needs (a ``group`` column on its own line not counted)."""
+    def compact_width(self, word: int = LONG_WORD) -> int:
+        """The columns the compact layout needs (a ``group`` column on its own line not counted),
+        free text folding a word longer than ``word``."""
         kept = [i for i in self.kept() if i != self.group]
-        return (sum(self._floor(i, wide=False) for i in kept) + _extra(len(kept), boxed=False)
+        floors = [self._floor(i, wide=False) if self.cols[i].no_wrap else min(self._floor(i, wide=False), word) for i in kept]
+        return (sum(floors) + _extra(len(kept), boxed=False)
                 + (INDENT if self.group is not None else 0))
 
     def _table(self, kept: Sequence[int], width: int | None, *, boxed: bool, show_header: bool = True) -> Table:
@@ -239,7 +245,9 @@ class Sheet:
         """No vertical rules; title and caption above and below; with ``group``, each group's id
         on a line of its own."""
         parts: list[RenderableType] = [Prose(self.title)] if self.title is not None else []
-        if self.group is None:
+        if self.compact_width(NARROW_TEXT) > width and any(not self.cols[i].no_wrap for i in self.kept()):
+            parts += self._stacked(width)
+        elif self.group is None:
             kept = self.kept()
             table = self._table(kept, width, boxed=False)
             self._add(table, self.rows, kept, self.ends)
@@ -268,6 +276,36 @@ class Sheet:
         out: list[RenderableType] = [table([])]
         for rows in groups:
             out += [Prose(rows[0][g]), table(rows)]
+        return out
+
+
+    def _stacked(self, width: int) -> list[RenderableType]:
+        """Where even the compact table leaves its free text less than its longest word: the
+        values of each row on a line (a group's id above them), its free text on lines of its
+        own under them, indented; each free cell named by its header where there are several."""
+        g = self.group
+        kept = [i for i in self.kept() if i != g]
+        values, free = [i for i in kept if self.cols[i].no_wrap], [i for i in kept if not self.cols[i].no_wrap]
+        indent = INDENT if g is not None else 0
+
+        def table(rows: Sequence[list[Text]]) -> Padding:  # every row's table has the same columns
+            t = self._table(values, width - indent, boxed=False, show_header=not rows)
+            self._add(t, rows, values)
+            return Padding(t, (0, 0, 0, indent))
+
+        out: list[RenderableType] = [table([])]
+        group = None
+        for n, row in enumerate(self.rows):
+            if g is not None and row[g].plain not in ("", group):
+                group = row[g].plain
+                out.append(Prose(row[g]))
+            out.append(table([row]))
+            for i in free:
+                if row[i].plain.strip():
+                    label = Text(f"{self.cols[i].header}: ", style="dim") if len(free) > 1 else Text("")
+                    out.append(Prose(label + row[i], indent=indent + 2, hang=indent + 4))
+            if n in self.ends:
+                out.append(Text(""))
         return out
 
 
