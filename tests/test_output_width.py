@@ -259,3 +259,24 @@ def test_cli_estimate_at_80() -> None:
     lines = result.stdout.splitlines()
     assert_fits(lines, 80)
     assert_whole(lines, "saved bytes: te-2.20 36.6 MiB -> ideal 30.5 MiB", "36.6 MiB")
+
+
+# ---- 60 columns: every column's values still shown, whole ------------------------------------------
+def test_every_column_survives_60_columns() -> None:
+    """At 60 columns the compact case and compare tables leave free text too little room; its cells
+    go on lines of their own under each row's values (the old layout dropped the case table's
+    ``what`` column, cut ``uint8`` to ``uint`` and folded ``change`` to 4 columns)."""
+    case = fp8_case()
+    lines = render(case_table(case, width=60), 60)
+    assert_fits(lines, 60)
+    assert_whole(lines, "(1024, 4096) uint8", "fp8 data columnwise", "activation.activation_in", "32.0 MiB")
+    lines = render(render_verdicts(_verdicts(), width=60), 60)
+    assert_fits(lines, 60)
+    assert_whole(lines, "<= 96.0 MiB", "56.0 MiB", "weights-are-parameters", "columnwise", "4.0 MiB,")  # the old one cut "96.|0 MiB"
+    console = Console(width=60, record=True, file=io.StringIO())
+    print_comparison(console, _comparison(), verbose=True, title="a -> b")
+    lines = console.export_text().splitlines()
+    assert_fits(lines, 60)
+    assert_whole(lines, "operand fc1.input", "orientation columnwise", "+1.5 KiB", "regression", "improvement")
+    assert not any(re.search(r"\d$", ln.rstrip()) and re.match(r"^\s*(B|KiB|MiB)\b", nxt)
+                   for ln, nxt in zip(lines, lines[1:], strict=False)), "a quantity split from its unit"
