@@ -44,7 +44,7 @@ FREE_MIN = 20
 LONG_WORD = 30
 """Free text may fold a word longer than this (a path in an error message) rather than widen its column."""
 
-NARROW_TEXT = 12
+NARROW_TEXT = 20
 """Where the compact table would leave a free-text column fewer columns than this (or its longest
 word, where shorter), free text goes on lines of its own under each row's values."""
 
@@ -228,7 +228,9 @@ class Sheet:
         kept = self.kept()
         table = self._table(kept, width, boxed=True)
         self._add(table, self.rows, kept, self.ends)
-        inner = sum(c.width if c.width is not None else c.min_width or 0 for c in table.columns) + _extra(len(kept), boxed=True) if width is not None else None
+        inner = None  # the table's width, where it is sized
+        if width is not None:
+            inner = sum(c.width or c.min_width or 0 for c in table.columns) + _extra(len(kept), boxed=True)
         above = self.title is not None and inner is not None and self.title.cell_len > inner
         below = self.caption is not None and inner is not None and self.caption.cell_len > inner
         table.title, table.title_justify = (None if above else self.title), "left"
