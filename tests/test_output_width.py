@@ -21,7 +21,7 @@ from memaudit.judge.baseline import compare_reports
 from memaudit.judge.budgets import Verdict
 from memaudit.render.compare_table import comparison_table, print_comparison, rows_table
 from memaudit.render.console import LOG_WIDTH, make_console
-from memaudit.render.layout import COMPACT_WIDTH, Col, Prose, Sheet, fit, wrap_text
+from memaudit.render.layout import COMPACT_WIDTH, Prose, Sheet, fit, text_col, value_col, wrap_text
 from memaudit.render.tables import case_table, summary_table
 from memaudit.render.verdicts import render_verdicts
 from memaudit.report import load_report
@@ -214,7 +214,7 @@ def test_wrap_keeps_a_quantity_with_its_unit_and_folds_after_a_dot() -> None:
 
 
 def test_fit_goes_compact_below_the_threshold_even_when_the_wide_table_would_fit() -> None:
-    sheet = Sheet([Col("a"), Col("b", "right"), Col("empty")])
+    sheet = Sheet([value_col("a"), value_col("b", "right"), text_col("empty")])
     sheet.add_row("x", "1 B", "")
     assert "┃" in "".join(render(fit(COMPACT_WIDTH, sheet), COMPACT_WIDTH))
     narrow = render(fit(COMPACT_WIDTH - 1, sheet), COMPACT_WIDTH - 1)
@@ -259,3 +259,24 @@ def test_cli_estimate_at_80() -> None:
     lines = result.stdout.splitlines()
     assert_fits(lines, 80)
     assert_whole(lines, "saved bytes: te-2.20 36.6 MiB -> ideal 30.5 MiB", "36.6 MiB")
+
+
+# ---- 60 columns: every column's values still shown, whole ------------------------------------------
+def test_every_column_survives_60_columns() -> None:
+    """At 60 columns the compact case and compare tables leave free text too little room; its cells
+    go on lines of their own under each row's values (the old layout dropped the case table's
+    ``what`` column, cut ``uint8`` to ``uint`` and folded ``change`` to 4 columns)."""
+    case = fp8_case()
+    lines = render(case_table(case, width=60), 60)
+    assert_fits(lines, 60)
+    assert_whole(lines, "(1024, 4096) uint8", "fp8 data columnwise", "activation.activation_in", "32.0 MiB")
+    lines = render(render_verdicts(_verdicts(), width=60), 60)
+    assert_fits(lines, 60)
+    assert_whole(lines, "<= 96.0 MiB", "56.0 MiB", "weights-are-parameters", "columnwise", "4.0 MiB,")  # the old one cut "96.|0 MiB"
+    console = Console(width=60, record=True, file=io.StringIO())
+    print_comparison(console, _comparison(), verbose=True, title="a -> b")
+    lines = console.export_text().splitlines()
+    assert_fits(lines, 60)
+    assert_whole(lines, "operand fc1.input", "orientation columnwise", "+1.5 KiB", "regression", "improvement")
+    assert not any(re.search(r"\d$", ln.rstrip()) and re.match(r"^\s*(B|KiB|MiB)\b", nxt)
+                   for ln, nxt in zip(lines, lines[1:], strict=False)), "a quantity split from its unit"

@@ -15,7 +15,7 @@ from memaudit.report import load_report
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("width", [80, 100, 120, 142, 143, 200])
+@pytest.mark.parametrize("width", [60, 80, 100, 120, 142, 143, 200])
 def test_the_source_column_survives_every_width(width: int) -> None:
     case = load_report(ROOT / "reports/cpu/reference.json").cases[0]
     rows = [dataclasses.replace(r, source=f"models/my_block.py:{100 + r.index}") for r in case.rows]
@@ -25,3 +25,4 @@ def test_the_source_column_survives_every_width(width: int) -> None:
     text = console.export_text()
     for r in rows:
         assert r.source in text, (width, r.source)
+    assert all(len(line) <= width for line in text.splitlines()), width

@@ -6,7 +6,7 @@ from rich.console import Console, RenderableType
 from rich.text import Text
 
 from memaudit.judge.baseline import CaseDiff, Comparison, Finding, RowDiff
-from memaudit.render.layout import Col, Prose, Sheet, fit
+from memaudit.render.layout import Prose, Sheet, fit, text_col, value_col
 from memaudit.report import Row
 from memaudit.units import fmt_bytes, fmt_delta, fmt_shape
 
@@ -44,8 +44,8 @@ def _pct(f: Finding) -> str:
 
 
 def _comparison_sheet(cmp: Comparison, title: str | None, compact: bool) -> Sheet:
-    cols = [Col("case"), Col("change", wrap=True), Col("current", "right"), Col("baseline", "right"),
-            Col("delta", "right"), Col("%" if compact else "delta %", "right"), Col("verdict")]
+    cols = [value_col("case"), text_col("change"), value_col("current", "right"), value_col("baseline", "right"),
+            value_col("delta", "right"), value_col("%" if compact else "delta %", "right"), value_col("verdict")]
     unchanged = sum(1 for d in cmp.cases if not d.findings)
     sheet = Sheet(cols, title=title, group=0,
                   caption=f"{unchanged} case{'s' if unchanged != 1 else ''} unchanged" if unchanged else None)
@@ -77,11 +77,11 @@ def _shape(r: Row | None) -> str:
 
 def _rows_sheet(diff: CaseDiff, compact: bool) -> Sheet:
     if compact:
-        cols = [Col("buffer", wrap=True), Col("shape now"), Col("bytes now", "right"), Col("baseline", "right"),
-                Col("delta", "right")]
+        cols = [text_col("buffer"), value_col("shape now"), value_col("bytes now", "right"), value_col("baseline", "right"),
+                value_col("delta", "right")]
     else:
-        cols = [Col("buffer", wrap=True), Col("shape now"), Col("baseline shape"), Col("dtype"),
-                Col("bytes now", "right"), Col("baseline", "right"), Col("delta", "right")]
+        cols = [text_col("buffer"), value_col("shape now"), value_col("baseline shape"), value_col("dtype"),
+                value_col("bytes now", "right"), value_col("baseline", "right"), value_col("delta", "right")]
     sheet = Sheet(cols, title=f"rows behind {diff.id}")
     for rd in diff.row_diffs:
         key, shape_now, shape_base, dtype, now, base, delta = _row_cells(rd)

@@ -1,31 +1,35 @@
-"""Tables that fit the console: a wide layout where it fits, a compact one where it does not.
+"""Tables that fit the console, laid out by rich: a boxed table where it fits, a compact one where not.
 
-Every table of the CLI is a :class:`Sheet`: columns, rows of plain cells, optional sections. A
-sheet drops the columns that are empty in every row, and renders
+Every table of the CLI is a :class:`Sheet`: rich :class:`~rich.table.Column` s (``no_wrap=True``
+for numbers, ids and shapes; wrapping free text otherwise), rows, optional sections. A sheet drops
+the columns that are empty in every row and renders
 
-* **wide**: a boxed rich table, every column at its natural width (what a CI log of
-  ``LOG_WIDTH`` columns gets, and a wide terminal);
-* **compact**: fewer columns (the caller builds a second, smaller sheet) and no vertical rules,
-  below ``COMPACT_WIDTH`` columns or wherever the wide one would not fit. A sheet with a
-  ``group`` column (a case id) prints that column as a line of its own above its rows, so that
-  a long id never squeezes the numbers beside it.
+* **wide**: rich's boxed table (what a CI log of ``LOG_WIDTH`` columns gets, and a wide terminal);
+* **compact**: fewer columns (the caller builds a second, smaller sheet), ``box.SIMPLE_HEAD``
+  without edges, below ``COMPACT_WIDTH`` columns or wherever the wide one would not fit. A sheet
+  with a ``group`` column (a case id) prints that column as a line of its own above its rows.
 
-Numbers, ids and shapes never wrap (a column is ``wrap=True`` only for free text, which wraps at
-spaces), so a value is never cut in the middle.
+rich measures, wraps and draws. Each value column gets ``min_width`` = its longest value (it
+never wraps, and the tables of a grouped sheet line up); each free-text column a fixed ``width``:
+its longest word, plus a share of what is left (see :meth:`Sheet._free_widths` for why rich's
+``ratio`` does not do this). Two more things rich has no option for stay here: dropping empty
+columns, and
+:class:`Prose`, wrapping that keeps a quantity with its unit (rich breaks ``1.5 KiB`` at its space,
+a no-break space U+00A0 included, since its word pattern is ``\\s``; and a no-break space in a cell
+would make ``grep '1.5 KiB'`` miss the CI log).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Literal
 
 from rich import box
 from rich.console import Console, ConsoleOptions, Group, RenderableType
 from rich.measure import Measurement
 from rich.padding import Padding
-from rich.table import Table
+from rich.table import Column, Table
 from rich.text import Text
 
 COMPACT_WIDTH = 100
@@ -40,20 +44,11 @@ FREE_MIN = 20
 LONG_WORD = 30
 """Free text may fold a word longer than this (a path in an error message) rather than widen its column."""
 
+NARROW_TEXT = 20
+"""Where the compact table would leave a free-text column fewer columns than this (or its longest
+word, where shorter), free text goes on lines of its own under each row's values."""
+
 Cell = str | Text
-
-
-@dataclass(frozen=True)
-class Col:
-    """A column: its header, justification, and whether its text may wrap at spaces."""
-
-    header: str
-    justify: Literal["left", "right"] = "left"
-    wrap: bool = False
-    """Free text (notes, reasons, messages) that may wrap; numbers, ids and shapes never do."""
-    keep: bool = False
-    """Shown even where every cell is empty."""
-
 
 _TOKEN = re.compile(r"(?:(?:[<>]=?|==?|≠) )?[-+(~]?[0-9][0-9.,]* (?:B|KiB|MiB|GiB|TiB|kB|MB|GB|TB)(?![A-Za-z])\S*|\S+")
 """A word, or a quantity with its unit (``1.5 KiB``, ``(+1536 B);``, ``<= 96 MiB``): wrapping never
@@ -94,8 +89,8 @@ def wrap_text(text: Text | str, width: int, *, indent: int = 0, hang: int | None
 
 
 class Prose:
-    """Text that wraps to the console's width without splitting a quantity from its unit
-    (rich alone would break ``1.5 KiB`` at its space), with a hanging indent."""
+    """Text that wraps to the width rich gives it (the console, or a table cell) without splitting
+    a quantity from its unit, with a hanging indent."""
 
     def __init__(self, text: Text | str, *, indent: int = 0, hang: int | None = None) -> None:
         self.text = _text(text)
@@ -107,39 +102,41 @@ class Prose:
 
     def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
         longest = max((len(m.group()) for m in _TOKEN.finditer(self.text.plain)), default=0)
-        return Measurement(min(options.max_width, longest + self.indent), min(options.max_width, self.text.cell_len + self.indent))
+        natural = max((Text(ln).cell_len for ln in self.text.plain.splitlines()), default=0)
+        return Measurement(min(options.max_width, longest + self.indent), min(options.max_width, natural + self.indent))
 
 
 def _text(cell: Cell) -> Text:
     return cell if isinstance(cell, Text) else Text(cell)  # plain: ids and operands are not markup
 
 
-def _longest_word(text: Text) -> int:
-    return max((len(w) for line in text.plain.splitlines() for w in line.split()), default=0)
-
-
-def _width(text: Text, wrap: bool) -> int:
-    """The narrowest a cell can be without cutting anything: its longest line, or for free text
-    its longest word."""
-    if wrap:
-        return _longest_word(text)
+def _lines(text: Text) -> int:
+    """The longest line of a cell."""
     return max((Text(line).cell_len for line in text.plain.splitlines()), default=0)
 
 
-@dataclass
+def _word(text: Text) -> int:
+    """The longest word of free text, a quantity and its unit one word."""
+    return max((len(m.group()) for m in _TOKEN.finditer(text.plain)), default=0)
+
+
 class Sheet:
     """Rows for a table that renders wide or compact; see the module doc."""
 
-    cols: Sequence[Col]
-    title: Text | str | None = None
-    """A plain string or a Text (never read as markup)."""
-    caption: Text | str | None = None
-    group: int | None = None
-    """The index of the column printed as a line above its rows in the compact layout (a case id);
-    a row whose cell there is empty or repeats the one above belongs to the same group."""
-    rows: list[list[Text]] = field(default_factory=list)
-    ends: set[int] = field(default_factory=set)
-    """Indices of rows that end a section."""
+    def __init__(self, cols: Sequence[Column], *, title: Cell | None = None, caption: Cell | None = None,
+                 group: int | None = None, keep: Collection[str] = ()) -> None:
+        self.cols = list(cols)
+        self.title = _text(title) if title is not None else None
+        """Plain text or a Text (never read as markup)."""
+        self.caption = _text(caption) if caption is not None else None
+        self.group = group
+        """The index of the column printed as a line above its rows in the compact layout (a case
+        id); a row whose cell there is empty or repeats the one above belongs to the same group."""
+        self.keep = set(keep)
+        """Headers of the columns shown even where every cell is empty."""
+        self.rows: list[list[Text]] = []
+        self.ends: set[int] = set()
+        """Indices of rows that end a section."""
 
     def add_row(self, *cells: Cell) -> None:
         if len(cells) != len(self.cols):
@@ -152,102 +149,110 @@ class Sheet:
 
     # ---- columns --------------------------------------------------------------------------------
     def kept(self) -> list[int]:
-        """The columns that have a value in some row (or ``keep``)."""
+        """The columns that have a value in some row (or are in ``keep``)."""
         return [i for i, c in enumerate(self.cols)
-                if c.keep or i == self.group or any(r[i].plain.strip() for r in self.rows)]
-
-    def _needs(self, i: int) -> int:
-        col = self.cols[i]
-        need = max([_width(Text(col.header), col.wrap), *(_width(r[i], col.wrap) for r in self.rows)])
-        return min(need, max(LONG_WORD, _width(Text(col.header), True))) if col.wrap else need
+                if c.header in self.keep or i == self.group or any(r[i].plain.strip() for r in self.rows)]
 
     def _natural(self, i: int) -> int:
-        return max([Text(self.cols[i].header).cell_len, *(_width(r[i], False) for r in self.rows)])
+        return max([Text(str(self.cols[i].header)).cell_len, *(_lines(r[i]) for r in self.rows)])
+
+    def _floor(self, i: int, *, wide: bool) -> int:
+        """The narrowest column ``i`` may be: a value whole; free text its longest word (at most
+        ``LONG_WORD``, a longer one folds), in the wide layout at least ``FREE_MIN``."""
+        col = self.cols[i]
+        if col.no_wrap:
+            return self._natural(i)
+        head = _word(Text(str(col.header)))
+        need = min(max([head, *(_word(r[i]) for r in self.rows)]), max(LONG_WORD, head))
+        return max(need, min(self._natural(i), FREE_MIN)) if wide else need
 
     def wide_width(self) -> int:
-        """The columns the wide layout needs to show every value whole, free text wrapping at
-        spaces but at least ``FREE_MIN`` columns wide (or its whole length where shorter)."""
+        """The columns the wide layout needs to show every value whole."""
         kept = self.kept()
-        need = [max(self._needs(i), min(self._natural(i), FREE_MIN)) if self.cols[i].wrap else self._needs(i) for i in kept]
-        return sum(need) + _extra(len(kept), boxed=True)
+        return sum(self._floor(i, wide=True) for i in kept) + _extra(len(kept), boxed=True)
 
-    def compact_width(self) -> int:
-        """The columns the compact layout needs (free text at its longest word; a ``group``
-        column on its own line is not counted)."""
+    def compact_width(self, word: int = LONG_WORD) -> int:
+        """The columns the compact layout needs (a ``group`` column on its own line not counted),
+        free text folding a word longer than ``word``."""
         kept = [i for i in self.kept() if i != self.group]
-        return sum(self._needs(i) for i in kept) + _extra(len(kept), boxed=False) + (INDENT if self.group is not None else 0)
+        floors = [self._floor(i, wide=False) if self.cols[i].no_wrap else min(self._floor(i, wide=False), word) for i in kept]
+        return (sum(floors) + _extra(len(kept), boxed=False)
+                + (INDENT if self.group is not None else 0))
 
-    def widths(self, kept: Sequence[int], avail: int) -> list[int]:
-        """Column widths (no padding) in ``avail`` columns: every column at least what it needs
-        (numbers and ids whole, free text its longest word); what is left goes to the free text
-        columns, in proportion to how much more they would take."""
-        widths = {i: self._needs(i) for i in kept}
-        free = [i for i in kept if self.cols[i].wrap]
-        room = avail - sum(w for i, w in widths.items() if i not in free)
-        for i in free:  # where even the longest words do not fit, free text folds them
-            widths[i] = max(1, min(widths[i], room // len(free)))
-        spare = avail - sum(widths.values())
-        wants = {i: self._natural(i) - widths[i] for i in free}
-        total = sum(wants.values())
-        if spare > 0 and total > 0:
-            share = {i: min(wants[i], spare * wants[i] // total) for i in free}
-            left = spare - sum(share.values())
-            for i in sorted(free, key=lambda i: wants[i] - share[i], reverse=True):  # the remainder
-                extra = min(left, wants[i] - share[i])
-                share[i] += extra
-                left -= extra
-            for i in free:
-                widths[i] += share[i]
-        return [widths[i] for i in kept]
+    def _table(self, kept: Sequence[int], width: int | None, *, boxed: bool, show_header: bool = True) -> Table:
+        """An empty rich table of the ``kept`` columns, sized for ``width`` columns in all (None:
+        rich's natural widths)."""
+        free = self._free_widths(kept, width - _extra(len(kept), boxed=boxed), boxed=boxed) if width is not None else {}
+        specs = []
+        for i in kept:
+            col = self.cols[i].copy()  # without its cells
+            col.overflow = "fold"  # a value too wide for any layout folds, never lost
+            if width is not None and col.no_wrap:  # its longest value: never wrapped, the same in every group's table
+                col.min_width = self._natural(i)
+            elif width is not None:
+                col.width = free[i]
+            specs.append(col)
+        if boxed:
+            return Table(*specs, header_style="bold", show_header=show_header)
+        return Table(*specs, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 0, 0, 1),
+                     header_style="bold", show_header=show_header)
+
+    def _free_widths(self, kept: Sequence[int], avail: int, *, boxed: bool) -> dict[int, int]:
+        """The free-text columns' widths in ``avail`` columns of content: each its floor, what is
+        left shared in proportion to how much more each would take. (rich's ``ratio`` with
+        ``expand`` cannot do this: its distribution gives the first columns their share before the
+        later ones their minimum, overshoots, and then drops every column back to its minimum.)"""
+        free = [i for i in kept if not self.cols[i].no_wrap]
+        floors = {i: self._floor(i, wide=boxed) for i in free}
+        room = avail - sum(self._natural(i) for i in kept if i not in floors)
+        if sum(floors.values()) > room:  # even the longest words do not fit: free text folds them
+            return {i: max(1, min(floors[i], room // len(free))) for i in free}
+        wants = {i: self._natural(i) - floors[i] for i in free}
+        spare, total = room - sum(floors.values()), sum(wants.values())
+        if spare >= total:
+            return {i: self._natural(i) for i in free}
+        out = {i: floors[i] + spare * wants[i] // total for i in free}
+        for i in sorted(free, key=lambda i: wants[i], reverse=True)[:room - sum(out.values())]:  # the remainder
+            out[i] += 1
+        return out
+
+    def _add(self, table: Table, rows: Sequence[list[Text]], kept: Sequence[int], ends: Collection[int] = ()) -> None:
+        for n, row in enumerate(rows):
+            cells: list[RenderableType] = [Prose(row[i]) if not self.cols[i].no_wrap else row[i] for i in kept]
+            table.add_row(*cells, end_section=n in ends)
 
     # ---- layouts --------------------------------------------------------------------------------
     def wide(self, width: int | None = None) -> RenderableType:
-        """A boxed table, in ``width`` columns or, where None, at its natural width (rich's own
-        wrapping). Title and caption are drawn inside it where they fit its width, else above
-        and below it."""
+        """A boxed table, in ``width`` columns or, where None, at its natural width. Title and
+        caption are drawn inside it where they fit its width, else above and below it."""
         kept = self.kept()
-        widths = self.widths(kept, width - _extra(len(kept), boxed=True)) if width is not None else None
-        inner = sum(widths) + _extra(len(kept), boxed=True) if widths is not None else None
-        title = _text(self.title) if self.title is not None else None
-        caption = _text(self.caption) if self.caption is not None else None
-        above = title if title is not None and inner is not None and title.cell_len > inner else None
-        below = caption if caption is not None and inner is not None and caption.cell_len > inner else None
-        table = Table(title=title if above is None else None, title_justify="left", header_style="bold",
-                      caption=caption if below is None else None, caption_justify="left",
-                      min_width=_longest_word(title) if title is not None and inner is None else None)
-        self._fill(table, kept, widths)
-        for n, row in enumerate(self.rows):
-            table.add_row(*self._cells(row, kept, widths), end_section=n in self.ends)
-        if above is None and below is None:
+        table = self._table(kept, width, boxed=True)
+        self._add(table, self.rows, kept, self.ends)
+        inner = None  # the table's width, where it is sized
+        if width is not None:
+            inner = sum(c.width or c.min_width or 0 for c in table.columns) + _extra(len(kept), boxed=True)
+        above = self.title is not None and inner is not None and self.title.cell_len > inner
+        below = self.caption is not None and inner is not None and self.caption.cell_len > inner
+        table.title, table.title_justify = (None if above else self.title), "left"
+        table.caption, table.caption_justify = (None if below else self.caption), "left"
+        if self.title is not None and inner is None:
+            table.min_width = _word(self.title)
+        if not above and not below:
             return table
-        return Group(*(p for p in (Prose(above) if above else None, table, Prose(below) if below else None) if p))
-
-    def _fill(self, table: Table, kept: Sequence[int], widths: Sequence[int] | None) -> None:
-        for k, i in enumerate(kept):
-            c = self.cols[i]
-            table.add_column(c.header, justify=c.justify, no_wrap=not c.wrap, overflow="fold",
-                             width=widths[k] if widths is not None else None)
-
-    def _cells(self, row: list[Text], kept: Sequence[int], widths: Sequence[int] | None) -> list[Text]:
-        """The row's cells; free text wrapped to its column here (a quantity kept whole) where the
-        widths are known."""
-        if widths is None:
-            return [row[i] for i in kept]
-        return [wrap_text(row[i], w) if self.cols[i].wrap else row[i] for i, w in zip(kept, widths, strict=True)]
+        parts = [Prose(self.title) if above and self.title else None, table,
+                 Prose(self.caption) if below and self.caption else None]
+        return Group(*(p for p in parts if p is not None))
 
     def compact(self, width: int) -> RenderableType:
         """No vertical rules; title and caption above and below; with ``group``, each group's id
         on a line of its own."""
-        parts: list[RenderableType] = []
-        if self.title is not None:
-            parts.append(Prose(self.title))
-        if self.group is None:
+        parts: list[RenderableType] = [Prose(self.title)] if self.title is not None else []
+        if self.compact_width(NARROW_TEXT) > width and any(not self.cols[i].no_wrap for i in self.kept()):
+            parts += self._stacked(width)
+        elif self.group is None:
             kept = self.kept()
-            widths = self.widths(kept, width - _extra(len(kept), boxed=False))
-            table = _plain_table(show_header=True)
-            self._fill(table, kept, widths)
-            for n, row in enumerate(self.rows):
-                table.add_row(*self._cells(row, kept, widths), end_section=n in self.ends)
+            table = self._table(kept, width, boxed=False)
+            self._add(table, self.rows, kept, self.ends)
             parts.append(table)
         else:
             parts += self._grouped(width)
@@ -259,13 +264,10 @@ class Sheet:
         g = self.group
         assert g is not None
         kept = [i for i in self.kept() if i != g]
-        widths = self.widths(kept, width - INDENT - _extra(len(kept), boxed=False))
 
-        def table(rows: Sequence[list[Text]]) -> Padding:
-            t = _plain_table(show_header=not rows)
-            self._fill(t, kept, widths)
-            for row in rows:
-                t.add_row(*self._cells(row, kept, widths))
+        def table(rows: Sequence[list[Text]]) -> Padding:  # every group's table has the same columns
+            t = self._table(kept, width - INDENT, boxed=False, show_header=not rows)
+            self._add(t, rows, kept)
             return Padding(t, (0, 0, 0, INDENT))
 
         groups: list[list[list[Text]]] = []
@@ -279,20 +281,50 @@ class Sheet:
         return out
 
 
+    def _stacked(self, width: int) -> list[RenderableType]:
+        """Where even the compact table leaves its free text less than its longest word: the
+        values of each row on a line (a group's id above them), its free text on lines of its
+        own under them, indented; each free cell named by its header where there are several."""
+        g = self.group
+        kept = [i for i in self.kept() if i != g]
+        values, free = [i for i in kept if self.cols[i].no_wrap], [i for i in kept if not self.cols[i].no_wrap]
+        indent = INDENT if g is not None else 0
+
+        def table(rows: Sequence[list[Text]]) -> Padding:  # every row's table has the same columns
+            t = self._table(values, width - indent, boxed=False, show_header=not rows)
+            self._add(t, rows, values)
+            return Padding(t, (0, 0, 0, indent))
+
+        out: list[RenderableType] = [table([])]
+        group = None
+        for n, row in enumerate(self.rows):
+            if g is not None and row[g].plain not in ("", group):
+                group = row[g].plain
+                out.append(Prose(row[g]))
+            out.append(table([row]))
+            for i in free:
+                if row[i].plain.strip():
+                    label = Text(f"{self.cols[i].header}: ", style="dim") if len(free) > 1 else Text("")
+                    out.append(Prose(label + row[i], indent=indent + 2, hang=indent + 4))
+            if n in self.ends:
+                out.append(Text(""))
+        return out
+
+
 def _extra(n: int, *, boxed: bool) -> int:
     """Columns taken by borders and padding: boxed, a rule each side of every column and one
     space of padding each side of a cell; compact, one space and one padding between columns."""
     return 3 * n + 1 if boxed else 2 * max(0, n - 1)
 
 
-def _plain_table(*, show_header: bool) -> Table:
-    return Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 0, 0, 1),
-                 header_style="bold", show_header=show_header)
+def value_col(header: str, justify: Literal["left", "right"] = "left") -> Column:
+    """A column of values (numbers, ids, shapes): never wrapped."""
+    return Column(header, justify=justify, no_wrap=True)
 
 
-def is_compact(width: int | None) -> bool:
-    """Whether a console of ``width`` columns gets compact tables (None: a wide one)."""
-    return width is not None and width < COMPACT_WIDTH
+def text_col(header: str) -> Column:
+    """A column of free text (notes, reasons, messages): wraps at spaces, a quantity kept whole."""
+    return Column(header, overflow="fold")
 
 
 def fit(width: int | None, wide: Sheet, compact: Callable[[], Sheet] | Sheet | None = None) -> RenderableType:

@@ -17,7 +17,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from memaudit.ranks import AXES, RankSummary, Spread
-from memaudit.render.layout import COMPACT_WIDTH, Col, Sheet
+from memaudit.render.layout import COMPACT_WIDTH, Sheet, text_col, value_col
 from memaudit.report import CaseReport, Report
 from memaudit.units import fmt_bytes
 
@@ -103,7 +103,7 @@ def worst_cases(report: Report) -> list[CaseReport]:
 
 
 def _per_rank_sheet(v: RankView) -> Sheet:
-    cols = [Col("what", wrap=True), *(Col(f"r{r}", "right") for r in v.summary.ranks), Col("max/mean", "right")]
+    cols = [text_col("what"), *(value_col(f"r{r}", "right") for r in v.summary.ranks), value_col("max/mean", "right")]
     sheet = Sheet(cols, title=Text(v.title()), caption=Text("\n".join(v.notes())))
     for what, sp in v.lines:
         cells: list[str | Text] = [what]
@@ -114,8 +114,8 @@ def _per_rank_sheet(v: RankView) -> Sheet:
 
 
 def _spread_sheet(v: RankView) -> Sheet:
-    cols = [Col("what", wrap=True), Col("worst", "right"), Col("max", "right"), Col("mean", "right"), Col("min", "right"),
-            Col("max/mean", "right")]
+    cols = [text_col("what"), value_col("worst", "right"), value_col("max", "right"), value_col("mean", "right"), value_col("min", "right"),
+            value_col("max/mean", "right")]
     sheet = Sheet(cols, title=Text(v.title()), caption=Text("\n".join(v.notes())))
     for what, sp in v.lines:
         sheet.add_row(what, f"r{sp.worst_rank}", fmt_bytes(sp.max), fmt_bytes(round(sp.mean)), fmt_bytes(sp.min), imbalance(sp))

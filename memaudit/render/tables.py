@@ -8,7 +8,7 @@ from rich.console import RenderableType
 from rich.markup import escape
 from rich.text import Text
 
-from memaudit.render.layout import Col, Sheet, fit
+from memaudit.render.layout import Sheet, fit, text_col, value_col
 from memaudit.report import CaseReport, Row
 from memaudit.targets import registry
 from memaudit.units import fmt_bytes, fmt_shape
@@ -54,14 +54,14 @@ def _case_sheet(case: CaseReport, show_expected: bool, compact: bool) -> Sheet:
     [expected] what, the notes and the source line (``--stack``) in ``what``, no ``where`` and no
     storage id, short dtype names."""
     if compact:
-        cols = [Col("#", "right"), Col("operand"), Col("shape"), Col("bytes", "right")]
-        cols += [Col("expected", "right", keep=True)] if show_expected else []
-        cols.append(Col("what", wrap=True))
+        cols = [value_col("#", "right"), value_col("operand"), value_col("shape"), value_col("bytes", "right")]
+        cols += [value_col("expected", "right")] if show_expected else []
+        cols.append(text_col("what"))
     else:
-        cols = [Col("#", "right"), Col("operand"), Col("what", wrap=True), Col("shape"), Col("bytes", "right"),
-                Col("where", wrap=True), Col("storage", wrap=True)]
-        cols += [Col("expected", "right", keep=True)] if show_expected else []
-    sheet = Sheet(cols, title=_title(case), caption=Text.from_markup(totals_line(case)))
+        cols = [value_col("#", "right"), value_col("operand"), text_col("what"), value_col("shape"), value_col("bytes", "right"),
+                text_col("where"), text_col("storage")]
+        cols += [value_col("expected", "right")] if show_expected else []
+    sheet = Sheet(cols, title=_title(case), caption=Text.from_markup(totals_line(case)), keep={"expected"})
     previous = None
     for row in sorted(case.rows, key=_sort_key):
         by_module = row.module is not None and (row.operand or "").startswith(f"{row.module}:")
@@ -131,10 +131,10 @@ def totals_line(case: CaseReport) -> str:
 
 
 def _summary_sheet(cases: Iterable[CaseReport], compact: bool) -> Sheet:
-    cols = [Col("case"), Col("status", wrap=True), Col("path"), Col("rows", "right"), Col("saved", "right")]
+    cols = [value_col("case"), text_col("status"), value_col("path"), value_col("rows", "right"), value_col("saved", "right")]
     if not compact:
-        cols += [Col("parameters", "right"), Col("logical", "right")]
-    cols.append(Col("reason", wrap=True))
+        cols += [value_col("parameters", "right"), value_col("logical", "right")]
+    cols.append(text_col("reason"))
     sheet = Sheet(cols, title="summary", group=0)
     for c in cases:
         path = registry.path_label(c) or ""

@@ -8,7 +8,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from memaudit.judge.budgets import Verdict, summary_line
-from memaudit.render.layout import Col, Sheet, fit
+from memaudit.render.layout import Sheet, fit, text_col, value_col
 
 STYLE = {"pass": "green", "fail": "bold red", "xfail": "yellow", "XPASS": "bold red", "n/a": "dim"}
 
@@ -22,7 +22,7 @@ MAX_ROWS = 500
 
 
 def _verdict_sheet(verdicts: list[Verdict], show_na: bool, max_rows: int) -> Sheet:
-    cols = [Col("case"), Col("rule"), Col("verdict"), Col("expected", wrap=True), Col("actual", wrap=True)]
+    cols = [value_col("case"), value_col("rule"), value_col("verdict"), text_col("expected"), text_col("actual")]
     caption = summary_line(verdicts)
     by_case: dict[str, list[Verdict]] = {}
     for v in verdicts:

@@ -11,7 +11,7 @@ from typing import Any
 
 from rich.console import RenderableType
 
-from memaudit.render.layout import Col, Sheet, fit
+from memaudit.render.layout import Sheet, fit, text_col, value_col
 from memaudit.report import CaseReport, Row
 from memaudit.te.estimate import TE_VERSION, SweepPoint, bytes_by_kind, diff_cases
 from memaudit.units import fmt_bytes, fmt_delta, fmt_shape
@@ -37,7 +37,7 @@ def _rows_sheet(case: CaseReport, variant: str, compact: bool) -> Sheet:
     caption = (f"rows {tt.rows} · logical {fmt_bytes(tt.logical_bytes)} · physical {fmt_bytes(tt.physical_bytes)} · "
                f"parameters {fmt_bytes(tt.parameter_bytes)} · saved {fmt_bytes(tt.saved_bytes)}")
     if compact:  # each operand on a line of its own; container.slot, format, kind and orientation in one column
-        sheet = Sheet([Col("operand"), Col("#", "right"), Col("shape"), Col("bytes", "right"), Col("what", wrap=True)],
+        sheet = Sheet([value_col("operand"), value_col("#", "right"), value_col("shape"), value_col("bytes", "right"), text_col("what")],
                       title=f"{case.id}  [{variant}]", caption=caption, group=0)
         for r in case.rows:
             flags = [n for n in r.notes() if n != r.note]
@@ -45,9 +45,9 @@ def _rows_sheet(case: CaseReport, variant: str, compact: bool) -> Sheet:
             sheet.add_row(_operand(r.operand, r.group), str(r.index), f"{fmt_shape(r.shape)} {r.dtype}",
                           fmt_bytes(r.bytes), what)
         return sheet
-    cols = [Col("#", "right"), Col("operand"), Col("g", "right"), Col("container.slot", wrap=True), Col("format"),
-            Col("kind"), Col("orient."), Col("shape"), Col("dtype"), Col("bytes", "right"), Col("storage"),
-            Col("source / note", wrap=True)]
+    cols = [value_col("#", "right"), value_col("operand"), value_col("g", "right"), text_col("container.slot"), value_col("format"),
+            value_col("kind"), value_col("orient."), value_col("shape"), value_col("dtype"), value_col("bytes", "right"), value_col("storage"),
+            text_col("source / note")]
     sheet = Sheet(cols, title=f"{case.id}  [{variant}]", caption=caption)
     for r in case.rows:
         sheet.add_row(str(r.index), r.operand or "", "" if r.group is None else str(r.group), _where(r), r.format,
@@ -66,11 +66,11 @@ def rows_table(case: CaseReport, variant: str, *, width: int | None = None) -> R
 def _padding_sheet(case: CaseReport, compact: bool) -> Sheet:
     pad: dict[str, Any] = dict(case.path or {}).get("padding", {})
     if compact:
-        cols = [Col("operand"), Col("#", "right"), Col("container.slot", wrap=True), Col("padded", "right"),
-                Col("ideal", "right"), Col("padding", "right")]
+        cols = [value_col("operand"), value_col("#", "right"), text_col("container.slot"), value_col("padded", "right"),
+                value_col("ideal", "right"), value_col("padding", "right")]
     else:
-        cols = [Col("#", "right"), Col("operand"), Col("g", "right"), Col("container.slot", wrap=True),
-                Col("padded", "right"), Col("ideal", "right"), Col("padding", "right")]
+        cols = [value_col("#", "right"), value_col("operand"), value_col("g", "right"), text_col("container.slot"),
+                value_col("padded", "right"), value_col("ideal", "right"), value_col("padding", "right")]
     sheet = Sheet(cols, title="padding (TE's 128x4 / 4-multiple scale tiles)", group=0 if compact else None,
                   caption=f"all rows: padded {fmt_bytes(pad.get('padded_bytes'))} · ideal {fmt_bytes(pad.get('ideal_bytes'))}")
     by_index = {r.index: r for r in case.rows}
@@ -92,16 +92,16 @@ def padding_table(case: CaseReport, *, width: int | None = None) -> RenderableTy
 def _diff_sheet(entries: list, va: str, vb: str, compact: bool) -> Sheet:
     title = f"{va} -> {vb}: what the change saves"
     if compact:
-        sheet = Sheet([Col("operand"), Col("shape"), Col(va, "right"), Col(vb, "right"), Col("delta", "right"),
-                       Col("what", wrap=True)], title=title, group=0)
+        sheet = Sheet([value_col("operand"), value_col("shape"), value_col(va, "right"), value_col(vb, "right"), value_col("delta", "right"),
+                       text_col("what")], title=title, group=0)
         for e in entries:
             what = " ".join(p for p in (".".join(p for p in (e.container, e.slot) if p), e.kind, e.orientation or "") if p)
             sheet.add_row(_operand(e.operand, e.group), f"{fmt_shape(e.shape)} {e.dtype}", fmt_bytes(e.bytes_a),
                           fmt_bytes(e.bytes_b), fmt_delta(e.delta), what)
         return sheet
-    cols = [Col("operand"), Col("g", "right"), Col("container.slot", wrap=True), Col("kind"), Col("orient."),
-            Col("shape"), Col("dtype"), Col(va, "right"), Col(vb, "right"), Col("delta", "right"),
-            Col("source", wrap=True)]
+    cols = [value_col("operand"), value_col("g", "right"), text_col("container.slot"), value_col("kind"), value_col("orient."),
+            value_col("shape"), value_col("dtype"), value_col(va, "right"), value_col(vb, "right"), value_col("delta", "right"),
+            text_col("source")]
     sheet = Sheet(cols, title=title)
     for e in entries:
         sheet.add_row(e.operand or "", "" if e.group is None else str(e.group),
