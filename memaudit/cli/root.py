@@ -162,11 +162,7 @@ def run(
     (``Target.flags``) are added to this signature (:class:`RunCommand`: the ``--target`` given,
     else every built-in target's).
     """
-    from memaudit.report import check_outputs, write_report
-    from memaudit.runner import run_matrix
-    from memaudit.targets import registry
-    from memaudit.targets.matrix import build_specs
-    from memaudit.targets.registry import default_target_name, get_target
+    from memaudit.report import check_outputs
 
     check_outputs({"--json": json_path, "--markdown": markdown, "--memory-snapshot": memory_snapshot},
                   inputs=read_inputs(scenario=scenario))
@@ -177,6 +173,33 @@ def run(
             raise UsageError("records one process's allocator: not with --nproc", key="--memory-snapshot")
         if (why := unavailable_reason()) is not None:
             raise UsageError(why, key="--memory-snapshot")
+    loaded, tgt, target, dev, mode, specs = _plan(target, recipe, groups, dtype, device, splits, scenario, allow_target,
+                                                  fallback, verify_allocator, memory_snapshot, target_flags)
+    from memaudit.cli.dist import DistOptions, run_distributed
+
+    code = run_distributed(
+        DistOptions(nproc, dist_backend, rank_dir, dist_timeout), target=tgt, target_name=target, specs=specs,
+        scenario=loaded, device=dev, backward=backward, verify_allocator=verify_allocator, stack=stack, expected=expected,
+        allow_incomplete=allow_incomplete, allow_na=allow_na, json_path=json_path, markdown=markdown, quiet=quiet,
+        inputs=read_inputs(scenario=scenario))
+    if code is not None:  # --nproc, or a rank under torchrun
+        return code
+    report = _run_here(tgt, specs, mode, backward=backward, verify_allocator=verify_allocator, stack=stack,
+                       expected=expected, quiet=quiet, memory_snapshot=memory_snapshot)
+    return _conclude(report, loaded, target, expected=expected, allow_incomplete=allow_incomplete, allow_na=allow_na,
+                     json_path=json_path, markdown=markdown, memory_snapshot=memory_snapshot)
+
+
+def _plan(target: str | None, recipe: str | None, groups: Ints | None, dtype: Dtype | None, device: str | None,
+          splits: str | None, scenario: Path | None, allow_target: list[str] | None, fallback: FallbackMode | None,
+          verify_allocator: bool, memory_snapshot: Path | None,
+          target_flags: dict[str, Any]) -> tuple[Any, Any, str, str, str, list[Any]]:
+    """What ``run`` will run, validated before anything runs: (the loaded scenario or None, the
+    target, its name, the device, the fallback mode, the specs)."""
+    from memaudit.targets import registry
+    from memaudit.targets.matrix import build_specs
+    from memaudit.targets.registry import default_target_name, get_target
+
     loaded = None
     if scenario is not None:
         from memaudit.judge.scenario import allowed_targets, load_scenario
@@ -220,17 +243,14 @@ def run(
     if memory_snapshot is not None and len(specs) != 1:
         raise UsageError(f"records one case; these options make {len(specs)} (choose one recipe and one group count)",
                          key="--memory-snapshot")
-    from memaudit.cli.dist import DistOptions, run_distributed
+    return loaded, tgt, target, dev, mode, specs
 
-    code = run_distributed(
-        DistOptions(nproc, dist_backend, rank_dir, dist_timeout), target=tgt, target_name=target, specs=specs,
-        scenario=loaded, device=dev, backward=backward, verify_allocator=verify_allocator, stack=stack, expected=expected,
-        allow_incomplete=allow_incomplete, allow_na=allow_na, json_path=json_path, markdown=markdown, quiet=quiet,
-        inputs=read_inputs(scenario=scenario))
-    if code is not None:  # --nproc, or a rank under torchrun
-        return code
+
+def _run_here(tgt: Any, specs: list[Any], mode: str, *, backward: bool, verify_allocator: bool, stack: bool,
+              expected: bool, quiet: bool, memory_snapshot: Path | None) -> Any:
+    """Run the specs in this process, showing each case as it finishes; the report."""
     from memaudit.render.progress import CaseProgress
-    from memaudit.runner import plan_fallbacks
+    from memaudit.runner import plan_fallbacks, run_matrix
 
     fallbacks = plan_fallbacks(tgt, specs, mode, backward=backward)
     if memory_snapshot is not None and fallbacks[0] is not None:
@@ -238,7 +258,7 @@ def run(
                          f"{fallbacks[0].execution} fallback, which records no allocator (use --kernels emulated)",
                          key="--memory-snapshot")
     from memaudit.render.modules import module_table
-    from memaudit.render.tables import case_table, summary_table
+    from memaudit.render.tables import case_table
 
     console, err_console = consoles()
     for line in fallback_notes(tgt, specs, fallbacks, mode):  # said before anything runs
@@ -269,6 +289,17 @@ def run(
         report = run_matrix(tgt, specs, backward=backward, verify_allocator=verify_allocator, on_case=on_case,
                             on_start=progress.start if progress is not None else None, fallbacks=fallbacks,
                             stack=stack, snapshot=None if memory_snapshot is None else str(memory_snapshot))
+    return report
+
+
+def _conclude(report: Any, loaded: Any, target: str, *, expected: bool, allow_incomplete: bool, allow_na: bool,
+              json_path: Path | None, markdown: Path | None, memory_snapshot: Path | None) -> int:
+    """Judge, show and write a finished run's report; the exit code."""
+    from memaudit.render.tables import summary_table
+    from memaudit.report import write_report
+    from memaudit.targets import registry
+
+    console, err_console = consoles()
     if expected:
         for case in report.cases:  # the case's own target: a fallback's answer is TE's
             owner = registry.owner_of(case.spec)
@@ -323,7 +354,6 @@ def run(
         if judge_vacuity(err_console, report, verdicts, loaded, allow_na=allow_na, strict=False) and code == exitcodes.OK:
             code = exitcodes.FAIL
     return code
-
 
 def _all_groups(command: str, groups: str) -> str:
     """``command`` (made for one case) with ``--groups`` naming every group count of the recipe."""
