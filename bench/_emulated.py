@@ -77,12 +77,17 @@ def pr3545(tensors: list[Any]) -> list[Any]:
 
 
 # ---- injected regressions ------------------------------------------------------------------------
-def _mxfp8_keeps_rowwise(tensors: list[Any]) -> list[Any]:
-    for t in tensors:
-        if _grouped(t) and _is(t, "MXFP8Quantizer") and t.rowwise_data is None and t.columnwise_data is not None:
-            t.rowwise_data = torch.empty_like(t.columnwise_data)
-            t.scale_inv = torch.empty_like(t.columnwise_scale_inv)
-    return tensors
+def _keeps_rowwise(quantizer: str) -> Mutate:
+    """A regression: grouped inputs of ``quantizer`` keep rowwise data and scales (as large as the
+    columnwise ones) where TE saves columnwise only."""
+    def mutate(tensors: list[Any]) -> list[Any]:
+        for t in tensors:
+            if _grouped(t) and _is(t, quantizer) and t.rowwise_data is None and t.columnwise_data is not None:
+                t.rowwise_data = torch.empty_like(t.columnwise_data)
+                t.scale_inv = torch.empty_like(t.columnwise_scale_inv)
+        return tensors
+
+    return mutate
 
 
 def _plain(t: Any) -> bool:
@@ -186,14 +191,6 @@ def _fp32_columnwise_scales(tensors: list[Any]) -> list[Any]:
     return tensors
 
 
-def _nvfp4_unfused_keeps_rowwise(tensors: list[Any]) -> list[Any]:
-    for t in tensors:
-        if _grouped(t) and _is(t, "NVFP4Quantizer") and t.rowwise_data is None and t.columnwise_data is not None:
-            t.rowwise_data = torch.empty_like(t.columnwise_data)
-            t.scale_inv = torch.empty_like(t.columnwise_scale_inv)
-    return tensors
-
-
 @dataclass(frozen=True)
 class Mutation:
     """One injected saved-state regression: where it runs, what it does, what compare must name
@@ -212,7 +209,7 @@ class Mutation:
 
 
 MUTATIONS = (
-    Mutation("MXFP8 fused: the inputs keep rowwise data and scales", "mxfp8", 4, True, _mxfp8_keeps_rowwise, "data", "rowwise"),
+    Mutation("MXFP8 fused: the inputs keep rowwise data and scales", "mxfp8", 4, True, _keeps_rowwise("MXFP8Quantizer"), "data", "rowwise"),
     Mutation("bf16: an extra fp32 copy of an input is saved", "bf16", 4, False, _extra_input_copy, "tensor", None),
     Mutation("FP8 delayed: a weight is saved twice (a second quantized copy)", "fp8-delayed", 4, False, _weight_twice, "data", "rowwise"),
     Mutation("MXFP8 unfused: a GroupedTensor is saved whole instead of as buffers", "mxfp8", 4, False, _grouped_whole, "container", None),
@@ -230,7 +227,7 @@ MUTATIONS = (
     Mutation("MXFP8 fused: the inputs' columnwise scales are saved in fp32", "mxfp8", 4, True, _fp32_columnwise_scales,
              "scale_inv", "columnwise"),
     Mutation("NVFP4 unfused: the inputs keep rowwise data and scales (PR #3545's buffers, unfused)", "nvfp4", 4, False,
-             _nvfp4_unfused_keeps_rowwise, "data", "rowwise"),
+             _keeps_rowwise("NVFP4Quantizer"), "data", "rowwise"),
 )
 
 
