@@ -18,7 +18,7 @@ if [ "${2:-}" = "--bench" ]; then
   if [ "${3:-}" = "--cpu-smoke" ]; then
     ARGS=(--cpu-smoke --runs 5 --run-pairs 5 --pairs 5 --budget-s 240 --grace-s 30)
   else
-    ARGS=(--runs 5 --run-warmup 3 --run-pairs 15 --pairs 10 --budget-s 420 --grace-s 30)
+    ARGS=(--runs 5 --run-warmup 3 --run-pairs 60 --pairs 10 --budget-s 420 --grace-s 30)
   fi
   "$PY" bench/run.py --out "$OUT/reports/bench/h200.json" "${ARGS[@]}" > "$OUT/bench.log" 2>&1
   echo "bench rc=$?" >> "$OUT/bench.log"
