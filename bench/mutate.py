@@ -57,6 +57,7 @@ MODULES = (
     "memaudit/judge/checks.py",
     "memaudit/report/model.py",
     "memaudit/report/codec.py",
+    "memaudit/report/io.py",
     "memaudit/capture/rows.py",
     "memaudit/te/estimate/model.py",
     "memaudit/judge/rules.py",
