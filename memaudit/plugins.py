@@ -35,6 +35,10 @@ class Provider:
     """A module whose ``LIBRARY`` (:class:`memaudit.environment.Library`) names the library,
     ``probe()`` adds its versions to a report's environment and ``version(imported_only=...)``
     gives its version (each imports the library only if the caller already has)."""
+    reads: str | None = None
+    """``pkg.mod:function``: a context manager factory that, for the block, routes the library's kernel
+    entry points to the active :class:`memaudit.capture.reads.Observer` with what each reads by the
+    library's rules (``--unread``); entered only once the caller has imported the library."""
 
 
 @functools.cache

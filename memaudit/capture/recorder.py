@@ -193,6 +193,7 @@ class Capture:
         self._other_threads = False
         """True once another thread ran during the capture (see :meth:`attach`)."""
         self._spans: dict[int, list[list[Frame]]] = {}  # thread id -> the module calls made there
+        self._row_storages: dict[str, list[Any]] = {}
         self._reports: list[tuple[Any, list[int], list[Any], list[Unlabelled]]] = []
         """Reports returned, for late labels: (weak reference to the case, live rows named while
         built, the storage reference of each live row, the other rows only memaudit named)."""
@@ -477,6 +478,7 @@ class Capture:
                 builder.add_found(found)
             self._add_selective_cache(builder)
             rows, freed = builder.finish()
+            self._row_storages = _storages_by_name(builder.rows, builder.row_srefs)
             self.walk_row_nodes = builder.node_of
             for plugin in self.plugins:
                 rows = plugin.annotate(rows, self)
@@ -508,6 +510,11 @@ class Capture:
         if pending or builder.named:
             self._reports.append((weakref.ref(case), builder.named, builder.row_srefs, pending))
         return case
+
+    def row_storages(self) -> dict[str, list[Any]]:
+        """Storage name (``s3``) -> the weak references of the storage objects the last report's live
+        rows named with it (what :class:`memaudit.capture.reads.Observer` follows)."""
+        return {name: list(refs) for name, refs in self._row_storages.items()}
 
     def _write_snapshot(self, builder: RowBuilder, rows: list[Row], case: CaseReport) -> None:
         """Name the allocations of the live rows' storages after their rows and write the snapshot."""
@@ -768,6 +775,18 @@ class Capture:
 
 
 _GROUP_FIELDS = operator.attrgetter("module", "storage", "resides", "storage_bytes", "is_parameter")
+
+def _storages_by_name(rows: list[Row], srefs: list[Any]) -> dict[str, list[Any]]:
+    """Storage name -> its storage references (one name may stand for two storage objects over
+    the same memory), for the live rows of a report."""
+    out: dict[str, list[Any]] = {}
+    for row, sref in zip(rows, srefs, strict=True):
+        if sref is not None and row.storage is not None:
+            refs = out.setdefault(row.storage, [])
+            if not any(r is sref for r in refs):
+                refs.append(sref)
+    return out
+
 
 def _never(seq: int) -> bool:
     return False
