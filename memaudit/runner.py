@@ -6,15 +6,31 @@ import dataclasses
 import gc
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import torch
 
 import memaudit
 from memaudit.capture import capture
+from memaudit.capture.reads import UNKNOWN
 from memaudit.environment import environment
-from memaudit.report import CaseReport, PathInfo, Report
+from memaudit.report import CaseReport, PathInfo, Report, Unread, with_verdicts
 from memaudit.spec import CaseSpec
 from memaudit.targets.base import Fallback, Target
+from memaudit.unread import (
+    METHODS,
+    Trial,
+    Verdicts,
+    combine,
+    gradients,
+    observe,
+    observed_verdicts,
+    poison_storage,
+    poisonable,
+    poisoned,
+    poisoned_verdicts,
+    same,
+)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -28,7 +44,7 @@ def empty_case(spec: CaseSpec) -> CaseReport:
 
 
 def run_case(target: Target, spec: CaseSpec, *, backward: bool = True, verify_allocator: bool = False,
-             stack: bool = False, snapshot: str | None = None) -> CaseReport:
+             stack: bool = False, snapshot: str | None = None, unread: str | None = None) -> CaseReport:
     """Run one case under ``capture()``; errors and OOM become an ``error`` cell.
 
     ``stack`` records the user source line of each save (``Row.source``). ``snapshot`` (CUDA)
@@ -39,16 +55,23 @@ def run_case(target: Target, spec: CaseSpec, *, backward: bool = True, verify_al
     handles and workspaces are allocated there, not in the measured forward), then compares the
     allocator's growth over the measured forward with the rows (``case.allocator``).
 
+    ``unread`` (one of :data:`memaudit.unread.METHODS`) gives every saved buffer a verdict, read,
+    unread or unknown, by the methods it names (:mod:`memaudit.unread`); it needs ``backward``.
+
     A target whose ``case_host(spec)`` names a host (a child process, for TE's forward on fake
     CUDA) runs the case there; a host that fails to return it makes the case's error cell.
     """
+    if unread is not None and (unread not in METHODS or not backward):
+        raise ValueError(f"unread must be one of {', '.join(METHODS)} and needs backward, got {unread!r}")
     elsewhere = target.case_host(spec)
     if elsewhere is None:
-        return run_case_here(target, spec, backward=backward, verify_allocator=verify_allocator, stack=stack, snapshot=snapshot)
+        return run_case_here(target, spec, backward=backward, verify_allocator=verify_allocator, stack=stack, snapshot=snapshot,
+                             unread=unread)
     if snapshot is not None:
         raise ValueError("an allocator snapshot is recorded in this process: a case run elsewhere cannot write one")
     try:
-        return elsewhere(lambda: run_case_here(target, spec, backward=backward, verify_allocator=verify_allocator, stack=stack))
+        return elsewhere(lambda: run_case_here(target, spec, backward=backward, verify_allocator=verify_allocator, stack=stack,
+                                               unread=unread))
     except Exception as exc:  # noqa: BLE001 - one cell's fault is that cell's error
         case = empty_case(spec)
         case.status, case.reason = "error", _first_line(exc)
@@ -56,7 +79,7 @@ def run_case(target: Target, spec: CaseSpec, *, backward: bool = True, verify_al
 
 
 def run_case_here(target: Target, spec: CaseSpec, *, backward: bool = True, verify_allocator: bool = False,
-                  stack: bool = False, snapshot: str | None = None) -> CaseReport:
+                  stack: bool = False, snapshot: str | None = None, unread: str | None = None) -> CaseReport:
     """:func:`run_case` in this process, whatever host the target names."""
     case = empty_case(spec)
     reason = target.skip_reason(spec)
@@ -86,8 +109,15 @@ def run_case_here(target: Target, spec: CaseSpec, *, backward: bool = True, veri
         case.allocator = measured.allocator
         case.modules = measured.modules
         case.warnings = measured.warnings + built.warnings
-        if backward:
+        observed: Verdicts | None = None
+        if backward and unread in ("observed", "both"):
+            with observe(cap) as obs:
+                built.backward(outputs)
+            observed = observed_verdicts(obs, case.rows)
+        elif backward:
             built.backward(outputs)
+        if unread is not None:
+            _verdicts(case, target, spec, unread, observed, built.emulation() is not None)
     except torch.cuda.OutOfMemoryError as exc:
         case.status, case.reason = "error", "out of memory: " + _first_line(exc)
     except Exception as exc:  # noqa: BLE001 - one cell's fault is that cell's error
@@ -100,6 +130,91 @@ def run_case_here(target: Target, spec: CaseSpec, *, backward: bool = True, veri
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
     return case
+
+
+def _verdicts(case: CaseReport, target: Target, spec: CaseSpec, method: str, observed: Verdicts | None,
+              emulated: bool) -> None:
+    """Put the ``--unread`` verdicts on ``case``'s rows (:mod:`memaudit.unread`)."""
+    methods = ["observed"] if observed is not None else []
+    notes: list[str] = []
+    second: Verdicts | None = None
+    if method in ("poisoned", "both"):
+        if emulated:
+            notes.append("poisoned buffers not run: emulated kernels compute no values (the poisoned method needs real kernels)")
+        else:
+            second, note = _poison(case, target, spec, observed)
+            if second is None:
+                notes.append(note)
+            else:
+                methods.append("poisoned")
+                notes.append(note)
+    if observed is not None and second is not None:
+        verdicts, disagree = combine(observed, second, case.rows)
+        if disagree:
+            case.status = "error"
+            case.reason = (f"unread: observed reads and poisoned buffers disagree on {len(disagree)} row(s): "
+                           + "; ".join(disagree[:3]) + (" ..." if len(disagree) > 3 else ""))
+    else:
+        verdicts = observed if observed is not None else second if second is not None else {
+            row.index: (UNKNOWN, "; ".join(notes) or "no method ran") for row in case.rows}
+    with_verdicts(case, verdicts, Unread(methods=methods, notes=notes))
+
+
+def _poison(case: CaseReport, target: Target, spec: CaseSpec, observed: Verdicts | None) -> tuple[Verdicts | None, str]:
+    """The poisoned method's verdicts (or None) and what to note about it."""
+    storages = poisonable(case.rows)
+    if not storages:
+        return None, "poisoned buffers not run: no saved buffer holds a payload that may be poisoned"
+    layout = _layout(case.rows)
+    trial = _trial(target, spec, layout)
+    first, again = trial(frozenset(), ""), trial(frozenset(), "")
+    if isinstance(first, BaseException) or isinstance(again, BaseException):
+        bad = first if isinstance(first, BaseException) else again
+        return None, f"poisoned buffers not run: a clean rerun failed ({_first_line(bad)})"
+    if not same(first, again):
+        return None, "poisoned buffers not run: two clean runs gave different gradients (backward is not deterministic)"
+    if not first:
+        return None, "poisoned buffers not run: the case has no gradients to compare (no parameter or input requires grad)"
+    prior = None
+    if observed is not None:
+        by_storage: dict[str, str] = {}
+        for row in case.rows:
+            if row.storage is not None and row.index in observed:
+                v = observed[row.index][0]
+                by_storage[row.storage] = v if by_storage.get(row.storage) in (None, v) else UNKNOWN
+        prior = by_storage
+    read, trials = poisoned(trial, storages, prior, reference=first)
+    return poisoned_verdicts(read, case.rows), f"poisoned buffers: {len(storages)} storage(s) in {trials + 2} runs, two fills (0xFF, random bytes)"
+
+
+def _layout(rows: list[Any]) -> list[tuple[Any, ...]]:
+    """What a rerun must save again, row for row, for its storages to stand for this run's."""
+    return [(r.kind, r.dtype, tuple(r.shape), r.storage, r.container_index) for r in rows]
+
+
+def _trial(target: Target, spec: CaseSpec, layout: list[tuple[Any, ...]]) -> Trial:
+    """One rerun of the case (a fresh build) with named storages poisoned before backward."""
+
+    def trial(group: frozenset[str], fill: str) -> list[torch.Tensor] | BaseException:
+        built = target.build(spec)
+        with capture() as cap:
+            outputs = built.forward(cap)
+        rerun = cap.report(outputs=outputs)
+        if _layout(rerun.rows) != layout:
+            return RuntimeError("the rebuilt case saved other buffers than the measured run")
+        refs = cap.row_storages()
+        restore = [poison_storage(st, fill) for name in sorted(group) for ref in refs.get(name, ()) if (st := ref()) is not None]
+        try:
+            built.backward(outputs)
+            return gradients(built.model, built.inputs)
+        except Exception as exc:  # noqa: BLE001 - backward failing on poisoned contents is a read
+            return exc
+        finally:
+            for undo in restore:
+                undo()
+            del built, outputs, cap
+
+    return trial
 
 
 def plan_fallbacks(target: Target, specs: Sequence[CaseSpec], mode: str, *, backward: bool = True) -> list[Fallback | None]:
@@ -139,6 +254,7 @@ def run_matrix(
     world_size: int = 1,
     backend: str | None = None,
     snapshot: str | None = None,
+    unread: str | None = None,
 ) -> Report:
     """Run every spec in order and collect a Report; where ``fallbacks`` (from
     :func:`plan_fallbacks`) names an answer for a spec, that answer replaces the skipped cell.
@@ -147,7 +263,8 @@ def run_matrix(
     after it. Each spec is first placed (:meth:`~memaudit.targets.base.Target.place`) for ``rank`` of
     ``world_size``; with a process-group ``backend`` (a distributed run) each case records where it
     ran (``case.dist``) and its id ends with its coordinates. ``snapshot`` (one case, run here on
-    CUDA) writes that case's allocator snapshot (:func:`run_case`).
+    CUDA) writes that case's allocator snapshot (:func:`run_case`). ``unread`` gives every saved
+    buffer of each case run (not of an estimate) a verdict (:func:`run_case`).
     """
     specs = list(specs)
     device = specs[0].device if specs else "cpu"
@@ -160,7 +277,8 @@ def run_matrix(
         if fallback is not None:
             case = _run_fallback(fallback, spec)
         else:
-            case = run_case(target, spec, backward=backward, verify_allocator=verify_allocator, stack=stack, snapshot=snapshot)
+            case = run_case(target, spec, backward=backward, verify_allocator=verify_allocator, stack=stack, snapshot=snapshot,
+                            unread=unread)
         if backend is not None:
             case.dist = dataclasses.replace(info, backend=backend)
             case.id = f"{case.id}/{info.key}"

@@ -177,7 +177,7 @@ class CustomTarget(Target):
             with on():
                 backward_sum(outputs)
 
-        return Built(forward=forward, backward=backward, model=model)
+        return Built(forward=forward, backward=backward, model=model, inputs=args)
 
 
 def _default_device(device: str) -> Any:
