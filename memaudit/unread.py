@@ -40,6 +40,13 @@ metadata (indices, offsets, split sizes) is never poisoned."""
 
 FILLS = ("ff", "random")
 
+RESIDES_WHY = {
+    "recomputed": "not kept: checkpointing recomputes it in backward (the recomputed tensor is a new buffer)",
+    "host": "kept on the host by another hook pair (save_on_cpu): backward reads the copy it unpacks",
+    "unknown": "where it is kept is unknown",
+}
+"""Why a row not kept on its device gets no verdict of its own."""
+
 Verdicts = dict[int, tuple[str, str | None]]
 """Row index -> (verdict, read_by or why)."""
 
@@ -70,7 +77,7 @@ def observed_verdicts(obs: reads.Observer, rows: Sequence[Row]) -> Verdicts:
         if row.kind == "container":
             continue
         if row.resides != "device":
-            out[row.index] = (UNKNOWN, f"kept {row.resides} by another hook pair: reads go through its copy")
+            out[row.index] = (UNKNOWN, RESIDES_WHY.get(row.resides, f"kept {row.resides}: its reads are not followed"))
         else:
             out[row.index] = obs.verdict(row.storage)
     _containers(rows, out)

@@ -216,6 +216,10 @@ an unpack needs no thread-local read to know that no walk is asking."""
 
 _walks_lock = threading.Lock()
 
+unpack_watch: Callable[[], None] | None = None
+"""Called at every unpack while an ``--unread`` analysis observes backward
+(:func:`memaudit.capture.reads.observing`), in the thread that unpacks; None otherwise."""
+
 
 def walk_started() -> None:
     """A graph walk starts reading saved attributes (in some thread)."""
@@ -482,6 +486,8 @@ class Layer:
             raise TypeError(f"autograd saved a {type(t).__name__}, not a tensor")
 
     def unpack(self, saved: Any) -> Any:
+        if unpack_watch is not None:  # an --unread analysis follows this thread's calls from here on
+            unpack_watch()
         if _walks and _local.state.walking is not None:  # report() is naming rows: answer without running anyone's unpack
             _local.state.walking.append(saved.rec)
             return placeholder(saved)

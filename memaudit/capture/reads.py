@@ -37,6 +37,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from memaudit.capture import hooks
+
 READ, UNREAD, UNKNOWN = "read", "unread", "unknown"
 VERDICTS = (READ, UNREAD, UNKNOWN)
 
@@ -211,25 +213,32 @@ class _ReadMode(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         obs = self.obs
-        if obs.recording():
-            _profile_this_thread(obs)
-            wrapper = self._note(func, args, kwargs)
-            if wrapper is not None and getattr(self.redispatching, "depth", 0) < 4:
-                # The subclass unwraps and runs ops on its inner tensors: run its own dispatch
-                # with this mode pushed again, so that those ops are seen.
-                self.redispatching.depth = getattr(self.redispatching, "depth", 0) + 1
-                try:
-                    with self:
-                        return type(wrapper).__torch_dispatch__(func, types, args, kwargs)
-                finally:
-                    self.redispatching.depth -= 1
-        return func(*args, **kwargs)
+        if not obs.recording():
+            return func(*args, **kwargs)
+        _profile_this_thread(obs)
+        read, wrapper = self._reads(func, args, kwargs)
+        if wrapper is not None and getattr(self.redispatching, "depth", 0) < 4:
+            # The subclass unwraps and runs ops on its inner tensors: run its own dispatch with
+            # this mode pushed again, so that those ops are seen.
+            self.redispatching.depth = getattr(self.redispatching, "depth", 0) + 1
+            try:
+                with self:
+                    out = type(wrapper).__torch_dispatch__(func, types, args, kwargs)
+            finally:
+                self.redispatching.depth -= 1
+        else:
+            out = func(*args, **kwargs)
+        if read and not _all_empty(out):  # an op with nothing to compute reads nothing
+            by = f"aten.{func.overloadpacket.__name__}" if hasattr(func, "overloadpacket") else str(func)
+            for t in read:
+                obs.read(t, by)
+        return out
 
-    def _note(self, func: Any, args: Any, kwargs: Any) -> torch.Tensor | None:
-        """Record the reads of one op; return a wrapper-subclass argument to re-dispatch, if any."""
+    def _reads(self, func: Any, args: Any, kwargs: Any) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+        """The arguments one op reads, and a wrapper-subclass argument to re-dispatch, if any."""
         name = func.overloadpacket.__name__ if hasattr(func, "overloadpacket") else str(func)
         if name in METADATA_OPS or getattr(func, "is_view", False):
-            return None
+            return [], None
         schema = getattr(func, "_schema", None)
         written: set[int] = set()
         if schema is not None and (name in OVERWRITE_OPS or any(a.kwarg_only and a.alias_info is not None for a in schema.arguments)):
@@ -240,17 +249,22 @@ class _ReadMode(TorchDispatchMode):
             for a in schema.arguments:
                 if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write and a.name in kwargs:
                     written.update(id(t) for t in tree_flatten(kwargs[a.name])[0] if isinstance(t, torch.Tensor))
-        by = f"aten.{name}"
         wrapper = None
-        obs = self.obs
+        read = []
         for t in tree_flatten((args, kwargs))[0]:
             if not isinstance(t, torch.Tensor) or id(t) in written:
                 continue
             if _is_wrapper(t):
                 wrapper = t
-                continue
-            obs.read(t, by)
-        return wrapper
+            elif t.numel():  # an empty argument has no contents to read
+                read.append(t)
+        return read, wrapper
+
+
+def _all_empty(out: Any) -> bool:
+    """True when the op returned tensors and every one is empty (it computed nothing)."""
+    tensors = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+    return bool(tensors) and all(t.numel() == 0 for t in tensors)
 
 
 # ---- C calls: what the mode and the entry points do not see ----------------------------------------
@@ -335,6 +349,7 @@ def observing(obs: Observer, watchers: Iterable[Callable[[], Any]] = ()) -> Iter
     from contextlib import ExitStack
 
     _active = obs
+    hooks.unpack_watch = unpacked
     previous = sys.getprofile()
     try:
         with ExitStack() as stack:
@@ -345,6 +360,7 @@ def observing(obs: Observer, watchers: Iterable[Callable[[], Any]] = ()) -> Iter
             yield obs
     finally:
         _active = None
+        hooks.unpack_watch = None
         if sys.getprofile() is _profile:
             sys.setprofile(previous)
 
