@@ -637,7 +637,7 @@ FORGED: dict[str, tuple[Callable[[dict], None] | None, str | None, str]] = {
     "saved_bytes twice in totals": (None, _twice(TE_TEXT, '"saved_bytes": 58728456', ', "saved_bytes": 0'), "'saved_bytes' appears twice"),
     "bytes twice in a row": (None, _twice(TE_TEXT, '"bytes": 8,', ' "bytes": 0,'), "'bytes' appears twice"),
     "status twice in a case": (None, _twice(TE_TEXT, '"status": "ok"', ', "status": "skipped"'), "'status' appears twice"),
-    "schema twice": (None, _twice(TE_TEXT, '"schema": "memaudit.report/2"', ', "schema": "memaudit.report/2"'), "'schema' appears twice"),
+    "schema twice": (None, _twice(TE_TEXT, '"schema": "memaudit.report/3"', ', "schema": "memaudit.report/3"'), "'schema' appears twice"),
     "fused twice in a path": (None, _twice(TE_TEXT, '"fused": false', ', "fused": true'), "'fused' appears twice"),
     "a TE version twice in the environment": (None, _twice(TE_TEXT, '"transformer_engine": "2.20.2"', ', "transformer_engine": "2.21.0"'),
                                               "'transformer_engine' appears twice"),

@@ -208,7 +208,7 @@ def test_judged_json_keeps_the_schema(reference_report: Path, tmp_path: Path) ->
     assert run(reference_report, "--scenario", scen).exit_code == 1  # no budgets: a check of nothing fails
     assert run(reference_report, "--scenario", scen, "--json", out, "--allow-na").exit_code == 0
     data = json.loads(out.read_text())
-    assert data["schema"] == "memaudit.report/2" and all(c["budgets"] == [] for c in data["cases"])
+    assert data["schema"] == "memaudit.report/3" and all(c["budgets"] == [] for c in data["cases"])
 
 
 def test_judging_a_report_imports_no_torch() -> None:

@@ -38,7 +38,7 @@ def test_run_writes_the_json_report(cli_runner: Any, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     text = out.read_text(encoding="utf-8")
     data = json.loads(text)
-    assert data["schema"] == SCHEMA == "memaudit.report/2"
+    assert data["schema"] == SCHEMA == "memaudit.report/3"
     assert [c["id"] for c in data["cases"]] == REF_IDS == ["reference/bf16/g1/t256-h64-f128/bf16", "reference/bf16/g4/t256-h64-f128/bf16"]
     assert [c["status"] for c in data["cases"]] == ["ok", "ok"]
     # sorted keys, stable layout

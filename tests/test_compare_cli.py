@@ -140,7 +140,7 @@ def test_compare_of_disjoint_reports_fails(tmp_path: Path, base_path: Path) -> N
         ('{"schema": "memaudit.report/1", "cases": [{"id": "x", ', ["not valid JSON", "truncated or corrupted"]),
         ("", ["not valid JSON"]),
         ("\x00\x01garbage", ["not valid JSON"]),
-        ('{"schema": "memaudit.report/0", "cases": []}', ["unsupported schema 'memaudit.report/0'", "memaudit.report/2"]),
+        ('{"schema": "memaudit.report/0", "cases": []}', ["unsupported schema 'memaudit.report/0'", "memaudit.report/3"]),
         ('{"cases": []}', ["unsupported schema None"]),
         ("[1, 2]", ["expected a JSON object", "list"]),
         ('{"schema": "memaudit.report/1", "cases": [{"id": "x"}]}', ["cases[x]", "missing key(s)"]),

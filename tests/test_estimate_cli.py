@@ -141,7 +141,7 @@ def test_split_path_default_for_fp8(runner, app, tmp_path) -> None:
     case = load_report(tmp_path / "f.json").cases[0]
     assert case.path["name"] == "unfused-split" and case.path["fused"] is False and case.options["arch"] == "sm90"
     assert "Float8TensorStorage._transpose" in res.stdout
-    assert json.loads((tmp_path / "f.json").read_text())["schema"] == "memaudit.report/2"
+    assert json.loads((tmp_path / "f.json").read_text())["schema"] == "memaudit.report/3"
 
 
 def test_padding_table_lists_padded_scales(runner, app) -> None:

@@ -255,7 +255,9 @@ def _totals_by_definition(rows: list[Row], freed: list[Row]) -> dict[str, int]:
             "unknown_bytes": sum(r.bytes for r in rows if r.resides == "unknown"),
             "output_bytes": sum(device[s] for s in outputs - params),
             "ctx_bytes": sum(b for s, b in device.items() if s not in hooked and s not in params),
-            "freed_rows": len(freed), "freed_bytes": sum(r.bytes for r in freed)}
+            "freed_rows": len(freed), "freed_bytes": sum(r.bytes for r in freed),
+            "unread_bytes": None if all(r.read is None for r in rows) else sum(
+                b for s, b in device.items() if s not in params and all(r.read == "unread" for r in rows if r.storage == s))}
 
 
 def test_compute_totals_matches_the_definition() -> None:
@@ -271,7 +273,9 @@ def test_compute_totals_matches_the_definition() -> None:
                           "storage": rng.choice(["s0", "s1", "s2", "s3"] if every_device else [None, "s0", "s1", "s2", "s3"]),
                           "storage_bytes": rng.randrange(1000, 2000), "resides": "device" if every_device else rng.choice(RESIDES),
                           "is_parameter": rng.random() < 0.3, "aliases_output": rng.random() < 0.3,
-                          "via": rng.choice(["hook", "ctx", "unhooked"])}) for i in range(rng.randrange(0, 12))]
+                          "via": rng.choice(["hook", "ctx", "unhooked"]),
+                          "read": rng.choice(["read", "unread", "unread", "unknown"]) if k % 4 >= 2 else None})
+                for i in range(rng.randrange(0, 12))]
         freed = rows[: rng.randrange(0, 3)]
         assert dataclasses.asdict(compute_totals(rows, freed)) == _totals_by_definition(rows, freed)
 

@@ -99,7 +99,7 @@ def estimate_cmd(
     probs_dtype: Annotated[ProbsDtype, typer.Option(help="dtype of the routing probs the caller passes.")] = "float32",
     split_dtype: Annotated[SplitDtype, typer.Option(help="dtype of the split sizes the caller passes (int64: one tensor for FC1 and FC2).")] = "int64",
     padding: Annotated[bool, typer.Option(help="Show the per-buffer padding table (one configuration).")] = True,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the --variant estimate as a memaudit report (schema memaudit.report/2) here, atomically.")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the --variant estimate as a memaudit report (schema memaudit.report/3) here, atomically.")] = None,
     markdown: Annotated[Path | None, typer.Option(help="Write a markdown summary here.")] = None,
     plot: Annotated[Path | None, typer.Option(help="Draw saved bytes vs tokens, one line per recipe at --plot-groups (.png or .svg; needs matplotlib, the 'plot' extra, and two or more --tokens), and what is saved by kind to --plot-kinds.")] = None,
     plot_kinds: Annotated[Path | None, typer.Option(help="Draw what is saved by kind and orientation, a stacked bar per recipe at (--plot-tokens, --plot-groups). Default with --plot: its name with .kinds before the extension.")] = None,

@@ -3,7 +3,7 @@
 Audits the grouped-MLP case list across TE versions: releases (``--te 2.15,2.17.1``), git
 revisions of a TE checkout (``--te-repo PATH --rev A..B``), local trees (``--te-tree PATH``) and
 the installed TE (``--installed``), each version's Python in a process of its own with emulated
-kernels. Writes one ``memaudit.report/2`` report per version and the history (JSON, markdown, a
+kernels. Writes one ``memaudit.report/3`` report per version and the history (JSON, markdown, a
 figure) into ``--out``. ``--bisect GOOD..BAD`` with one case finds the first commit that changed the
 case's saved state instead.
 

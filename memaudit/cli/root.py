@@ -144,6 +144,8 @@ def run(
     verify_allocator: Annotated[bool, typer.Option("--verify-allocator", help="CUDA: check the rows against the caching allocator's growth over the captured forward (hidden_bytes per case).")] = False,
     allow_incomplete: Annotated[bool, typer.Option("--allow-incomplete", help="Judge budgets on cases memaudit marked incomplete instead of failing them.")] = False,
     allow_na: Annotated[bool, typer.Option("--allow-na", help="With --scenario: pass when no budget judged anything or a budget applies to no case (by default that fails).")] = False,
+    unread: Annotated[bool, typer.Option("--unread", help="Give every saved buffer a verdict: read by backward (and by what), never read, or unknown (and why); unread_bytes per case. See docs/budgets.md.")] = False,
+    unread_method: Annotated[UnreadMethod | None, typer.Option("--unread-method", help="With --unread: observed (reads seen during backward; the default), poisoned (gradients compared with the buffers' contents poisoned: real kernels only) or both (they must agree).")] = None,
     stack: Annotated[bool, typer.Option("--stack", help="Record the source line (file:line) of the user code behind each saved tensor (rows' source; slower capture, see docs/bench.md).")] = False,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the JSON report here (atomically).")] = None,
     markdown: Annotated[Path | None, typer.Option(help="Write a markdown summary (PR comment) here.")] = None,
@@ -173,8 +175,12 @@ def run(
             raise UsageError("records one process's allocator: not with --nproc", key="--memory-snapshot")
         if (why := unavailable_reason()) is not None:
             raise UsageError(why, key="--memory-snapshot")
+    if unread_method is not None and not unread:
+        raise UsageError("chooses the method of --unread: add --unread", key="--unread-method")
     loaded, tgt, target, dev, mode, specs = _plan(target, recipe, groups, dtype, device, splits, scenario, allow_target,
                                                   fallback, verify_allocator, memory_snapshot, target_flags)
+    methods = unread_plan(specs, loaded, (unread_method or UnreadMethod.observed).value if unread else None,
+                          backward=backward, distributed=nproc is not None)
     from memaudit.cli.dist import DistOptions, run_distributed
 
     code = run_distributed(
@@ -185,9 +191,9 @@ def run(
     if code is not None:  # --nproc, or a rank under torchrun
         return code
     report = _run_here(tgt, specs, mode, backward=backward, verify_allocator=verify_allocator, stack=stack,
-                       expected=expected, quiet=quiet, memory_snapshot=memory_snapshot)
+                       expected=expected, quiet=quiet, memory_snapshot=memory_snapshot, unread=methods)
     return _conclude(report, loaded, target, expected=expected, allow_incomplete=allow_incomplete, allow_na=allow_na,
-                     json_path=json_path, markdown=markdown, memory_snapshot=memory_snapshot)
+                     json_path=json_path, markdown=markdown, memory_snapshot=memory_snapshot, quiet=quiet)
 
 
 def _plan(target: str | None, recipe: str | None, groups: Ints | None, dtype: Dtype | None, device: str | None,
@@ -246,9 +252,35 @@ def _plan(target: str | None, recipe: str | None, groups: Ints | None, dtype: Dt
     return loaded, tgt, target, dev, mode, specs
 
 
+def unread_plan(specs: list[Any], loaded: Any, given: str | None, *, backward: bool, distributed: bool) -> list[str | None]:
+    """The read analysis of each spec (``--unread`` wins over the scenario's ``unread``), checked
+    before anything runs: it needs backward, a plain (not distributed) run, and a memaudit that
+    has the analysis (``memaudit.unread`` and the runner's ``unread``)."""
+    import importlib.util
+
+    from memaudit.dist.world import torchrun_env
+
+    scenario_methods = loaded.unread_methods() if loaded is not None else [None] * len(specs)
+    methods = [given or m for m in scenario_methods]
+    if not any(methods):
+        return methods
+    key = "--unread" if given else "unread"
+    if not backward:
+        raise UsageError("finds what backward never reads, so it needs backward: drop --no-backward", key=key)
+    if distributed or torchrun_env() is not None:
+        raise UsageError("runs in one process for now: not with --nproc or under torchrun", key=key)
+    from memaudit import runner
+
+    if importlib.util.find_spec("memaudit.unread") is None or "unread" not in inspect.signature(runner.run_matrix).parameters:
+        raise UsageError("this memaudit has no read analysis (memaudit.unread and the runner's unread= are missing)", key=key)
+    return methods
+
+
 def _run_here(tgt: Any, specs: list[Any], mode: str, *, backward: bool, verify_allocator: bool, stack: bool,
-              expected: bool, quiet: bool, memory_snapshot: Path | None) -> Any:
-    """Run the specs in this process, showing each case as it finishes; the report."""
+              expected: bool, quiet: bool, memory_snapshot: Path | None, unread: list[str | None] | None = None) -> Any:
+    """Run the specs in this process, showing each case as it finishes; the report. ``unread`` is
+    each spec's read analysis (:func:`unread_plan`): consecutive specs with the same one run as one
+    matrix."""
     from memaudit.render.progress import CaseProgress
     from memaudit.runner import plan_fallbacks, run_matrix
 
@@ -259,6 +291,7 @@ def _run_here(tgt: Any, specs: list[Any], mode: str, *, backward: bool, verify_a
                          key="--memory-snapshot")
     from memaudit.render.modules import module_table
     from memaudit.render.tables import case_table
+    from memaudit.render.unread import unread_block
 
     console, err_console = consoles()
     for line in fallback_notes(tgt, specs, fallbacks, mode):  # said before anything runs
@@ -266,6 +299,8 @@ def _run_here(tgt: Any, specs: list[Any], mode: str, *, backward: bool, verify_a
 
     def show(case: Any) -> None:
         if not quiet and case.status == "ok":
+            if (never := unread_block([case])) is not None:  # first, before its table
+                console.print(never)
             console.print(case_table(case, show_expected=expected, width=console.width))
             if (groups := module_table(case)) is not None:
                 console.print(groups)
@@ -285,17 +320,35 @@ def _run_here(tgt: Any, specs: list[Any], mode: str, *, backward: bool, verify_a
             progress.finish(case)
         show(case)
 
+    methods = unread if unread is not None else [None] * len(specs)
+    chunks: list[tuple[int, int, str | None]] = []  # (start, end, method): runs of specs with the same analysis
+    for i, m in enumerate(methods):
+        if chunks and chunks[-1][2] == m:
+            chunks[-1] = (chunks[-1][0], i + 1, m)
+        else:
+            chunks.append((i, i + 1, m))
+    reports = []
     with progress if progress is not None else contextlib.nullcontext():
-        report = run_matrix(tgt, specs, backward=backward, verify_allocator=verify_allocator, on_case=on_case,
-                            on_start=progress.start if progress is not None else None, fallbacks=fallbacks,
-                            stack=stack, snapshot=None if memory_snapshot is None else str(memory_snapshot))
+        for start, end, method in chunks:
+            def on_start(spec: Any, i: int, n: int, start: int = start) -> None:
+                if progress is not None:
+                    progress.start(spec, start + i, len(specs))
+
+            extra: dict[str, Any] = {"unread": method} if method is not None else {}
+            reports.append(run_matrix(tgt, specs[start:end], backward=backward, verify_allocator=verify_allocator,
+                                      on_case=on_case, on_start=on_start, fallbacks=fallbacks[start:end], stack=stack,
+                                      snapshot=None if memory_snapshot is None else str(memory_snapshot), **extra))
+    report = reports[0]
+    for other in reports[1:]:
+        report.cases.extend(other.cases)
     return report
 
 
 def _conclude(report: Any, loaded: Any, target: str, *, expected: bool, allow_incomplete: bool, allow_na: bool,
-              json_path: Path | None, markdown: Path | None, memory_snapshot: Path | None) -> int:
+              json_path: Path | None, markdown: Path | None, memory_snapshot: Path | None, quiet: bool = False) -> int:
     """Judge, show and write a finished run's report; the exit code."""
     from memaudit.render.tables import summary_table
+    from memaudit.render.unread import unread_block
     from memaudit.report import write_report
     from memaudit.targets import registry
 
@@ -319,6 +372,8 @@ def _conclude(report: Any, loaded: Any, target: str, *, expected: bool, allow_in
             line = Text("note: ", style="bold yellow")
             line.append(f"{case.id}: {note}")
             err_console.print(line, soft_wrap=True)
+    if (never := unread_block(report.cases)) is not None and (quiet or len(report.cases) > 1):  # before the summary
+        console.print(never)
     console.print(summary_table(report.cases, width=console.width))
     if memory_snapshot is not None:
         line = Text("memory snapshot: ", style="bold")
@@ -358,6 +413,14 @@ def _conclude(report: Any, loaded: Any, target: str, *, expected: bool, allow_in
 def _all_groups(command: str, groups: str) -> str:
     """``command`` (made for one case) with ``--groups`` naming every group count of the recipe."""
     return re.sub(r"--groups \d+", f"--groups {groups}", command, count=1)
+
+
+class UnreadMethod(StrEnum):
+    """``run --unread-method`` (memaudit.report.UNREAD_CHOICES)."""
+
+    observed = "observed"
+    poisoned = "poisoned"
+    both = "both"
 
 
 class FallbackMode(StrEnum):

@@ -15,7 +15,12 @@ What counts as a failure (``fail_on="increase"``, the default):
 * ``path.fused`` going from true to false (the fused kernel stopped being used), or recorded in
   one report only where that could hide it (the current case records none, or the baseline
   records none and the current case is unfused);
-* an environment difference, only under ``strict_env``.
+* an environment difference, only under ``strict_env``;
+* ``unread_bytes`` (bytes saved for backward that backward never read, ``run --unread``) grown
+  beyond the tolerance; or recorded in one report only where that could hide growth: the
+  baseline has it and the current case does not (it was run without ``--unread``), or the
+  baseline was not analysed and the current case has unread bytes (refresh the baseline with
+  ``--unread``). A current case with nothing unread over an unanalysed baseline is a note.
 
 A case that the baseline has and the current report lacks is listed but is not a failure: it
 usually means the scenario was narrowed or filtered, which is reviewed in the scenario's diff, not a
@@ -151,7 +156,7 @@ class Finding:
 
     @property
     def is_bytes(self) -> bool:
-        return self.metric in ("saved_bytes", "operand", "kind", "orientation", "worst_rank")
+        return self.metric in ("saved_bytes", "unread_bytes", "operand", "kind", "orientation", "worst_rank")
 
     @property
     def verdict(self) -> str:
@@ -520,6 +525,7 @@ def _compare_bytes(diff: CaseDiff, base: CaseReport, cur: CaseReport, tol: Toler
         diff.findings.append(Finding(cid, metric, key, b, c, direction, failing, text))
 
     number("saved_bytes", None, ref, cur.totals.saved_bytes, allowed, "bytes")
+    _compare_unread(diff, base, cur, allowed, strict, number)
     rows_allowed = tol.allowed_rows(base.totals.rows or len(base.rows))
     for metric, fn in (("operand", _operand_key), ("kind", _kind_key), ("orientation", _orientation_key)):
         bm, cm = breakdown(base.rows, fn), breakdown(cur.rows, fn)
@@ -532,6 +538,34 @@ def _compare_bytes(diff: CaseDiff, base: CaseReport, cur: CaseReport, tol: Toler
     number("rows", None, base.totals.rows or len(base.rows), cur.totals.rows or len(cur.rows),
            tol.allowed_rows(base.totals.rows or len(base.rows)), "count")
     diff.row_diffs = row_diffs(base.rows, cur.rows)
+
+
+def _unread_of(c: CaseReport) -> int | None:
+    """A case's unread bytes: None where it was not analysed (an analysed case with no rows: 0)."""
+    if c.unread is None:
+        return None
+    return c.totals.unread_bytes or 0
+
+
+def _compare_unread(diff: CaseDiff, base: CaseReport, cur: CaseReport, allowed: int, strict: bool, number: Any) -> None:
+    """Gate ``unread_bytes`` as ``saved_bytes`` is gated; one side analysed and the other not is a
+    finding, never a silent pass (failing where it could hide growth)."""
+    b, c = _unread_of(base), _unread_of(cur)
+    if b is not None and c is not None:
+        number("unread_bytes", None, b, c, allowed, "bytes")
+        return
+    if b is None and c is None:
+        return
+    if c is None:
+        text = (f"unread_bytes not analysed in the current case (the baseline has {fmt_bytes(b or 0)} never read): "
+                "run it with --unread, or the gate cannot tell whether it grew")
+        diff.findings.append(Finding(diff.id, "unread_bytes", None, b, None, WORSE, True, text))
+        return
+    worse = c > 0
+    text = (f"unread_bytes {fmt_bytes(c)} in the current case, but the baseline was not analysed: "
+            + ("the gate cannot tell whether it grew; refresh the baseline with --unread" if worse else
+               "nothing unread now, so nothing could have grown; refresh the baseline with --unread to gate it"))
+    diff.findings.append(Finding(diff.id, "unread_bytes", None, None, c, WORSE if worse else NEUTRAL, worse or strict, text))
 
 
 # --------------------------------------------------------------------------------------------

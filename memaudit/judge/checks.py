@@ -26,6 +26,7 @@ from memaudit.judge.rules import (
     ExactBytes,
     Forbid,
     MaxBytes,
+    MaxUnreadBytes,
     PathCheck,
     Ratio,
     Rule,
@@ -33,7 +34,7 @@ from memaudit.judge.rules import (
     nonempty_groups,
     operand_matches,
 )
-from memaudit.report import CaseReport
+from memaudit.report import CaseReport, unread_storages
 from memaudit.targets import registry
 from memaudit.units import fmt_bytes
 
@@ -44,6 +45,7 @@ HEADLINES = {
     "forbid": "{rule}: forbidden rows were saved ({actual}); expected {expected}",
     "max_bytes": "{rule}: {actual} saved, expected {expected}",
     "exact_bytes": "{rule}: {actual} saved, expected {expected}",
+    "max_unread_bytes": "{rule}: {actual} saved for backward and never read, expected {expected}",
     "ratio": "{rule}: ratio {actual}, expected {expected}",
     "path": "{rule}: path was {actual}, expected {expected}",
 }
@@ -143,8 +145,37 @@ def measure_bytes(rows: Iterable[Any], measure: str) -> int:
     return sum(storages.values()) + loose
 
 
+NOT_ANALYSED = ("case {case} was not analysed for reads (its rows carry no read verdicts), so its unread bytes are "
+                "unknown, not zero: run it with --unread (or unread = \"observed\" in the scenario's cases, "
+                "unread= in the saved_budget marker)")
+
+
+def unread_bytes(rows: Iterable[Any], all_rows: Iterable[Any]) -> int:
+    """Device storages of ``rows`` that backward never read (each once at its full size, parameters
+    excluded), a storage being unread when every row of the case that holds it is (``all_rows``)."""
+    unread = set(unread_storages(all_rows))
+    storages: dict[str, int] = {}
+    params: set[str] = set()
+    for r in rows:
+        if r.storage is None or r.resides != "device" or r.storage not in unread:
+            continue
+        storages[r.storage] = r.storage_bytes
+        if r.is_parameter:
+            params.add(r.storage)
+    return sum(n for s, n in storages.items() if s not in params)
+
+
 def _case_bytes(rule: Rule, case: CaseLike, measure: str) -> tuple[int, list[Any]]:
     """Bytes of the rule's selection (or the case totals when it has none) and the rows behind them."""
+    if measure == "unread":
+        rows = _selected(rule, case) if rule.select is not None else list(case.rows)
+        if rule.select is not None:
+            require_rows(rule, case)
+        unread = set(unread_storages(case.rows))
+        behind = [r for r in rows if r.storage in unread and not r.is_parameter]
+        if rule.select is None and case.totals.unread_bytes is not None:
+            return case.totals.unread_bytes, behind
+        return unread_bytes(rows, case.rows), behind
     if rule.select is None:
         totals = case.totals
         value = {"logical": totals.logical_bytes, "physical": totals.physical_bytes, "saved": totals.saved_bytes}[measure]
@@ -277,6 +308,10 @@ def check_bytes(rule: Rule, case: CaseLike, ctx: Context) -> tuple[str, Violatio
     check = rule.check
     assert isinstance(check, ByteCheck)
     target = rule.byte_target(case)
+    if isinstance(check, MaxUnreadBytes) and getattr(case, "unread", None) is None:
+        actual = "not analysed"
+        return actual, Violation(rule.name, rule.expected_for(case), actual, (), (), NOT_ANALYSED.format(case=case.id),
+                                 rule.selection())
     value, rows = _case_bytes(rule, case, check.measure)
     actual = bytes_text(value)
     if check.holds(value, target):
@@ -340,6 +375,7 @@ CHECK_FUNCTIONS: dict[type, Callable[[Rule, CaseLike, Context], tuple[str, Viola
     Forbid: check_forbid,
     MaxBytes: check_bytes,
     ExactBytes: check_bytes,
+    MaxUnreadBytes: check_bytes,
     Ratio: check_ratio,
     PathCheck: check_path,
 }

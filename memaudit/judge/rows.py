@@ -98,8 +98,24 @@ def format_row(row: RowLike) -> str:
     source = getattr(row, "source", None)
     if source:
         extras.append(f"at {source}")
+    verdict = read_text(row)
+    if verdict:
+        extras.append(verdict)
     extras += row.notes()
     return "  ".join(parts) + (f"  [{', '.join(extras)}]" if extras else "")
+
+
+def read_text(row: object) -> str:
+    """A row's read verdict in words: ``read by aten.mm``, ``never read``, ``unknown: why``, or ""
+    where no analysis ran."""
+    verdict, by = getattr(row, "read", None), getattr(row, "read_by", None)
+    if verdict is None:
+        return ""
+    if verdict == "unread":
+        return "never read"
+    if verdict == "read":
+        return f"read by {by}" if by else "read"
+    return f"{verdict}: {by}" if by else verdict
 
 
 def format_rows(rows: Sequence[RowLike], limit: int = MAX_ROW_LINES) -> list[str]:

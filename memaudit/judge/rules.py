@@ -23,7 +23,7 @@ from memaudit.judge.rows import RowLike, bytes_text, operand_base
 from memaudit.judge.versions import version_in
 from memaudit.report import PathInfo
 
-CHECKS = ("count", "forbid", "max_bytes", "exact_bytes", "ratio", "path")
+CHECKS = ("count", "forbid", "max_bytes", "exact_bytes", "max_unread_bytes", "ratio", "path")
 COUNT_OPS = ("==", "<=", ">=")
 COUNT_UNITS = ("rows", "storages")
 PER = ("case", "operand", "group", "operand,group")
@@ -199,6 +199,16 @@ class ExactBytes(ByteCheck, kind="exact_bytes", op="==", expr_field="value"):
 
 
 @dataclass(frozen=True)
+class MaxUnreadBytes(ByteCheck, kind="max_unread_bytes", op="<=", expr_field="limit"):
+    """Bytes saved for backward that backward never read (``unread_bytes``, counted by storage),
+    of the case or of a selection, at most ``limit``. A case whose rows carry no read verdicts (run
+    without ``--unread``) fails it: not analysed is not zero."""
+
+    limit: ByteExpr
+    measure: str = "unread"
+
+
+@dataclass(frozen=True)
 class Ratio:
     max: float
     against: tuple[tuple[str, Any], ...]
@@ -221,7 +231,7 @@ class PathCheck:
         return "fused" if self.fused else "unfused"
 
 
-Check = Count | Forbid | MaxBytes | ExactBytes | Ratio | PathCheck
+Check = Count | Forbid | MaxBytes | ExactBytes | MaxUnreadBytes | Ratio | PathCheck
 
 
 @dataclass(frozen=True)

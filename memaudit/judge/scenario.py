@@ -34,6 +34,7 @@ from memaudit.judge.rules import (
     Forbid,
     KnownFailure,
     MaxBytes,
+    MaxUnreadBytes,
     PathCheck,
     Ratio,
     Rule,
@@ -101,6 +102,8 @@ def _rule(t: Any, raw: dict[str, Any], *, source: str, key: str) -> Rule:
         check = MaxBytes(t.max_bytes, measure)
     elif kind == "exact_bytes":
         check = ExactBytes(t.exact_bytes, measure)
+    elif kind == "max_unread_bytes":
+        check = MaxUnreadBytes(t.max_unread_bytes)
     elif kind == "ratio":
         if t.against is None:
             raise fail("against", f"budget {name!r}: ratio needs 'against', e.g. against = {{ recipe = \"bf16\" }}")
@@ -141,6 +144,8 @@ class CaseBlock:
     key: str = "cases"
     owner: Target | None = field(default=None, hash=False, compare=False, repr=False)
     """The target the block names (its specs carry it)."""
+    unread: str | None = None
+    """The read analysis its cases run with (``unread``: ``observed``, ``poisoned``, ``both``), or None."""
 
     @property
     def dims(self) -> dict[str, int]:
@@ -189,7 +194,7 @@ def _block(t: Any, *, source: str, key: str, owner: Target) -> CaseBlock:
                 detail = str(exc).removeprefix(f"{exc.key}: ") if exc.key else str(exc)
                 raise UsageError(f"group count {g} with recipe {rec!r}: {detail}", source=source,
                                  key=join_key(join_key(key, "groups"), i)) from None
-    return CaseBlock(t.target, t.recipes, t.groups, shape, dtype, dict(t.options), key, owner)
+    return CaseBlock(t.target, t.recipes, t.groups, shape, dtype, dict(t.options), key, owner, t.unread)
 
 
 def _owner(data: Any, *, source: str, allow_targets: tuple[str, ...]) -> Target | None:
@@ -272,6 +277,10 @@ class Scenario:
     def covers(self, case: CaseLike) -> bool:
         """Whether a report case is one of the scenario's cases."""
         return any(b.covers(case) for b in self.cases)
+
+    def unread_methods(self) -> list[str | None]:
+        """The read analysis of each case of :meth:`specs`, in the same order (its block's ``unread``)."""
+        return [b.unread for b in self.cases for _ in range(len(b.recipes) * len(b.groups))]
 
 
 def parse_scenario(data: Any, *, source: str, allow_targets: tuple[str, ...] = ()) -> Scenario:

@@ -33,7 +33,7 @@ from memaudit.judge.byte_expr import ByteExpr
 from memaudit.judge.rules import COUNT_OPS, COUNT_UNITS, MEASURES, PER
 from memaudit.judge.versions import validate_specifier
 from memaudit.plugins import formats
-from memaudit.report import KINDS, MAX_INT, ORIENTATIONS
+from memaudit.report import KINDS, MAX_INT, ORIENTATIONS, UNREAD_CHOICES
 from memaudit.spec import DTYPES
 
 ON_ERROR = ("fail", "warn")
@@ -177,6 +177,17 @@ def _ratio(v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v <= 0 or v > 1e12:
         raise ValueError(f"expected a positive, finite number (the largest allowed ratio), got {_shown(v)}")
     return float(v)
+
+
+def unread_choice(v: Any) -> str | None:
+    """A run's read analysis: ``true`` is ``observed``, ``false`` none, else one of :data:`UNREAD_CHOICES`."""
+    if v is True:
+        return "observed"
+    if v is False:
+        return None
+    if isinstance(v, str) and v in UNREAD_CHOICES:
+        return v
+    raise ValueError(f"expected true, false or one of {', '.join(map(repr, UNREAD_CHOICES))}, got {_shown(v)}")
 
 
 def _specifier(v: str) -> str:
@@ -331,6 +342,7 @@ def budget_model(dims: tuple[str, ...], recipes: tuple[str, ...], path_keys: tup
         "count": checked(AfterValidator(_count)),
         "forbid": checked(AfterValidator(_forbid)),
         "max_bytes": checked(AfterValidator(bytes_expr)), "exact_bytes": checked(AfterValidator(bytes_expr)),
+        "max_unread_bytes": checked(AfterValidator(bytes_expr)),
         "ratio": checked(AfterValidator(_ratio)),
         "path": (_optional(_choice(("fused", "unfused"))), None),
     })
@@ -365,6 +377,7 @@ def cases_model(dims: tuple[str, ...], recipes: tuple[str, ...]) -> type[Table]:
         **_aliased("dim_", dims, _int(), required=True),
         "dtype": (_optional(_choice(DTYPES)), None),
         "options": (types.GenericAlias(dict, (str, OptionValue)), {}),
+        "unread": (_optional(Annotated[(Any, AfterValidator(unread_choice))]), None),  # type: ignore[valid-type]
     })
 
 

@@ -21,6 +21,7 @@ from memaudit.environment import libraries
 from memaudit.errors import UsageError
 from memaudit.judge.baseline import WORSE, CaseDiff, Comparison, Finding, RowDiff, kind_breakdown
 from memaudit.render.ranks import PER_RANK_MAX, RankView, imbalance, rank_views
+from memaudit.render.unread import unread_markdown
 from memaudit.report import CaseReport, Report
 from memaudit.targets.registry import execution_label
 from memaudit.units import fmt_bytes, fmt_delta, fmt_shape
@@ -249,7 +250,16 @@ def _path_cell(e: _Entry) -> str:
     return now or before or "-"
 
 
-def _row(e: _Entry, compare: bool, show_path: bool) -> str:
+def _unread_cell(c: CaseReport) -> str:
+    """Unread bytes of an ok case: ``-`` where it was not analysed (never a silent zero)."""
+    if c.status != "ok":
+        return "-"
+    if c.unread is None:
+        return "not analysed"
+    return fmt_bytes(c.totals.unread_bytes or 0)
+
+
+def _row(e: _Entry, compare: bool, show_path: bool, unread: bool = False) -> str:
     c, d = e.case, e.diff
     cells = [md_escape(_label(c)), _status_cell(e)]
     if compare:
@@ -270,6 +280,8 @@ def _row(e: _Entry, compare: bool, show_path: bool) -> str:
         ]
     else:
         cells += [fmt_bytes(c.totals.saved_bytes) if c.status == "ok" else "-", str(len(c.rows)) if c.status == "ok" else "-"]
+    if unread:
+        cells.append(_unread_cell(c))
     if show_path:
         cells.append(_path_cell(e))  # fixed words only
     cells.append(_kinds_cell(c, d))
@@ -283,13 +295,17 @@ def _table(entries: list[_Entry], compare: bool, show_path: bool) -> list[str]:
     else:
         head = ["case", "status", "saved", "rows"]
         align = ["---", "---", "---:", "---:"]
+    unread = any(e.case.unread is not None for e in entries)
+    if unread:
+        head.append("never read")
+        align.append("---:")
     if show_path:
         head.append("path")
         align.append("---")
     head.append("by kind")
     align.append("---")
     lines = ["| " + " | ".join(head) + " |", "| " + " | ".join(align) + " |"]
-    lines += [_row(e, compare, show_path) for e in entries]
+    lines += [_row(e, compare, show_path, unread) for e in entries]
     return lines
 
 
@@ -477,6 +493,7 @@ def render_markdown(
     if comparison is not None:
         return render_compare_markdown(report, comparison, name=name, limit=limit)
     head = [marker(name), _verdict(report, comparison), ""]
+    head += unread_markdown(report.cases, md_escape)  # the buffers backward never read, first
     head += [_ranks_block(v) for v in rank_views(report)]  # a merged report's ranks, side by side
     if comparison is not None and comparison.env_warnings:
         strict = " (a failure under --strict-env)" if comparison.strict_env else ""
@@ -749,6 +766,7 @@ def render_compare_markdown(report: Report, cmp: Comparison, *, name: str = "def
     regressed cases, the improved ones and other changes, each with its table of changed buffers
     in exact bytes, then the unchanged cases collapsed; cut to ``limit`` from the end."""
     head = [marker(name), _headline(report, cmp), ""]
+    head += unread_markdown(report.cases, md_escape)  # the buffers backward never read, first
     head += [_ranks_block(v) for v in rank_views(report)]
     if cmp.env_warnings:
         strict = " (a failure under --strict-env)" if cmp.strict_env else ""

@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from memaudit.render.layout import Sheet, fit, text_col, value_col
+from memaudit.render.unread import verdict_cell
 from memaudit.report import CaseReport, Row
 from memaudit.targets import registry
 from memaudit.units import fmt_bytes, fmt_shape
@@ -52,7 +53,9 @@ _SHORT_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float
 def _case_sheet(case: CaseReport, show_expected: bool, compact: bool) -> Sheet:
     """Wide: # operand what shape bytes where storage [expected]. Compact: # operand shape bytes
     [expected] what, the notes and the source line (``--stack``) in ``what``, no ``where`` and no
-    storage id, short dtype names."""
+    storage id, short dtype names. An analysed case (``--unread``) adds ``read``: each row's
+    verdict (its reader, or why it is unknown); compact, it goes in ``what``."""
+    analysed = case.unread is not None
     if compact:
         cols = [value_col("#", "right"), value_col("operand"), value_col("shape"), value_col("bytes", "right")]
         cols += [value_col("expected", "right")] if show_expected else []
@@ -60,6 +63,7 @@ def _case_sheet(case: CaseReport, show_expected: bool, compact: bool) -> Sheet:
     else:
         cols = [value_col("#", "right"), value_col("operand"), text_col("what"), value_col("shape"), value_col("bytes", "right"),
                 text_col("where"), text_col("storage")]
+        cols += [text_col("read")] if analysed else []
         cols += [value_col("expected", "right")] if show_expected else []
     sheet = Sheet(cols, title=_title(case), caption=Text.from_markup(totals_line(case)), keep={"expected"})
     previous = None
@@ -76,7 +80,8 @@ def _case_sheet(case: CaseReport, show_expected: bool, compact: bool) -> Sheet:
         expected = [_expected_cell(row)] if show_expected else []
         if compact:
             dtype = _SHORT_DTYPE.get(row.dtype, row.dtype)
-            what = " ".join([what, *row.notes(), *([f"at {row.source}"] if row.source else [])])  # --stack's source line
+            what = " ".join([what, *row.notes(), *([f"at {row.source}"] if row.source else []),  # --stack's source line
+                             *([verdict_cell(row)] if analysed else [])])
             sheet.add_row(str(row.index), operand, f"{fmt_shape(row.shape)} {dtype}", fmt_bytes(row.bytes), *expected, what)
             continue
         where = ".".join(p for p in (row.container, row.slot) if p) if row.container else (row.slot or "")
@@ -89,9 +94,18 @@ def _case_sheet(case: CaseReport, show_expected: bool, compact: bool) -> Sheet:
         if row.source:
             where = f"{where} at {row.source}" if where else row.source
         storage = " ".join(n for n in (row.storage or "", *row.notes()) if n)
+        verdict = [_verdict_text(row)] if analysed else []
         sheet.add_row(str(row.index), operand, what, f"{fmt_shape(row.shape)} {row.dtype}", fmt_bytes(row.bytes),
-                      where, storage, *expected)
+                      where, storage, *verdict, *expected)
     return sheet
+
+
+_VERDICT_STYLE = {"read": "green", "unread": "bold red", "unknown": "yellow"}
+
+
+def _verdict_text(row: Row) -> Text:
+    """The ``read`` cell: plain text (an op name or a reason is not markup), styled by verdict."""
+    return Text(verdict_cell(row), style=_VERDICT_STYLE.get(row.read or "", ""))
 
 
 def case_table(case: CaseReport, *, show_expected: bool = False, width: int | None = None) -> RenderableType:
@@ -119,6 +133,10 @@ def totals_line(case: CaseReport) -> str:
     ):
         if n:
             parts.append(f"{label} {fmt_bytes(n)}")
+    if case.unread is not None:
+        unread = t.unread_bytes or 0
+        parts.append(f"verdicts by {escape(' + '.join(case.unread.methods))}")
+        parts.append(f"[bold red]never read {fmt_bytes(unread)}[/]" if unread else "never read 0 B")
     if t.freed_rows:
         parts.append(f"freed {t.freed_rows} rows ({fmt_bytes(t.freed_bytes)}, not counted)")
     alloc = case.allocator
@@ -131,7 +149,10 @@ def totals_line(case: CaseReport) -> str:
 
 
 def _summary_sheet(cases: Iterable[CaseReport], compact: bool) -> Sheet:
+    cases = list(cases)
+    analysed = any(c.unread is not None for c in cases)
     cols = [value_col("case"), text_col("status"), value_col("path"), value_col("rows", "right"), value_col("saved", "right")]
+    cols += [value_col("never read", "right")] if analysed else []
     if not compact:
         cols += [value_col("parameters", "right"), value_col("logical", "right")]
     cols.append(text_col("reason"))
@@ -146,11 +167,23 @@ def _summary_sheet(cases: Iterable[CaseReport], compact: bool) -> Sheet:
         if label is not None:
             status.append(f" {label}", style="magenta" if c.emulation is not None else "cyan")
         cells: list[str | Text] = [c.id, status, path, str(c.totals.rows) if ok else "", fmt_bytes(c.totals.saved_bytes) if ok else ""]
+        if analysed:
+            cells.append(_unread_cell(c))
         if not compact:
             cells += [fmt_bytes(c.totals.parameter_bytes) if ok else "", fmt_bytes(c.totals.logical_bytes) if ok else ""]
         cells.append(c.reason or "")
         sheet.add_row(*cells)
     return sheet
+
+
+def _unread_cell(case: CaseReport) -> Text:
+    """Unread bytes of an analysed case; ``not analysed`` for one run without ``--unread``."""
+    if case.status != "ok":
+        return Text("")
+    if case.unread is None:
+        return Text("not analysed", style="dim")
+    n = case.totals.unread_bytes or 0
+    return Text(fmt_bytes(n), style="bold red" if n else "green")
 
 
 def summary_table(cases: Iterable[CaseReport], *, width: int | None = None) -> RenderableType:

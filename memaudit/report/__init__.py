@@ -73,6 +73,9 @@ from memaudit.report.model import (
     ORIENTATIONS as ORIENTATIONS,
 )
 from memaudit.report.model import (
+    READ_VERDICTS as READ_VERDICTS,
+)
+from memaudit.report.model import (
     READABLE_SCHEMAS as READABLE_SCHEMAS,
 )
 from memaudit.report.model import (
@@ -86,6 +89,12 @@ from memaudit.report.model import (
 )
 from memaudit.report.model import (
     STATUSES as STATUSES,
+)
+from memaudit.report.model import (
+    UNREAD_CHOICES as UNREAD_CHOICES,
+)
+from memaudit.report.model import (
+    UNREAD_METHODS as UNREAD_METHODS,
 )
 from memaudit.report.model import (
     VIA as VIA,
@@ -110,6 +119,9 @@ from memaudit.report.model import (
 )
 from memaudit.report.model import (
     Totals as Totals,
+)
+from memaudit.report.model import (
+    Unread as Unread,
 )
 from memaudit.report.model import (
     check_module_groups as check_module_groups,
@@ -137,4 +149,13 @@ from memaudit.report.model import (
 )
 from memaudit.report.model import (
     row_dicts as row_dicts,
+)
+from memaudit.report.model import (
+    unread_storages as unread_storages,
+)
+from memaudit.report.model import (
+    verdict_problem as verdict_problem,
+)
+from memaudit.report.model import (
+    with_verdicts as with_verdicts,
 )

@@ -20,11 +20,13 @@ from memaudit.report.model import (
     MAX_DIM,
     MAX_INT,
     ORIENTATIONS,
+    READ_VERDICTS,
     READABLE_SCHEMAS,
     RESIDES,
     ROW_DEFAULTS,
     SCHEMA,
     STATUSES,
+    UNREAD_METHODS,
     VIA,
     CaseReport,
     Emulation,
@@ -33,9 +35,11 @@ from memaudit.report.model import (
     Report,
     Row,
     Totals,
+    Unread,
     check_module_groups,
     compute_totals,
     gc_paused,
+    verdict_problem,
 )
 from memaudit.spec import DTYPES, CaseSpec
 
@@ -193,8 +197,10 @@ def _validators() -> dict[str, Any]:
     row = typed(Row, {
         "kind": Literal[KINDS], "orientation": Literal[ORIENTATIONS] | None, "resides": Literal[RESIDES],
         "via": Literal[VIA], "shape": list[count], "group": Annotated[int, Field(ge=0, le=MAX_DIM)] | None,
+        "read": Literal[READ_VERDICTS] | None, "read_by": text | None,
     })
-    totals = typed(Totals, {})
+    totals = typed(Totals, {"unread_bytes": count | None})
+    unread = typed(Unread, {"methods": Annotated[list[Literal[UNREAD_METHODS]], Field(min_length=1, max_length=2)]})
     emulation = typed(Emulation, {"machine": dict[str, str]})
     module_group = typed(ModuleGroup, {"module": text, "rows": list[count], "frees": list[count]})
 
@@ -212,12 +218,12 @@ def _validators() -> dict[str, Any]:
         "path": dict[str, Any] | None, "rows": list[row], "freed": list[row], "totals": totals,
         "warnings": list[str], "budgets": list[budget], "complete": bool, "allocator": dict[str, Any] | None,
         "execution": Literal["measured", "emulated"], "emulation": emulation, "modules": list[module_group],
-        "dist": dist_types["RankInfo"],
+        "dist": dist_types["RankInfo"], "unread": unread,
     }
-    written = set(case_fields) - {"execution", "emulation", "modules", "dist"}  # what a /2 report writes for every case
+    written = set(case_fields) - {"execution", "emulation", "modules", "dist", "unread"}  # what /2 and /3 write for every case
     first = {"id", "target", "recipe", "groups"}  # what a /1 report surely has
     adapters = {}
-    for schema_name, required in ((SCHEMA, written), ("memaudit.report/1", first)):
+    for schema_name, required in ((SCHEMA, written), ("memaudit.report/2", written), ("memaudit.report/1", first)):
         ann = {k: t if k in required else NotRequired[t] for k, t in case_fields.items()}
         case = TypedDict("Case", ann)  # type: ignore[operator]
         case.__pydantic_config__ = config  # type: ignore[attr-defined]
@@ -385,19 +391,36 @@ def validate_case(d: Any, *, source: str = "<report>", schema: str = SCHEMA, whe
     check_module_groups(modules, rows, source, where)
     totals = Totals(**c.get("totals", {}))
     truth = compute_totals(rows, freed)
+    unread = Unread(**c["unread"]) if c.get("unread") is not None else None
+    if unread is not None and schema != SCHEMA:
+        raise UsageError(f"read verdicts are new in {SCHEMA}; a {schema} report has none", source=source, key=f"{where}.unread")
+    if unread is not None and len(set(unread.methods)) != len(unread.methods):
+        raise UsageError(f"a method named twice: {unread.methods}", source=source, key=f"{where}.unread.methods")
+    problem = verdict_problem(rows, unread)
+    if problem is not None:
+        raise UsageError(problem[1], source=source, key=f"{where}.{problem[0]}")
+    read_freed = next((i for i, r in enumerate(freed) if r.read is not None or r.read_by is not None), None)
+    if read_freed is not None:
+        raise UsageError("a freed row has no verdict (autograd released it before the analysis)", source=source,
+                         key=f"{where}.freed[{read_freed}].read")
     for f in fields(Totals):
         said, summed = getattr(totals, f.name), getattr(truth, f.name)
         if said != summed:
-            raise UsageError(f"says {said:,} but the rows add up to {summed:,} (totals that disagree with their rows are refused)",
-                             source=source, key=f"{where}.totals.{f.name}")
+            raise UsageError(f"says {_num(said)} but the rows add up to {_num(summed)} (totals that disagree with their rows "
+                             "are refused)", source=source, key=f"{where}.totals.{f.name}")
     spec = CaseSpec(c["target"], c["recipe"], groups, tuple(dims.items()), c.get("dtype", "bf16"), c.get("device", "cpu"),
                     c.get("options", {}), tuple(splits) if splits is not None else None)
     return CaseReport(
         spec, id=c["id"], status=status, reason=c.get("reason"), path=PathInfo(path) if path is not None else None,
         rows=rows, totals=totals, warnings=c.get("warnings", []), budgets=c.get("budgets", []), complete=c.get("complete", True),
         freed=freed, allocator=c.get("allocator"), emulation=Emulation(**emulation) if emulation is not None else None,
-        modules=modules, dist=dist,
+        modules=modules, dist=dist, unread=unread,
     )
+
+
+def _num(v: int | None) -> str:
+    """A total as a message shows it: ``1,024``, or ``none`` where it is not recorded."""
+    return "none" if v is None else f"{v:,}"
 
 
 def _rank_info(d: dict[str, Any] | None, c: dict[str, Any], source: str, where: str) -> RankInfo | None:

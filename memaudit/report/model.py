@@ -21,9 +21,10 @@ from memaudit.errors import UsageError
 from memaudit.ranks import DistRun, RankInfo
 from memaudit.spec import CaseSpec
 
-SCHEMA = "memaudit.report/2"
-READABLE_SCHEMAS = ("memaudit.report/1", SCHEMA)
-"""/1 reports (before residence, freed rows and completeness) read with those fields at their defaults."""
+SCHEMA = "memaudit.report/3"
+READABLE_SCHEMAS = ("memaudit.report/1", "memaudit.report/2", SCHEMA)
+"""/1 reports (before residence, freed rows and completeness) read with those fields at their defaults;
+/2 reports (before read verdicts: ``read``, ``read_by``, ``unread_bytes``, ``unread``) without them."""
 
 KINDS = ("data", "scale_inv", "amax", "scale", "metadata", "tensor", "container", "unknown")
 ORIENTATIONS = ("rowwise", "columnwise", "both")
@@ -31,6 +32,14 @@ STATUSES = ("ok", "skipped", "error")
 RESIDES = ("device", "host", "recomputed", "unknown")
 """Where a saved buffer is kept: on its device; on the host (a pair such as ``save_on_cpu`` keeps a
 copy there); nowhere (``checkpoint`` recomputes it in backward); or where no one can tell."""
+READ_VERDICTS = ("read", "unread", "unknown")
+"""A saved buffer's verdict (``Row.read``): backward read its contents; finished without reading
+them; or memaudit cannot tell (``Row.read_by`` says why)."""
+UNREAD_METHODS = ("observed", "poisoned")
+"""How verdicts were reached (``Unread.methods``): reads observed during backward; gradients
+compared with the buffers' contents poisoned."""
+UNREAD_CHOICES = (*UNREAD_METHODS, "both")
+"""What a run may ask for (``run --unread-method``, a scenario's ``unread``, the pytest marker's)."""
 VIA = ("hook", "ctx", "unhooked", "cache")
 """How a row was found: packed by memaudit's hook; a ``ctx`` attribute of a Python node (no hook
 sees those); a saved tensor the graph walk met that no memaudit hook packed; an output selective
@@ -81,6 +90,11 @@ class Row:
     module and a module outside it by class name), or None (saved outside any module call)."""
     source: str | None = None
     """``file:line`` of the user code that saved it (``capture(stack=True)``, ``run --stack``)."""
+    read: str | None = None
+    """Whether backward read it (one of :data:`READ_VERDICTS`), or None where no analysis ran."""
+    read_by: str | None = None
+    """For ``read``: the op or kernel that first read it (``aten.mm``; None where only poisoning
+    saw the read); for ``unknown``: why; None for ``unread``."""
 
     def notes(self) -> list[str]:
         """Short flags for tables: parameter, duplicate view, buffer of a container, note."""
@@ -137,7 +151,7 @@ def make_row(values: dict[str, Any]) -> Row:
     return row
 
 
-OPTIONAL_ROW_KEYS = ("module", "source")
+OPTIONAL_ROW_KEYS = ("module", "source", "read", "read_by")
 """Row keys written only when set, so that reports made before them stay byte for byte as they were
 (:func:`row_dicts` names them one by one)."""
 
@@ -174,6 +188,10 @@ def row_dicts(rows: Iterable[Row]) -> list[dict[str, Any]]:
             del d["module"]
         if d["source"] is None:
             del d["source"]
+        if d["read"] is None:
+            del d["read"]
+        if d["read_by"] is None:
+            del d["read_by"]
         out.append(d)
     return out
 
@@ -208,6 +226,8 @@ class Totals:
     hook keeps on the host), ``unknown_bytes`` (logical bytes whose residence no one can tell),
     ``output_bytes`` (saved storages that are also forward outputs: alive anyway), ``ctx_bytes``
     (storages only ``ctx`` attributes keep) and the ``freed`` rows autograd already released.
+    ``unread_bytes`` (written only when not None) counts, as ``saved_bytes`` does, the storages
+    whose every row backward left ``unread``; None when no row carries a verdict.
     """
 
     rows: int = 0
@@ -221,6 +241,14 @@ class Totals:
     ctx_bytes: int = 0
     freed_rows: int = 0
     freed_bytes: int = 0
+    unread_bytes: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object: ``unread_bytes`` only where the rows carry verdicts."""
+        out = asdict(self)
+        if out["unread_bytes"] is None:
+            del out["unread_bytes"]
+        return out
 
 
 _TOTALS_FIELDS = operator.attrgetter("bytes", "resides", "storage", "storage_bytes", "is_parameter", "aliases_output", "via")
@@ -256,6 +284,9 @@ def compute_totals(rows: list[Row], freed: list[Row] | tuple[Row, ...] = ()) -> 
                 host[storage] = storage_bytes
     physical = sum(device.values())
     param_bytes = sum(device[s] for s in params)
+    unread_bytes = None
+    if any(r.read is not None for r in rows):
+        unread_bytes = sum(device[s] for s in unread_storages(rows) if s in device and s not in params)
     return Totals(
         rows=len(rows),
         logical_bytes=logical,
@@ -268,7 +299,18 @@ def compute_totals(rows: list[Row], freed: list[Row] | tuple[Row, ...] = ()) -> 
         ctx_bytes=sum(b for s, b in device.items() if s not in hooked and s not in params),
         freed_rows=len(freed),
         freed_bytes=sum(r.bytes for r in freed),
+        unread_bytes=unread_bytes,
     )
+
+
+def unread_storages(rows: Iterable[Row]) -> list[str]:
+    """The storages (first-seen order) whose every row is ``unread``: a storage with a ``read`` row
+    is read, and one with an ``unknown`` row (or a row without a verdict) is not counted."""
+    verdicts: dict[str, bool] = {}
+    for r in rows:
+        if r.storage is not None:
+            verdicts[r.storage] = verdicts.get(r.storage, True) and r.read == "unread"
+    return [s for s, unread in verdicts.items() if unread]
 
 
 class PathInfo(Mapping[str, Any]):
@@ -384,6 +426,18 @@ def check_module_groups(groups: list[ModuleGroup], rows: list[Row], source: str,
                 raise UsageError(f"{getattr(g, field_)} disagrees with its rows ({want})", source=source, key=f"{key}.{field_}")
 
 
+@dataclass(frozen=True)
+class Unread:
+    """How a case's read verdicts were reached (``unread`` in the JSON; set only on an analysed case).
+
+    ``methods`` are the methods that ran (of :data:`UNREAD_METHODS`); ``notes`` say why a method
+    did not run, where backward was nondeterministic, where the methods disagreed.
+    """
+
+    methods: list[str]
+    notes: list[str] = field(default_factory=list)
+
+
 _SPEC_KEYS = ("target", "recipe", "groups", "shape", "dtype", "device", "splits", "options")
 """The spec's fields, flat at the top of each case in the JSON (``shape`` as one key per dimension)."""
 
@@ -420,6 +474,8 @@ class CaseReport:
     dist: RankInfo | None = None
     """Set when the case ran on one rank of a distributed job (:class:`~memaudit.ranks.RankInfo`);
     its id then ends with the rank's coordinates."""
+    unread: Unread | None = None
+    """Set when the case's rows carry read verdicts (:func:`with_verdicts`): the methods that ran."""
 
     def __post_init__(self) -> None:
         if not self.id:
@@ -481,18 +537,74 @@ class CaseReport:
             out["modules"] = [asdict(g) for g in self.modules]
         else:
             out.pop("modules", None)
-        out["totals"] = asdict(self.totals)
+        out["totals"] = self.totals.to_dict()
         out["path"] = None if self.path is None else self.path.to_dict()
         if self.emulation is not None:  # measured cases carry neither key (reports stay as they were)
             out["execution"] = "emulated"
             out["emulation"] = asdict(self.emulation)
         if self.dist is not None:  # only a case run on one rank of a distributed job
             out["dist"] = self.dist.to_dict()
+        if self.unread is not None:  # only an analysed case (reports without the analysis stay as they were)
+            out["unread"] = asdict(self.unread)
         return out
 
 
+_NESTED = ("spec", "rows", "freed", "totals", "path", "emulation", "modules", "dist", "unread")
 
-_NESTED = ("spec", "rows", "freed", "totals", "path", "emulation", "modules", "dist")
+
+def verdict_problem(rows: list[Row], unread: Unread | None) -> tuple[str, str] | None:
+    """``(key, what is wrong)`` for the first row whose verdict the case cannot hold, else None: a
+    ``read_by`` on an ``unread`` row or without a verdict, a verdict where the case records no
+    analysis, a live row without one where it does, an ``unknown`` row that does not say why."""
+    for i, r in enumerate(rows):
+        if r.read is None and r.read_by is not None:
+            return f"rows[{i}].read_by", f"read_by {r.read_by!r} on a row without a verdict (read is missing)"
+        if r.read == "unread" and r.read_by is not None:
+            return f"rows[{i}].read_by", f"an unread row names no reader, got read_by {r.read_by!r}"
+        if r.read is not None and unread is None:
+            return f"rows[{i}].read", f"a verdict {r.read!r} in a case that records no analysis (its unread key is missing)"
+        if r.read is None and unread is not None:
+            return f"rows[{i}].read", f"the case was analysed ({', '.join(unread.methods)}), but this row has no verdict"
+        if r.read == "unknown" and not r.read_by:
+            return f"rows[{i}].read_by", "an unknown row says why (read_by is missing)"
+    return None
+
+
+def with_verdicts(case: CaseReport, verdicts: Mapping[int, tuple[str, str | None]], unread: Unread) -> None:
+    """Give ``case``'s rows their read verdicts: ``verdicts[row index] = (verdict, read_by)``.
+
+    Rows are replaced (they are immutable), ``case.unread`` is set and ``case.totals`` recomputed
+    (only ``unread_bytes`` is new; every other total is unchanged). Every live row must get a
+    verdict of :data:`READ_VERDICTS`, ``read_by`` naming the reader of a ``read`` row and the
+    reason of an ``unknown`` one (a ``read`` row found by poisoning alone may name none), none for
+    ``unread``: anything else is a ValueError, and the case
+    is left as it was.
+    """
+    n = len(case.rows)
+    bad = sorted(i for i in verdicts if not (isinstance(i, int) and 0 <= i < n))
+    if bad:
+        raise ValueError(f"{case.id}: verdicts for row(s) {bad[:5]} of a case with {n} rows")
+    missing = [i for i in range(n) if i not in verdicts]
+    if missing:
+        raise ValueError(f"{case.id}: row(s) {missing[:5]} have no verdict ({len(missing)} of {n}): every live row gets one")
+    methods = [m for m in unread.methods if m in UNREAD_METHODS]
+    if not unread.methods or len(methods) != len(unread.methods) or len(set(methods)) != len(methods):
+        raise ValueError(f"{case.id}: methods {unread.methods!r}: expected one or both of {', '.join(UNREAD_METHODS)}")
+    rows = []
+    for r in case.rows:
+        verdict, read_by = verdicts[r.index]
+        if verdict not in READ_VERDICTS:
+            raise ValueError(f"{case.id}: row {r.index}: verdict {verdict!r} is not one of {', '.join(READ_VERDICTS)}")
+        if verdict == "unread" and read_by is not None:
+            raise ValueError(f"{case.id}: row {r.index}: an unread row names no reader (got {read_by!r})")
+        if verdict == "unknown" and not read_by:
+            raise ValueError(f"{case.id}: row {r.index}: an unknown row says why (read_by)")
+        rows.append(replace_row(r, read=verdict, read_by=read_by))
+    old = case.totals
+    case.rows = rows
+    case.unread = Unread(list(unread.methods), list(unread.notes))
+    case.totals = compute_totals(rows, case.freed)
+    assert dataclasses.replace(case.totals, unread_bytes=None) == dataclasses.replace(old, unread_bytes=None)
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The history document: per case, saved bytes and rows per TE version, and what changed between
 neighbours, named by operand, kind and orientation (``memaudit.te-history/1``).
 
-Built from one ``memaudit.report/2`` report per version (:func:`build`); written as JSON with sorted
+Built from one ``memaudit.report/3`` report per version (:func:`build`); written as JSON with sorted
 keys and no timestamp, so that two runs over the same versions give the same bytes.
 """
 

@@ -5,7 +5,7 @@ REQUEST is a JSON file: ``tree`` (an overlay tree, :mod:`.sources`), ``cases`` (
 report goes). The worker loads the tree over the installed compiled parts
 (:func:`memaudit.te.history.compat.load_tree`), checks the version imported, and runs the cases
 with TE's emulated forward (each case in a child forked from it on fake CUDA, or here on a GPU).
-It writes ``out`` (a ``memaudit.report/2`` report; ``created`` left empty so that two runs are
+It writes ``out`` (a ``memaudit.report/3`` report; ``created`` left empty so that two runs are
 byte-identical) and exits 0, or writes ``{"error": ...}`` to ``out`` and exits 3 when the version's
 Python does not load: the parent makes every case of it an error cell with that reason.
 """
