@@ -154,9 +154,11 @@ def _verdicts(case: CaseReport, target: Target, spec: CaseSpec, method: str, obs
             case.status = "error"
             case.reason = (f"unread: observed reads and poisoned buffers disagree on {len(disagree)} row(s): "
                            + "; ".join(disagree[:3]) + (" ..." if len(disagree) > 3 else ""))
-    else:
-        verdicts = observed if observed is not None else second if second is not None else {
-            row.index: (UNKNOWN, "; ".join(notes) or "no method ran") for row in case.rows}
+    elif observed is not None or second is not None:
+        verdicts = observed if observed is not None else second  # type: ignore[assignment]
+    else:  # no method could run: the case has no verdicts (unread_bytes stays null) and says why
+        case.warnings = [*case.warnings, *(f"--unread: {n}" for n in notes)]
+        return
     with_verdicts(case, verdicts, Unread(methods=methods, notes=notes))
 
 
