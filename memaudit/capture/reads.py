@@ -5,8 +5,10 @@ during backward is recorded by storage (a view, or a read through another tensor
 storage, is a read of the buffer):
 
 - **ATen ops**, through a dispatch mode. An argument the op reads is a read; a view or metadata op
-  (``view``, ``transpose``, ``detach``, ``empty_like``, size queries) reads nothing, and an
-  argument an op only overwrites (``copy_``'s destination, an ``out=``) is not read. An op on a
+  (``view``, ``transpose``, ``detach``, ``empty_like``, size queries) reads nothing, an argument
+  an op only overwrites (``copy_``'s destination, an ``out=``) is not read, and a backward op in
+  :data:`memaudit.capture.aten_reads.ATEN_READS` reads only what its entry says (its kernel takes
+  some arguments for their shapes, or for other output masks). An op on a
   wrapper subclass (a tensor whose bytes are in inner tensors) is re-dispatched to the subclass
   under the mode, so the ops it runs on its inner tensors are seen.
 - **A library's kernel entry points**, through :func:`entry_point`: a library's watcher (its
@@ -38,6 +40,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from memaudit.capture import hooks
+from memaudit.capture.aten_reads import ATEN_READS
 
 READ, UNREAD, UNKNOWN = "read", "unread", "unknown"
 VERDICTS = (READ, UNREAD, UNKNOWN)
@@ -251,12 +254,13 @@ class _ReadMode(TorchDispatchMode):
                     written.update(id(t) for t in tree_flatten(kwargs[a.name])[0] if isinstance(t, torch.Tensor))
         wrapper = None
         read = []
+        only = _kernel_reads(name, args, kwargs)
         for t in tree_flatten((args, kwargs))[0]:
             if not isinstance(t, torch.Tensor) or id(t) in written:
                 continue
             if _is_wrapper(t):
                 wrapper = t
-            elif t.numel():  # an empty argument has no contents to read
+            elif t.numel() and (only is None or id(t) in only):  # an empty argument has no contents to read
                 read.append(t)
         return read, wrapper
 
@@ -265,6 +269,18 @@ def _all_empty(out: Any) -> bool:
     """True when the op returned tensors and every one is empty (it computed nothing)."""
     tensors = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
     return bool(tensors) and all(t.numel() == 0 for t in tensors)
+
+
+def _kernel_reads(name: str, args: Any, kwargs: Any) -> set[int] | None:
+    """The ids of the arguments an op in :data:`ATEN_READS` reads, or None: every argument is read
+    (an op not in the table, or an entry that fails)."""
+    entry = ATEN_READS.get(name)
+    if entry is None:
+        return None
+    try:
+        return {id(t) for t in entry(*args, **kwargs) if t is not None}
+    except Exception:  # noqa: BLE001 - an entry that cannot answer leaves every argument read
+        return None
 
 
 # ---- C calls: what the mode and the entry points do not see ----------------------------------------

@@ -1,0 +1,145 @@
+"""Which arguments an ATen backward op's kernel reads, where that is fewer than it receives.
+
+A backward op receives tensors it needs only for their shapes, or only under other output masks
+or train flags: ``native_layer_norm_backward`` takes ``bias`` and never reads it. The dispatch mode
+of :mod:`memaudit.capture.reads` counts every tensor argument of an op as read unless the op is in
+:data:`ATEN_READS`; there, only the tensors its entry returns are reads.
+
+Each entry takes the op's arguments as the dispatcher passes them (``*args, **kwargs`` by the op's
+schema) and returns the tensors whose contents the kernel reads for those argument values. An entry
+claims "not read" only where PyTorch's kernel source shows it (each cites the functions it mirrors,
+in ``aten/src/ATen/native/``), only for the devices and backends whose kernels were read, and
+returns every tensor argument anywhere else. "Read" means the values feed the op's outputs: a kernel
+that copies an argument to a contiguous layout for its shape only (``expect_contiguous``) is not
+counted as reading it. Every entry has a ground-truth test (``tests/test_aten_reads.py``): poisoning
+an argument the entry leaves out leaves the op's outputs bit for bit the same.
+
+Ops checked and deliberately left out (each argument they receive then counts as read):
+
+- ``mkldnn_rnn_layer_backward`` (CPU LSTM): ``mkldnn/RNN.cpp`` adds the two biases
+  (``_shuffle_bias``) and passes them and ``hy_`` to ``ideep::lstm_backward::compute``; whether oneDNN
+  reads them is oneDNN's code, not PyTorch's.
+- ``embedding_dense_backward`` and ``native_dropout_backward`` read every tensor they receive
+  (the gradient and the indices, the gradient and the mask): no entry is needed.
+- ``cudnn_batch_norm_backward``, ``miopen_batch_norm_backward``, ``native_group_norm_backward``,
+  ``_fused_rms_norm_backward``, ``_cudnn_rnn_backward`` and the scaled-dot-product attention
+  backwards: not established from their kernels' source; left conservative.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import torch
+
+ReadSet = Callable[..., Iterable[torch.Tensor | None]]
+
+_CONV_BACKEND: Any = getattr(torch._C, "_ConvBackend")  # noqa: B009 - not in torch's type stubs
+
+
+def _bind(op: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The op's arguments by schema name (defaults filled in)."""
+    schema = getattr(torch.ops.aten, op).default._schema
+    out: dict[str, Any] = {}
+    positional = [a for a in schema.arguments if not a.kwarg_only]
+    for i, a in enumerate(schema.arguments):
+        if not a.kwarg_only and i < len(args):
+            out[a.name] = args[i]
+        elif a.name in kwargs:
+            out[a.name] = kwargs[a.name]
+        elif a.has_default_value():
+            out[a.name] = a.default_value
+        else:
+            raise TypeError(f"aten.{op}: missing argument {a.name}")
+    if len(args) > len(positional):
+        raise TypeError(f"aten.{op}: {len(args)} positional arguments, the schema has {len(positional)}")
+    return out
+
+
+def _every(bound: Mapping[str, Any]) -> list[torch.Tensor]:
+    """Every tensor argument (the conservative answer)."""
+    out: list[torch.Tensor] = []
+    for v in bound.values():
+        if isinstance(v, torch.Tensor):
+            out.append(v)
+        elif isinstance(v, list | tuple):
+            out.extend(t for t in v if isinstance(t, torch.Tensor))
+    return out
+
+
+def _dense_on(t: Any, devices: tuple[str, ...]) -> bool:
+    """A plain strided tensor on one of ``devices`` (not nested, not mkldnn, not sparse)."""
+    return (isinstance(t, torch.Tensor) and t.layout == torch.strided and not t.is_nested
+            and t.device.type in devices)
+
+
+def native_layer_norm_backward(*args: Any, **kwargs: Any) -> list[torch.Tensor | None]:
+    """``bias`` is never read, on CPU and CUDA.
+
+    ``layer_norm.cpp`` ``layer_norm_backward_cpu`` and ``cuda/layer_norm_kernel.cu``
+    ``layer_norm_backward_cuda``: ``bias`` goes only to ``_check_layer_norm_inputs`` (shapes),
+    ``bias.expect_contiguous()`` and ``empty_like``/``zeros_like`` for ``dbeta``;
+    ``LayerNormBackwardKernel(..., dY, *X, mean, rstd, *gamma, M, N, &dX, &dgamma, &dbeta)`` (CPU)
+    and ``LayerNormBackwardKernelImpl`` (CUDA) take no bias: ``dbeta`` is a sum of ``dY``.
+    """
+    b = _bind("native_layer_norm_backward", args, kwargs)
+    if not _dense_on(b["input"], ("cpu", "cuda")):
+        return list(_every(b))
+    return [b["grad_out"], b["input"], b["mean"], b["rstd"], b["weight"]]
+
+
+def native_batch_norm_backward(*args: Any, **kwargs: Any) -> list[torch.Tensor | None]:
+    """On CPU, training reads the saved batch statistics and not the running ones; evaluation
+    reads the running statistics and not the saved ones. Other devices: every argument.
+
+    ``Normalization.cpp`` ``batch_norm_backward_cpu`` -> ``batch_norm_backward_cpu_template``
+    (``if (train) { mean = save_mean_a[f]; invstd = save_invstd_a[f]; } else { mean =
+    running_mean_a[f]; invstd = 1 / std::sqrt(running_var_a[f] + eps); }``), and for contiguous
+    and channels-last inputs ``cpu/batch_norm_kernel.cpp``
+    ``batch_norm_cpu_backward_contiguous_impl`` and ``batch_norm_cpu_backward_channels_last_impl``
+    (the same branch on ``train``); nothing else reads the four statistics.
+    """
+    b = _bind("native_batch_norm_backward", args, kwargs)
+    if not _dense_on(b["input"], ("cpu",)):
+        return list(_every(b))
+    stats = ("save_mean", "save_invstd") if b["train"] else ("running_mean", "running_var")
+    return [b["grad_out"], b["input"], b["weight"], *(b[s] for s in stats)]
+
+
+def convolution_backward(*args: Any, **kwargs: Any) -> list[torch.Tensor | None]:
+    """With the oneDNN (mkldnn) backend on CPU, ``weight`` is read only for the input's gradient and
+    ``input`` only for the weight's or the bias's. Other backends: every argument.
+
+    ``Convolution.cpp`` ``convolution_backward``, ``case ConvBackend::Mkldnn`` (``contiguous``
+    copies, then ``mkldnn_convolution_backward_stub``) and ``mkldnn/Conv.cpp``
+    ``mkldnn_convolution_backward``: ``if (output_mask[0]) grad_input =
+    mkldnn_convolution_backward_input(input.sizes(), grad_output, weight, ...)`` and ``if
+    (output_mask[1] || output_mask[2]) ... mkldnn_convolution_backward_weights(weight.sizes(),
+    grad_output, input, ...)``. The backend is the one ``select_conv_backend`` picks (what
+    ``torch._C._select_conv_backend`` answers: its ``need_backward`` only rules out XNNPACK and
+    Winograd, which come after oneDNN in the choice).
+    """
+    b = _bind("convolution_backward", args, kwargs)
+    inp, weight, mask = b["input"], b["weight"], list(b["output_mask"])
+    if not (_dense_on(inp, ("cpu",)) and _dense_on(weight, ("cpu",))):
+        return list(_every(b))
+    backend = torch._C._select_conv_backend(
+        inp, weight, None, list(b["stride"]), list(b["padding"]), list(b["dilation"]), bool(b["transposed"]),
+        list(b["output_padding"]), b["groups"], None if b["bias_sizes"] is None else list(b["bias_sizes"]))
+    if backend != _CONV_BACKEND.Mkldnn:
+        return list(_every(b))
+    out: list[torch.Tensor | None] = [b["grad_output"]]
+    if mask[0]:
+        out.append(weight)
+    if mask[1] or mask[2]:
+        out.append(inp)
+    return out
+
+
+ATEN_READS: dict[str, ReadSet] = {
+    "native_layer_norm_backward": native_layer_norm_backward,
+    "native_batch_norm_backward": native_batch_norm_backward,
+    "convolution_backward": convolution_backward,
+}
+"""Overload-packet name (``func.overloadpacket.__name__``) -> the tensors its kernel reads."""
