@@ -174,8 +174,28 @@ def test_a_report_that_lies_about_verdicts_is_refused(name: str, tmp_path: Path)
         validate_report(data, source="r.json")
     path = tmp_path / "r.json"
     path.write_text(json.dumps(data), encoding="utf-8")
-    result = runner.invoke(app, ["check", str(path), "--scenario", "reference"])
+    result = runner.invoke(app, ["check", str(path), "--scenario", _scenario_file(tmp_path)])
     assert result.exit_code == exitcodes.USAGE, result.stdout + result.stderr
+    assert "r.json" in result.stderr
+
+
+def _scenario_file(tmp_path: Path, budget: str = "max_bytes = \"1 GiB\"") -> str:
+    """A scenario whose one case is the report's (reference, bf16, g1, T=1024, H=256, F=512)."""
+    path = tmp_path / "s.toml"
+    path.write_text('[cases]\ntarget = "reference"\nrecipes = "bf16"\ngroups = [1]\ntokens = 1024\nhidden = 256\nffn = 512\n\n'
+                    f'[[budget]]\nname = "b"\n{budget}\n', encoding="utf-8")
+    return str(path)
+
+
+def test_the_honest_report_passes_the_same_check(tmp_path: Path) -> None:
+    write_report(_report(), tmp_path / "r.json")
+    result = runner.invoke(app, ["check", str(tmp_path / "r.json"), "--scenario", _scenario_file(tmp_path)])
+    assert result.exit_code == exitcodes.OK, result.stdout + result.stderr
+    result = runner.invoke(app, ["check", str(tmp_path / "r.json"), "--scenario", _scenario_file(tmp_path, "max_unread_bytes = 0")])
+    assert result.exit_code == exitcodes.FAIL and "saved for backward and never read" in result.stdout, result.stdout
+    write_report(_report(None), tmp_path / "plain.json")
+    result = runner.invoke(app, ["check", str(tmp_path / "plain.json"), "--scenario", _scenario_file(tmp_path, "max_unread_bytes = 0")])
+    assert result.exit_code == exitcodes.FAIL and "not analysed" in result.stdout, result.stdout
 
 
 def test_unread_bytes_without_verdicts_is_refused() -> None:
@@ -378,3 +398,12 @@ def test_unread_without_the_analysis_is_a_usage_error(tmp_path: Path) -> None:
     result = runner.invoke(app, ["run", "--target", "reference", "--unread", "--json", str(out)])
     assert result.exit_code == exitcodes.USAGE and "has no read analysis" in result.stderr
     assert not out.exists()
+
+
+def test_check_and_compare_show_unread_buffers_first(tmp_path: Path) -> None:
+    write_report(_report(), tmp_path / "r.json")
+    result = runner.invoke(app, ["check", str(tmp_path / "r.json"), "--scenario", _scenario_file(tmp_path)])
+    assert result.exit_code == exitcodes.OK, result.stdout + result.stderr
+    assert result.stdout.splitlines()[0] == "saved for backward, never read: fc2.input[0] tensor 1,048,576 B", result.stdout
+    result = runner.invoke(app, ["compare", str(tmp_path / "r.json"), str(tmp_path / "r.json")])
+    assert result.exit_code == exitcodes.OK and result.stdout.splitlines()[0].startswith("saved for backward, never read: ")
