@@ -21,6 +21,15 @@ pytest run in an environment where memaudit is installed.
 (``torch.device("meta")``): a model and inputs the test builds without naming a device hold no
 values and allocate nothing, so a budget can be checked at production shape on any machine.
 
+``unread="observed"`` (or ``True``) gives every saved buffer a read verdict, from the reads
+observed while the test runs backward **through the fixture**: ``saved_tensors.backward(loss)``
+(:meth:`SavedTensors.backward`, which takes what ``torch.autograd.backward`` takes). Backward must
+run with the analysis active, and a test's own ``loss.backward()`` gives memaudit no place to
+start it, so a marker with ``unread`` fails a test that did not call it. ``max_unread_bytes``
+(marker key or a ``rules`` table) is judged on the rows alive when that backward began. Only the
+observed method runs in a test: the poisoned one re-runs backward, which only the CLI does
+(``run --unread-method``).
+
 ``emulate="sm100"`` runs the test body with TE's real Python on an emulated machine (kernel
 stand-ins, ``memaudit.te.emulate``): on a GPU in this process, with no GPU on fake CUDA in a child
 process forked for the test (build the model inside the test body: ``device="cuda"`` tensors are
@@ -36,8 +45,10 @@ import pytest
 
 MARKER = "saved_budget"
 FIXTURE = "saved_tensors"
-MARKER_KEYS = ("max_bytes", "exact_bytes", "max_total_bytes", "count", "forbid", "rules", "allow_incomplete", "stack", "device",
-               "emulate", "ranks")
+MARKER_KEYS = ("max_bytes", "exact_bytes", "max_total_bytes", "max_unread_bytes", "count", "forbid", "rules", "allow_incomplete",
+               "stack", "device", "emulate", "ranks", "unread")
+UNREAD = ("observed",)
+"""``unread`` values a test can run (``True`` is observed): see the module's docstring."""
 EMULATE = ("sm90", "sm100")
 """``emulate`` values: the architectures TE's forward can be emulated on (``memaudit.te.emulate``)."""
 MARKER_HELP = (
@@ -49,7 +60,9 @@ MARKER_HELP = (
     "stack=True: name the source line of each saved tensor in the failure; device='meta': meta is the default "
     "device in the test (shapes only, nothing allocated); emulate='sm100': TE's real forward with emulated kernels "
     "(with no GPU, the test body runs on fake CUDA in a child process); ranks=[0, 1]: under torchrun, judge on these "
-    "ranks only (default: every rank judges what it saved, and a failure names the rank). See docs/budgets.md."
+    "ranks only (default: every rank judges what it saved, and a failure names the rank); unread='observed': a read verdict "
+    "for every saved buffer, from the backward the test runs through saved_tensors.backward(loss); max_unread_bytes: "
+    "bytes saved for backward and never read. See docs/budgets.md."
 )
 
 _rules_key = pytest.StashKey[list]()
@@ -71,21 +84,76 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             names.append(FIXTURE)
 
 
+def _saved_tensors_class() -> type:
+    """:class:`memaudit.capture.Capture` with :meth:`backward` (made on first use: this module
+    imports no torch at import time)."""
+    from memaudit.capture import Capture
+
+    class SavedTensors(Capture):  # type: ignore[misc]
+        """The fixture's capture; :meth:`backward` runs the test's backward (with the read analysis
+        where the marker asks for it)."""
+
+        unread: str | None = None
+        """The marker's ``unread`` (``observed``) or None."""
+        analysed: Any = None
+        """The case whose rows got read verdicts in :meth:`backward`, or None."""
+        case_id: str = "test"
+
+        def backward(self, tensors: Any, grad_tensors: Any = None, **kwargs: Any) -> None:
+            """``torch.autograd.backward(tensors, grad_tensors, **kwargs)``; under ``unread``, with the
+            observed-reads analysis active: every row alive now gets a verdict (``analysed``)."""
+            import torch
+
+            if self.unread is None:
+                torch.autograd.backward(tensors, grad_tensors, **kwargs)
+                return
+            if self.analysed is not None:
+                raise RuntimeError("saved_tensors.backward() with unread runs once per test (its verdicts are of one backward)")
+            self.analysed = observed_verdicts(self, self.case_id, lambda: torch.autograd.backward(tensors, grad_tensors, **kwargs))
+
+    return SavedTensors
+
+
+def observed_verdicts(cap: Any, case_id: str, backward: Any) -> Any:
+    """Run ``backward()`` with the observed-reads analysis over ``cap``'s live rows (and every
+    imported library's entry-point watcher); the case of those rows, with their verdicts."""
+    import importlib
+    import sys
+
+    from memaudit.capture.reads import Observer, observing
+    from memaudit.plugins import providers
+    from memaudit.report import Unread, with_verdicts
+
+    case = cap.report(case_id=case_id)  # names the live rows and their storages
+    watchers = []
+    for library, provider in providers():
+        if provider.reads and library in sys.modules:  # a library the test imported
+            module, _, name = provider.reads.partition(":")
+            watchers.append(getattr(importlib.import_module(module), name))
+    obs = Observer(cap.row_storages())
+    with observing(obs, watchers):
+        backward()
+    notes = [f"another profiler was active in {t}" for t in obs.profiled_elsewhere[:1]]
+    with_verdicts(case, {r.index: obs.verdict(r.storage) for r in case.rows}, Unread(["observed"], notes))
+    return case
+
+
 @pytest.fixture
 def saved_tensors(request: pytest.FixtureRequest) -> Iterator[Any]:
     """An entered ``memaudit.capture()``: every tensor autograd saves in the test is recorded
     (with each save's source line where the marker says ``stack=True``). Under a marker with
-    ``device="meta"``, meta is also the default device until teardown."""
+    ``device="meta"``, meta is also the default device until teardown. ``saved_tensors.backward(loss)``
+    runs backward (under ``unread``, with the read analysis active)."""
     import contextlib
-
-    from memaudit.capture import Capture
 
     marks = list(request.node.iter_markers(MARKER))
     stack = any(m.kwargs.get("stack") is True for m in marks)
     device = marker_device(marks)
     arch = marker_emulate(marks)
     with contextlib.ExitStack() as contexts:
-        cap = contexts.enter_context(Capture(stack=stack, track_peak=True, name_early=True))
+        cap = contexts.enter_context(_saved_tensors_class()(stack=stack, track_peak=True, name_early=True))
+        cap.unread = marker_unread(marks)
+        cap.case_id = request.node.nodeid
         if device is not None:
             import torch
 
@@ -116,6 +184,15 @@ def marker_emulate(marks: list[pytest.Mark]) -> str | None:
     return None
 
 
+def marker_unread(marks: list[pytest.Mark]) -> str | None:
+    """The read analysis a marker's ``unread`` asks for (``True`` is observed), or None."""
+    for m in marks:
+        if "unread" in m.kwargs:
+            value = m.kwargs["unread"]
+            return "observed" if value is True else value or None
+    return None
+
+
 def marker_rules(marks: list[pytest.Mark], *, source: str) -> list[Any]:
     """The marker arguments as budget rules; bad arguments raise UsageError naming them."""
     from memaudit.errors import UsageError, did_you_mean
@@ -127,7 +204,7 @@ def marker_rules(marks: list[pytest.Mark], *, source: str) -> list[Any]:
             raise UsageError(f"takes keyword arguments only ({', '.join(MARKER_KEYS)}), got {m.args!r}", source=source, key=MARKER)
         for k, v in m.kwargs.items():
             key = f"{MARKER}.{k}"
-            if k in ("max_bytes", "exact_bytes"):
+            if k in ("max_bytes", "exact_bytes", "max_unread_bytes"):
                 rules.append(parse_rule({"name": k, k: v}, source=source, key=MARKER))
             elif k == "max_total_bytes":
                 rules.append(parse_rule({"name": k, "max_bytes": v}, source=source, key=MARKER))
@@ -151,6 +228,13 @@ def marker_rules(marks: list[pytest.Mark], *, source: str) -> list[Any]:
             elif k in ("allow_incomplete", "stack"):
                 if not isinstance(v, bool):
                     raise UsageError(f"expected true or false, got {v!r}", source=source, key=key)
+            elif k == "unread":
+                if not (v is True or v is False or v in UNREAD):
+                    from memaudit.report import UNREAD_CHOICES
+
+                    more = (f" ({v!r} re-runs backward, which only memaudit run --unread-method does)"
+                            if v in UNREAD_CHOICES else "")
+                    raise UsageError(f"expected True or {', '.join(map(repr, UNREAD))}, got {v!r}{more}", source=source, key=key)
             elif k == "emulate":
                 if not (v is True or v in EMULATE):
                     raise UsageError(f"expected True or one of {', '.join(map(repr, EMULATE))}, got {v!r}", source=source, key=key)
@@ -173,6 +257,9 @@ def marker_rules(marks: list[pytest.Mark], *, source: str) -> list[Any]:
                 raise UsageError(
                     f"unknown argument {k!r}{did_you_mean(k, MARKER_KEYS)}; use {', '.join(MARKER_KEYS)}", source=source, key=key
                 )
+    if any(r.kind == "max_unread_bytes" for r in rules) and marker_unread(marks) is None:
+        raise UsageError("a max_unread_bytes budget needs the read analysis: add unread='observed' and run backward "
+                         f"through {FIXTURE}.backward(loss)", source=source, key=f"{MARKER}.unread")
     return rules
 
 
@@ -223,7 +310,8 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
         nodeid = pyfuncitem.nodeid
         return {"history": cap.report(case_id=nodeid, include_freed=True).to_dict(),
                 "peak": peak_case(cap, nodeid).to_dict(), "labels": cap.label_names(),
-                "modules": sorted(cap.module_names())}
+                "modules": sorted(cap.module_names()),
+                "analysed": cap.analysed.to_dict() if getattr(cap, "analysed", None) is not None else None}
 
     try:
         case = call_in_child(arch, body)
@@ -281,7 +369,9 @@ def _judge(item: pytest.Item, rules: list[Any]) -> None:
 
         history, peak = validate_case(child["history"]), validate_case(child["peak"])
         labels, modules = list(child["labels"]), set(child["modules"])
+        analysed = validate_case(child["analysed"]) if child.get("analysed") is not None else None
     else:
+        analysed = getattr(cap, "analysed", None)
         history = cap.report(case_id=case_id, include_freed=True)  # every row saved during the test
         peak, labels, modules = None, cap.label_names(), cap.module_names()
     if not history.rows:
@@ -289,6 +379,10 @@ def _judge(item: pytest.Item, rules: list[Any]) -> None:
                     "budget checked nothing (run the forward inside the fixture's capture)", pytrace=False)
     if peak is None:
         peak = peak_case(cap, case_id)
+    wanted = marker_unread(list(item.iter_markers(MARKER)))
+    if wanted is not None and analysed is None:
+        pytest.fail(f"@pytest.mark.{MARKER}(unread={wanted!r}): the test ran no backward through {FIXTURE}.backward(loss), "
+                    "so no buffer got a read verdict (a plain loss.backward() runs without the analysis)", pytrace=False)
     try:
         unnamed = [p for rule in rules for p in unnameable(rule, history, labels, modules)]
         if unnamed:
@@ -298,7 +392,8 @@ def _judge(item: pytest.Item, rules: list[Any]) -> None:
         verdicts = []
         for rule in rules:
             on_peak = rule.kind in ("max_bytes", "exact_bytes") and rule.select is None and rule.name != "max_total_bytes"
-            verdicts += evaluate_case(peak if on_peak else history, [rule], context)
+            judged = (analysed or history) if rule.kind == "max_unread_bytes" else peak if on_peak else history
+            verdicts += evaluate_case(judged, [rule], context)
     except UsageError as exc:
         problem: str | None = str(exc)
     else:
@@ -313,6 +408,9 @@ def _judge(item: pytest.Item, rules: list[Any]) -> None:
         lines.append(f"at the peak, {len(peak.rows)} saved rows alive at once ({fmt_bytes(peak.totals.saved_bytes)} saved, "
                      "parameters excluded):")
         lines.extend("    " + line for line in format_rows(peak.rows, limit=40))  # type: ignore[arg-type]  # frozen rows: read only
+        if analysed is not None and (unread := [r for r in analysed.rows if r.read == "unread"]):
+            lines.append(f"saved for backward, never read ({len(unread)} rows, {fmt_bytes(analysed.totals.unread_bytes or 0)}):")
+            lines.extend("    " + line for line in format_rows(unread, limit=40))  # type: ignore[arg-type]  # frozen rows: read only
         pytest.fail("\n".join(lines), pytrace=False)
     xfails = [v for v in verdicts if v.verdict == "xfail"]
     if xfails:

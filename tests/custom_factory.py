@@ -39,3 +39,33 @@ def make_failing_for_two_groups(spec: Any) -> tuple[torch.nn.Module, torch.Tenso
 
 
 NOT_CALLABLE = 3
+
+
+class _SavesWaste(torch.autograd.Function):
+    """Saves its input and a tokens x hidden fp32 tensor its backward never touches (the planted waste)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x, torch.ones(x.shape[0], x.shape[1], dtype=torch.float32))
+        return x * x
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        x, _waste = ctx.saved_tensors
+        return 2 * g * x
+
+
+class Wasteful(torch.nn.Module):
+    """TinyMLP after a square that saves a buffer backward never reads (tokens x hidden x 4 bytes)."""
+
+    def __init__(self, hidden: int, ffn: int) -> None:
+        super().__init__()
+        self.mlp = TinyMLP(hidden, ffn)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mlp(_SavesWaste.apply(x))
+
+
+def make_wasteful(spec: Any) -> tuple[torch.nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    return Wasteful(spec.hidden, spec.ffn), torch.randn(spec.tokens, spec.hidden, requires_grad=True)

@@ -341,7 +341,7 @@ def test_a_third_party_targets_dimensions_are_its_cases_keys() -> None:
     from memaudit.judge.scenario_schema import cases_model
 
     model = cases_model(("seq", "heads"), ("bf16",))
-    assert model.keys() == ["target", "recipes", "groups", "seq", "heads", "dtype", "options"]
+    assert model.keys() == ["target", "recipes", "groups", "seq", "heads", "dtype", "options", "unread"]
     with pytest.raises(UsageError) as info:
         scenario("[cases]\ntarget = 'reference'\nrecipes = 'bf16'\ngroups = 1\ntokens = 64\nhidden = 8\nffn = 16\nseq = 3\n")
     assert info.value.key == "cases.seq" and "allowed keys: target, recipes, groups, tokens, hidden, ffn" in str(info.value)

@@ -174,8 +174,28 @@ def test_a_report_that_lies_about_verdicts_is_refused(name: str, tmp_path: Path)
         validate_report(data, source="r.json")
     path = tmp_path / "r.json"
     path.write_text(json.dumps(data), encoding="utf-8")
-    result = runner.invoke(app, ["check", str(path), "--scenario", "reference"])
+    result = runner.invoke(app, ["check", str(path), "--scenario", _scenario_file(tmp_path)])
     assert result.exit_code == exitcodes.USAGE, result.stdout + result.stderr
+    assert "r.json" in result.stderr
+
+
+def _scenario_file(tmp_path: Path, budget: str = "max_bytes = \"1 GiB\"") -> str:
+    """A scenario whose one case is the report's (reference, bf16, g1, T=1024, H=256, F=512)."""
+    path = tmp_path / "s.toml"
+    path.write_text('[cases]\ntarget = "reference"\nrecipes = "bf16"\ngroups = [1]\ntokens = 1024\nhidden = 256\nffn = 512\n\n'
+                    f'[[budget]]\nname = "b"\n{budget}\n', encoding="utf-8")
+    return str(path)
+
+
+def test_the_honest_report_passes_the_same_check(tmp_path: Path) -> None:
+    write_report(_report(), tmp_path / "r.json")
+    result = runner.invoke(app, ["check", str(tmp_path / "r.json"), "--scenario", _scenario_file(tmp_path)])
+    assert result.exit_code == exitcodes.OK, result.stdout + result.stderr
+    result = runner.invoke(app, ["check", str(tmp_path / "r.json"), "--scenario", _scenario_file(tmp_path, "max_unread_bytes = 0")])
+    assert result.exit_code == exitcodes.FAIL and "saved for backward and never read" in result.stdout, result.stdout
+    write_report(_report(None), tmp_path / "plain.json")
+    result = runner.invoke(app, ["check", str(tmp_path / "plain.json"), "--scenario", _scenario_file(tmp_path, "max_unread_bytes = 0")])
+    assert result.exit_code == exitcodes.FAIL and "not analysed" in result.stdout, result.stdout
 
 
 def test_unread_bytes_without_verdicts_is_refused() -> None:
@@ -363,3 +383,81 @@ def test_unread_needs_backward(tmp_path: Path) -> None:
     result = runner.invoke(app, ["run", "--target", "reference", "--unread", "--no-backward", "--json", str(out)])
     assert result.exit_code == exitcodes.USAGE and "needs backward" in result.stderr
     assert not out.exists()
+
+
+def test_unread_without_the_analysis_is_a_usage_error(tmp_path: Path) -> None:
+    """Until the read analysis is in this memaudit, --unread says so before anything runs."""
+    import importlib.util
+    import inspect
+
+    from memaudit import runner as run_module
+
+    if importlib.util.find_spec("memaudit.unread") is not None and "unread" in inspect.signature(run_module.run_matrix).parameters:
+        pytest.skip("the read analysis is here: tests/test_unread_cli.py runs it")
+    out = tmp_path / "r.json"
+    result = runner.invoke(app, ["run", "--target", "reference", "--unread", "--json", str(out)])
+    assert result.exit_code == exitcodes.USAGE and "has no read analysis" in result.stderr
+    assert not out.exists()
+
+
+def test_check_and_compare_show_unread_buffers_first(tmp_path: Path) -> None:
+    write_report(_report(), tmp_path / "r.json")
+    result = runner.invoke(app, ["check", str(tmp_path / "r.json"), "--scenario", _scenario_file(tmp_path)])
+    assert result.exit_code == exitcodes.OK, result.stdout + result.stderr
+    assert result.stdout.splitlines()[0] == "saved for backward, never read: fc2.input[0] tensor 1,048,576 B", result.stdout
+    result = runner.invoke(app, ["compare", str(tmp_path / "r.json"), str(tmp_path / "r.json")])
+    assert result.exit_code == exitcodes.OK and result.stdout.splitlines()[0].startswith("saved for backward, never read: ")
+
+
+@pytest.fixture
+def stand_in_analysis(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[str], str | None]]:
+    """A stand-in for the read analysis, to test how ``run`` passes ``unread=`` through: a
+    ``memaudit.unread`` module and a ``run_matrix`` that takes ``unread`` and gives every row of each
+    case it ran ``read`` (by ``stand-in``). Records (case ids, unread) per call."""
+    import importlib.machinery
+    import sys
+    import types
+
+    from memaudit import runner as run_module
+
+    if "memaudit.unread" not in sys.modules:
+        fake = types.ModuleType("memaudit.unread")
+        fake.__spec__ = importlib.machinery.ModuleSpec("memaudit.unread", None)
+        fake.METHODS = ("observed", "poisoned", "both")  # type: ignore[attr-defined]
+        monkeypatch.setitem(sys.modules, "memaudit.unread", fake)
+    real = run_module.run_matrix
+    calls: list[tuple[list[str], str | None]] = []
+
+    def run_matrix(target: Any, specs: Any, *, unread: str | None = None, **kw: Any) -> Report:
+        specs = list(specs)
+        report = real(target, specs, **kw)
+        calls.append(([c.id for c in report.cases], unread))
+        if unread is not None:
+            methods = ["observed", "poisoned"] if unread == "both" else [unread]
+            for case in report.cases:
+                with_verdicts(case, {r.index: ("read", "stand-in") for r in case.rows}, Unread(methods))
+        return report
+
+    monkeypatch.setattr(run_module, "run_matrix", run_matrix)
+    return calls
+
+
+def test_run_passes_each_cases_unread_through(tmp_path: Path, stand_in_analysis: list[Any]) -> None:
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(
+        '[[cases]]\ntarget = "reference"\nrecipes = "bf16"\ngroups = [1, 2]\ntokens = 64\nhidden = 16\nffn = 32\nunread = "both"\n\n'
+        '[[cases]]\ntarget = "reference"\nrecipes = "bf16"\ngroups = [1]\ntokens = 128\nhidden = 16\nffn = 32\n\n'
+        '[[budget]]\nname = "nothing unread"\ngroups = [2]\nmax_unread_bytes = 0\n', encoding="utf-8")
+    out = tmp_path / "r.json"
+    result = runner.invoke(app, ["run", "--scenario", str(scenario), "--json", str(out), "--quiet"])
+    assert result.exit_code == exitcodes.OK, result.stdout + result.stderr
+    assert [(len(ids), method) for ids, method in stand_in_analysis] == [(2, "both"), (1, None)]
+    cases = load_report(out).cases
+    assert [c.unread.methods if c.unread else None for c in cases] == [["observed", "poisoned"]] * 2 + [None]
+    assert [c.totals.unread_bytes for c in cases] == [0, 0, None]
+    assert [c.id for c in cases] == [i for ids, _ in stand_in_analysis for i in ids]
+    assert "not analysed" in result.stdout  # the summary's never-read column for the third case
+    stand_in_analysis.clear()
+    result = runner.invoke(app, ["run", "--scenario", str(scenario), "--unread", "--unread-method", "poisoned", "--quiet"])
+    assert result.exit_code == exitcodes.OK, result.stdout + result.stderr
+    assert stand_in_analysis and [m for _, m in stand_in_analysis] == ["poisoned"]  # the command line wins, one matrix

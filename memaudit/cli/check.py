@@ -60,6 +60,10 @@ def check(
             soft_wrap=True,
         )
     code = OUTCOME_CODES[outcome(rep, verdicts, loaded)]
+    from memaudit.render.unread import unread_block
+
+    if (never := unread_block(c for c in rep.cases if loaded.covers(c))) is not None:  # first
+        out.print(never)
     out.print(render_failures(verdicts), soft_wrap=True)
     out.print(render_verdicts(verdicts, show_na=show_na, width=out.width))
     if judge_vacuity(err, rep, verdicts, loaded, allow_na=allow_na, strict=strict) and code == exitcodes.OK:

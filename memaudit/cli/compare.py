@@ -74,6 +74,10 @@ def compare(
     if cmp.env_warnings and not strict_env:
         err.print(Text("  the reports are compared anyway; --strict-env makes this a failure"), soft_wrap=True)
 
+    from memaudit.render.unread import unread_block
+
+    if (never := unread_block(cur_report.cases)) is not None:  # the current report's, first
+        out.print(never)
     print_comparison(out, cmp, verbose=verbose, title=f"memaudit compare: {baseline} -> {current}")
     if markdown is not None:
         atomic_write_text(markdown, render_markdown(cur_report, cmp, name=comment_name))

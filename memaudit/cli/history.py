@@ -81,6 +81,8 @@ def te_history(
     path: Annotated[str, typer.Option("--path", help="fused, unfused or both (comma-separated).")] = "fused,unfused",
     case: Annotated[list[str] | None, typer.Option("--case", help="A case id (as the reports name it) instead of the selection above. Repeatable.")] = None,
     bisect: Annotated[str | None, typer.Option("--bisect", help="GOOD..BAD of --te-repo: find the first commit that changed the one selected case's saved state.")] = None,
+    unread: Annotated[bool, typer.Option("--unread", help="Run each version with the read analysis (observed reads): unread bytes per version in the history.")] = False,
+    bisect_on: Annotated[str, typer.Option("--bisect-on", help="With --bisect: saved (the saved state) or unread (the bytes backward never read; runs the read analysis).")] = "saved",
     cache: Annotated[Path | None, typer.Option(help="Cache for wheels and trees. Default: $MEMAUDIT_CACHE, else $XDG_CACHE_HOME/memaudit or ~/.cache/memaudit.")] = None,
     plot: Annotated[bool, typer.Option("--plot/--no-plot", help="Draw history.png (needs matplotlib).")] = True,
 ) -> int:
@@ -93,11 +95,19 @@ def te_history(
         raise UsageError("give --out DIR for the reports", key="--out")
     if out_dir.exists() and not out_dir.is_dir():
         raise UsageError(f"not a folder: {out_dir}", key="--out")
+    if bisect_on not in ("saved", "unread"):
+        raise UsageError(f"expected saved or unread, got {bisect_on!r}", key="--bisect-on")
+    if bisect_on != "saved" and bisect is None:
+        raise UsageError("chooses what --bisect compares: add --bisect GOOD..BAD", key="--bisect-on")
+    if unread or bisect_on == "unread":
+        from memaudit.cli.root import unread_plan
+
+        unread_plan([None], None, "observed", backward=True, distributed=False)  # the analysis is here, or exit 2
     cases = select_cases(shape, groups, recipes, path, list(case or []))
     cache_path = sources.cache_dir(cache)
     repo = sources.check_repo(te_repo) if te_repo is not None else None
     if bisect is not None:
-        return _bisect(out, repo, bisect, cases, cache_path, out_dir, [te, rev, te_tree, installed])
+        return _bisect(out, repo, bisect, cases, cache_path, out_dir, [te, rev, te_tree, installed], on=bisect_on)
     from memaudit.te.history.history import history_of, parse_versions, run_versions
 
     specs = parse_versions(te, repo, list(rev or []), list(te_tree or []), installed)
@@ -113,7 +123,7 @@ def te_history(
             line += f"; {run.info.error}"
         err.print(Text(line), soft_wrap=True)
 
-    runs = run_versions(specs, cases, cache_path, on_version=progress)
+    runs = run_versions(specs, cases, cache_path, on_version=progress, unread="observed" if unread else None)
     history = history_of(runs, cases)
     from memaudit.te.history.render import history_figure, history_markdown, history_table
 
@@ -138,7 +148,7 @@ def te_history(
     return exitcodes.CASE_ERROR if any(cell.status != "ok" for c in history.cases for cell in c.cells) else exitcodes.OK
 
 
-def _bisect(out, repo, spec: str, cases: list, cache: Path, out_dir: Path, others: list) -> int:  # noqa: ANN001
+def _bisect(out, repo, spec: str, cases: list, cache: Path, out_dir: Path, others: list, on: str = "saved") -> int:  # noqa: ANN001
     from memaudit.report import atomic_write_text, check_output
     from memaudit.te.history.bisect import bisect
     from memaudit.te.history.render import bisect_markdown
@@ -155,9 +165,10 @@ def _bisect(out, repo, spec: str, cases: list, cache: Path, out_dir: Path, other
 
     def show(p, n: int) -> None:  # noqa: ANN001 - a Probe
         saved = "" if p.saved_bytes is None else f" {p.saved_bytes:,} B, {p.rows} rows"
+        saved += "" if p.unread_bytes is None else f", {p.unread_bytes:,} B never read"
         out.print(Text(f"[{n}] {p.commit[:12]} {p.verdict}: {p.status}{saved} ({p.seconds:.1f} s)"), soft_wrap=True)
 
-    result = bisect(repo, good, bad, cases[0], cache, on_probe=show)
+    result = bisect(repo, good, bad, cases[0], cache, on_probe=show, on=on)
     out_dir.mkdir(parents=True, exist_ok=True)
     import json
 

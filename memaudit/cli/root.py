@@ -327,6 +327,7 @@ def _run_here(tgt: Any, specs: list[Any], mode: str, *, backward: bool, verify_a
             chunks[-1] = (chunks[-1][0], i + 1, m)
         else:
             chunks.append((i, i + 1, m))
+    chunks = chunks or [(0, 0, None)]
     reports = []
     with progress if progress is not None else contextlib.nullcontext():
         for start, end, method in chunks:

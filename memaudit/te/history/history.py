@@ -116,12 +116,15 @@ def error_report(cases: list[HistoryCase], reason: str, source: dict[str, Any] |
 
 
 def run_version(source: TESource, cases: list[HistoryCase], arch: str = "sm100", *,
-                timeout_s: float = WORKER_TIMEOUT_S) -> tuple[Report, str | None]:
-    """One version's report from its worker process; (report, None), or (error report, why)."""
+                timeout_s: float = WORKER_TIMEOUT_S, unread: str | None = None) -> tuple[Report, str | None]:
+    """One version's report from its worker process; (report, None), or (error report, why).
+    ``unread``: the read analysis each case runs with (``observed``), or none."""
     with tempfile.TemporaryDirectory(prefix="memaudit-te-history-") as tmp:
         req, out = Path(tmp) / "request.json", Path(tmp) / "report.json"
-        req.write_text(json.dumps({"tree": str(source.tree), "cases": [c.to_dict() for c in cases], "arch": arch,
-                                   "out": str(out)}), encoding="utf-8")
+        request = {"tree": str(source.tree), "cases": [c.to_dict() for c in cases], "arch": arch, "out": str(out)}
+        if unread is not None:
+            request["unread"] = unread
+        req.write_text(json.dumps(request), encoding="utf-8")
         try:
             done = subprocess.run([sys.executable, "-m", "memaudit.te.history.worker", str(req)], capture_output=True,
                                   text=True, timeout=timeout_s, check=False, env={**os.environ, "PYTHONWARNINGS": "ignore"})
@@ -148,8 +151,9 @@ class VersionRun:
 
 
 def run_versions(specs: list[VersionSpec], cases: list[HistoryCase], cache: Path, arch: str = "sm100",
-                 on_version: Callable[[VersionRun, int, int], None] | None = None) -> list[VersionRun]:
-    """Every version's report, in order (none is written here)."""
+                 on_version: Callable[[VersionRun, int, int], None] | None = None,
+                 unread: str | None = None) -> list[VersionRun]:
+    """Every version's report, in order (none is written here); ``unread`` as for :func:`run_version`."""
     runs = []
     for i, spec in enumerate(specs, 1):
         t0 = time.perf_counter()
@@ -161,7 +165,7 @@ def run_versions(specs: list[VersionSpec], cases: list[HistoryCase], cache: Path
             desc = {"kind": spec.kind, "label": spec.label}
             run = VersionRun(VersionInfo(spec.label, desc, None, why), error_report(cases, why, desc), time.perf_counter() - t0)
         else:
-            report, why = run_version(source, cases, arch)
+            report, why = run_version(source, cases, arch, unread=unread)
             run = VersionRun(VersionInfo(source.label, source.describe(), None, why), report, time.perf_counter() - t0)
         run.info.report = f"{slug(run.info.label)}.json"
         runs.append(run)

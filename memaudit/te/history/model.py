@@ -30,6 +30,26 @@ def saved_state(case: CaseReport) -> tuple[Any, ...]:
     return ("ok", case.totals.saved_bytes, len(case.rows), rows)
 
 
+def unread_state(case: CaseReport) -> tuple[Any, ...]:
+    """What a bisect on unread bytes compares: status, and for an ok case its ``unread_bytes`` and the
+    unread rows (operand, kind, orientation, format, storage bytes); for an error or skip, as
+    :func:`saved_state`. A ValueError for an ok case that was not analysed (run without the read
+    analysis): not analysed is not zero."""
+    if case.status != "ok":
+        return saved_state(case)
+    if case.unread is None:
+        raise ValueError(f"case {case.id} was not analysed for reads (no read verdicts): its unread bytes are unknown")
+    rows = tuple(sorted((row_key(r), r.storage_bytes) for r in case.rows if r.read == "unread"))
+    return ("ok", case.totals.unread_bytes or 0, rows)
+
+
+def unread_of(case: CaseReport) -> int | None:
+    """An ok, analysed case's unread bytes (0 for an analysed case with no rows); else None."""
+    if case.status != "ok" or case.unread is None:
+        return None
+    return case.totals.unread_bytes or 0
+
+
 @dataclass(frozen=True)
 class RowChange:
     """One buffer that differs between two neighbours (matched by operand, kind, orientation, format)."""
@@ -76,10 +96,16 @@ class Cell:
     saved_bytes: int | None
     rows: int | None
     fused: bool | None
+    unread_bytes: int | None = None
+    """Bytes saved for backward that backward never read, where the version's run was analysed
+    (``te-history --unread``); written only then."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"version": self.version, "status": self.status, "reason": self.reason, "saved_bytes": self.saved_bytes,
-                "rows": self.rows, "fused": self.fused}
+        out = {"version": self.version, "status": self.status, "reason": self.reason, "saved_bytes": self.saved_bytes,
+               "rows": self.rows, "fused": self.fused}
+        if self.unread_bytes is not None:
+            out["unread_bytes"] = self.unread_bytes
+        return out
 
 
 @dataclass(frozen=True)
@@ -89,7 +115,8 @@ class Change:
     before: str
     after: str
     what: str
-    """``saved state`` (both ok), ``status`` (one is not ok) or ``path`` (fused or not)."""
+    """``saved state`` (both ok), ``status`` (one is not ok), ``path`` (fused or not) or ``unread``
+    (the same buffers, but unread bytes differ: analysed runs only)."""
     saved_delta: int | None
     rows_delta: int | None
     rows: list[RowChange] = field(default_factory=list)
@@ -162,12 +189,16 @@ def _cell(label: str, case: CaseReport | None) -> Cell:
         return Cell(label, "missing", "the version's report has no such case", None, None, None)
     if case.status != "ok":
         return Cell(label, case.status, case.reason, None, None, case.fused)
-    return Cell(label, "ok", None, case.totals.saved_bytes, len(case.rows), case.fused)
+    return Cell(label, "ok", None, case.totals.saved_bytes, len(case.rows), case.fused, unread_of(case))
 
 
 def _change(before: str, after: str, a: CaseReport, b: CaseReport) -> Change | None:
     if a.status == "ok" and b.status == "ok":
+        ua, ub = unread_of(a), unread_of(b)
+        unread = f"; unread {ub - ua:+,} B" if ua is not None and ub is not None and ua != ub else ""
         if saved_state(a) == saved_state(b) and a.fused == b.fused:
+            if unread:  # the same buffers, read differently
+                return Change(before, after, "unread", 0, 0, [], f"saved +0 B, rows +0{unread}")
             return None
         rows = sorted(row_changes(a, b), key=lambda r: (-abs(r.delta), r.key))
         sd, rd = b.totals.saved_bytes - a.totals.saved_bytes, len(b.rows) - len(a.rows)
@@ -175,7 +206,7 @@ def _change(before: str, after: str, a: CaseReport, b: CaseReport) -> Change | N
         names = ", ".join(f"{r.key} ({'+' if r.delta >= 0 else ''}{r.delta} B)" for r in rows[:6])
         more = f" and {len(rows) - 6} more" if len(rows) > 6 else ""
         path = f"; path {'fused' if a.fused else 'unfused'} → {'fused' if b.fused else 'unfused'}" if a.fused != b.fused else ""
-        text = f"saved {sd:+,} B, rows {rd:+d}{path}" + (f": {names}{more}" if rows else "")
+        text = f"saved {sd:+,} B, rows {rd:+d}{path}{unread}" + (f": {names}{more}" if rows else "")
         return Change(before, after, what, sd, rd, rows, text)
     if saved_state(a) == saved_state(b):
         return None

@@ -32,7 +32,8 @@ def label(text: Any) -> str:
 def _cell_text(cell: Any) -> str:
     if cell.status != "ok":
         return cell.status
-    return f"{fmt_bytes(cell.saved_bytes)} / {cell.rows}" + ("" if cell.fused is not False else "")
+    unread = "" if getattr(cell, "unread_bytes", None) is None else f" ({fmt_bytes(cell.unread_bytes)} never read)"
+    return f"{fmt_bytes(cell.saved_bytes)} / {cell.rows}{unread}"
 
 
 def _case_label(c: Any) -> str:
@@ -135,7 +136,8 @@ def _state_text(s: dict[str, Any]) -> str:
     if s.get("status") != "ok":
         return f"{s.get('status')}"
     fused = "" if s.get("fused") is None else (" fused" if s["fused"] else " unfused")
-    return f"{fmt_bytes(s.get('saved_bytes'))} / {s.get('rows')} rows{fused}"
+    unread = "" if s.get("unread_bytes") is None else f", {s['unread_bytes']:,} B never read"
+    return f"{fmt_bytes(s.get('saved_bytes'))} / {s.get('rows')} rows{fused}{unread}"
 
 
 def bisect_markdown(result: BisectResult) -> str:

@@ -2,7 +2,7 @@
 
 REQUEST is a JSON file: ``tree`` (an overlay tree, :mod:`.sources`), ``cases`` (what
 :meth:`memaudit.te.history.cases.HistoryCase.to_dict` writes), ``arch``, ``out`` (where the
-report goes). The worker loads the tree over the installed compiled parts
+report goes), and ``unread`` (the read analysis to run, where asked: ``observed``). The worker loads the tree over the installed compiled parts
 (:func:`memaudit.te.history.compat.load_tree`), checks the version imported, and runs the cases
 with TE's emulated forward (each case in a child forked from it on fake CUDA, or here on a GPU).
 It writes ``out`` (a ``memaudit.report/3`` report; ``created`` left empty so that two runs are
@@ -51,7 +51,8 @@ def run(request: dict[str, Any]) -> int:
     options = target.configure({"kernels": "standins" if request.get("standins") else "emulated", "arch": arch})
     cases = [HistoryCase.from_dict(d) for d in request["cases"]]
     try:
-        report = run_matrix(target, [c.spec(options) for c in cases])
+        extra = {"unread": request["unread"]} if request.get("unread") else {}  # only where asked: the runner's keyword
+        report = run_matrix(target, [c.spec(options) for c in cases], **extra)
     except BaseException as exc:  # noqa: BLE001 - memaudit's own TE code does not run on this TE: every cell says so
         atomic_write_text(out, json.dumps({"error": f"memaudit's emulation does not run on TE {source.label}: {_first_line(exc)}",
                                            "traceback": traceback.format_exc()}, sort_keys=True) + "\n")
