@@ -21,7 +21,11 @@ Ops checked and deliberately left out (each argument they receive then counts as
   reads them is oneDNN's code, not PyTorch's.
 - ``embedding_dense_backward`` and ``native_dropout_backward`` read every tensor they receive
   (the gradient and the indices, the gradient and the mask): no entry is needed.
-- ``cudnn_batch_norm_backward``, ``miopen_batch_norm_backward``, ``native_group_norm_backward``,
+- ``native_batch_norm_backward`` on CUDA (``batch_norm_backward_cuda`` takes the saved or the
+  running statistics by whether ``save_mean`` is empty, and its fused kernel by ``train``) and
+  ``convolution_backward`` on backends other than oneDNN (cuDNN among them): their current kernels
+  were not read through; left conservative.
+- ``miopen_batch_norm_backward`` (ROCm, which nothing here runs), ``native_group_norm_backward``,
   ``_fused_rms_norm_backward``, ``_cudnn_rnn_backward`` and the scaled-dot-product attention
   backwards: not established from their kernels' source; left conservative.
 """
@@ -107,6 +111,20 @@ def native_batch_norm_backward(*args: Any, **kwargs: Any) -> list[torch.Tensor |
     return [b["grad_out"], b["input"], b["weight"], *(b[s] for s in stats)]
 
 
+def cudnn_batch_norm_backward(*args: Any, **kwargs: Any) -> list[torch.Tensor | None]:
+    """``running_mean`` and ``running_var`` are never read (the op exists on CUDA only, and autograd
+    calls it only in training: ``derivatives.yaml``, ``cudnn_batch_norm``).
+
+    ``cudnn/BatchNorm.cpp`` ``cudnn_batch_norm_backward``: the two are declared "Unused: but we
+    require them to be passed so that double backwards has access"; the body passes ``input``,
+    ``grad_output``, ``weight``, ``save_mean``, ``save_var`` and ``reserveSpace`` to
+    ``cudnnBatchNormalizationBackwardEx`` (or, in the cuDNN-frontend build, the first five to
+    ``raw_cudnn_batchnorm_backward_out``) and nothing else.
+    """
+    b = _bind("cudnn_batch_norm_backward", args, kwargs)
+    return [b["input"], b["grad_output"], b["weight"], b["save_mean"], b["save_var"], b["reserveSpace"]]
+
+
 def convolution_backward(*args: Any, **kwargs: Any) -> list[torch.Tensor | None]:
     """With the oneDNN (mkldnn) backend on CPU, ``weight`` is read only for the input's gradient and
     ``input`` only for the weight's or the bias's. Other backends: every argument.
@@ -140,6 +158,7 @@ def convolution_backward(*args: Any, **kwargs: Any) -> list[torch.Tensor | None]
 ATEN_READS: dict[str, ReadSet] = {
     "native_layer_norm_backward": native_layer_norm_backward,
     "native_batch_norm_backward": native_batch_norm_backward,
+    "cudnn_batch_norm_backward": cudnn_batch_norm_backward,
     "convolution_backward": convolution_backward,
 }
 """Overload-packet name (``func.overloadpacket.__name__``) -> the tensors its kernel reads."""
