@@ -190,7 +190,7 @@ def test_other_conv_backend_reads_everything() -> None:
 
 
 def test_other_devices_read_everything() -> None:
-    """Batch norm's entry covers the CPU kernels only: a meta tensor (no CPU kernel) reads everything."""
+    """Batch norm's entry covers the CPU and CUDA kernels only: a meta tensor reads everything."""
     args = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in _batch_norm("contiguous", True)()]
     got = {id(t) for t in aten_reads.native_batch_norm_backward(*args)}
     assert got == {id(a) for a in args if isinstance(a, torch.Tensor)}
@@ -296,10 +296,34 @@ def test_layer_norm_cuda_against_poisoning(dtype: torch.dtype) -> None:
     check(Case("cuda", "native_layer_norm_backward", _layer_norm(dtype, device="cuda"), {"bias"}))
 
 
+def _on_cuda(build: Callable[[], list[Any]], dtype: torch.dtype | None = None) -> Callable[[], list[Any]]:
+    def moved() -> list[Any]:
+        out = []
+        for a in build():
+            if isinstance(a, torch.Tensor):
+                fmt = torch.channels_last if a.dim() == 4 and a.is_contiguous(memory_format=torch.channels_last) \
+                    and not a.is_contiguous() else torch.preserve_format
+                a = a.to("cuda", memory_format=fmt)
+                if dtype is not None and a.dim() > 1:
+                    a = a.to(dtype)  # activations in dtype, the statistics and affine stay float32
+            out.append(a)
+        return out
+    return moved
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_batch_norm_cuda_reads_everything() -> None:
-    args = [a.cuda() if isinstance(a, torch.Tensor) else a for a in _batch_norm("contiguous", True)()]
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "2d"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_batch_norm_cuda_train_against_poisoning(layout: str, dtype: torch.dtype) -> None:
+    check(Case(f"cuda-{layout}", "native_batch_norm_backward", _on_cuda(_batch_norm(layout, True), dtype),
+               {"running_mean", "running_var"}))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_batch_norm_cuda_eval_reads_everything() -> None:
+    args = _on_cuda(_batch_norm("contiguous", False))()
     got = {id(t) for t in aten_reads.native_batch_norm_backward(*args)}
     assert got == {id(a) for a in args if isinstance(a, torch.Tensor)}
 

@@ -21,10 +21,9 @@ Ops checked and deliberately left out (each argument they receive then counts as
   reads them is oneDNN's code, not PyTorch's.
 - ``embedding_dense_backward`` and ``native_dropout_backward`` read every tensor they receive
   (the gradient and the indices, the gradient and the mask): no entry is needed.
-- ``native_batch_norm_backward`` on CUDA (``batch_norm_backward_cuda`` takes the saved or the
-  running statistics by whether ``save_mean`` is empty, and its fused kernel by ``train``) and
-  ``convolution_backward`` on backends other than oneDNN (cuDNN among them): their current kernels
-  were not read through; left conservative.
+- ``native_batch_norm_backward`` in evaluation on CUDA (which statistics it reads depends on the
+  kernel path) and ``convolution_backward`` on backends other than oneDNN (cuDNN among them, whose
+  current kernel was not read through): left conservative.
 - ``miopen_batch_norm_backward`` (ROCm, which nothing here runs), ``native_group_norm_backward``,
   ``_fused_rms_norm_backward``, ``_cudnn_rnn_backward`` and the scaled-dot-product attention
   backwards: not established from their kernels' source; left conservative.
@@ -94,21 +93,28 @@ def native_layer_norm_backward(*args: Any, **kwargs: Any) -> list[torch.Tensor |
 
 
 def native_batch_norm_backward(*args: Any, **kwargs: Any) -> list[torch.Tensor | None]:
-    """On CPU, training reads the saved batch statistics and not the running ones; evaluation
-    reads the running statistics and not the saved ones. Other devices: every argument.
+    """Training reads the saved batch statistics and not the running ones (CPU and CUDA);
+    evaluation on CPU reads the running statistics and not the saved ones. Evaluation on CUDA and
+    other devices: every argument.
 
-    ``Normalization.cpp`` ``batch_norm_backward_cpu`` -> ``batch_norm_backward_cpu_template``
+    CPU: ``Normalization.cpp`` ``batch_norm_backward_cpu`` -> ``batch_norm_backward_cpu_template``
     (``if (train) { mean = save_mean_a[f]; invstd = save_invstd_a[f]; } else { mean =
     running_mean_a[f]; invstd = 1 / std::sqrt(running_var_a[f] + eps); }``), and for contiguous
     and channels-last inputs ``cpu/batch_norm_kernel.cpp``
     ``batch_norm_cpu_backward_contiguous_impl`` and ``batch_norm_cpu_backward_channels_last_impl``
     (the same branch on ``train``); nothing else reads the four statistics.
+    CUDA: ``cuda/Normalization.cu`` ``batch_norm_backward_cuda``: the fused path runs
+    ``batch_norm_backward_kernel`` (``cuda/Normalization.cuh``: the same branch on ``train``);
+    the other path takes ``mean``/``invstd`` from ``save_mean``/``save_invstd`` unless they are
+    empty, and ``TORCH_CHECK(!train && ...)`` before falling back to the running statistics. In
+    evaluation which of the two it reads depends on the path, so the entry keeps both.
     """
     b = _bind("native_batch_norm_backward", args, kwargs)
-    if not _dense_on(b["input"], ("cpu",)):
-        return list(_every(b))
-    stats = ("save_mean", "save_invstd") if b["train"] else ("running_mean", "running_var")
-    return [b["grad_out"], b["input"], b["weight"], *(b[s] for s in stats)]
+    train = bool(b["train"])
+    if _dense_on(b["input"], ("cpu",)) or (train and _dense_on(b["input"], ("cuda",))):
+        stats = ("save_mean", "save_invstd") if train else ("running_mean", "running_var")
+        return [b["grad_out"], b["input"], b["weight"], *(b[s] for s in stats)]
+    return list(_every(b))
 
 
 def cudnn_batch_norm_backward(*args: Any, **kwargs: Any) -> list[torch.Tensor | None]:
