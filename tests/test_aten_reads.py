@@ -342,3 +342,21 @@ def test_cudnn_batch_norm_against_poisoning() -> None:
 
     # reserveSpace may be empty (the cuDNN-frontend build): poisoning it then changes nothing.
     check(Case("cuda", "cudnn_batch_norm_backward", build, {"running_mean", "running_var"}, {"reserveSpace"}))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or not torch.backends.cudnn.is_available(), reason="needs cuDNN")
+@pytest.mark.parametrize("kind", ["2d", "1d", "3d", "groups"])
+@pytest.mark.parametrize("mask", [(True, True, True), (False, True, True), (True, False, False), (True, False, True),
+                                  (False, True, False), (False, False, True)], ids=str)
+def test_convolution_cudnn_against_poisoning(kind: str, mask: tuple[bool, bool, bool]) -> None:
+    unread = set() if mask[0] else {"weight"}
+    if not mask[1]:
+        unread.add("input")  # cuDNN's bias gradient is a sum of grad_output
+    case = Case(f"cuda-{kind}", "convolution_backward", _on_cuda(_conv(kind, mask)), unread)
+    args = case.build()
+    backend = torch._C._select_conv_backend(args[1], args[2], None, *args[4:10], args[3])
+    if backend != getattr(torch._C, "_ConvBackend").Cudnn:  # noqa: B009
+        pytest.skip(f"this build picks {backend} for the case, not cuDNN")
+    with torch.backends.cudnn.flags(enabled=True, benchmark=False, deterministic=True):  # two clean runs agree
+        check(case)

@@ -22,8 +22,8 @@ Ops checked and deliberately left out (each argument they receive then counts as
 - ``embedding_dense_backward`` and ``native_dropout_backward`` read every tensor they receive
   (the gradient and the indices, the gradient and the mask): no entry is needed.
 - ``native_batch_norm_backward`` in evaluation on CUDA (which statistics it reads depends on the
-  kernel path) and ``convolution_backward`` on backends other than oneDNN (cuDNN among them, whose
-  current kernel was not read through): left conservative.
+  kernel path) and ``convolution_backward`` on backends other than oneDNN and cuDNN (the slow CPU
+  paths, CUDA depthwise, cuDNN transposed, MIOpen): left conservative.
 - ``miopen_batch_norm_backward`` (ROCm, which nothing here runs), ``native_group_norm_backward``,
   ``_fused_rms_norm_backward``, ``_cudnn_rnn_backward`` and the scaled-dot-product attention
   backwards: not established from their kernels' source; left conservative.
@@ -133,30 +133,44 @@ def cudnn_batch_norm_backward(*args: Any, **kwargs: Any) -> list[torch.Tensor | 
 
 def convolution_backward(*args: Any, **kwargs: Any) -> list[torch.Tensor | None]:
     """With the oneDNN (mkldnn) backend on CPU, ``weight`` is read only for the input's gradient and
-    ``input`` only for the weight's or the bias's. Other backends: every argument.
+    ``input`` only for the weight's or the bias's; with the cuDNN backend on CUDA, ``weight`` only
+    for the input's gradient and ``input`` only for the weight's. Other backends: every argument.
 
-    ``Convolution.cpp`` ``convolution_backward``, ``case ConvBackend::Mkldnn`` (``contiguous``
-    copies, then ``mkldnn_convolution_backward_stub``) and ``mkldnn/Conv.cpp``
+    ``Convolution.cpp`` ``convolution_backward``: ``case ConvBackend::Mkldnn`` (``contiguous``
+    copies, then ``mkldnn_convolution_backward_stub``), and ``mkldnn/Conv.cpp``
     ``mkldnn_convolution_backward``: ``if (output_mask[0]) grad_input =
     mkldnn_convolution_backward_input(input.sizes(), grad_output, weight, ...)`` and ``if
     (output_mask[1] || output_mask[2]) ... mkldnn_convolution_backward_weights(weight.sizes(),
-    grad_output, input, ...)``. The backend is the one ``select_conv_backend`` picks (what
+    grad_output, input, ...)``. ``case ConvBackend::Cudnn`` passes ``{output_mask[0],
+    output_mask[1]}`` to ``cudnn_convolution_backward_stub`` ("Only make input contiguous when it
+    is necessary for the backwards computation": ``output_mask[1] ? input.contiguous(...) :
+    input``), and the bias's gradient is ``grad_output.sum(...)`` after the switch;
+    ``cudnn/ConvShared.cpp`` ``cudnn_convolution_backward``: ``if (output_mask[0]) grad_input =
+    cudnn_convolution_backward_input(input.sizes(), grad_output, weight, ...)``, ``if
+    (output_mask[1]) grad_weight = cudnn_convolution_backward_weight(weight.sizes(), grad_output,
+    input, ...)`` (the index holds this file from an older release than torch 2.14; the gpu test
+    poisons it). The backend is the one ``select_conv_backend`` picks, as
     ``torch._C._select_conv_backend`` answers: its ``need_backward`` only rules out XNNPACK and
-    Winograd, which come after oneDNN in the choice).
+    Winograd, which come after cuDNN and oneDNN in the choice.
     """
     b = _bind("convolution_backward", args, kwargs)
     inp, weight, mask = b["input"], b["weight"], list(b["output_mask"])
-    if not (_dense_on(inp, ("cpu",)) and _dense_on(weight, ("cpu",))):
+    device = inp.device.type if isinstance(inp, torch.Tensor) else None
+    if device not in ("cpu", "cuda") or not (_dense_on(inp, (device,)) and _dense_on(weight, (device,))):
         return list(_every(b))
     backend = torch._C._select_conv_backend(
         inp, weight, None, list(b["stride"]), list(b["padding"]), list(b["dilation"]), bool(b["transposed"]),
         list(b["output_padding"]), b["groups"], None if b["bias_sizes"] is None else list(b["bias_sizes"]))
-    if backend != _CONV_BACKEND.Mkldnn:
-        return list(_every(b))
     out: list[torch.Tensor | None] = [b["grad_output"]]
+    if device == "cpu" and backend == _CONV_BACKEND.Mkldnn:
+        needs_input = mask[1] or mask[2]
+    elif device == "cuda" and backend == _CONV_BACKEND.Cudnn:
+        needs_input = mask[1]
+    else:
+        return list(_every(b))
     if mask[0]:
         out.append(weight)
-    if mask[1] or mask[2]:
+    if needs_input:
         out.append(inp)
     return out
 
