@@ -190,7 +190,7 @@ def test_other_conv_backend_reads_everything() -> None:
 
 
 def test_other_devices_read_everything() -> None:
-    """Batch norm's entry covers the CPU kernels only: a meta tensor (no CPU kernel) reads everything."""
+    """Batch norm's entry covers the CPU and CUDA kernels only: a meta tensor reads everything."""
     args = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in _batch_norm("contiguous", True)()]
     got = {id(t) for t in aten_reads.native_batch_norm_backward(*args)}
     assert got == {id(a) for a in args if isinstance(a, torch.Tensor)}
@@ -202,6 +202,35 @@ def test_keyword_arguments_bind_by_schema() -> None:
     kw = dict(zip(names[4:], args[4:], strict=True))
     assert [id(t) for t in aten_reads.native_layer_norm_backward(*args[:4], **kw)] == \
         [id(t) for t in aten_reads.native_layer_norm_backward(*args)]
+
+
+def test_cudnn_batch_norm_entry_leaves_out_running_stats() -> None:
+    """The entry alone (no kernel runs: the op exists on CUDA only; the gpu test below poisons)."""
+    names = _names("cudnn_batch_norm_backward")
+    args: list[Any] = [torch.zeros(1) if n != "epsilon" else 1e-5 for n in names]
+    got = {id(t) for t in aten_reads.cudnn_batch_norm_backward(*args)}
+    assert {n for n, a in zip(names, args, strict=True) if isinstance(a, torch.Tensor) and id(a) not in got} == \
+        {"running_mean", "running_var"}
+
+
+@pytest.mark.parametrize("op", ["embedding_dense_backward", "native_dropout_backward"])
+def test_ops_left_out_read_every_argument(op: str) -> None:
+    """The two ops the table leaves out as reading all they receive: changing either tensor
+    argument's contents changes the result (a mask or an index is changed, not poisoned: a bool
+    or an index out of range is no value)."""
+    g = torch.Generator(device="cpu").manual_seed(3)
+    if op == "embedding_dense_backward":
+        dy, idx = torch.randn(5, 4, generator=g), torch.tensor([0, 2, 2, 5, 7])
+        args: list[Any] = [dy, idx, 8, -1, False]
+        changed = [[_poisoned(dy, "random", 0), idx, 8, -1, False], [dy, idx.flip(0), 8, -1, False]]
+    else:
+        dy, mask = torch.randn(6, 5, generator=g), torch.rand(6, 5, generator=g) > 0.5
+        args = [dy, mask, 2.0]
+        changed = [[_poisoned(dy, "random", 0), mask, 2.0], [dy, ~mask, 2.0]]
+    ref = _outputs(op, args)
+    assert op not in ATEN_READS
+    for other in changed:
+        assert not _same(ref, _outputs(op, other))
 
 
 # ---- the observer with the table wired in ---------------------------------------------------------
@@ -267,9 +296,67 @@ def test_layer_norm_cuda_against_poisoning(dtype: torch.dtype) -> None:
     check(Case("cuda", "native_layer_norm_backward", _layer_norm(dtype, device="cuda"), {"bias"}))
 
 
+def _on_cuda(build: Callable[[], list[Any]], dtype: torch.dtype | None = None) -> Callable[[], list[Any]]:
+    def moved() -> list[Any]:
+        out = []
+        for a in build():
+            if isinstance(a, torch.Tensor):
+                fmt = torch.channels_last if a.dim() == 4 and a.is_contiguous(memory_format=torch.channels_last) \
+                    and not a.is_contiguous() else torch.preserve_format
+                a = a.to("cuda", memory_format=fmt)
+                if dtype is not None and a.dim() > 1:
+                    a = a.to(dtype)  # activations in dtype, the statistics and affine stay float32
+            out.append(a)
+        return out
+    return moved
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_batch_norm_cuda_reads_everything() -> None:
-    args = [a.cuda() if isinstance(a, torch.Tensor) else a for a in _batch_norm("contiguous", True)()]
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "2d"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_batch_norm_cuda_train_against_poisoning(layout: str, dtype: torch.dtype) -> None:
+    check(Case(f"cuda-{layout}", "native_batch_norm_backward", _on_cuda(_batch_norm(layout, True), dtype),
+               {"running_mean", "running_var"}))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_batch_norm_cuda_eval_reads_everything() -> None:
+    args = _on_cuda(_batch_norm("contiguous", False))()
     got = {id(t) for t in aten_reads.native_batch_norm_backward(*args)}
     assert got == {id(a) for a in args if isinstance(a, torch.Tensor)}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or not torch.backends.cudnn.is_available(), reason="needs cuDNN")
+def test_cudnn_batch_norm_against_poisoning() -> None:
+    def build() -> list[Any]:
+        g = torch.Generator(device="cpu").manual_seed(4)
+        x = torch.randn(4, 3, 5, 5, generator=g).cuda()
+        w, b = (torch.rand(3, generator=g) + 0.5).cuda(), torch.randn(3, generator=g).cuda()
+        rm, rv = torch.randn(3, generator=g).cuda(), (torch.rand(3, generator=g) + 0.5).cuda()
+        _, save_mean, save_var, reserve = torch.ops.aten.cudnn_batch_norm(x, w, b, rm.clone(), rv.clone(), True, 0.1, 1e-5)
+        dy = torch.randn(x.shape, generator=g).cuda()
+        return [x, dy, w, rm, rv, save_mean, save_var, 1e-5, reserve]
+
+    # reserveSpace may be empty (the cuDNN-frontend build): poisoning it then changes nothing.
+    check(Case("cuda", "cudnn_batch_norm_backward", build, {"running_mean", "running_var"}, {"reserveSpace"}))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or not torch.backends.cudnn.is_available(), reason="needs cuDNN")
+@pytest.mark.parametrize("kind", ["2d", "1d", "3d", "groups"])
+@pytest.mark.parametrize("mask", [(True, True, True), (False, True, True), (True, False, False), (True, False, True),
+                                  (False, True, False), (False, False, True)], ids=str)
+def test_convolution_cudnn_against_poisoning(kind: str, mask: tuple[bool, bool, bool]) -> None:
+    unread = set() if mask[0] else {"weight"}
+    if not mask[1]:
+        unread.add("input")  # cuDNN's bias gradient is a sum of grad_output
+    case = Case(f"cuda-{kind}", "convolution_backward", _on_cuda(_conv(kind, mask)), unread)
+    args = case.build()
+    backend = torch._C._select_conv_backend(args[1], args[2], None, *args[4:10], args[3])
+    if backend != getattr(torch._C, "_ConvBackend").Cudnn:  # noqa: B009
+        pytest.skip(f"this build picks {backend} for the case, not cuDNN")
+    with torch.backends.cudnn.flags(enabled=True, benchmark=False, deterministic=True):  # two clean runs agree
+        check(case)
