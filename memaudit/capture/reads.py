@@ -162,7 +162,7 @@ class Observer:
         local = self._local
         if getattr(local, "quiet", 0):
             return False
-        if _current_node() is not None or getattr(local, "evaluating", 0):
+        if _current_node() is not None or getattr(local, "evaluating", 0) > 0:
             self.ran = True
             return True
         return False
