@@ -172,6 +172,7 @@ def _poison(case: CaseReport, target: Target, spec: CaseSpec, observed: Verdicts
     first, again = trial(frozenset(), ""), trial(frozenset(), "")
     if isinstance(first, BaseException) or isinstance(again, BaseException):
         bad = first if isinstance(first, BaseException) else again
+        assert isinstance(bad, BaseException)
         return None, f"poisoned buffers not run: a clean rerun failed ({_first_line(bad)})"
     if not same(first, again):
         return None, "poisoned buffers not run: two clean runs gave different gradients (backward is not deterministic)"

@@ -184,7 +184,7 @@ def gradients(model: Any, inputs: Any) -> list[torch.Tensor]:
 
     from memaudit.capture import iter_tensors
 
-    leaves = list(model.parameters()) if isinstance(model, torch.nn.Module) else []
+    leaves: list[torch.Tensor] = list(model.parameters()) if isinstance(model, torch.nn.Module) else []
     leaves += [t for t in iter_tensors(inputs) if t.requires_grad]
     return [t.grad.detach().clone() if t.grad is not None else torch.empty(0) for t in leaves]
 
@@ -218,7 +218,7 @@ def poisoned_verdicts(read: Mapping[str, bool], rows: Sequence[Row]) -> Verdicts
     for row in rows:
         if row.kind == "container":
             continue
-        if row.storage in read:
+        if row.storage is not None and row.storage in read:
             out[row.index] = (READ, "gradients changed when its contents were poisoned") if read[row.storage] else (UNREAD, None)
         elif row.kind not in PAYLOAD_KINDS:
             out[row.index] = (UNKNOWN, "integer metadata is never poisoned")

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1] / "memaudit"
 LOWER = ("memaudit.spec", "memaudit.report", "memaudit.ranks", "memaudit.units", "memaudit.errors",
          "memaudit.environment", "memaudit.capture")
 """The model and the recorder: they know nothing of what runs them, judges or shows them."""
-HIGHER = ("memaudit.targets", "memaudit.runner", "memaudit.dist", "memaudit.judge", "memaudit.te",
+HIGHER = ("memaudit.targets", "memaudit.runner", "memaudit.unread", "memaudit.dist", "memaudit.judge", "memaudit.te",
           "memaudit.render", "memaudit.cli", "memaudit.pytest_plugin")
 
 
@@ -152,7 +152,7 @@ STAGES = (
     ("memaudit.spec", "memaudit.report", "memaudit.ranks", "memaudit.environment", "memaudit.plugins"),
     ("memaudit.capture",),
     ("memaudit.targets",),
-    ("memaudit.runner",),
+    ("memaudit.runner", "memaudit.unread"),
     ("memaudit.dist",),
     ("memaudit.judge",),
     ("memaudit.render",),

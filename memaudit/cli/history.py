@@ -99,10 +99,6 @@ def te_history(
         raise UsageError(f"expected saved or unread, got {bisect_on!r}", key="--bisect-on")
     if bisect_on != "saved" and bisect is None:
         raise UsageError("chooses what --bisect compares: add --bisect GOOD..BAD", key="--bisect-on")
-    if unread or bisect_on == "unread":
-        from memaudit.cli.root import unread_plan
-
-        unread_plan([None], None, "observed", backward=True, distributed=False)  # the analysis is here, or exit 2
     cases = select_cases(shape, groups, recipes, path, list(case or []))
     cache_path = sources.cache_dir(cache)
     repo = sources.check_repo(te_repo) if te_repo is not None else None
