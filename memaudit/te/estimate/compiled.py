@@ -258,6 +258,7 @@ def _row_template(index: int, b: Any, storage: str | None, container_index: int 
         "storage": storage, "storage_offset": 0, "storage_bytes": 0, "device": DEVICE,
         "is_parameter": b.param, "duplicate_of": None, "note": b.note, "expected_bytes": None,
         "resides": "device", "via": "hook", "aliases_output": False, "module": None, "source": None,
+        "read": None, "read_by": None,
     }
 
 
