@@ -100,7 +100,7 @@ def te_history(
     if bisect_on != "saved" and bisect is None:
         raise UsageError("chooses what --bisect compares: add --bisect GOOD..BAD", key="--bisect-on")
     if unread or bisect_on == "unread":
-        from memaudit.cli.root import unread_plan
+        from memaudit.cli.common import unread_plan
 
         unread_plan([None], None, "observed", backward=True, distributed=False)  # the analysis is here, or exit 2
     cases = select_cases(shape, groups, recipes, path, list(case or []))
