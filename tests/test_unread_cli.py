@@ -1,5 +1,4 @@
-"""``memaudit run --unread`` end to end. These wait for the read analysis (``memaudit.unread`` and the
-runner's ``unread=``): the module is skipped where it is not there, and runs once it is."""
+"""``memaudit run --unread`` end to end."""
 
 from __future__ import annotations
 
@@ -9,11 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-pytest.importorskip("memaudit.unread", reason="the read analysis (memaudit.unread) is not in this memaudit yet")
-
-from memaudit.cli import app, exitcodes  # noqa: E402
-from memaudit.cli.root import UnreadMethod  # noqa: E402
-from memaudit.report import UNREAD_CHOICES, load_report  # noqa: E402
+from memaudit.cli import app, exitcodes
+from memaudit.cli.root import UnreadMethod
+from memaudit.report import UNREAD_CHOICES, load_report
 
 runner = CliRunner()
 WASTE = ["--target", "tests.custom_factory:make_wasteful", "--tokens", "64", "--hidden", "32", "--ffn", "48", "--groups", "1"]

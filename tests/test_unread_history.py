@@ -100,7 +100,6 @@ def test_cell_text_shows_unread_bytes() -> None:
 
 
 def test_te_history_flags_are_checked_before_anything_runs(tmp_path: Path) -> None:
-    import importlib.util
 
     from typer.testing import CliRunner
 
@@ -112,7 +111,4 @@ def test_te_history_flags_are_checked_before_anything_runs(tmp_path: Path) -> No
     assert result.exit_code == exitcodes.USAGE and "--bisect-on" in result.stderr and "add --bisect" in result.stderr
     result = runner.invoke(app, ["te-history", "--te", "2.15", "--bisect", "a..b", "--bisect-on", "bytes", "--out", str(out)])
     assert result.exit_code == exitcodes.USAGE and "expected saved or unread" in result.stderr
-    if importlib.util.find_spec("memaudit.unread") is None:  # until the read analysis is here, --unread says so
-        result = runner.invoke(app, ["te-history", "--te", "2.15", "--unread", "--out", str(out)])
-        assert result.exit_code == exitcodes.USAGE and "has no read analysis" in result.stderr
     assert not out.exists()

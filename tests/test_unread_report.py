@@ -385,21 +385,6 @@ def test_unread_needs_backward(tmp_path: Path) -> None:
     assert not out.exists()
 
 
-def test_unread_without_the_analysis_is_a_usage_error(tmp_path: Path) -> None:
-    """Until the read analysis is in this memaudit, --unread says so before anything runs."""
-    import importlib.util
-    import inspect
-
-    from memaudit import runner as run_module
-
-    if importlib.util.find_spec("memaudit.unread") is not None and "unread" in inspect.signature(run_module.run_matrix).parameters:
-        pytest.skip("the read analysis is here: tests/test_unread_cli.py runs it")
-    out = tmp_path / "r.json"
-    result = runner.invoke(app, ["run", "--target", "reference", "--unread", "--json", str(out)])
-    assert result.exit_code == exitcodes.USAGE and "has no read analysis" in result.stderr
-    assert not out.exists()
-
-
 def test_check_and_compare_show_unread_buffers_first(tmp_path: Path) -> None:
     write_report(_report(), tmp_path / "r.json")
     result = runner.invoke(app, ["check", str(tmp_path / "r.json"), "--scenario", _scenario_file(tmp_path)])

@@ -218,3 +218,20 @@ def judge_vacuity(err: Console, report: Any, verdicts: Any, scenario: Any, *, al
         err.print(line, soft_wrap=True)
         fails = fails or failing
     return fails
+
+
+def unread_plan(specs: list[Any], loaded: Any, given: str | None, *, backward: bool, distributed: bool) -> list[str | None]:
+    """The read analysis of each spec (``--unread`` wins over the scenario's ``unread``), checked
+    before anything runs: it needs backward and a plain (not distributed) run."""
+    from memaudit.dist.world import torchrun_env
+
+    scenario_methods = loaded.unread_methods() if loaded is not None else [None] * len(specs)
+    methods = [given or m for m in scenario_methods]
+    if not any(methods):
+        return methods
+    key = "--unread" if given else "unread"
+    if not backward:
+        raise UsageError("finds what backward never reads, so it needs backward: drop --no-backward", key=key)
+    if distributed or torchrun_env() is not None:
+        raise UsageError("runs in one process for now: not with --nproc or under torchrun", key=key)
+    return methods

@@ -25,6 +25,7 @@ from memaudit.cli.common import (
     Ints,
     exits,
     read_inputs,
+    unread_plan,
     usage_exit,
 )
 from memaudit.errors import UsageError
@@ -250,23 +251,6 @@ def _plan(target: str | None, recipe: str | None, groups: Ints | None, dtype: Dt
         raise UsageError(f"records one case; these options make {len(specs)} (choose one recipe and one group count)",
                          key="--memory-snapshot")
     return loaded, tgt, target, dev, mode, specs
-
-
-def unread_plan(specs: list[Any], loaded: Any, given: str | None, *, backward: bool, distributed: bool) -> list[str | None]:
-    """The read analysis of each spec (``--unread`` wins over the scenario's ``unread``), checked
-    before anything runs: it needs backward and a plain (not distributed) run."""
-    from memaudit.dist.world import torchrun_env
-
-    scenario_methods = loaded.unread_methods() if loaded is not None else [None] * len(specs)
-    methods = [given or m for m in scenario_methods]
-    if not any(methods):
-        return methods
-    key = "--unread" if given else "unread"
-    if not backward:
-        raise UsageError("finds what backward never reads, so it needs backward: drop --no-backward", key=key)
-    if distributed or torchrun_env() is not None:
-        raise UsageError("runs in one process for now: not with --nproc or under torchrun", key=key)
-    return methods
 
 
 def _run_here(tgt: Any, specs: list[Any], mode: str, *, backward: bool, verify_allocator: bool, stack: bool,
