@@ -1,0 +1,154 @@
+"""Observed reads of TE's grouped MLP under emulation: every saved buffer's verdict (read, unread,
+unknown), per case, on fake CUDA (no GPU) or a GPU.
+
+Each case runs as ``--unread`` will run it: TE's real forward under :func:`memaudit.capture`,
+then TE's real backward inside the same emulation with a read observer and TE's read sets
+(:mod:`memaudit.te.reads`) active. With no GPU each case runs in a child process on fake CUDA
+(:func:`memaudit.te.emulate.host.call_in_child`).
+
+    python bench/te_unread.py                 # the emulated matrix -> reports/unread/
+    python bench/te_unread.py --shape pr      # at PR #3545's shape (T=82,944, H=3,072, F=1,536)
+
+Shared with ``tests/test_te_unread.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "reports" / "unread"
+RECIPES = ("bf16", "fp8-delayed", "fp8-current", "fp8-block", "mxfp8", "nvfp4")
+SHAPES = {"small": {"tokens": 4096, "hidden": 1024, "ffn": 2048},
+          "pr": {"tokens": 82944, "hidden": 3072, "ffn": 1536}}
+"""``small``: the matrix's shape; ``pr``: PR #3545's (its description's T, H and F)."""
+
+
+@contextmanager
+def _prim_device_is_metadata() -> Iterator[None]:
+    """``prim.device`` (a FakeTensor's ``.device``, dispatched on fake CUDA) reads no contents;
+    until the observer's ``METADATA_OPS`` lists it, it is added here for the block."""
+    from memaudit.capture import reads
+
+    before = reads.METADATA_OPS
+    if "device" in before:
+        yield
+        return
+    reads.METADATA_OPS = before | {"device"}
+    try:
+        yield
+    finally:
+        reads.METADATA_OPS = before
+
+
+def observe_case(recipe: str, groups: int, *, arch: str, fused: bool, tokens: int, hidden: int, ffn: int) -> dict[str, Any]:
+    """One case's verdicts, here (fake CUDA must be in force without a GPU): rows with their
+    verdicts, the kernels backward called, and the error if backward failed."""
+    from memaudit.capture import capture, reads
+    from memaudit.te.reads import watch
+    from memaudit.te.target import TEGroupedMLPTarget
+
+    t = TEGroupedMLPTarget()
+    opts = t.configure({"kernels": "emulated", "arch": arch, "fused": fused})
+    spec = t.spec(recipe, groups, device="cuda", tokens=tokens, hidden=hidden, ffn=ffn, options=opts)
+    built = t.build(spec)
+    with capture() as cap:
+        out = built.forward(cap)
+    rep = cap.report(outputs=out)
+    path = built.annotate(rep.rows, cap)
+    obs = reads.Observer(cap.row_storages())
+    error = None
+    with _prim_device_is_metadata():
+        try:
+            with reads.observing(obs, [watch]):
+                built.backward(out)
+        except Exception as exc:  # noqa: BLE001 - the case's error, reported with it
+            error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    emulation = built.emulation()
+    rows = []
+    for r in rep.rows:
+        verdict, why = obs.verdict(r.storage) if error is None else ("unknown", f"backward failed: {error}")
+        rows.append({"index": r.index, "operand": r.operand, "slot": r.slot, "orientation": r.orientation,
+                     "storage": r.storage, "bytes": r.bytes, "verdict": verdict,
+                     "read_by" if verdict == "read" else "why": why})
+    fused_ran = bool(path is not None and path.to_dict().get("fused"))
+    return {"recipe": recipe, "groups": groups, "arch": arch, "fused_asked": fused, "fused": fused_ran,
+            "dims": {"tokens": tokens, "hidden": hidden, "ffn": ffn}, "error": error,
+            "forward_kernels": sorted(emulation.standins) if emulation is not None else [],
+            "opaque": dict(obs.opaque), "rows": rows}
+
+
+def run_case(recipe: str, groups: int, *, arch: str, fused: bool, shape: str = "small") -> dict[str, Any]:
+    """:func:`observe_case` in a child process on fake CUDA for ``arch`` (on a GPU: here)."""
+    import torch
+
+    dims = SHAPES[shape]
+    if torch.cuda.is_available():
+        return observe_case(recipe, groups, arch=arch, fused=fused, **dims)
+    from memaudit.te.emulate.host import call_in_child
+
+    try:
+        return call_in_child(arch, lambda: observe_case(recipe, groups, arch=arch, fused=fused, **dims))  # type: ignore[no-any-return]
+    except Exception as exc:  # noqa: BLE001 - the cell's error
+        return {"recipe": recipe, "groups": groups, "arch": arch, "fused_asked": fused, "fused": None, "dims": dims,
+                "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", "rows": []}
+
+
+def unread_rows(case: dict[str, Any]) -> list[dict[str, Any]]:
+    return [r for r in case["rows"] if r["verdict"] == "unread"]
+
+
+def unread_bytes(case: dict[str, Any]) -> int:
+    """By storage, as ``saved_bytes`` counts (a storage two rows name counts once)."""
+    seen: dict[str, int] = {}
+    for r in unread_rows(case):
+        seen.setdefault(r["storage"] or f"row{r['index']}", r["bytes"])
+    return sum(seen.values())
+
+
+MATRIX = [(recipe, fused, arch) for recipe in RECIPES for fused, arch in ((True, "sm100"), (False, "sm100"), (False, "sm90"))
+          if not (fused and recipe not in ("mxfp8", "nvfp4"))]
+"""The fused path runs for MXFP8 and NVFP4 on sm100 only (te-internals §1); every recipe runs
+unfused on sm100 and sm90 (NVFP4 and MXFP8 have no sm90 kernels in TE, but the emulation runs
+TE's Python past its gates, te-internals §10)."""
+
+
+def markdown(cases: list[dict[str, Any]]) -> str:
+    lines = ["| recipe | path | arch | G | unread bytes | unread rows | unknown rows | error |", "|---|---|---|---|---|---|---|---|"]
+    for c in cases:
+        path = "fused" if c["fused"] else "unfused"
+        unknown = sum(r["verdict"] == "unknown" for r in c["rows"])
+        names = ", ".join(sorted({f"{r['operand'].split('[')[0]} {r['slot']}" for r in unread_rows(c)})) or "-"
+        lines.append(f"| {c['recipe']} | {path} | {c['arch']} | {c['groups']} | {unread_bytes(c):,} | {names} | {unknown} | "
+                     f"{(c['error'] or '-')[:80]} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shape", choices=sorted(SHAPES), default="small")
+    p.add_argument("--groups", default="1,4,8")
+    p.add_argument("--out", type=Path, default=OUT)
+    a = p.parse_args()
+    from memaudit.te.emulate.run import import_te_modules
+
+    import_te_modules()
+    cases = []
+    for recipe, fused, arch in MATRIX:
+        for g in (int(x) for x in a.groups.split(",")):
+            c = run_case(recipe, g, arch=arch, fused=fused, shape=a.shape)
+            print(f"{recipe:12} {'fused' if fused else 'unfused':8} {arch} G={g}: unread {unread_bytes(c):>12,} B"
+                  f"{' error: ' + c['error'] if c['error'] else ''}", flush=True)
+            cases.append(c)
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / f"emulated-{a.shape}.json").write_text(json.dumps(cases, indent=1) + "\n", encoding="utf-8")
+    (a.out / f"emulated-{a.shape}.md").write_text(markdown(cases), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
