@@ -8,6 +8,7 @@ then TE's real backward inside the same emulation with a read observer and TE's 
 
     python bench/te_unread.py                 # the emulated matrix -> reports/unread/
     python bench/te_unread.py --shape pr      # at PR #3545's shape (T=82,944, H=3,072, F=1,536)
+    python bench/te_unread.py --te-tree PATH --recipes nvfp4 --fused-only   # another TE's Python
 
 Shared with ``tests/test_te_unread.py``.
 """
@@ -111,17 +112,18 @@ def unread_bytes(case: dict[str, Any]) -> int:
     return sum(seen.values())
 
 
+BLACKWELL_ONLY = ("mxfp8", "nvfp4")
+"""Recipes TE refuses below compute capability 10.0 (te-internals §4), emulated or not."""
 MATRIX = [(recipe, fused, arch) for recipe in RECIPES for fused, arch in ((True, "sm100"), (False, "sm100"), (False, "sm90"))
-          if not (fused and recipe not in ("mxfp8", "nvfp4"))]
-"""The fused path runs for MXFP8 and NVFP4 on sm100 only (te-internals §1); every recipe runs
-unfused on sm100 and sm90 (NVFP4 and MXFP8 have no sm90 kernels in TE, but the emulation runs
-TE's Python past its gates, te-internals §10)."""
+          if not (fused and recipe not in BLACKWELL_ONLY) and not (arch == "sm90" and recipe in BLACKWELL_ONLY)]
+"""The fused path exists for MXFP8 and NVFP4 on sm100 only (te-internals §1); every recipe runs
+unfused on sm100, and the four TE runs on Hopper also on sm90."""
 
 
 def markdown(cases: list[dict[str, Any]]) -> str:
     lines = ["| recipe | path | arch | G | unread bytes | unread rows | unknown rows | error |", "|---|---|---|---|---|---|---|---|"]
     for c in cases:
-        path = "fused" if c["fused"] else "unfused"
+        path = "fused" if c["fused_asked"] else "unfused"
         unknown = sum(r["verdict"] == "unknown" for r in c["rows"])
         names = ", ".join(sorted({f"{r['operand'].split('[')[0]} {r['slot']}" for r in unread_rows(c)})) or "-"
         lines.append(f"| {c['recipe']} | {path} | {c['arch']} | {c['groups']} | {unread_bytes(c):,} | {names} | {unknown} | "
@@ -129,17 +131,41 @@ def markdown(cases: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
+def load_te_tree(tree: Path, cache: Path | None) -> str:
+    """Import TE's Python from a local tree (a copy in te-history's cache) over the installed
+    compiled parts; its version label."""
+    import os
+
+    from memaudit.te.history import compat, sources
+    from memaudit.te.recipes import FUSED_ENV
+
+    os.environ[FUSED_ENV] = "0"  # TE reads its fused switch at import; each emulated case sets its own
+    source = sources.local(tree, sources.cache_dir(cache))
+    compat.load_tree(source.tree, source.version)
+    return source.version
+
+
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shape", choices=sorted(SHAPES), default="small")
     p.add_argument("--groups", default="1,4,8")
     p.add_argument("--out", type=Path, default=OUT)
-    a = p.parse_args()
+    p.add_argument("--recipes", default=",".join(RECIPES))
+    p.add_argument("--fused-only", action="store_true")
+    p.add_argument("--te-tree", type=Path, help="a local TE source tree: its Python over the installed compiled parts, "
+                   "loaded as `memaudit te-history --te-tree` loads it (before anything imports TE)")
+    p.add_argument("--cache", type=Path, help="te-history's cache (for --te-tree)")
+    a = p.parse_args(argv)
+    if a.te_tree is not None:
+        load_te_tree(a.te_tree, a.cache)
     from memaudit.te.emulate.run import import_te_modules
 
     import_te_modules()
     cases = []
+    recipes = a.recipes.split(",")
     for recipe, fused, arch in MATRIX:
+        if recipe not in recipes or (a.fused_only and not fused):
+            continue
         for g in (int(x) for x in a.groups.split(",")):
             c = run_case(recipe, g, arch=arch, fused=fused, shape=a.shape)
             print(f"{recipe:12} {'fused' if fused else 'unfused':8} {arch} G={g}: unread {unread_bytes(c):>12,} B"

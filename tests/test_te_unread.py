@@ -10,6 +10,10 @@ unread rows are named here and explained in docs/te-unread.md. Each case runs in
 from __future__ import annotations
 
 import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -91,3 +95,43 @@ def test_a_read_set_that_claims_both_orientations_hides_the_waste(monkeypatch: p
     monkeypatch.setattr(reads.Buffers, "side", lambda self, which: [*self.row, *self.col])
     both = run_case("nvfp4", 4, arch="sm100", fused=True)
     assert ("fc1.weight[0]", "_rowwise_data") not in _unread(both)
+
+
+def test_after_pr_3545_the_inputs_rowwise_halves_are_neither_saved_nor_unread(tmp_path: Path) -> None:
+    """TE 2.20.2's Python with PR #3545's change (the ``if not use_nvfp4:`` exception removed,
+    as tests/test_te_history.py applies it), loaded as ``te-history --te-tree`` loads a tree: the
+    inputs' rowwise data and scale_inv are not saved, and unread bytes drop by exactly their
+    bytes; what stays unread is what PR #3545 leaves (docs/te-unread.md)."""
+    from memaudit.te.history import compat
+
+    tree = tmp_path / "te"
+    src = compat.installed_te_dir()
+    for path in src.rglob("*.py"):
+        if "__pycache__" not in path.parts:
+            out = tree / "transformer_engine" / path.relative_to(src)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(path.read_bytes())
+    (tree / "build_tools").mkdir()
+    (tree / "build_tools" / "VERSION.txt").write_text("2.20.2\n")
+    fused = tree / "transformer_engine" / "pytorch" / "ops" / "fused" / "grouped_mlp.py"
+    before = "            if not use_nvfp4:\n                for grouped_fc_x in (saved_fc1_x, saved_grouped_fc2_x):"
+    text = fused.read_text()
+    assert before in text
+    fused.write_text(text.replace(before, "            if True:\n                for grouped_fc_x in (saved_fc1_x, saved_grouped_fc2_x):"))
+    root = Path(__file__).resolve().parent.parent
+    for name, args in (("fixed", ["--te-tree", str(tree), "--cache", str(tmp_path / "cache")]), ("released", [])):
+        subprocess.run([sys.executable, str(root / "bench" / "te_unread.py"), "--recipes", "nvfp4", "--fused-only",
+                        "--groups", "4,8", "--shape", "pr", "--out", str(tmp_path / name), *args],
+                       check=True, cwd=root, capture_output=True, text=True, timeout=600)
+    from bench.te_unread import unread_bytes
+
+    fixed = json.loads((tmp_path / "fixed" / "emulated-pr.json").read_text())
+    released = json.loads((tmp_path / "released" / "emulated-pr.json").read_text())
+    for f, r in zip(fixed, released, strict=True):
+        assert f["error"] is None and f["fused"] and f["groups"] == r["groups"]
+        saved = {(row["operand"], row["slot"]) for row in f["rows"]}
+        assert not saved & set(PR_BYTES)
+        assert not [row for row in f["rows"] if row["verdict"] == "unknown"]
+        assert not [row for row in f["rows"] if row["verdict"] == "unread" and row["operand"].endswith(".input")
+                    and row["slot"] in ("rowwise_data", "scale_inv", "columnwise_data", "columnwise_scale_inv")]
+        assert unread_bytes(r) - unread_bytes(f) == sum(PR_BYTES.values())

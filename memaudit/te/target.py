@@ -109,7 +109,7 @@ class TEGroupedMLPTarget(Target):
         RunFlag("single_grouped_weight", bool, False, "TE target: one grouped weight parameter instead of discrete ones."),
         RunFlag("activation", Literal[ACTIVATIONS], "swiglu", "TE target activation."),
         RunFlag("kernels", Literal[KERNELS], "real",
-                "TE target. emulated runs TE's real forward (no backward) on an emulated "
+                "TE target. emulated runs TE's real forward (and, for --unread, its backward) on an emulated "
                 "machine (--arch) with kernel stand-ins that allocate as TE's C++ does, real kernels only where this "
                 "GPU is that architecture; standins replaces every kernel. With no GPU (torch's CUDA build) each case "
                 "runs on fake CUDA in a child process."),
