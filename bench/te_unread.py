@@ -47,15 +47,17 @@ def _prim_device_is_metadata() -> Iterator[None]:
         reads.METADATA_OPS = before
 
 
-def observe_case(recipe: str, groups: int, *, arch: str, fused: bool, tokens: int, hidden: int, ffn: int) -> dict[str, Any]:
+def observe_case(recipe: str, groups: int, *, arch: str, fused: bool, tokens: int, hidden: int, ffn: int,
+                 kernels: str = "emulated") -> dict[str, Any]:
     """One case's verdicts, here (fake CUDA must be in force without a GPU): rows with their
-    verdicts, the kernels backward called, and the error if backward failed."""
+    verdicts, the kernels backward called, and the error if backward failed. ``kernels="real"``
+    runs TE's real kernels on this GPU (``arch`` is then only the label)."""
     from memaudit.capture import capture, reads
     from memaudit.te.reads import watch
     from memaudit.te.target import TEGroupedMLPTarget
 
     t = TEGroupedMLPTarget()
-    opts = t.configure({"kernels": "emulated", "arch": arch, "fused": fused})
+    opts = t.configure({"kernels": "emulated", "arch": arch, "fused": fused} if kernels == "emulated" else {"fused": fused})
     spec = t.spec(recipe, groups, device="cuda", tokens=tokens, hidden=hidden, ffn=ffn, options=opts)
     built = t.build(spec)
     with capture() as cap:
@@ -78,7 +80,7 @@ def observe_case(recipe: str, groups: int, *, arch: str, fused: bool, tokens: in
                      "storage": r.storage, "bytes": r.bytes, "verdict": verdict,
                      "read_by" if verdict == "read" else "why": why})
     fused_ran = bool(path is not None and path.to_dict().get("fused"))
-    return {"recipe": recipe, "groups": groups, "arch": arch, "fused_asked": fused, "fused": fused_ran,
+    return {"recipe": recipe, "groups": groups, "arch": arch, "kernels": kernels, "fused_asked": fused, "fused": fused_ran,
             "dims": {"tokens": tokens, "hidden": hidden, "ffn": ffn}, "error": error,
             "forward_kernels": sorted(emulation.standins) if emulation is not None else [],
             "opaque": dict(obs.opaque), "rows": rows}
@@ -155,6 +157,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--te-tree", type=Path, help="a local TE source tree: its Python over the installed compiled parts, "
                    "loaded as `memaudit te-history --te-tree` loads it (before anything imports TE)")
     p.add_argument("--cache", type=Path, help="te-history's cache (for --te-tree)")
+    p.add_argument("--real", action="store_true", help="TE's real kernels on this GPU (unfused cases of its architecture)")
     a = p.parse_args(argv)
     if a.te_tree is not None:
         load_te_tree(a.te_tree, a.cache)
@@ -163,17 +166,26 @@ def main(argv: list[str] | None = None) -> None:
     import_te_modules()
     cases = []
     recipes = a.recipes.split(",")
+    here = None
+    if a.real:
+        from memaudit.te.emulate.run import here_arch
+
+        here = here_arch()
     for recipe, fused, arch in MATRIX:
-        if recipe not in recipes or (a.fused_only and not fused):
+        if recipe not in recipes or (a.fused_only and not fused) or (a.real and (fused or arch != here)):
             continue
         for g in (int(x) for x in a.groups.split(",")):
-            c = run_case(recipe, g, arch=arch, fused=fused, shape=a.shape)
+            if a.real:
+                c = observe_case(recipe, g, arch=arch, fused=fused, kernels="real", **SHAPES[a.shape])
+            else:
+                c = run_case(recipe, g, arch=arch, fused=fused, shape=a.shape)
             print(f"{recipe:12} {'fused' if fused else 'unfused':8} {arch} G={g}: unread {unread_bytes(c):>12,} B"
                   f"{' error: ' + c['error'] if c['error'] else ''}", flush=True)
             cases.append(c)
     a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / f"emulated-{a.shape}.json").write_text(json.dumps(cases, indent=1) + "\n", encoding="utf-8")
-    (a.out / f"emulated-{a.shape}.md").write_text(markdown(cases), encoding="utf-8")
+    stem = f"{'real' if a.real else 'emulated'}-{a.shape}"
+    (a.out / f"{stem}.json").write_text(json.dumps(cases, indent=1) + "\n", encoding="utf-8")
+    (a.out / f"{stem}.md").write_text(markdown(cases), encoding="utf-8")
 
 
 if __name__ == "__main__":
