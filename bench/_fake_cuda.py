@@ -18,6 +18,7 @@ from typing import Any
 from memaudit.report import CaseReport, load_report
 from memaudit.spec import CaseSpec
 from memaudit.targets.registry import get_target
+from memaudit.te.target import EMULATED_WARNING, EMULATED_WARNING_BEFORE
 
 ROOT = Path(__file__).resolve().parent.parent
 EMULATED = ROOT / "reports" / "emulated"
@@ -103,7 +104,8 @@ def differences(committed: CaseReport, fresh: CaseReport, *, host: str) -> list[
     """Where ``fresh`` differs from ``committed``, byte for byte on the JSON each holds.
 
     Allowed, and checked: the rows' :data:`ADDED_ROW_KEYS` (recorded only by today's memaudit);
-    ``emulation.machine["host"]`` (``host``; the committed reports predate it); and an error
+    ``emulation.machine["host"]`` (``host``; the committed reports predate it); the emulated-kernels
+    warning in its words from before backward could run emulated; and an error
     reason that today's memaudit annotates as a suspected TE bug (the committed reason, then the
     note)."""
     out: list[str] = []
@@ -124,6 +126,7 @@ def differences(committed: CaseReport, fresh: CaseReport, *, host: str) -> list[
     if machine.pop("host", None) != host:
         out.append(f"emulation.machine.host: {b['emulation']['machine'].get('host')!r}, expected {host!r}")
     b["emulation"] = {**b["emulation"], "machine": machine}
+    b["warnings"] = [EMULATED_WARNING_BEFORE if w == EMULATED_WARNING else w for w in b.get("warnings", [])]
     if a["status"] == b["status"] == "error" and a["reason"] != b["reason"]:
         if b["reason"].startswith(a["reason"] + " (suspected TE bug: "):
             b["reason"] = a["reason"]
@@ -160,7 +163,7 @@ def row_for_row(measured: CaseReport, emulated: CaseReport) -> list[str]:
 
 EMULATED_ONLY = frozenset({"execution", "emulation", "warnings"})
 """Case keys a measured case does not have, or has otherwise: an emulated case says it is emulated
-(``execution``, ``emulation``) and warns that only its forward ran."""
+(``execution``, ``emulation``) and warns that its kernels were stand-ins."""
 
 
 def against_measured(measured: CaseReport, emulated: CaseReport) -> list[str]:

@@ -193,8 +193,32 @@ def test_fc1_cudnn_stand_in_allocates_what_the_frontend_returns() -> None:
     assert out["d_tensor"].shape == out["d_col_tensor"].shape == (m, n1 // 2, 1)
     assert out["amax_tensor"] is None  # fp8 D
     assert out["sfd_row_tensor"].numel() == 2 * 2 * 512 and out["sfd_row_tensor"].dtype == torch.float8_e8m0fnu
-    with pytest.raises(MissingStandIn, match="cudnn.grouped_gemm_dglu_wrapper_sm100"):
-        CUDNN_STANDINS["grouped_gemm_dglu_wrapper_sm100"]()
+    with pytest.raises(MissingStandIn, match="cudnn.grouped_gemm_srelu_wrapper_sm100"):
+        CUDNN_STANDINS["grouped_gemm_srelu_wrapper_sm100"]()
+
+
+def test_backward_cudnn_stand_ins_allocate_what_the_frontend_returns() -> None:
+    """dGLU (FC2 dgrad + dSwiGLU): D row and column (M, 2N, 1) with the frontend's strides, MXFP8
+    scales for FP8 A, amax only for a bf16 D; wgrad writes the caller's buffers and allocates none."""
+    m, n, g = 256, 192, 2
+    dprob = torch.zeros(m, 1, 1)
+    out = CUDNN_STANDINS["grouped_gemm_dglu_wrapper_sm100"](
+        a_tensor=torch.empty(m, 128, 1, dtype=torch.float8_e4m3fn), sfa_tensor=torch.empty(8, dtype=torch.float8_e8m0fnu),
+        b_tensor=torch.empty(n, 128, g, dtype=torch.float8_e4m3fn), d_dtype=torch.float8_e4m3fn, sf_vec_size=32,
+        dprob_tensor=dprob, generate_dbias=False)
+    assert out["d_row_tensor"].shape == out["d_col_tensor"].shape == (m, 2 * n, 1)
+    assert out["d_row_tensor"].stride() == (2 * n, 1, m * 2 * n) and out["dprob_tensor"] is dprob
+    assert out["amax_tensor"] is None and out["dbias_tensor"] is None
+    assert out["sfd_row_tensor"].shape == (32, 4, 2, 4, 3, 1)  # (1, M/128, ceil(2N/32/4), 32, 4, 4) permuted
+    nv = CUDNN_STANDINS["grouped_gemm_dglu_wrapper_sm100"](
+        a_tensor=torch.empty(m, 64, 1, dtype=torch.float4_e2m1fn_x2), sfa_tensor=torch.empty(8, dtype=torch.float8_e4m3fn),
+        b_ptrs=torch.empty(g, dtype=torch.int64), n=n, d_dtype=torch.bfloat16, sf_vec_size=16, dprob_tensor=dprob,
+        generate_dbias=True)
+    assert nv["sfd_row_tensor"] is None and nv["amax_tensor"].shape == (g, 2, 1) and nv["dbias_tensor"].shape == (g, 2 * n, 1)
+    w = torch.empty(g, 8, 8)
+    assert CUDNN_STANDINS["grouped_gemm_wgrad_wrapper_sm100"](wgrad_tensor=w)["wgrad_tensor"] is w
+    with pytest.raises(MissingStandIn):
+        CUDNN_STANDINS["grouped_gemm_wgrad_wrapper_sm100"](a_tensor=w)
 
 
 # ---- the TE target's options ---------------------------------------------------------------------

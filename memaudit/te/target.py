@@ -50,6 +50,12 @@ _CUDA_OUTSIDE_KERNELS = (
 tensors; with no GPU, fake CUDA tensors answer these, :mod:`memaudit.te.emulate.fakecuda`)."""
 ACTIVATIONS = ("swiglu", "clamped-qgeglu", "srelu")
 KERNELS = ("real", "emulated", "standins")
+EMULATED_WARNING = ("emulated kernels: TE's real Python with stand-in kernels (what the forward saved for backward is "
+                    "complete; backward runs only for --unread, to see what it reads; no values are meaningful)")
+"""The warning every emulated case carries."""
+EMULATED_WARNING_BEFORE = ("emulated kernels: forward only (what the forward saved for backward is complete; backward "
+                           "did not run, and no values are meaningful)")
+"""What emulated cases said before backward could run under emulation (committed reports)."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +109,7 @@ class TEGroupedMLPTarget(Target):
         RunFlag("single_grouped_weight", bool, False, "TE target: one grouped weight parameter instead of discrete ones."),
         RunFlag("activation", Literal[ACTIVATIONS], "swiglu", "TE target activation."),
         RunFlag("kernels", Literal[KERNELS], "real",
-                "TE target. emulated runs TE's real forward (no backward) on an emulated "
+                "TE target. emulated runs TE's real forward (and, for --unread, its backward) on an emulated "
                 "machine (--arch) with kernel stand-ins that allocate as TE's C++ does, real kernels only where this "
                 "GPU is that architecture; standins replaces every kernel. With no GPU (torch's CUDA build) each case "
                 "runs on fake CUDA in a child process."),
@@ -347,7 +353,12 @@ class TEGroupedMLPTarget(Target):
 
     def _emulated_built(self, spec: CaseSpec, recipe: Any, model: Any, inputs: tuple[Any, ...],
                         forward: Any, run_model: Any) -> Built:
-        """The forward inside the emulation (TE's real Python, stand-in kernels); no backward."""
+        """Forward and backward inside the emulation (TE's real Python, stand-in kernels).
+
+        The backward runs when a read observer is active (``--unread``: what backward reads is
+        the measurement); otherwise it is skipped, as it adds nothing to what the forward saved and
+        its values mean nothing. On fake CUDA, where torch's autograd engine cannot run, backward
+        is memaudit's engine (:mod:`memaudit.te.emulate.engine`); on a GPU, ``loss.backward()``."""
         from memaudit.te.emulate.run import EmulatedRun
 
         assert self.emulated is not None
@@ -362,15 +373,26 @@ class TEGroupedMLPTarget(Target):
                 paths.append(self._path(model, spec, recipe, frontend=run.machine.cudnn_frontend, called=called))
             return out
 
+        def emulated_backward(outputs: Any) -> None:
+            from memaudit.capture import reads
+            from memaudit.te.emulate import engine, fakecuda  # imports torch: only when asked
+
+            if reads.observer() is None:
+                return
+            with run.active(backward=True):
+                if fakecuda.active() is not None:
+                    engine.backward_sum(outputs)
+                else:
+                    backward_sum(outputs)
+
         return Built(
             forward=emulated_forward,
-            backward=lambda outputs: None,
+            backward=emulated_backward,
             annotate=lambda rows, cap: paths[-1] if paths else None,
             options={"fused_env": "1" if run.fused else "0"},
             model=model,
             inputs=inputs,
-            warnings=["emulated kernels: forward only (what the forward saved for backward is complete; backward "
-                      "did not run, and no values are meaningful)"],
+            warnings=[EMULATED_WARNING],
             emulation=run.describe,
         )
 

@@ -14,7 +14,8 @@ Inside :func:`emulation`:
 - ``torch.cuda.get_device_capability``, which ``general_grouped_gemm_for_grouped_tensor`` reads
   directly (``cpp_extensions/gemm.py:676``), reports the emulated capability;
 - every ``tex`` entry point is a stand-in, a real kernel or an error naming it
-  (:func:`.kernels.kernel_table`).
+  (:func:`.kernels.kernel_table`), and every call reports what it reads to an active unread
+  observer (:func:`memaudit.te.reads.routed`).
 
 Everything is put back on exit, also when the block raises.
 """
@@ -31,6 +32,7 @@ from typing import Any
 
 from memaudit.te.emulate.gates import ARCHS, emulated_arch
 from memaudit.te.emulate.kernels import KernelLog, kernel_table
+from memaudit.te.reads import emulation_table, routed
 
 
 @dataclass(frozen=True)
@@ -88,9 +90,11 @@ def _cudnn_module(wrappers: dict[str, Callable[..., Any]]) -> Iterator[types.Mod
 
 
 def _noted(log: EmulationLog, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    run = routed(f"cudnn.{name}", fn, answers=True)  # its reads, for an unread analysis
+
     def call(*args: Any, **kwargs: Any) -> Any:
         log.kernels.note("standins", f"cudnn.{name}")
-        return fn(*args, **kwargs)
+        return run(*args, **kwargs)
 
     call.__name__ = name
     return call
@@ -214,7 +218,8 @@ def emulation(
         stack.enter_context(_frontend_supported(version))
         stack.enter_context(_patched(torch.cuda, "get_device_capability", lambda device=None: capability))
         table = {**standins, "get_cublasLt_version": lambda: machine.cublaslt}
-        log.kernels = stack.enter_context(kernel_table(table, real))
+        log.kernels = stack.enter_context(kernel_table(table, real, route=lambda name, fn, answers: routed(name, fn, answers=answers)))
+        stack.enter_context(emulation_table())
         stack.enter_context(_cudnn_module({name: _noted(log, name, fn) for name, fn in cudnn.items()}))
         for gm in modules:
             _clear_caches(gm)

@@ -98,14 +98,16 @@ class ValueSite:
 VALUE_SITES = (
     ValueSite("pytorch/ops/basic/grouped_linear.py", "_fuser_forward_split_quantize", 1222,
               "split_sizes.tolist(): the split sizes the case gave"),
+    ValueSite("pytorch/ops/basic/grouped_linear.py", "_fuser_backward_split_quantize", 1540,
+              "split_sizes.tolist() in the split-quantize path's backward: the split sizes the case gave"),
     ValueSite("pytorch/tensor/nvfp4_tensor.py", "get_sign_from_vector", 45,
               "mask |= (v == -1) << i; mask.item(): the RHT sign vector TE builds from a constant list"),
     ValueSite("pytorch/ops/basic/grouped_linear.py", "fuser_forward", 769,
               "split_sizes.tolist() in TE 2.14-2.16 (GroupedLinear.fuser_forward, before the split-quantize "
               "path was its own function; line of 2.15.0): the split sizes the case gave"),
 )
-"""The only places TE 2.20.2's grouped-MLP forward reads a tensor's value (the first two), and the
-one older TE versions read instead (:mod:`memaudit.te.history`)."""
+"""The only places TE 2.20.2's grouped MLP reads a tensor's value (the first three: forward and
+backward), and the one older TE versions read instead (:mod:`memaudit.te.history`)."""
 
 SM_COUNT = {"sm90": 132, "sm100": 148}
 """Streaming multiprocessors of the emulated machine (H100/H200, B200). TE passes the count only
@@ -156,11 +158,13 @@ def _te_frame() -> Frame | None:
 
 
 def _reader() -> Frame | None:
-    """The innermost frame calling now outside torch and this module (who read the value)."""
+    """The innermost frame calling now outside torch and this module (who read the value); another
+    dispatch mode passing the op on (a ``__torch_dispatch__``, as the unread observer's) is not it."""
     f: Any = sys._getframe(1)
     while f is not None:
         name = f.f_code.co_filename
-        if name != __file__ and "/torch/" not in name and not name.startswith("<"):
+        if (name != __file__ and "/torch/" not in name and not name.startswith("<")
+                and f.f_code.co_name != "__torch_dispatch__"):
             at = name.rfind("/transformer_engine/")
             return (name[at + len("/transformer_engine/"):] if at >= 0 else name), f.f_lineno, f.f_code.co_name
         f = f.f_back

@@ -85,16 +85,24 @@ def _te_modules() -> list[Any]:
             if m is not None and (name.startswith("transformer_engine") or name == "transformer_engine_torch")]
 
 
+Route = Callable[[str, Callable[..., Any], bool], Callable[..., Any]]
+"""(entry point, call, answers) -> the call reporting its reads (:func:`memaudit.te.reads.routed`):
+``answers`` for a stand-in, whose read set is the whole truth."""
+
+
 @contextmanager
-def kernel_table(standins: dict[str, Callable[..., Any]], real: frozenset[str] = frozenset()) -> Iterator[KernelLog]:
-    """Guard every ``tex`` function for the block (see the module docstring); yields the log."""
+def kernel_table(standins: dict[str, Callable[..., Any]], real: frozenset[str] = frozenset(),
+                 route: Route | None = None) -> Iterator[KernelLog]:
+    """Guard every ``tex`` function for the block (see the module docstring); yields the log.
+    With ``route``, every stand-in and real call (not a query) goes through it."""
     owners = _owners()
     originals = {name: getattr(owner, attr) for name, (owner, attr) in owners.items()}
     unknown = sorted((set(standins) | set(real)) - set(originals))
     if unknown:
         raise ValueError(f"not tex functions: {', '.join(unknown)}")
     log = KernelLog()
-    guards = {id(fn): _guard(name, fn, standins.get(name), name in real or name in QUERIES, log) for name, fn in originals.items()}
+    guards = {id(fn): _guard(name, fn, standins.get(name), name in real or name in QUERIES, log, route)
+              for name, fn in originals.items()}
     patched: list[tuple[Any, str, Any]] = []
     for name, (owner, attr) in owners.items():
         patched.append((owner, attr, originals[name]))
@@ -117,17 +125,21 @@ def kernel_table(standins: dict[str, Callable[..., Any]], real: frozenset[str] =
             setattr(module, attr, value)
 
 
-def _guard(name: str, original: Any, standin: Callable[..., Any] | None, passthrough: bool, log: KernelLog) -> Any:
+def _guard(name: str, original: Any, standin: Callable[..., Any] | None, passthrough: bool, log: KernelLog,
+           route: Route | None = None) -> Any:
     if standin is not None:
+        run = standin if route is None else route(name, standin, True)
+
         def call(*args: Any, **kwargs: Any) -> Any:
             log.note("standins", name)
-            return standin(*args, **kwargs)
+            return run(*args, **kwargs)
     elif passthrough:
         kind = "queries" if name in QUERIES else "real"
+        real = original if route is None or kind == "queries" else route(name, original, False)
 
         def call(*args: Any, **kwargs: Any) -> Any:
             log.note(kind, name)
-            return original(*args, **kwargs)
+            return real(*args, **kwargs)
     else:
         def call(*args: Any, **kwargs: Any) -> Any:
             log.missing.append(name)

@@ -59,6 +59,9 @@ class EmulatedRun:
         self.fused = fused
         self.recipe = recipe
         self.log: EmulationLog | None = None
+        """The forward's log (the case's label)."""
+        self.backward_log: EmulationLog | None = None
+        """The last backward's log."""
 
     def real(self) -> frozenset[str]:
         if self.kernels != "emulated" or here_arch() != self.machine.arch:
@@ -66,15 +69,19 @@ class EmulatedRun:
         return frozenset(STANDINS) - NEVER_REAL
 
     @contextmanager
-    def active(self) -> Iterator[EmulationLog]:
-        """The emulation around one forward, with the fused switch this case asks for."""
+    def active(self, backward: bool = False) -> Iterator[EmulationLog]:
+        """The emulation around one forward (or, with ``backward``, around the backward of the
+        forward that ran in it before), with the fused switch this case asks for."""
         old = os.environ.get(FUSED_ENV)
         os.environ[FUSED_ENV] = "1" if self.fused else "0"
         real = self.real()
         table = {k: v for k, v in standins(STANDINS, set(tex_functions())).items() if k not in real}
         try:
             with emulation(self.machine, table, CUDNN_STANDINS, real=real) as log:
-                self.log = log
+                if backward:
+                    self.backward_log = log
+                else:
+                    self.log = log
                 yield log
         finally:
             if old is None:

@@ -350,13 +350,32 @@ def scaled_swiglu(input: torch.Tensor, act_scales: torch.Tensor, quantizer: Any,
     return empty_quantized(quantizer, shape, input.dtype, input.device)
 
 
+def scaled_dactivation(grad: torch.Tensor, input: torch.Tensor, act_scales: torch.Tensor, quantizer: Any,  # noqa: A002 - TE's name
+                       *args: Any) -> tuple[Any, torch.Tensor | None]:
+    """``tex.scaled_dswiglu`` and the other scaled activation backwards (activation.cpp:
+    ``scaled_dactivation_helper`` and ``scaled_dactivation_compute``; the last positional argument
+    is ``compute_scale_grad``): ``grad_input`` is ``empty_like`` the (contiguous) input, quantized
+    with ``quantizer`` when one is given (``maybe_quantize``); ``grad_scales`` is ``empty_like``
+    the scales when asked for, else None."""
+    if not args or not isinstance(args[-1], bool):
+        raise TypeError("scaled dactivation stand-in: compute_scale_grad (bool) must be the last positional argument")
+    grad_scales = torch.empty(tuple(act_scales.shape), dtype=act_scales.dtype, device=act_scales.device) if args[-1] else None
+    if quantizer is None:
+        grad_input = torch.empty(tuple(input.shape), dtype=input.dtype, device=input.device)
+    else:
+        grad_input = empty_quantized(quantizer, input.shape, input.dtype, input.device)
+    return grad_input, grad_scales
+
+
 def _none(*args: Any, **kwargs: Any) -> None:
     return None
 
 
 def _return_d(*args: Any) -> Any:
-    """``tex.te_general_grouped_gemm_for_discrete_in`` / ``_for_grouped_tensor`` (gemm.cpp:639-776):
-    write the preallocated ``D`` (``args[4]``) and return it."""
+    """``tex.te_general_grouped_gemm_for_discrete_in`` / ``_for_grouped_tensor`` /
+    ``_for_discrete_out`` (gemm.cpp:639-836): write the preallocated ``D`` (``args[4]``: a grouped
+    tensor, or for ``_discrete_out`` the list of wgrad tensors) and return it; they allocate
+    nothing that outlives the call."""
     return args[4]
 
 
@@ -437,10 +456,14 @@ STANDINS: dict[str, Callable[..., Any]] = {
     "split_quantize": split_quantize,
     "splits_to_offsets_multi": splits_to_offsets_multi,
     "scaled_swiglu": scaled_swiglu,
+    "scaled_dswiglu": scaled_dactivation,
+    "scaled_clamped_dswiglu": scaled_dactivation,
+    "scaled_dsrelu": scaled_dactivation,
     "fused_amax_and_scale_update_after_reduction": _none,  # updates recipe state in place
     "te_general_grouped_gemm": te_general_grouped_gemm,
     "te_general_grouped_gemm_for_discrete_in": _return_d,
     "te_general_grouped_gemm_for_grouped_tensor": _return_d,
+    "te_general_grouped_gemm_for_discrete_out": _return_d,
     "generic_gemm": generic_gemm,
     "copy_data_ptrs_to_device": copy_data_ptrs_to_device,
     "swizzle_scales_for_gemm_": swizzle_scales_for_gemm_,
@@ -454,7 +477,7 @@ STANDINS: dict[str, Callable[..., Any]] = {
 
 NEVER_REAL = frozenset({
     "te_general_grouped_gemm", "te_general_grouped_gemm_for_discrete_in",
-    "te_general_grouped_gemm_for_grouped_tensor", "generic_gemm",
+    "te_general_grouped_gemm_for_grouped_tensor", "te_general_grouped_gemm_for_discrete_out", "generic_gemm",
 })  # fmt: skip
 """Always stand-ins: the GEMMs write outputs TE's Python preallocated (so they add no saved
 state), and cuBLAS refuses some of them off Blackwell (te-internals §10)."""
