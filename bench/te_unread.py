@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,23 +26,6 @@ RECIPES = ("bf16", "fp8-delayed", "fp8-current", "fp8-block", "mxfp8", "nvfp4")
 SHAPES = {"small": {"tokens": 4096, "hidden": 1024, "ffn": 2048},
           "pr": {"tokens": 82944, "hidden": 3072, "ffn": 1536}}
 """``small``: the matrix's shape; ``pr``: PR #3545's (its description's T, H and F)."""
-
-
-@contextmanager
-def _prim_device_is_metadata() -> Iterator[None]:
-    """``prim.device`` (a FakeTensor's ``.device``, dispatched on fake CUDA) reads no contents;
-    until the observer's ``METADATA_OPS`` lists it, it is added here for the block."""
-    from memaudit.capture import reads
-
-    before = reads.METADATA_OPS
-    if "device" in before:
-        yield
-        return
-    reads.METADATA_OPS = before | {"device"}
-    try:
-        yield
-    finally:
-        reads.METADATA_OPS = before
 
 
 def observe_case(recipe: str, groups: int, *, arch: str, fused: bool, tokens: int, hidden: int, ffn: int,
@@ -66,12 +47,11 @@ def observe_case(recipe: str, groups: int, *, arch: str, fused: bool, tokens: in
     path = built.annotate(rep.rows, cap)
     obs = reads.Observer(cap.row_storages())
     error = None
-    with _prim_device_is_metadata():
-        try:
-            with reads.observing(obs, [watch]):
-                built.backward(out)
-        except Exception as exc:  # noqa: BLE001 - the case's error, reported with it
-            error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    try:
+        with reads.observing(obs, [watch]):
+            built.backward(out)
+    except Exception as exc:  # noqa: BLE001 - the case's error, reported with it
+        error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     emulation = built.emulation()
     rows = []
     for r in rep.rows:

@@ -54,9 +54,10 @@ METADATA_OPS = frozenset({
     "sym_stride", "sym_numel", "sym_storage_offset", "size", "stride", "numel", "dim", "is_same_size",
     "_unsafe_view", "record_stream", "_has_same_storage_numel", "lift_fresh", "_nested_tensor_size",
     "_nested_tensor_strides", "_nested_tensor_storage_offsets", "is_pinned", "_is_zerotensor",
-    "is_complex", "is_floating_point", "is_conj", "is_neg", "is_inference", "_version",
+    "is_complex", "is_floating_point", "is_conj", "is_neg", "is_inference", "_version", "device",
 })  # fmt: skip
-"""ATen ops that read no tensor's contents besides their views' (sizes, strides, new allocations)."""
+"""ATen ops that read no tensor's contents besides their views' (sizes, strides, new allocations;
+``prim.device`` is a fake tensor's ``.device``, dispatched on fake CUDA)."""
 
 OVERWRITE_OPS = frozenset({
     "copy_", "fill_", "zero_", "random_", "uniform_", "normal_", "exponential_", "geometric_",
