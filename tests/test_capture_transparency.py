@@ -330,6 +330,49 @@ def test_outer_user_pair_gets_the_same_pack_and_unpack_calls() -> None:
     assert_bitwise_equal(grads(x, lin.weight, lin.bias), plain_grads)
 
 
+def test_a_pass_through_pair_inside_the_capture_stays_complete_after_backward() -> None:
+    """Backward releases what a user's pair packed: nothing is kept anywhere any more, so the case
+    is as complete as before backward (and as without the pair)."""
+    x, w = torch.randn(8, requires_grad=True), torch.randn(8, requires_grad=True)
+    plain = SavedLog()
+    with plain.active():
+        (x * w).sum().backward()
+    assert len(plain.packed) == 2 and plain.unpacks == 2
+    for inner in (False, True):
+        user = SavedLog()
+        with capture() as cap:
+            with user.active() if inner else contextlib.nullcontext():
+                y = (x * w).sum()
+            before = cap.report()
+            y.backward()
+            after = cap.report()
+        if inner:
+            assert (len(user.packed), user.unpacks) == (len(plain.packed), plain.unpacks)  # the pair ran as bare
+        assert before.complete and len(before.rows) == 2, before.warnings
+        assert after.complete, after.warnings
+        assert after.rows == [] and len(after.freed) == 2 and after.totals.saved_bytes == 0
+
+
+def test_a_pair_pushed_inside_the_capture_reads_back_through_memaudits_layer() -> None:
+    """What the README says ``capture()`` changes beyond any pair: a pair pushed inside a capture is
+    pushed wrapped, so ``SavedTensor.data`` / ``.unpack_hook`` of what it packed are memaudit's; what
+    every read through the saved attribute gives (the user's unpack) is the same as bare."""
+    x, w = torch.randn(8, requires_grad=True), torch.randn(8, requires_grad=True)
+
+    def unpack(t: torch.Tensor) -> torch.Tensor:
+        return t
+
+    got = {}
+    for where in ("plain", "capture"):
+        with capture() if where == "capture" else contextlib.nullcontext():
+            with torch.autograd.graph.saved_tensors_hooks(lambda t: t, unpack):
+                b = x * w
+        raw = b.grad_fn._raw_saved_self
+        got[where] = (b.grad_fn._saved_self.data_ptr() == x.data_ptr(), raw.unpack_hook is unpack, raw.data is x)
+    assert got["plain"] == (True, True, True)
+    assert got["capture"] == (True, False, False)
+
+
 def test_save_on_cpu_outside_capture() -> None:
     """On CPU ``save_on_cpu()`` keeps ``tensor.cpu()``: the tensor itself, so rows stay on the device."""
     lin, x = setup(x_grad=True)

@@ -34,6 +34,7 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 from memaudit.capture import compiled
 from memaudit.capture.compiled import OPTIMIZED_MODULE
 from memaudit.capture.hooks import ThreadState, thread_local
+from memaudit.capture.tensors import iter_tensors
 
 _next_sequence_nr = getattr(_autograd_c, "_get_sequence_nr", lambda: -1)
 _Tensor = torch.Tensor
@@ -50,7 +51,7 @@ class Frame:
     numbers of the autograd nodes created during it (``lo`` <= seq < ``hi``; ``hi`` is None while
     the call is open, or when it never closed)."""
 
-    __slots__ = ("name", "module_id", "lo", "hi", "parent", "inputs", "module")
+    __slots__ = ("name", "module_id", "lo", "hi", "parent", "inputs", "module", "outputs")
 
     def __init__(self, name: str, module_id: int, lo: int, parent: Frame | None = None, inputs: tuple[Any, ...] = (),
                  module: Any = None) -> None:
@@ -61,6 +62,9 @@ class Frame:
         self.hi: int | None = None
         self.parent = parent
         self.inputs = inputs
+        self.outputs: tuple[Any, ...] = ()
+        """A root call's output tensors that have a ``grad_fn``, as weak references (what
+        ``report()`` without outputs walks from)."""
 
     def __repr__(self) -> str:
         return f"Frame({self.name!r}, lo={self.lo}, hi={self.hi})"
@@ -287,8 +291,10 @@ def _post(module: torch.nn.Module, args: Any, output: Any) -> None:
             top.hi = _next_sequence_nr()
             frames.pop()
             st.frame = frames[-1] if frames else None
-            if not frames and st.naming and on_root_done is not None:
-                on_root_done(output)
+            if not frames:
+                top.outputs = tuple(_wref(t) for t in iter_tensors(output) if t.grad_fn is not None)
+                if st.naming and on_root_done is not None:
+                    on_root_done(output)
             return
         for i in range(len(frames) - 1, -1, -1):
             if frames[i].module_id == mid:

@@ -193,6 +193,9 @@ class Capture:
         self._other_threads = False
         """True once another thread ran during the capture (see :meth:`attach`)."""
         self._spans: dict[int, list[list[Frame]]] = {}  # thread id -> the module calls made there
+        self._tops: list[Any] = []
+        """Weak references to live tensors made in the region that a heap scan found (the graphs
+        above every record: later reports start from them too)."""
         self._reports: list[tuple[Any, list[int], list[Any], list[Unlabelled]]] = []
         """Reports returned, for late labels: (weak reference to the case, live rows named while
         built, the storage reference of each live row, the other rows only memaudit named)."""
@@ -461,14 +464,14 @@ class Capture:
             return self._report(outputs, case_id, include_freed, walk)
 
     def _report(self, outputs: Any, case_id: str, include_freed: bool, walk: bool = True) -> CaseReport:
+        in_region = self._in_region()
         if not walk:
-            roots = []
+            walked = graph.walk([], in_region)
         elif outputs is not None:
             roots = [t.grad_fn for t in iter_tensors(outputs) if t.grad_fn is not None]
+            walked = graph.walk(roots, in_region, outside=self._outside() if self._other_threads else None)
         else:
-            roots = _live_graph_roots()
-        outside = self._outside() if outputs is not None and self._other_threads else None
-        walked = graph.walk(roots, self._in_region(), outside=outside)
+            walked = self._walk_recorded(in_region)
         self.walk_nodes = walked.python_nodes
         try:
             builder = RowBuilder(self, outputs, include_freed)
@@ -508,6 +511,57 @@ class Capture:
         if pending or builder.named:
             self._reports.append((weakref.ref(case), builder.named, builder.row_srefs, pending))
         return case
+
+    def _walk_recorded(self, in_region: Any) -> graph.WalkResult:
+        """The walk of ``report()`` without outputs: from the graphs of what the capture recorded
+        (each live record's kept tensor, and what its root module calls returned), at a cost that
+        grows with the records, not with the heap. Only where a live record is still unnamed after
+        it (a graph none of those reaches from above) are every live tensor's graphs walked."""
+        roots = self._recorded_roots()
+        walked = graph.walk(roots, in_region)
+        for rec in self.records:
+            if rec.op is None and rec.context is None and rec() is not None:
+                break
+        else:
+            return walked
+        found = _live_graph_tensors()
+        tops = [t for t in found if in_region(graph.sequence_nr(t.grad_fn))]
+        self._tops.extend(weakref.ref(t) for t in tops)  # the next report() starts from them too
+        return graph.walk(roots + [t.grad_fn for t in found], in_region)
+
+    def _recorded_roots(self) -> list[Any]:
+        """The ``grad_fn`` of each live record's kept tensor and of each live output of a root
+        module call in this capture (read now: nothing here was held strongly)."""
+        roots: list[Any] = []
+        seen: set[int] = set()
+
+        def add(t: Any) -> None:
+            if type(t) is torch.Tensor or isinstance(t, torch.Tensor):
+                try:
+                    fn = None if t.is_leaf else t.grad_fn
+                except Exception:  # noqa: BLE001 - a subclass that cannot say: not a root
+                    return
+                if fn is not None and id(fn) not in seen:
+                    seen.add(id(fn))
+                    roots.append(fn)
+
+        with _warnings.catch_warnings():
+            _warnings.simplefilter("ignore", FutureWarning)  # a subclass's grad_fn may be a deprecated property
+            for rec in self.records:
+                saved = rec()
+                if saved is not None:
+                    add(saved.value)
+            for per_thread in self._spans.values():
+                for spans in per_thread:
+                    for f in spans:
+                        if f.parent is None:
+                            for ref in f.outputs:
+                                add(ref())
+            tops = [ref for ref in self._tops if ref() is not None]
+            self._tops = tops
+            for ref in tops:
+                add(ref())
+        return roots
 
     def _write_snapshot(self, builder: RowBuilder, rows: list[Row], case: CaseReport) -> None:
         """Name the allocations of the live rows' storages after their rows and write the snapshot."""
@@ -797,15 +851,31 @@ def _tensor_types() -> frozenset[type]:
     return frozenset(found)
 
 
-def _live_graph_roots() -> list[Any]:
-    """Every grad_fn of a live tensor: the fallback roots when the caller names no outputs.
+def _fake_types() -> frozenset[type]:
+    """FakeTensor and its subclasses, where torch has imported them (never imported here)."""
+    fake = getattr(sys.modules.get("torch._subclasses.fake_tensor"), "FakeTensor", None)
+    if fake is None:
+        return frozenset()
+    found: set[type] = set()
+    todo: list[type] = [fake]
+    while todo:
+        cls = todo.pop()
+        if cls not in found:
+            found.add(cls)
+            todo.extend(cls.__subclasses__())
+    return frozenset(found)
+
+
+def _live_graph_tensors() -> list[Any]:
+    """Every live tensor that has a grad_fn: the fallback roots when the caller names no outputs
+    and what the capture recorded leaves a live record unnamed.
 
     The heap is filtered by exact type (``type(o) in types``): no ``isinstance`` per object, and
     no ``__class__`` read on objects that warn when touched (deprecated module-level aliases such
     as ``torch.distributed.reduce_op``); one comprehension is a little faster than
     ``itertools.compress`` over two ``map`` s. This scan is most of the cost when few rows are saved.
     """
-    types = _tensor_types()
+    types = _tensor_types() - _fake_types()  # fake tensors (compile's tracing leaves some) hold no memory
     objs = gc.get_objects()
     tensors = [o for o in objs if type(o) in types]
     del objs
@@ -815,9 +885,8 @@ def _live_graph_roots() -> list[Any]:
         for obj in tensors:
             if obj.is_leaf:  # parameters and inputs: no grad_fn (and no node wrapper to build)
                 continue
-            fn = obj.grad_fn
-            if fn is not None:
-                roots.append(fn)
+            if obj.grad_fn is not None:
+                roots.append(obj)
     return roots
 
 

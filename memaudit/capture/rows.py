@@ -191,7 +191,7 @@ class RowBuilder:
             base["_nth"] = nth
         if rec.source is not None and self.cap.stack:
             base["source"] = self._source(rec.source)
-        if rec.hook is not None and rec.hook.kind is None and resides == "unknown":
+        if rec.hook is not None and rec.hook.kind is None and resides == "unknown" and live:  # a released one keeps nothing
             self.warnings.append(
                 f"{op or '?'} {slot or '?'}: packed by {rec.hook.name}, which keeps no tensor memaudit can see; "
                 "where it lives is unknown (case incomplete)"
