@@ -664,6 +664,38 @@ def test_thread_started_inside_capture_is_captured(attach: bool) -> None:
     assert rep.totals.saved_bytes == X_BYTES + H_BYTES
 
 
+def test_a_capture_exited_in_another_thread_says_so_and_stops() -> None:
+    """Only the thread that pushed a pair can pop it: exiting a capture elsewhere raises a clear
+    error, the capture stops recording and the global module hooks go."""
+    from torch.nn.modules import module as mm
+
+    hooks_before = (len(mm._global_forward_pre_hooks), len(mm._global_forward_hooks))
+    cap = capture()
+    cap.__enter__()
+    errors: list[BaseException] = []
+
+    def leave() -> None:
+        try:
+            cap.__exit__(None, None, None)
+        except RuntimeError as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=leave)
+    t.start()
+    t.join()
+    assert len(errors) == 1 and "exited in thread" in str(errors[0]) and "thread that entered it" in str(errors[0])
+    assert not cap.active
+    assert (len(mm._global_forward_pre_hooks), len(mm._global_forward_hooks)) == hooks_before
+    lin, x = setup()
+    lin(x).tanh()
+    assert cap.records == []  # recording stopped
+    with capture() as again:  # the next capture entered here pops the pair left behind
+        y = lin(x).tanh()
+    assert again.report(outputs=y).rows
+    assert torch._C._autograd._top_saved_tensors_default_hooks(False) is None
+    torch.func.grad(lambda t: t.sin().sum())(torch.randn(3))  # no pair left: torch.func runs
+
+
 def test_pool_thread_unattached_saves_are_unhooked_rows() -> None:
     truth = _thread_truth()
     pool = Pool()

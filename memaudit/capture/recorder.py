@@ -193,6 +193,8 @@ class Capture:
         self._other_threads = False
         """True once another thread ran during the capture (see :meth:`attach`)."""
         self._spans: dict[int, list[list[Frame]]] = {}  # thread id -> the module calls made there
+        self._roots: dict[int, Any] = {}  # the qualified names and call counts of every thread that records first here
+        self._entered_in: int | None = None  # the thread that entered it
         self._tops: list[Any] = []
         """Weak references to live tensors made in the region that a heap scan found (the graphs
         above every record: later reports start from them too)."""
@@ -202,6 +204,7 @@ class Capture:
 
     # ---- entering and leaving ------------------------------------------------------------------
     def __enter__(self) -> Capture:
+        self._entered_in = threading.get_ident()
         self.task = _current_task()
         if self.task is not None:
             _refuse_interleaved(self.task)
@@ -226,8 +229,13 @@ class Capture:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        entered = self._entered_in
+        elsewhere = entered is not None and entered != threading.get_ident() and bool(self._layers.get(entered))
         try:
-            self._pop()
+            if elsewhere:
+                self._abandon(entered)  # type: ignore[arg-type]  # not None: checked above
+            else:
+                self._pop()
         finally:
             self.active = False
             stack.ACTIVE.pop(id(self), None)
@@ -246,6 +254,35 @@ class Capture:
                 self._allocator.stop()
             if self.history is not None and exc and exc[0] is not None:
                 self.history.stop()  # the block raised: no report will write the snapshot
+
+            if elsewhere:
+                raise RuntimeError(
+                    f"capture() entered in thread {entered} was exited in thread {threading.get_ident()}: saved-tensor "
+                    "hooks belong to the thread that pushed them, and only it can pop them, so its hook pair stays on that "
+                    "thread (torch.func transforms raise there) until the next capture entered there pops it. The capture "
+                    "has stopped recording. Exit a capture in the thread that entered it"
+                )
+
+    def _abandon(self, tid: int) -> None:
+        """Exited in another thread than ``tid``, the one that entered: stop recording and give back
+        the global module hooks it holds there; its pair cannot be popped from here."""
+        layers = self._layers.get(tid) or []
+        held = self._held.get(tid) or []
+        while layers:
+            layer = layers.pop()
+            layer.orphaned = True  # popped by the next capture entered in that thread
+            st = layer.state
+            if self in st.captures:
+                st.captures.remove(self)
+            if self.name_early:
+                st.naming -= 1
+            if self.stack:
+                st.sources -= 1
+            if self.modules:
+                st.tracking -= 1
+            if held and held.pop():
+                modules.release()
+        self._close_region(tid)
 
     def _note_threads(self) -> None:
         # One Python thread alive: the calling one, which is always among this capture's threads.
@@ -271,6 +308,8 @@ class Capture:
             raise
         self._held.setdefault(tid, []).append(hold)
         st = self._layers[tid][-1].state  # this thread's (the layer just pushed read it)
+        if len(st.captures) == 1:  # the first capture in this thread: its module calls count with the capture's
+            st.roots = self._roots  # other threads' (one module called from two pool threads: `m`, `m#2`)
         if self.name_early:
             st.naming += 1
         if self.stack:

@@ -351,6 +351,10 @@ def push_capture(cap: Capture) -> Layer:
         modules.reset(st)
     top = _autograd_c._top_saved_tensors_default_hooks(False)
     below = layer_of(top[0]) if top is not None else None
+    while below is not None and below.orphaned:  # a capture exited in another thread left it: pop it now
+        _original_pop()
+        top = _autograd_c._top_saved_tensors_default_hooks(False)
+        below = layer_of(top[0]) if top is not None else None
     if below is not None:  # a nested capture: share the pair below's delegate, record into both
         delegate = None if below.delegate_pack is None else (below.delegate_pack, below.delegate_unpack)
         hook = below.hook
