@@ -990,10 +990,11 @@ def test_copy_of_a_parameter_kept_by_a_pair_is_not_parameter_memory() -> None:
 # ---- module names (global module hooks) -----------------------------------------------------------
 
 
-def _global_module_hooks() -> tuple[list[Any], list[Any], list[Any]]:
+def _global_module_hooks() -> tuple[list[Any], list[Any], list[Any], list[Any]]:
     from torch.nn.modules import module as m
 
-    return list(m._global_forward_pre_hooks), list(m._global_forward_hooks), list(m._global_forward_hooks_always_called)
+    return (list(m._global_forward_pre_hooks), list(m._global_forward_hooks), list(m._global_forward_hooks_always_called),
+            list(m._global_forward_hooks_with_kwargs))
 
 
 class _Nested(nn.Module):

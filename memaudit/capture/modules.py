@@ -2,7 +2,8 @@
 
 While at least one capture that tracks modules is active (in any thread), two global module hooks
 are registered (``torch.nn.modules.module.register_module_forward_pre_hook`` and
-``register_module_forward_hook(always_call=True)``, so a forward that raises still pops); the last
+``register_module_forward_hook(with_kwargs=True, always_call=True)``, so a forward that raises still pops,
+and tensors passed by keyword are among a call's arguments); the last
 capture to end removes them. They are inert in a thread without an active capture.
 
 The pre-hook pushes a :class:`Frame` onto this thread's stack (``ThreadState.frames``) and the
@@ -107,20 +108,23 @@ def _register() -> None:
         pre_d: Any = getattr(mm, "_global_forward_pre_hooks", None)
         post_d: Any = getattr(mm, "_global_forward_hooks", None)
         always_d: Any = getattr(mm, "_global_forward_hooks_always_called", None)
+        kwargs_d: Any = getattr(mm, "_global_forward_hooks_with_kwargs", None)
         extra = post.extra_dict_ref
-        if (pre_d is not None and post_d is not None and always_d is not None and pre.hooks_dict_ref() is pre_d
-                and post.hooks_dict_ref() is post_d and len(extra) == 1 and extra[0]() is always_d):
+        if (pre_d is not None and post_d is not None and always_d is not None and kwargs_d is not None
+                and pre.hooks_dict_ref() is pre_d and post.hooks_dict_ref() is post_d and len(extra) == 1
+                and extra[0]() is always_d):
             pre_d[pre.id] = _pre
             _handles.append(pre)
             post_d[post.id] = _post
             always_d[post.id] = True
+            kwargs_d[post.id] = True
             _handles.append(post)
             return
         _made.clear()
     pre = register_module_forward_pre_hook(_pre)
     try:
         _handles.append(pre)
-        _handles.append(register_module_forward_hook(_post, always_call=True))
+        _handles.append(register_module_forward_hook(_post, with_kwargs=True, always_call=True))
     except BaseException:
         _remove()
         raise
@@ -171,8 +175,12 @@ def _show() -> None:
 
 
 def _remove() -> None:
+    kwargs_d: Any = getattr(torch.nn.modules.module, "_global_forward_hooks_with_kwargs", None)
     while _handles:
-        _handles.pop().remove()
+        handle = _handles.pop()
+        handle.remove()
+        if kwargs_d is not None:  # a handle does not remove its with_kwargs entry
+            kwargs_d.pop(handle.id, None)
 
 
 def tracking() -> bool:
@@ -255,13 +263,7 @@ def _pre(module: torch.nn.Module, args: Any) -> None:
             if names is not None:
                 names[mid] = entry
         parent = frames[-1] if frames else None
-        inputs: tuple[Any, ...] = ()
-        for a in args:
-            if isinstance(a, _Tensor):  # a weak reference to its storage (None where it has none)
-                try:
-                    inputs += (_wref(a.untyped_storage()),)
-                except Exception:  # noqa: BLE001 - a subclass without a storage
-                    inputs += (None,)
+        inputs = _storages(args)
         if parent is not None and parent.module_id == mid:  # the module a compiled wrapper wraps: the same call
             name = parent.name
         else:
@@ -275,19 +277,39 @@ def _pre(module: torch.nn.Module, args: Any) -> None:
         pass
 
 
-def _post(module: torch.nn.Module, args: Any, output: Any) -> None:
+def _storages(args: Any) -> tuple[Any, ...]:
+    """Weak references to the storages of the tensors in a call's arguments (in tuples, lists and
+    dicts too; None for a tensor without a storage): what a checkpoint of the call keeps."""
+    out: tuple[Any, ...] = ()
+    for a in args:
+        if isinstance(a, _Tensor):
+            try:
+                out += (_wref(a.untyped_storage()),)
+            except Exception:  # noqa: BLE001 - a subclass without a storage
+                out += (None,)
+        elif isinstance(a, tuple | list | dict):
+            out += _storages(list(iter_tensors(a)))
+    return out
+
+
+def _post(module: torch.nn.Module, args: Any, *rest: Any) -> None:
+    """The global forward hook (with keyword arguments: ``rest`` is ``(kwargs, output)``; torch
+    calls an always-called hook without them when forward raised: ``(output,)``)."""
     if _compiling():
         return
     st = thread_local.state
     frames = st.frames
     if not frames:
         return
+    output = rest[-1]
     try:
         if OPTIMIZED_MODULE and type(module) is OPTIMIZED_MODULE[0]:
             module = module._orig_mod  # type: ignore[assignment]  # the module torch.compile wraps
         mid = id(module)
         top = frames[-1]
         if top.module_id == mid:  # the usual case: the call that ends is the innermost
+            if len(rest) == 2 and rest[0]:  # tensors passed by keyword are arguments too
+                top.inputs += _storages(rest[0].values())
             top.hi = _next_sequence_nr()
             frames.pop()
             st.frame = frames[-1] if frames else None
