@@ -905,3 +905,33 @@ def test_an_interrupt_right_after_the_temp_file_is_made_leaves_none(tmp_path: Pa
     with pytest.raises(KeyboardInterrupt):
         report_module.atomic_write_text(tmp_path / "out.json", "{}")
     assert list(tmp_path.iterdir()) == []
+
+
+# ---- Ctrl-C: exit 130 with one line, whenever it comes --------------------------------------------
+_INTERRUPT_AT = """
+import importlib.abc, os, signal, sys
+
+WHEN = sys.argv[1]
+
+class Interrupt(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == WHEN:
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)  # a real SIGINT, delivered while that module imports
+        return None
+
+sys.meta_path.insert(0, Interrupt())
+sys.argv = ["memaudit", *sys.argv[2:]]
+from memaudit.cli import main
+main()
+"""
+
+
+@pytest.mark.parametrize("module", ["typer", "rich.console", "memaudit.cli.root", "torch"])
+def test_a_sigint_while_the_command_starts_exits_130_with_one_line(tmp_path: Path, module: str) -> None:
+    """SIGINT while typer, rich, the commands or torch import (the first second of any command):
+    no traceback, one line, exit 130 (128 + SIGINT), as a SIGINT later in the run."""
+    argv = ["run", "--groups", "2", "--tokens", "256", "--hidden", "64", "--ffn", "128", "--device", "cpu"]
+    proc = subprocess.run([sys.executable, "-c", _INTERRUPT_AT, module, *argv], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600)
+    assert (proc.returncode, proc.stderr) == (130, "memaudit: interrupted\n")
