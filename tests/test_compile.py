@@ -13,6 +13,7 @@ import gc
 import json
 import subprocess
 import sys
+import threading
 import warnings
 from typing import Any
 
@@ -162,6 +163,34 @@ def test_report_without_outputs_counts_what_a_module_compiled_inside_saves(backe
     assert with_outputs.totals.saved_bytes == without.totals.saved_bytes == sum(packed.values())
     assert with_outputs.complete and without.complete, without.warnings
     assert not [r for r in without.rows if r.via == "unhooked"]
+
+
+def test_rows_saved_while_another_thread_compiles_name_no_wrong_module() -> None:
+    """While Dynamo compiles, memaudit's global module hooks are out of torch's dicts in every
+    thread: a save another thread makes meanwhile names no module (and the case says so), never
+    a wrong one; once the compile ends, every call is named again (``0#k``, ``1#k``)."""
+    torch._dynamo.reset()
+    other = torch.compile(nn.Sequential(nn.Linear(16, 16), nn.ReLU()), backend="aot_eager")
+    seq, x = nn.Sequential(nn.Linear(32, 32), nn.Tanh()), torch.randn(4, 32)
+    with capture() as cap:
+        t = threading.Thread(target=lambda: other(torch.randn(2, 16)))  # its first call compiles
+        t.start()
+        ys = []
+        while t.is_alive():
+            ys.append(seq(x))
+        t.join()
+        after = [seq(x) for _ in range(20)]
+    case = cap.report(outputs=ys + after)
+    mine = [r for r in case.rows if r.op in ("AddmmBackward0", "TanhBackward0")]
+    assert len(mine) == 2 * (len(ys) + len(after))  # Linear keeps its input, Tanh its result: one each per call
+    module_of = {"AddmmBackward0": "0", "TanhBackward0": "1"}
+    named = [r for r in mine if r.module is not None]
+    assert all(r.module.split("#")[0] == module_of[r.op] for r in named), sorted({(r.op, r.module) for r in named})[:6]
+    assert len({r.module for r in named}) == len(named)  # one row per call: no call holds two
+    last = mine[-2 * len(after):]
+    assert all(r.module is not None for r in last)  # after the compile, every call is named again
+    said = any("while torch.compile compiled in another" in w for w in case.warnings)
+    assert said == (len(named) < len(mine))
 
 
 def test_a_module_compiled_after_the_capture_is_compiled_as_bare() -> None:

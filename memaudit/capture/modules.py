@@ -24,6 +24,7 @@ Nothing here keeps a module or a tensor alive, and nothing here raises into the 
 from __future__ import annotations
 
 import bisect
+import sys
 import threading
 import weakref
 from typing import Any
@@ -32,7 +33,7 @@ import torch
 import torch._C._autograd as _autograd_c
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
-from memaudit.capture import compiled
+from memaudit.capture import compiled, hooks
 from memaudit.capture.compiled import OPTIMIZED_MODULE
 from memaudit.capture.hooks import ThreadState, thread_local
 from memaudit.capture.tensors import iter_tensors
@@ -158,20 +159,60 @@ def release() -> None:
 
 
 def _hide() -> None:
-    """Dynamo starts compiling: out of torch's global hook dicts until it ends."""
+    """Dynamo starts compiling: out of torch's global hook dicts until it ends (in every thread:
+    the dicts are global). Saves made meanwhile in other threads name no module (see
+    :func:`memaudit.capture.hooks.compile_window`)."""
     global _hidden
     with _lock:
         if _users > 0 and _handles:
             _remove()
             _hidden = True
+            hooks.compile_window(threading.get_ident())
 
 
 def _show() -> None:
     global _hidden
     with _lock:
         if _hidden and _users > 0:
+            hooks.compile_window(None)
+            _resync()
             _register()
         _hidden = False
+
+
+_CALL_IMPL = torch.nn.Module._call_impl.__code__
+
+
+def _resync() -> None:
+    """After a compile elsewhere: the module calls that started or returned in another thread while
+    the hooks were out of torch's dicts ran no hook. Make each such thread's stack of calls what
+    its Python stack says: the calls that returned are closed, those that started are opened."""
+    me = threading.get_ident()
+    stacks = sys._current_frames()
+    for st in hooks.thread_states():
+        if st.ident == me or not st.tracking:
+            continue
+        live: list[Any] = []  # the modules whose call runs in that thread now, outermost first
+        f = stacks.get(st.ident)
+        while f is not None:
+            if f.f_code is _CALL_IMPL:
+                m = f.f_locals.get("self")
+                if m is not None:
+                    live.append(m)
+            f = f.f_back
+        live.reverse()
+        ids = [id(m._orig_mod if OPTIMIZED_MODULE and type(m) is OPTIMIZED_MODULE[0] else m) for m in live]  # type: ignore[attr-defined]
+        keep = 0
+        while keep < len(st.frames) and keep < len(ids) and st.frames[keep].module_id == ids[keep]:
+            keep += 1
+        for gone in st.frames[keep:]:
+            if gone.hi is None:
+                gone.hi = gone.lo  # when it returned is unknown: no node is placed in it by number
+        del st.frames[keep:]
+        st.frame = st.frames[-1] if st.frames else None
+        lo = st.spans[-1].lo if st.spans else 0  # the thread's counter cannot be read from here
+        for m in live[keep:]:
+            _open(st, m, (), lo)
 
 
 def _remove() -> None:
@@ -245,36 +286,41 @@ def _pre(module: torch.nn.Module, args: Any) -> None:
     if not st.tracking:
         return
     try:
-        if OPTIMIZED_MODULE and type(module) is OPTIMIZED_MODULE[0]:  # torch.compile(module): named as what it wraps
-            compiled.registered()
-            module = module._orig_mod  # type: ignore[assignment]  # the module torch.compile wraps
-        frames = st.frames
-        if frames:
-            names = st.names
-        else:  # the outermost module entered: the root names are relative to
-            memo = st.roots.get(id(module))
-            if memo is None or memo[0]() is not module:
-                memo = st.roots[id(module)] = (weakref.ref(module), qualified_names(module))
-            names = st.names = memo[1]
-        mid = id(module)
-        entry = names.get(mid) if names is not None else None
-        if entry is None or entry[0]() is not module:  # not under the root (or an id reused)
-            entry = [weakref.ref(module), type(module).__name__, 0]
-            if names is not None:
-                names[mid] = entry
-        parent = frames[-1] if frames else None
-        inputs = _storages(args)
-        if parent is not None and parent.module_id == mid:  # the module a compiled wrapper wraps: the same call
-            name = parent.name
-        else:
-            calls = entry[2] = entry[2] + 1
-            name = entry[1] if calls == 1 else f"{entry[1]}#{calls}"
-        frame = Frame(name, mid, _next_sequence_nr(), parent, inputs, entry[0])
-        frames.append(frame)
-        st.spans.append(frame)
-        st.frame = frame
+        _open(st, module, args, _next_sequence_nr())
     except Exception:  # noqa: BLE001 - never raise into the user's forward
         pass
+
+
+def _open(st: ThreadState, module: torch.nn.Module, args: Any, lo: int) -> None:
+    """Push the frame of a call of ``module`` that starts now in the thread of ``st``."""
+    if OPTIMIZED_MODULE and type(module) is OPTIMIZED_MODULE[0]:  # torch.compile(module): named as what it wraps
+        compiled.registered()
+        module = module._orig_mod  # type: ignore[assignment]  # the module torch.compile wraps
+    frames = st.frames
+    if frames:
+        names = st.names
+    else:  # the outermost module entered: the root names are relative to
+        memo = st.roots.get(id(module))
+        if memo is None or memo[0]() is not module:
+            memo = st.roots[id(module)] = (weakref.ref(module), qualified_names(module))
+        names = st.names = memo[1]
+    mid = id(module)
+    entry = names.get(mid) if names is not None else None
+    if entry is None or entry[0]() is not module:  # not under the root (or an id reused)
+        entry = [weakref.ref(module), type(module).__name__, 0]
+        if names is not None:
+            names[mid] = entry
+    parent = frames[-1] if frames else None
+    inputs = _storages(args)
+    if parent is not None and parent.module_id == mid:  # the module a compiled wrapper wraps: the same call
+        name = parent.name
+    else:
+        calls = entry[2] = entry[2] + 1
+        name = entry[1] if calls == 1 else f"{entry[1]}#{calls}"
+    frame = Frame(name, mid, lo, parent, inputs, entry[0])
+    frames.append(frame)
+    st.spans.append(frame)
+    st.frame = frame
 
 
 def _storages(args: Any) -> tuple[Any, ...]:
