@@ -231,3 +231,20 @@ def test_a_label_given_after_report_leaves_what_a_classifier_named() -> None:
     assert all(r.operand and r.operand.startswith("plugin.") for r in case.rows)
     cap.label(x, "input")
     assert all(r.operand and r.operand.startswith("plugin.") for r in case.rows)
+
+
+def test_report_without_outputs_reads_any_payload_a_pair_keeps() -> None:
+    """A pair inside the capture may keep any object, even a dead weak proxy: report() without
+    outputs walks from what it can and never raises."""
+    import weakref
+
+    class Box:
+        pass
+
+    x = torch.randn(4, requires_grad=True)
+    with capture() as cap:
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: weakref.proxy(Box()), lambda p: x):
+            y = (x * x).sum()
+    case = cap.report()
+    assert len(case.rows) == 2 and not case.complete  # what the pair keeps is not a tensor memaudit can see
+    del y

@@ -575,14 +575,15 @@ class Capture:
         seen: set[int] = set()
 
         def add(t: Any) -> None:
-            if type(t) is torch.Tensor or isinstance(t, torch.Tensor):
-                try:
-                    fn = None if t.is_leaf else t.grad_fn
-                except Exception:  # noqa: BLE001 - a subclass that cannot say: not a root
+            try:  # a pair's payload may be any object (a dead weak proxy raises even on isinstance)
+                if type(t) is not torch.Tensor and not isinstance(t, torch.Tensor):
                     return
-                if fn is not None and id(fn) not in seen:
-                    seen.add(id(fn))
-                    roots.append(fn)
+                fn = None if t.is_leaf else t.grad_fn
+            except Exception:  # noqa: BLE001 - an object or subclass that cannot say: not a root
+                return
+            if fn is not None and id(fn) not in seen:
+                seen.add(id(fn))
+                roots.append(fn)
 
         with _warnings.catch_warnings():
             _warnings.simplefilter("ignore", FutureWarning)  # a subclass's grad_fn may be a deprecated property

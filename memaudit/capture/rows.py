@@ -442,6 +442,10 @@ def short_path(filename: str) -> str:
 
 
 def payload_tensors(payload: Any, depth: int = 3) -> Iterator[torch.Tensor]:
+    try:
+        isinstance(payload, torch.Tensor)
+    except ReferenceError:  # a dead weak proxy: it holds nothing
+        return
     if isinstance(payload, torch.Tensor):
         yield payload
     elif depth > 0 and isinstance(payload, list | tuple):
