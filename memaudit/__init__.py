@@ -5,7 +5,10 @@ Attributes load lazily, so that importing memaudit (e.g. its pytest plugin) does
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # nothing imported at run time: the command's SIGINT handler comes first (memaudit.cli)
+    from typing import Any
 
 __version__ = "0.1.0"
 

@@ -330,6 +330,49 @@ def test_outer_user_pair_gets_the_same_pack_and_unpack_calls() -> None:
     assert_bitwise_equal(grads(x, lin.weight, lin.bias), plain_grads)
 
 
+def test_a_pass_through_pair_inside_the_capture_stays_complete_after_backward() -> None:
+    """Backward releases what a user's pair packed: nothing is kept anywhere any more, so the case
+    is as complete as before backward (and as without the pair)."""
+    x, w = torch.randn(8, requires_grad=True), torch.randn(8, requires_grad=True)
+    plain = SavedLog()
+    with plain.active():
+        (x * w).sum().backward()
+    assert len(plain.packed) == 2 and plain.unpacks == 2
+    for inner in (False, True):
+        user = SavedLog()
+        with capture() as cap:
+            with user.active() if inner else contextlib.nullcontext():
+                y = (x * w).sum()
+            before = cap.report()
+            y.backward()
+            after = cap.report()
+        if inner:
+            assert (len(user.packed), user.unpacks) == (len(plain.packed), plain.unpacks)  # the pair ran as bare
+        assert before.complete and len(before.rows) == 2, before.warnings
+        assert after.complete, after.warnings
+        assert after.rows == [] and len(after.freed) == 2 and after.totals.saved_bytes == 0
+
+
+def test_a_pair_pushed_inside_the_capture_reads_back_through_memaudits_layer() -> None:
+    """What the README says ``capture()`` changes beyond any pair: a pair pushed inside a capture is
+    pushed wrapped, so ``SavedTensor.data`` / ``.unpack_hook`` of what it packed are memaudit's; what
+    every read through the saved attribute gives (the user's unpack) is the same as bare."""
+    x, w = torch.randn(8, requires_grad=True), torch.randn(8, requires_grad=True)
+
+    def unpack(t: torch.Tensor) -> torch.Tensor:
+        return t
+
+    got = {}
+    for where in ("plain", "capture"):
+        with capture() if where == "capture" else contextlib.nullcontext():
+            with torch.autograd.graph.saved_tensors_hooks(lambda t: t, unpack):
+                b = x * w
+        raw = b.grad_fn._raw_saved_self
+        got[where] = (b.grad_fn._saved_self.data_ptr() == x.data_ptr(), raw.unpack_hook is unpack, raw.data is x)
+    assert got["plain"] == (True, True, True)
+    assert got["capture"] == (True, False, False)
+
+
 def test_save_on_cpu_outside_capture() -> None:
     """On CPU ``save_on_cpu()`` keeps ``tensor.cpu()``: the tensor itself, so rows stay on the device."""
     lin, x = setup(x_grad=True)
@@ -619,6 +662,38 @@ def test_thread_started_inside_capture_is_captured(attach: bool) -> None:
     assert sorted((r.shape, r.bytes) for r in rep.rows) == truth  # each save once
     assert rep.complete is True
     assert rep.totals.saved_bytes == X_BYTES + H_BYTES
+
+
+def test_a_capture_exited_in_another_thread_says_so_and_stops() -> None:
+    """Only the thread that pushed a pair can pop it: exiting a capture elsewhere raises a clear
+    error, the capture stops recording and the global module hooks go."""
+    from torch.nn.modules import module as mm
+
+    hooks_before = (len(mm._global_forward_pre_hooks), len(mm._global_forward_hooks))
+    cap = capture()
+    cap.__enter__()
+    errors: list[BaseException] = []
+
+    def leave() -> None:
+        try:
+            cap.__exit__(None, None, None)
+        except RuntimeError as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=leave)
+    t.start()
+    t.join()
+    assert len(errors) == 1 and "exited in thread" in str(errors[0]) and "thread that entered it" in str(errors[0])
+    assert not cap.active
+    assert (len(mm._global_forward_pre_hooks), len(mm._global_forward_hooks)) == hooks_before
+    lin, x = setup()
+    lin(x).tanh()
+    assert cap.records == []  # recording stopped
+    with capture() as again:  # the next capture entered here pops the pair left behind
+        y = lin(x).tanh()
+    assert again.report(outputs=y).rows
+    assert torch._C._autograd._top_saved_tensors_default_hooks(False) is None
+    torch.func.grad(lambda t: t.sin().sum())(torch.randn(3))  # no pair left: torch.func runs
 
 
 def test_pool_thread_unattached_saves_are_unhooked_rows() -> None:
@@ -915,10 +990,11 @@ def test_copy_of_a_parameter_kept_by_a_pair_is_not_parameter_memory() -> None:
 # ---- module names (global module hooks) -----------------------------------------------------------
 
 
-def _global_module_hooks() -> tuple[list[Any], list[Any], list[Any]]:
+def _global_module_hooks() -> tuple[list[Any], list[Any], list[Any], list[Any]]:
     from torch.nn.modules import module as m
 
-    return list(m._global_forward_pre_hooks), list(m._global_forward_hooks), list(m._global_forward_hooks_always_called)
+    return (list(m._global_forward_pre_hooks), list(m._global_forward_hooks), list(m._global_forward_hooks_always_called),
+            list(m._global_forward_hooks_with_kwargs))
 
 
 class _Nested(nn.Module):

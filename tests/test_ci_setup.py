@@ -27,7 +27,7 @@ def _pipq(tmp_path: Path, output: str, rc: int) -> subprocess.CompletedProcess[s
     pip.write_text(f"#!/bin/bash\ncat {tmp_path / 'out.txt'}\nexit {rc}\n")
     pip.chmod(0o755)
     script = f"set -euo pipefail\n{function.group()}pipq anything\necho after\n"
-    return subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=30)
+    return subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300)  # a hang bound only
 
 
 @pytest.mark.parametrize(

@@ -9,9 +9,11 @@ module (what the compiled program saves); never memaudit itself.
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
+import threading
 import warnings
 from typing import Any
 
@@ -24,6 +26,7 @@ from memaudit.capture import capture
 pytest.importorskip("torch._dynamo")
 import torch._dynamo  # noqa: E402
 import torch._dynamo.utils  # noqa: E402
+import torch._subclasses.fake_tensor  # noqa: E402
 
 
 class Breaks(nn.Module):
@@ -127,6 +130,67 @@ def test_rows_are_what_the_compiled_program_saves(backend: str) -> None:
     assert sorted((tuple(r.shape), r.bytes) for r in case.rows) == sorted(packed)
     assert {r.op for r in case.rows} == {"CompiledFunctionBackward"}
     assert {r.module for r in case.rows} == {"Sequential"}  # named by the module torch.compile wraps
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_report_without_outputs_counts_what_a_module_compiled_inside_saves(backend: str) -> None:
+    """Compiling inside the capture leaves fake tensors of AOTAutograd's tracing alive, with a
+    grad_fn and saves made with hooks off; they hold no memory, so ``report()`` without outputs
+    (what the pytest marker and fixture ask) counts what ``outputs`` count, complete."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    m, x = nn.Sequential(nn.Linear(64, 256), nn.Tanh(), nn.Linear(256, 64)), torch.randn(32, 64)
+    truth = torch.compile(m, backend=backend)
+    truth(x)
+    packed: dict[int, int] = {}  # storage pointer -> bytes, parameters left out
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if not isinstance(t, nn.Parameter) and all(t.untyped_storage().data_ptr() != p.untyped_storage().data_ptr() for p in m.parameters()):
+            packed[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        keep = truth(x)
+    assert packed and keep.grad_fn is not None
+    torch._dynamo.reset()
+    compiled = torch.compile(m, backend=backend)
+    with capture() as cap:
+        y = compiled(x)  # compiled here
+    fake = torch._subclasses.fake_tensor.FakeTensor
+    fakes = [o for o in gc.get_objects() if issubclass(type(o), fake) and o.grad_fn is not None]
+    assert fakes, "compile leaves fake tensors with a grad_fn (what this test is about)"
+    with_outputs, without = cap.report(outputs=y), cap.report()
+    assert with_outputs.totals.saved_bytes == without.totals.saved_bytes == sum(packed.values())
+    assert with_outputs.complete and without.complete, without.warnings
+    assert not [r for r in without.rows if r.via == "unhooked"]
+
+
+def test_rows_saved_while_another_thread_compiles_name_no_wrong_module() -> None:
+    """While Dynamo compiles, memaudit's global module hooks are out of torch's dicts in every
+    thread: a save another thread makes meanwhile names no module (and the case says so), never
+    a wrong one; once the compile ends, every call is named again (``0#k``, ``1#k``)."""
+    torch._dynamo.reset()
+    other = torch.compile(nn.Sequential(nn.Linear(16, 16), nn.ReLU()), backend="aot_eager")
+    seq, x = nn.Sequential(nn.Linear(32, 32), nn.Tanh()), torch.randn(4, 32)
+    with capture() as cap:
+        t = threading.Thread(target=lambda: other(torch.randn(2, 16)))  # its first call compiles
+        t.start()
+        ys = []
+        while t.is_alive():
+            ys.append(seq(x))
+        t.join()
+        after = [seq(x) for _ in range(20)]
+    case = cap.report(outputs=ys + after)
+    mine = [r for r in case.rows if r.op in ("AddmmBackward0", "TanhBackward0")]
+    assert len(mine) == 2 * (len(ys) + len(after))  # Linear keeps its input, Tanh its result: one each per call
+    module_of = {"AddmmBackward0": "0", "TanhBackward0": "1"}
+    named = [r for r in mine if r.module is not None]
+    assert all(r.module.split("#")[0] == module_of[r.op] for r in named), sorted({(r.op, r.module) for r in named})[:6]
+    assert len({r.module for r in named}) == len(named)  # one row per call: no call holds two
+    last = mine[-2 * len(after):]
+    assert all(r.module is not None for r in last)  # after the compile, every call is named again
+    said = any("while torch.compile compiled in another" in w for w in case.warnings)
+    assert said == (len(named) < len(mine))
 
 
 def test_a_module_compiled_after_the_capture_is_compiled_as_bare() -> None:

@@ -108,6 +108,58 @@ def test_what_a_checkpoint_frees_is_what_checkpointing_it_really_frees(block: st
     assert set(group.frees) <= set(group.rows)
 
 
+class Inner(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(64, 128), nn.Linear(128, 64)
+
+    def forward(self, h: torch.Tensor | None = None, pair: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor:
+        h = pair[0] if pair is not None else h
+        return self.b(torch.tanh(self.a(h)))
+
+
+class CallsBy(nn.Module):
+    """Calls its block with the tensor by keyword (``blk(h=h)``) or inside a tuple (``blk(None, (h,))``)."""
+
+    def __init__(self, how: str, ckpt: bool = False) -> None:
+        super().__init__()
+        self.emb, self.blk, self.how, self.ckpt = nn.Linear(16, 64), Inner(), how, ckpt
+
+    def call(self, h: torch.Tensor) -> torch.Tensor:
+        return self.blk(h=h) if self.how == "keyword" else self.blk(None, (h,))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.emb(x)
+        return checkpoint(self.call, h, use_reentrant=False) if self.ckpt else self.call(h)
+
+
+def own_bytes(how: str, ckpt: bool) -> int:
+    torch.manual_seed(0)
+    net, x = CallsBy(how, ckpt), torch.randn(32, 16)
+    params = {p.untyped_storage().data_ptr() for p in net.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.untyped_storage().data_ptr() not in params:
+            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y = net(x)
+    del y
+    return sum(seen.values())
+
+
+@pytest.mark.parametrize("how", ["keyword", "tuple"])
+def test_a_tensor_passed_by_keyword_or_in_a_tuple_is_an_argument_checkpoint_keeps(how: str) -> None:
+    torch.manual_seed(0)
+    net, x = CallsBy(how), torch.randn(32, 16)
+    with capture() as cap:
+        y = net(x)
+    group = next(g for g in cap.report(outputs=y).modules if g.module == "blk")
+    assert group.frees_bytes == own_bytes(how, ckpt=False) - own_bytes(how, ckpt=True) > 0
+
+
 def test_groups_round_trip_through_json_and_a_lie_is_refused() -> None:
     case, _ = groups()
     data = json.loads(Report(environment={}, cases=[case]).to_json())

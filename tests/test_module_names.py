@@ -8,6 +8,7 @@ written out here; never from memaudit itself.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import sys
 import threading
@@ -302,6 +303,38 @@ def test_threads_keep_their_own_module_stacks() -> None:
     for t in threads:
         t.join()
     assert out == {"left": {"left"}, "right": {"right"}}
+
+
+def test_a_module_called_from_two_pool_threads_gets_a_call_index_per_call() -> None:
+    """As serial calls do (``Twice``, ``Twice#2``): two pool threads each call it once, at once."""
+    barrier = threading.Barrier(2)
+
+    class Twice(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(64, 64)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            barrier.wait()  # both threads are inside the call at once
+            return self.lin(x).tanh()
+
+    model, x = Twice(), torch.randn(32, 64)
+    packed: list[int] = []  # what one call saves, under a pair of the test's own (the parameter left out)
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.untyped_storage().data_ptr() != model.lin.weight.untyped_storage().data_ptr():
+            packed.append(t.untyped_storage().nbytes())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        keep = model.lin(x).tanh()
+    assert keep.grad_fn is not None and sum(packed) > 0
+    with capture() as cap, concurrent.futures.ThreadPoolExecutor(2) as pool:
+        ys = [f.result() for f in [pool.submit(model, x), pool.submit(model, x)]]
+    case = cap.report(outputs=ys)
+    assert sorted({r.module for r in case.rows}) == ["Twice", "Twice#2", "lin", "lin#2"]
+    groups = {g.module: g.saved_bytes for g in case.modules}
+    assert groups["Twice"] == groups["Twice#2"] == sum(packed)
 
 
 def test_thread_started_inside_capture_names_its_modules() -> None:

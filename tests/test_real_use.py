@@ -253,6 +253,87 @@ def test_a_capture_in_a_task_records_only_its_own_context() -> None:
     assert [r.shape for r in case.rows] == [[8, 4]]
 
 
+def _own_pair_bytes(fn: Callable[[], Any], params: list[torch.Tensor]) -> int:
+    """What ``fn`` saves, by storage and without parameters, under a pair of the test's own."""
+    ptrs = {p.untyped_storage().data_ptr() for p in params}
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        st = t.untyped_storage()
+        if st.data_ptr() not in ptrs:
+            seen[st.data_ptr()] = st.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        keep = fn()
+    assert keep.grad_fn is not None
+    return sum(seen.values())
+
+
+@pytest.mark.parametrize("how", ["run_in_executor(None)", "run_in_executor(pool)", "pool.submit", "threading.Thread", "to_thread"])
+def test_a_forward_on_another_thread_inside_an_asyncio_task_is_recorded(how: str) -> None:
+    """A capture entered in a task records its task's context only; a forward the task runs on a
+    worker (a pool task or a thread started inside the capture) is that task's forward too."""
+    torch.manual_seed(0)
+    m, x = nn.Sequential(nn.Linear(64, 256), nn.Tanh(), nn.Linear(256, 64)), torch.randn(32, 64)
+    truth = _own_pair_bytes(lambda: m(x), list(m.parameters()))
+    assert truth > 0
+
+    async def main(pool: concurrent.futures.ThreadPoolExecutor) -> Any:
+        loop = asyncio.get_running_loop()
+        with capture() as cap:
+            if how == "run_in_executor(None)":
+                y = await loop.run_in_executor(None, m, x)
+            elif how == "run_in_executor(pool)":
+                y = await loop.run_in_executor(pool, m, x)
+            elif how == "pool.submit":
+                y = pool.submit(m, x).result()
+            elif how == "threading.Thread":
+                out: list[torch.Tensor] = []
+                t = threading.Thread(target=lambda: out.append(m(x)))
+                t.start()
+                t.join()
+                y = out[0]
+            else:
+                y = await asyncio.to_thread(m, x)
+        return cap.report(outputs=y), y
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        case, _ = asyncio.run(main(pool))
+    assert case.totals.saved_bytes == truth
+    assert case.complete and all(r.via == "hook" for r in case.rows)
+
+
+def test_a_worker_started_by_another_task_is_not_a_captures() -> None:
+    """A pool task submitted by a task that did not enter the capture runs bare: the capture
+    records its own task's forwards only (its report says another thread ran)."""
+    torch.manual_seed(0)
+    m, x = nn.Linear(8, 8), torch.randn(4, 8)
+
+    async def main(pool: concurrent.futures.ThreadPoolExecutor) -> Any:
+        loop = asyncio.get_running_loop()
+        started = asyncio.Event()
+        done = asyncio.Event()
+
+        async def other() -> Any:
+            await started.wait()
+            y = await loop.run_in_executor(pool, m, x)
+            done.set()
+            return y
+
+        job = asyncio.create_task(other())  # created before the capture: not its context
+        with capture() as cap:
+            started.set()
+            await done.wait()
+            mine = m(x)
+        return cap.report(), await job, mine
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        case, theirs, mine = asyncio.run(main(pool))
+    assert [r.shape for r in case.rows] == [[4, 8]]  # its own forward's input only
+    assert theirs.grad_fn is not None
+
+
 # ---- graphs from before the capture ------------------------------------------------------------
 def _embed_then_block(enter: Callable[[], Any]) -> tuple[Any, Any]:
     torch.manual_seed(0)

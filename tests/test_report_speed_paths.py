@@ -73,7 +73,9 @@ def test_report_without_outputs_finds_the_same_rows_and_restores_gc() -> None:
 
     with capture() as cap:
         y = model(x).sum()
-        z = (x.as_subclass(Sub) * 2).sum()  # a subclass with a grad_fn is a root too
+        # A subclass with a grad_fn is a root too: this graph's records (two leaves) reach no node
+        # of it, so report() without outputs walks from every live tensor's graph.
+        z = (x.as_subclass(Sub) * x).sum()
         with_outputs = cap.report(outputs=[y, z])
         assert gc.isenabled()
         without = cap.report()
@@ -85,6 +87,38 @@ def test_report_without_outputs_finds_the_same_rows_and_restores_gc() -> None:
         (y + z).backward()
     key = [(r.op, r.saved_as, r.shape, r.bytes) for r in with_outputs.rows]
     assert sorted(map(str, key)) == sorted(map(str, [(r.op, r.saved_as, r.shape, r.bytes) for r in without.rows]))
+
+
+def test_report_without_outputs_walks_from_what_was_recorded_not_the_heap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the records' graphs and the root module's outputs reach every live record, report()
+    without outputs never lists the heap (its cost follows the records), and finds what outputs
+    find; after backward it has nothing to walk. Where a live record stays unnamed (a graph
+    outside any module whose records reach none of its nodes), it walks every live tensor's graph."""
+    model, x = _model()
+    scans: list[int] = []
+    scan = rec_mod._live_graph_tensors
+    monkeypatch.setattr(rec_mod, "_live_graph_tensors", lambda: scans.append(1) or scan())
+    with capture() as cap:
+        y = model(x)
+        with_outputs = cap.report(outputs=y)
+        without = cap.report()
+    assert scans == [] and without.complete
+    assert [dataclasses.astuple(r) for r in without.rows] == [dataclasses.astuple(r) for r in with_outputs.rows]
+    y.sum().backward()
+    after = cap.report()
+    assert scans == [] and after.rows == [] and len(after.freed) == len(with_outputs.rows)
+
+    a, b = torch.randn(4, requires_grad=True), torch.randn(4, requires_grad=True)
+    with capture() as cap:
+        z = (a * b).exp().sum()  # exp saves its result (an alias), mul two leaves: no record reaches a node
+    first = cap.report()
+    assert scans == [1]
+    again = cap.report()  # named now; and the tensors the scan found are remembered (weakly)
+    assert scans == [1]
+    outputs = cap.report(outputs=z)
+    for case in (first, again):
+        assert [(r.op, r.saved_as) for r in case.rows] == [(r.op, r.saved_as) for r in outputs.rows]
+        assert all(r.op for r in case.rows)
 
 
 class _Fn(torch.autograd.Function):
@@ -197,7 +231,7 @@ def test_live_roots_filter_sees_subclasses_defined_late() -> None:
 
     t = (torch.ones(2, requires_grad=True).as_subclass(Late) * 3)
     assert t.grad_fn is not None
-    assert any(fn is t.grad_fn or fn == t.grad_fn for fn in rec_mod._live_graph_roots())
+    assert any(found is t for found in rec_mod._live_graph_tensors())
     assert Late in rec_mod._tensor_types()
 
 

@@ -203,15 +203,15 @@ _OURS = "memaudit.capture.modules"
 def _has_any_global_hook() -> Any:
     """torch's ``_has_any_global_hook``, not counting memaudit's two module hooks (installed while
     they are registered: see :func:`_discount_our_hooks`)."""
-    ours_pre = ours_post = 0
+    ours_pre = 0
     for hook in _mm._global_forward_pre_hooks.values():
         ours_pre += getattr(hook, "__module__", None) == _OURS
-    for hook in _mm._global_forward_hooks.values():
-        ours_post += getattr(hook, "__module__", None) == _OURS
+    ours = {k for k, hook in _mm._global_forward_hooks.items() if getattr(hook, "__module__", None) == _OURS}
+    with_kwargs = getattr(_mm, "_global_forward_hooks_with_kwargs", None) or {}
     return (_mm._global_backward_pre_hooks or _mm._global_backward_hooks
-            or getattr(_mm, "_global_forward_hooks_with_kwargs", None)
-            or len(_mm._global_forward_pre_hooks) > ours_pre or len(_mm._global_forward_hooks) > ours_post
-            or len(_mm._global_forward_hooks_always_called) > ours_post)
+            or any(k not in ours for k in with_kwargs)
+            or len(_mm._global_forward_pre_hooks) > ours_pre or len(_mm._global_forward_hooks) > len(ours)
+            or len(_mm._global_forward_hooks_always_called) > len(ours))
 
 
 def _discount_our_hooks() -> None:

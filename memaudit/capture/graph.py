@@ -15,6 +15,7 @@ bypass the hooks entirely; they become rows ``via="ctx"``.
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -164,12 +165,19 @@ _WHY = {
 
 def _unhooked(result: WalkResult, op: str, slot: str, value: Any, in_region: bool, seq: int) -> None:
     for suffix, t in _tensors(value):
+        if _is_fake(t):
+            continue  # compile's tracing saves fake tensors without hooks: they hold no memory
         name = slot + suffix
         result.found.append(Found("unhooked", op, name, buffer_of(t), seq, in_region))
         if t.dim() == 0 and t.device.type == "cpu":
             continue  # PyTorch saves wrapped Python numbers without hooks; nothing hides there
         result.unseen += 1
         result.warnings.append(f"{op} {name}: {_WHY[in_region]}; counted from the graph, case incomplete")
+
+
+def _is_fake(t: torch.Tensor) -> bool:
+    fake = getattr(sys.modules.get("torch._subclasses.fake_tensor"), "FakeTensor", None)
+    return fake is not None and isinstance(t, fake)
 
 
 def walk(roots: list[Any], in_region: Any, *, outside: Any = None) -> WalkResult:

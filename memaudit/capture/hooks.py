@@ -188,6 +188,7 @@ class ThreadState:
         self.spans: list[Frame] = []
         self.names: dict[int, list[Any]] | None = None  # id(module) -> [weak reference, name, calls]
         self.roots: dict[int, tuple[Callable[[], Any], dict[int, list[Any]]]] = {}
+        self.ident = threading.get_ident()
         self.sources = 0  # active captures in this thread that record source lines (stack=True)
         self.tracking = 0  # active captures in this thread that name modules (modules=True)
         self.naming = 0  # active captures in this thread that name records early (name_early=True)
@@ -235,9 +236,46 @@ def walk_ended() -> None:
         _walks -= 1
 
 
+_states: weakref.WeakSet[ThreadState] = weakref.WeakSet()
+
+
 class _Local(threading.local):
     def __init__(self) -> None:
         self.state = ThreadState()
+        _states.add(self.state)
+
+
+def thread_states() -> list[ThreadState]:
+    """The capture state of every thread that has one (alive or not yet collected)."""
+    return list(_states)
+
+
+compiling_in: int | None = None
+"""The thread in which Dynamo compiles while memaudit's global module hooks are out of torch's
+dicts (:mod:`memaudit.capture.modules`), or None."""
+
+
+def compile_window(thread: int | None) -> None:
+    """Dynamo starts (``thread``) or ends (None) compiling with the module hooks taken out."""
+    global compiling_in
+    compiling_in = thread
+
+
+def _in_compile_window(layer: Layer, rec: Record) -> None:
+    """A save while another thread compiles: no module hook runs anywhere, so which module call
+    made it is unknown. It names none, and each capture says so once."""
+    if threading.get_ident() == compiling_in:
+        return
+    rec.frame = None
+    for cap in layer.recorders:
+        if COMPILE_WINDOW not in cap.warnings:
+            cap.warnings.append(COMPILE_WINDOW)
+
+
+COMPILE_WINDOW = (
+    "some rows were saved in a thread while torch.compile compiled in another: no module hook runs anywhere "
+    "meanwhile (they are taken out of torch's global dicts so that Dynamo compiles as bare), so those rows name no module"
+)
 
 
 _local = _Local()
@@ -318,6 +356,8 @@ class Layer:
         self.hook = hook
         self.expand = expand
         self.state = _local.state
+        self.orphaned = False
+        """Its capture was exited in another thread: the next capture entered here pops it."""
         self.on_release = None
         for cap in recorders:  # no list is built in the usual case (no capture tracks the peak)
             if cap.track_peak:
@@ -396,6 +436,8 @@ class Layer:
         rec.version = version
         saved.value = t
         rec.frame = state.frame
+        if compiling_in is not None:
+            _in_compile_window(self, rec)
         if state.context is not None:
             rec.context = state.context.next()
         if state.sources:
@@ -416,6 +458,8 @@ class Layer:
         self._describe(rec, t, state)
         rec.hook = self.hook
         rec.frame = state.frame
+        if compiling_in is not None:
+            _in_compile_window(self, rec)
         if state.context is not None:
             rec.context = state.context.next()
         if state.sources:

@@ -2,7 +2,8 @@
 
 While at least one capture that tracks modules is active (in any thread), two global module hooks
 are registered (``torch.nn.modules.module.register_module_forward_pre_hook`` and
-``register_module_forward_hook(always_call=True)``, so a forward that raises still pops); the last
+``register_module_forward_hook(with_kwargs=True, always_call=True)``, so a forward that raises still pops,
+and tensors passed by keyword are among a call's arguments); the last
 capture to end removes them. They are inert in a thread without an active capture.
 
 The pre-hook pushes a :class:`Frame` onto this thread's stack (``ThreadState.frames``) and the
@@ -23,6 +24,7 @@ Nothing here keeps a module or a tensor alive, and nothing here raises into the 
 from __future__ import annotations
 
 import bisect
+import sys
 import threading
 import weakref
 from typing import Any
@@ -31,9 +33,10 @@ import torch
 import torch._C._autograd as _autograd_c
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
-from memaudit.capture import compiled
+from memaudit.capture import compiled, hooks
 from memaudit.capture.compiled import OPTIMIZED_MODULE
 from memaudit.capture.hooks import ThreadState, thread_local
+from memaudit.capture.tensors import iter_tensors
 
 _next_sequence_nr = getattr(_autograd_c, "_get_sequence_nr", lambda: -1)
 _Tensor = torch.Tensor
@@ -50,7 +53,7 @@ class Frame:
     numbers of the autograd nodes created during it (``lo`` <= seq < ``hi``; ``hi`` is None while
     the call is open, or when it never closed)."""
 
-    __slots__ = ("name", "module_id", "lo", "hi", "parent", "inputs", "module")
+    __slots__ = ("name", "module_id", "lo", "hi", "parent", "inputs", "module", "outputs")
 
     def __init__(self, name: str, module_id: int, lo: int, parent: Frame | None = None, inputs: tuple[Any, ...] = (),
                  module: Any = None) -> None:
@@ -61,6 +64,9 @@ class Frame:
         self.hi: int | None = None
         self.parent = parent
         self.inputs = inputs
+        self.outputs: tuple[Any, ...] = ()
+        """A root call's output tensors that have a ``grad_fn``, as weak references (what
+        ``report()`` without outputs walks from)."""
 
     def __repr__(self) -> str:
         return f"Frame({self.name!r}, lo={self.lo}, hi={self.hi})"
@@ -103,20 +109,23 @@ def _register() -> None:
         pre_d: Any = getattr(mm, "_global_forward_pre_hooks", None)
         post_d: Any = getattr(mm, "_global_forward_hooks", None)
         always_d: Any = getattr(mm, "_global_forward_hooks_always_called", None)
+        kwargs_d: Any = getattr(mm, "_global_forward_hooks_with_kwargs", None)
         extra = post.extra_dict_ref
-        if (pre_d is not None and post_d is not None and always_d is not None and pre.hooks_dict_ref() is pre_d
-                and post.hooks_dict_ref() is post_d and len(extra) == 1 and extra[0]() is always_d):
+        if (pre_d is not None and post_d is not None and always_d is not None and kwargs_d is not None
+                and pre.hooks_dict_ref() is pre_d and post.hooks_dict_ref() is post_d and len(extra) == 1
+                and extra[0]() is always_d):
             pre_d[pre.id] = _pre
             _handles.append(pre)
             post_d[post.id] = _post
             always_d[post.id] = True
+            kwargs_d[post.id] = True
             _handles.append(post)
             return
         _made.clear()
     pre = register_module_forward_pre_hook(_pre)
     try:
         _handles.append(pre)
-        _handles.append(register_module_forward_hook(_post, always_call=True))
+        _handles.append(register_module_forward_hook(_post, with_kwargs=True, always_call=True))
     except BaseException:
         _remove()
         raise
@@ -150,25 +159,69 @@ def release() -> None:
 
 
 def _hide() -> None:
-    """Dynamo starts compiling: out of torch's global hook dicts until it ends."""
+    """Dynamo starts compiling: out of torch's global hook dicts until it ends (in every thread:
+    the dicts are global). Saves made meanwhile in other threads name no module (see
+    :func:`memaudit.capture.hooks.compile_window`)."""
     global _hidden
     with _lock:
         if _users > 0 and _handles:
             _remove()
             _hidden = True
+            hooks.compile_window(threading.get_ident())
 
 
 def _show() -> None:
     global _hidden
     with _lock:
         if _hidden and _users > 0:
+            hooks.compile_window(None)
+            _resync()
             _register()
         _hidden = False
 
 
+_CALL_IMPL = torch.nn.Module._call_impl.__code__
+
+
+def _resync() -> None:
+    """After a compile elsewhere: the module calls that started or returned in another thread while
+    the hooks were out of torch's dicts ran no hook. Make each such thread's stack of calls what
+    its Python stack says: the calls that returned are closed, those that started are opened."""
+    me = threading.get_ident()
+    stacks = sys._current_frames()
+    for st in hooks.thread_states():
+        if st.ident == me or not st.tracking:
+            continue
+        live: list[Any] = []  # the modules whose call runs in that thread now, outermost first
+        f = stacks.get(st.ident)
+        while f is not None:
+            if f.f_code is _CALL_IMPL:
+                m = f.f_locals.get("self")
+                if m is not None:
+                    live.append(m)
+            f = f.f_back
+        live.reverse()
+        ids = [id(m._orig_mod if OPTIMIZED_MODULE and type(m) is OPTIMIZED_MODULE[0] else m) for m in live]  # type: ignore[attr-defined]
+        keep = 0
+        while keep < len(st.frames) and keep < len(ids) and st.frames[keep].module_id == ids[keep]:
+            keep += 1
+        for gone in st.frames[keep:]:
+            if gone.hi is None:
+                gone.hi = gone.lo  # when it returned is unknown: no node is placed in it by number
+        del st.frames[keep:]
+        st.frame = st.frames[-1] if st.frames else None
+        lo = st.spans[-1].lo if st.spans else 0  # the thread's counter cannot be read from here
+        for m in live[keep:]:
+            _open(st, m, (), lo)
+
+
 def _remove() -> None:
+    kwargs_d: Any = getattr(torch.nn.modules.module, "_global_forward_hooks_with_kwargs", None)
     while _handles:
-        _handles.pop().remove()
+        handle = _handles.pop()
+        handle.remove()
+        if kwargs_d is not None:  # a handle does not remove its with_kwargs entry
+            kwargs_d.pop(handle.id, None)
 
 
 def tracking() -> bool:
@@ -233,62 +286,83 @@ def _pre(module: torch.nn.Module, args: Any) -> None:
     if not st.tracking:
         return
     try:
-        if OPTIMIZED_MODULE and type(module) is OPTIMIZED_MODULE[0]:  # torch.compile(module): named as what it wraps
-            compiled.registered()
-            module = module._orig_mod  # type: ignore[assignment]  # the module torch.compile wraps
-        frames = st.frames
-        if frames:
-            names = st.names
-        else:  # the outermost module entered: the root names are relative to
-            memo = st.roots.get(id(module))
-            if memo is None or memo[0]() is not module:
-                memo = st.roots[id(module)] = (weakref.ref(module), qualified_names(module))
-            names = st.names = memo[1]
-        mid = id(module)
-        entry = names.get(mid) if names is not None else None
-        if entry is None or entry[0]() is not module:  # not under the root (or an id reused)
-            entry = [weakref.ref(module), type(module).__name__, 0]
-            if names is not None:
-                names[mid] = entry
-        parent = frames[-1] if frames else None
-        inputs: tuple[Any, ...] = ()
-        for a in args:
-            if isinstance(a, _Tensor):  # a weak reference to its storage (None where it has none)
-                try:
-                    inputs += (_wref(a.untyped_storage()),)
-                except Exception:  # noqa: BLE001 - a subclass without a storage
-                    inputs += (None,)
-        if parent is not None and parent.module_id == mid:  # the module a compiled wrapper wraps: the same call
-            name = parent.name
-        else:
-            calls = entry[2] = entry[2] + 1
-            name = entry[1] if calls == 1 else f"{entry[1]}#{calls}"
-        frame = Frame(name, mid, _next_sequence_nr(), parent, inputs, entry[0])
-        frames.append(frame)
-        st.spans.append(frame)
-        st.frame = frame
+        _open(st, module, args, _next_sequence_nr())
     except Exception:  # noqa: BLE001 - never raise into the user's forward
         pass
 
 
-def _post(module: torch.nn.Module, args: Any, output: Any) -> None:
+def _open(st: ThreadState, module: torch.nn.Module, args: Any, lo: int) -> None:
+    """Push the frame of a call of ``module`` that starts now in the thread of ``st``."""
+    if OPTIMIZED_MODULE and type(module) is OPTIMIZED_MODULE[0]:  # torch.compile(module): named as what it wraps
+        compiled.registered()
+        module = module._orig_mod  # type: ignore[assignment]  # the module torch.compile wraps
+    frames = st.frames
+    if frames:
+        names = st.names
+    else:  # the outermost module entered: the root names are relative to
+        memo = st.roots.get(id(module))
+        if memo is None or memo[0]() is not module:
+            memo = st.roots[id(module)] = (weakref.ref(module), qualified_names(module))
+        names = st.names = memo[1]
+    mid = id(module)
+    entry = names.get(mid) if names is not None else None
+    if entry is None or entry[0]() is not module:  # not under the root (or an id reused)
+        entry = [weakref.ref(module), type(module).__name__, 0]
+        if names is not None:
+            names[mid] = entry
+    parent = frames[-1] if frames else None
+    inputs = _storages(args)
+    if parent is not None and parent.module_id == mid:  # the module a compiled wrapper wraps: the same call
+        name = parent.name
+    else:
+        calls = entry[2] = entry[2] + 1
+        name = entry[1] if calls == 1 else f"{entry[1]}#{calls}"
+    frame = Frame(name, mid, lo, parent, inputs, entry[0])
+    frames.append(frame)
+    st.spans.append(frame)
+    st.frame = frame
+
+
+def _storages(args: Any) -> tuple[Any, ...]:
+    """Weak references to the storages of the tensors in a call's arguments (in tuples, lists and
+    dicts too; None for a tensor without a storage): what a checkpoint of the call keeps."""
+    out: tuple[Any, ...] = ()
+    for a in args:
+        if isinstance(a, _Tensor):
+            try:
+                out += (_wref(a.untyped_storage()),)
+            except Exception:  # noqa: BLE001 - a subclass without a storage
+                out += (None,)
+        elif isinstance(a, tuple | list | dict):
+            out += _storages(list(iter_tensors(a)))
+    return out
+
+
+def _post(module: torch.nn.Module, args: Any, *rest: Any) -> None:
+    """The global forward hook (with keyword arguments: ``rest`` is ``(kwargs, output)``; torch
+    calls an always-called hook without them when forward raised: ``(output,)``)."""
     if _compiling():
         return
     st = thread_local.state
     frames = st.frames
     if not frames:
         return
+    output = rest[-1]
     try:
         if OPTIMIZED_MODULE and type(module) is OPTIMIZED_MODULE[0]:
             module = module._orig_mod  # type: ignore[assignment]  # the module torch.compile wraps
         mid = id(module)
         top = frames[-1]
         if top.module_id == mid:  # the usual case: the call that ends is the innermost
+            if len(rest) == 2 and rest[0]:  # tensors passed by keyword are arguments too
+                top.inputs += _storages(rest[0].values())
             top.hi = _next_sequence_nr()
             frames.pop()
             st.frame = frames[-1] if frames else None
-            if not frames and st.naming and on_root_done is not None:
-                on_root_done(output)
+            if not frames:
+                top.outputs = tuple(_wref(t) for t in iter_tensors(output) if t.grad_fn is not None)
+                if st.naming and on_root_done is not None:
+                    on_root_done(output)
             return
         for i in range(len(frames) - 1, -1, -1):
             if frames[i].module_id == mid:

@@ -194,12 +194,18 @@ class Capture:
         """True once another thread ran during the capture (see :meth:`attach`)."""
         self._spans: dict[int, list[list[Frame]]] = {}  # thread id -> the module calls made there
         self._row_storages: dict[str, list[Any]] = {}
+        self._roots: dict[int, Any] = {}  # the qualified names and call counts of every thread that records first here
+        self._entered_in: int | None = None  # the thread that entered it
+        self._tops: list[Any] = []
+        """Weak references to live tensors made in the region that a heap scan found (the graphs
+        above every record: later reports start from them too)."""
         self._reports: list[tuple[Any, list[int], list[Any], list[Unlabelled]]] = []
         """Reports returned, for late labels: (weak reference to the case, live rows named while
         built, the storage reference of each live row, the other rows only memaudit named)."""
 
     # ---- entering and leaving ------------------------------------------------------------------
     def __enter__(self) -> Capture:
+        self._entered_in = threading.get_ident()
         self.task = _current_task()
         if self.task is not None:
             _refuse_interleaved(self.task)
@@ -224,8 +230,13 @@ class Capture:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        entered = self._entered_in
+        elsewhere = entered is not None and entered != threading.get_ident() and bool(self._layers.get(entered))
         try:
-            self._pop()
+            if elsewhere:
+                self._abandon(entered)  # type: ignore[arg-type]  # not None: checked above
+            else:
+                self._pop()
         finally:
             self.active = False
             stack.ACTIVE.pop(id(self), None)
@@ -244,6 +255,35 @@ class Capture:
                 self._allocator.stop()
             if self.history is not None and exc and exc[0] is not None:
                 self.history.stop()  # the block raised: no report will write the snapshot
+
+            if elsewhere:
+                raise RuntimeError(
+                    f"capture() entered in thread {entered} was exited in thread {threading.get_ident()}: saved-tensor "
+                    "hooks belong to the thread that pushed them, and only it can pop them, so its hook pair stays on that "
+                    "thread (torch.func transforms raise there) until the next capture entered there pops it. The capture "
+                    "has stopped recording. Exit a capture in the thread that entered it"
+                )
+
+    def _abandon(self, tid: int) -> None:
+        """Exited in another thread than ``tid``, the one that entered: stop recording and give back
+        the global module hooks it holds there; its pair cannot be popped from here."""
+        layers = self._layers.get(tid) or []
+        held = self._held.get(tid) or []
+        while layers:
+            layer = layers.pop()
+            layer.orphaned = True  # popped by the next capture entered in that thread
+            st = layer.state
+            if self in st.captures:
+                st.captures.remove(self)
+            if self.name_early:
+                st.naming -= 1
+            if self.stack:
+                st.sources -= 1
+            if self.modules:
+                st.tracking -= 1
+            if held and held.pop():
+                modules.release()
+        self._close_region(tid)
 
     def _note_threads(self) -> None:
         # One Python thread alive: the calling one, which is always among this capture's threads.
@@ -269,6 +309,8 @@ class Capture:
             raise
         self._held.setdefault(tid, []).append(hold)
         st = self._layers[tid][-1].state  # this thread's (the layer just pushed read it)
+        if len(st.captures) == 1:  # the first capture in this thread: its module calls count with the capture's
+            st.roots = self._roots  # other threads' (one module called from two pool threads: `m`, `m#2`)
         if self.name_early:
             st.naming += 1
         if self.stack:
@@ -462,14 +504,14 @@ class Capture:
             return self._report(outputs, case_id, include_freed, walk)
 
     def _report(self, outputs: Any, case_id: str, include_freed: bool, walk: bool = True) -> CaseReport:
+        in_region = self._in_region()
         if not walk:
-            roots = []
+            walked = graph.walk([], in_region)
         elif outputs is not None:
             roots = [t.grad_fn for t in iter_tensors(outputs) if t.grad_fn is not None]
+            walked = graph.walk(roots, in_region, outside=self._outside() if self._other_threads else None)
         else:
-            roots = _live_graph_roots()
-        outside = self._outside() if outputs is not None and self._other_threads else None
-        walked = graph.walk(roots, self._in_region(), outside=outside)
+            walked = self._walk_recorded(in_region)
         self.walk_nodes = walked.python_nodes
         try:
             builder = RowBuilder(self, outputs, include_freed)
@@ -515,6 +557,58 @@ class Capture:
         """Storage name (``s3``) -> the weak references of the storage objects the last report's live
         rows named with it (what :class:`memaudit.capture.reads.Observer` follows)."""
         return {name: list(refs) for name, refs in self._row_storages.items()}
+
+    def _walk_recorded(self, in_region: Any) -> graph.WalkResult:
+        """The walk of ``report()`` without outputs: from the graphs of what the capture recorded
+        (each live record's kept tensor, and what its root module calls returned), at a cost that
+        grows with the records, not with the heap. Only where a live record is still unnamed after
+        it (a graph none of those reaches from above) are every live tensor's graphs walked."""
+        roots = self._recorded_roots()
+        walked = graph.walk(roots, in_region)
+        for rec in self.records:
+            if rec.op is None and rec.context is None and rec() is not None:
+                break
+        else:
+            return walked
+        found = _live_graph_tensors()
+        tops = [t for t in found if in_region(graph.sequence_nr(t.grad_fn))]
+        self._tops.extend(weakref.ref(t) for t in tops)  # the next report() starts from them too
+        return graph.walk(roots + [t.grad_fn for t in found], in_region)
+
+    def _recorded_roots(self) -> list[Any]:
+        """The ``grad_fn`` of each live record's kept tensor and of each live output of a root
+        module call in this capture (read now: nothing here was held strongly)."""
+        roots: list[Any] = []
+        seen: set[int] = set()
+
+        def add(t: Any) -> None:
+            try:  # a pair's payload may be any object (a dead weak proxy raises even on isinstance)
+                if type(t) is not torch.Tensor and not isinstance(t, torch.Tensor):
+                    return
+                fn = None if t.is_leaf else t.grad_fn
+            except Exception:  # noqa: BLE001 - an object or subclass that cannot say: not a root
+                return
+            if fn is not None and id(fn) not in seen:
+                seen.add(id(fn))
+                roots.append(fn)
+
+        with _warnings.catch_warnings():
+            _warnings.simplefilter("ignore", FutureWarning)  # a subclass's grad_fn may be a deprecated property
+            for rec in self.records:
+                saved = rec()
+                if saved is not None:
+                    add(saved.value)
+            for per_thread in self._spans.values():
+                for spans in per_thread:
+                    for f in spans:
+                        if f.parent is None:
+                            for ref in f.outputs:
+                                add(ref())
+            tops = [ref for ref in self._tops if ref() is not None]
+            self._tops = tops
+            for ref in tops:
+                add(ref())
+        return roots
 
     def _write_snapshot(self, builder: RowBuilder, rows: list[Row], case: CaseReport) -> None:
         """Name the allocations of the live rows' storages after their rows and write the snapshot."""
@@ -816,15 +910,31 @@ def _tensor_types() -> frozenset[type]:
     return frozenset(found)
 
 
-def _live_graph_roots() -> list[Any]:
-    """Every grad_fn of a live tensor: the fallback roots when the caller names no outputs.
+def _fake_types() -> frozenset[type]:
+    """FakeTensor and its subclasses, where torch has imported them (never imported here)."""
+    fake = getattr(sys.modules.get("torch._subclasses.fake_tensor"), "FakeTensor", None)
+    if fake is None:
+        return frozenset()
+    found: set[type] = set()
+    todo: list[type] = [fake]
+    while todo:
+        cls = todo.pop()
+        if cls not in found:
+            found.add(cls)
+            todo.extend(cls.__subclasses__())
+    return frozenset(found)
+
+
+def _live_graph_tensors() -> list[Any]:
+    """Every live tensor that has a grad_fn: the fallback roots when the caller names no outputs
+    and what the capture recorded leaves a live record unnamed.
 
     The heap is filtered by exact type (``type(o) in types``): no ``isinstance`` per object, and
     no ``__class__`` read on objects that warn when touched (deprecated module-level aliases such
     as ``torch.distributed.reduce_op``); one comprehension is a little faster than
     ``itertools.compress`` over two ``map`` s. This scan is most of the cost when few rows are saved.
     """
-    types = _tensor_types()
+    types = _tensor_types() - _fake_types()  # fake tensors (compile's tracing leaves some) hold no memory
     objs = gc.get_objects()
     tensors = [o for o in objs if type(o) in types]
     del objs
@@ -834,9 +944,8 @@ def _live_graph_roots() -> list[Any]:
         for obj in tensors:
             if obj.is_leaf:  # parameters and inputs: no grad_fn (and no node wrapper to build)
                 continue
-            fn = obj.grad_fn
-            if fn is not None:
-                roots.append(fn)
+            if obj.grad_fn is not None:
+                roots.append(obj)
     return roots
 
 

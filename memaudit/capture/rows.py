@@ -191,7 +191,7 @@ class RowBuilder:
             base["_nth"] = nth
         if rec.source is not None and self.cap.stack:
             base["source"] = self._source(rec.source)
-        if rec.hook is not None and rec.hook.kind is None and resides == "unknown":
+        if rec.hook is not None and rec.hook.kind is None and resides == "unknown" and live:  # a released one keeps nothing
             self.warnings.append(
                 f"{op or '?'} {slot or '?'}: packed by {rec.hook.name}, which keeps no tensor memaudit can see; "
                 "where it lives is unknown (case incomplete)"
@@ -442,6 +442,10 @@ def short_path(filename: str) -> str:
 
 
 def payload_tensors(payload: Any, depth: int = 3) -> Iterator[torch.Tensor]:
+    try:
+        isinstance(payload, torch.Tensor)
+    except ReferenceError:  # a dead weak proxy: it holds nothing
+        return
     if isinstance(payload, torch.Tensor):
         yield payload
     elif depth > 0 and isinstance(payload, list | tuple):

@@ -19,7 +19,16 @@ import torch
 import torch._C._autograd as _autograd_c
 
 from memaudit.capture import modules
-from memaudit.capture.hooks import HookInfo, Layer, Record, layer_of, state, walk_ended, walk_started
+from memaudit.capture.hooks import (
+    TASK_CAPTURES,
+    HookInfo,
+    Layer,
+    Record,
+    layer_of,
+    state,
+    walk_ended,
+    walk_started,
+)
 
 if TYPE_CHECKING:
     from memaudit.capture.recorder import Capture
@@ -249,11 +258,31 @@ def active_captures() -> list[Capture]:
     return [cap for ref in list(ACTIVE.values()) if (cap := ref()) is not None and cap.active]
 
 
+def _mine() -> list[Capture]:
+    """The captures a thread or pool task started here now should run attached to: those active
+    in this thread, except a capture entered in an asyncio task whose context this is not."""
+    st = state()
+    if not st.captures:
+        return []
+    ours = TASK_CAPTURES.get()
+    return [cap for cap in st.captures if cap.active and (cap.task is None or cap in ours)]
+
+
 def _attached(mine: list[Capture], fn: Callable[..., Any], hold_module_hooks: bool = True) -> Callable[..., Any]:
-    """``fn`` run attached to the captures of ``mine`` still active when it runs."""
+    """``fn`` run attached to the captures of ``mine`` still active when it runs.
+
+    A capture entered in an asyncio task records only the saves of its task's context
+    (:data:`~memaudit.capture.hooks.TASK_CAPTURES`); ``run_in_executor``, ``submit`` and a thread
+    do not carry that context to the worker (``asyncio.to_thread`` does), so ``fn`` runs with
+    those captures in it, as the task that started it has them."""
+    tasked = tuple(cap for cap in dict.fromkeys(mine) if cap.task is not None)
 
     def run(*args: Any, **kwargs: Any) -> Any:
         with contextlib.ExitStack() as stack:
+            if tasked:
+                have = TASK_CAPTURES.get()
+                token = TASK_CAPTURES.set((*have, *(cap for cap in tasked if cap not in have)))
+                stack.callback(TASK_CAPTURES.reset, token)
             for cap in dict.fromkeys(mine):
                 try:
                     stack.enter_context(cap.attach(hold_module_hooks=hold_module_hooks))
@@ -287,7 +316,7 @@ def _watch_thread_starts() -> None:
     original = getattr(original, "__wrapped__", original)
 
     def start(self: threading.Thread) -> None:
-        mine = [cap for cap in state().captures if cap.active]
+        mine = _mine()
         for cap in active_captures():
             if cap not in mine:
                 cap.thread_started()
@@ -303,7 +332,7 @@ def _watch_thread_starts() -> None:
     submit = getattr(submit, "__wrapped__", submit)
 
     def pool_submit(self: Any, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        mine = [cap for cap in state().captures if cap.active]
+        mine = _mine()
         if mine:
             fn = _attached(mine, fn)
         return submit(self, fn, *args, **kwargs)
@@ -322,6 +351,10 @@ def push_capture(cap: Capture) -> Layer:
         modules.reset(st)
     top = _autograd_c._top_saved_tensors_default_hooks(False)
     below = layer_of(top[0]) if top is not None else None
+    while below is not None and below.orphaned:  # a capture exited in another thread left it: pop it now
+        _original_pop()
+        top = _autograd_c._top_saved_tensors_default_hooks(False)
+        below = layer_of(top[0]) if top is not None else None
     if below is not None:  # a nested capture: share the pair below's delegate, record into both
         delegate = None if below.delegate_pack is None else (below.delegate_pack, below.delegate_unpack)
         hook = below.hook
