@@ -310,3 +310,66 @@ def test_the_docs_yaml_uses_the_action_with_its_inputs() -> None:
     assert used, "docs/ci.md should show the action in use"
     for s in used:
         assert set(s["with"]) <= set(ACTION["inputs"]), s["with"]
+
+
+# ---- the artifact's name ---------------------------------------------------------------------------------
+def _artifact_name(tmp_path: Path, **env: str) -> str:
+    """The action's 'Artifact name' step run as the runner would, with ``env`` as its expressions give it."""
+    step = next(s for s in ACTION["runs"]["steps"] if s.get("id") == "artifact")
+    out = tmp_path / "artifact-out.txt"
+    out.write_text("", encoding="utf-8")
+    full = {"PATH": os.environ["PATH"], "GITHUB_OUTPUT": str(out), "ARTIFACT": ACTION["inputs"]["artifact"]["default"],
+            "NAME": "", "BASELINE": "reports/baseline/b200.json", "JOB": "gate", "INDEX": "0", "ATTEMPT": "1", **env}
+    subprocess.run(["bash", "-c", step["run"]], env=full, check=True, timeout=30)
+    outputs = dict(line.split("=", 1) for line in out.read_text(encoding="utf-8").splitlines())
+    return outputs["name"]
+
+
+def test_the_default_artifact_name_is_unique_per_matrix_cell_and_gate(tmp_path: Path) -> None:
+    """upload-artifact refuses a second artifact of one name in a run (HTTP 409): two matrix cells,
+    two jobs, two gates in one job and a re-run each get their own name by default."""
+    step = next(s for s in ACTION["runs"]["steps"] if s.get("id") == "artifact")
+    assert step["env"]["INDEX"] == "${{ strategy.job-index }}" and step["env"]["JOB"] == "${{ github.job }}"
+    upload = next(s for s in ACTION["runs"]["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact"))
+    assert upload["with"]["name"] == "${{ steps.artifact.outputs.name }}"
+    names = [_artifact_name(tmp_path), _artifact_name(tmp_path, INDEX="1"), _artifact_name(tmp_path, JOB="other"),
+             _artifact_name(tmp_path, NAME="h100"), _artifact_name(tmp_path, ATTEMPT="2")]
+    assert len(set(names)) == len(names), names
+    assert names[0] == "memaudit-b200-gate-0-1"
+    assert _artifact_name(tmp_path, ARTIFACT="mine") == "mine"
+    assert _artifact_name(tmp_path, ARTIFACT="") == ""  # none uploaded
+    assert _artifact_name(tmp_path, ARTIFACT='a:b/c"d') == "a-b-c-d"
+
+
+# ---- workflow hygiene in the YAML people copy ------------------------------------------------------------
+def _yaml_blocks() -> list[str]:
+    out = []
+    for doc in (ROOT / "docs" / "ci.md", ROOT / "README.md"):
+        out += [t.content for t in MarkdownIt().parse(doc.read_text(encoding="utf-8")) if t.type == "fence" and t.info.strip() == "yaml"]
+    return [*out, (ROOT / ".github" / "workflows" / "memaudit.yml").read_text(encoding="utf-8")]
+
+
+def test_every_third_party_action_is_pinned_by_sha_with_its_tag_in_a_comment() -> None:
+    """GitHub's own actions (actions/...) and this repository (./) aside, a `uses:` names a full
+    commit SHA and says its tag in a comment on the same line."""
+    seen = 0
+    for block in _yaml_blocks():
+        for line in block.splitlines():
+            m = re.match(r"\s*(?:-\s+)?uses:\s+(\S+)(.*)$", line)
+            if m is None or m.group(1).startswith(("actions/", "./")):
+                continue
+            seen += 1
+            assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", m.group(1)), line
+            assert re.match(r"\s+#\s*v\d", m.group(2)), line
+    assert seen >= 3
+
+
+def test_a_self_hosted_job_in_the_docs_has_the_fork_guard_in_its_yaml() -> None:
+    jobs = []
+    for block in _yaml_blocks():
+        doc = yaml.safe_load(block)
+        if isinstance(doc, dict):
+            jobs += [j for j in (doc.get("jobs") or {}).values() if "self-hosted" in str(j.get("runs-on"))]
+    assert len(jobs) >= 2
+    for job in jobs:
+        assert "github.event.pull_request.head.repo.full_name == github.repository" in job.get("if", ""), job

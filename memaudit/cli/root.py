@@ -181,7 +181,7 @@ def run(
         DistOptions(nproc, dist_backend, rank_dir, dist_timeout), target=tgt, target_name=target, specs=specs,
         scenario=loaded, device=dev, backward=backward, verify_allocator=verify_allocator, stack=stack, expected=expected,
         allow_incomplete=allow_incomplete, allow_na=allow_na, json_path=json_path, markdown=markdown, quiet=quiet,
-        inputs=read_inputs(scenario=scenario))
+        inputs=read_inputs(scenario=scenario), device_given=device is not None)
     if code is not None:  # --nproc, or a rank under torchrun
         return code
     report = _run_here(tgt, specs, mode, backward=backward, verify_allocator=verify_allocator, stack=stack,

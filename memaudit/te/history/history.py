@@ -122,8 +122,8 @@ def run_version(source: TESource, cases: list[HistoryCase], arch: str = "sm100",
         req, out = Path(tmp) / "request.json", Path(tmp) / "report.json"
         req.write_text(json.dumps({"tree": str(source.tree), "cases": [c.to_dict() for c in cases], "arch": arch,
                                    "out": str(out)}), encoding="utf-8")
-        try:
-            done = subprocess.run([sys.executable, "-m", "memaudit.te.history.worker", str(req)], capture_output=True,
+        try:  # -P: a memaudit/ folder in the current folder must not shadow the installed package
+            done = subprocess.run([sys.executable, "-P", "-m", "memaudit.te.history.worker", str(req)], capture_output=True,
                                   text=True, timeout=timeout_s, check=False, env={**os.environ, "PYTHONWARNINGS": "ignore"})
         except subprocess.TimeoutExpired:
             why = f"the worker for TE {source.label} ran past {timeout_s:g} s (killed)"
