@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -55,6 +56,17 @@ with open(os.environ["FAKE_GH_LOG"], "a", encoding="utf-8") as f:
     f.write(json.dumps(call) + "\n")
 if os.environ.get("FAKE_GH_FAIL") == call["method"]:
     sys.exit("fake gh: HTTP 403: Resource not accessible by integration")
+if call["path"] == "user":  # an installation token (GITHUB_TOKEN) may not read /user
+    if not os.environ.get("FAKE_GH_LOGIN"):
+        sys.exit("fake gh: HTTP 403: Resource not accessible by integration")
+    print(json.dumps({"login": os.environ["FAKE_GH_LOGIN"]}))
+    sys.exit(0)
+if call["method"] == "GET" and os.environ.get("FAKE_GH_HANG"):  # a call that never answers
+    import time
+    time.sleep(float(os.environ["FAKE_GH_HANG"]))
+if call["method"] == "GET" and "FAKE_GH_LISTING" in os.environ:  # exit 0, but not JSON pages
+    sys.stdout.buffer.write(open(os.environ["FAKE_GH_LISTING"], "rb").read())
+    sys.exit(0)
 if call["method"] == "GET":
     pages = json.load(open(os.environ["FAKE_GH_PAGES"], encoding="utf-8"))
     for page in (pages if call["paginate"] else pages[:1]):  # gh --paginate: one array per page, back to back
@@ -84,8 +96,8 @@ sys.exit(rc)
 '''
 
 
-def _comment(i: int, body: str) -> dict:
-    return {"id": i, "body": body, "user": {"login": "someone"}}
+def _comment(i: int, body: str, login: str = "github-actions[bot]") -> dict:
+    return {"id": i, "body": body, "user": {"login": login}}
 
 
 @pytest.fixture
@@ -115,8 +127,11 @@ def gate(tmp_path: Path, bin_dir: Path, *, pages: list[list[dict]] | None = None
                 FAKE_MEMAUDIT_LOG=str(tmp_path / "memaudit.log"), GITHUB_REPOSITORY="owner/repo",
                 MEMAUDIT_BASELINE="base.json", MEMAUDIT_PYTHON=sys.executable, NO_COLOR="1", COLUMNS="120")
     full.update(env)
+    start = time.monotonic()
     done = subprocess.run(["bash", str(GATE)], cwd=work, env=full, capture_output=True, text=True, timeout=300)
+    gate.seconds = time.monotonic() - start  # type: ignore[attr-defined]
     calls = [json.loads(x) for x in (tmp_path / "gh.log").read_text(encoding="utf-8").splitlines()]
+    calls = [c for c in calls if c["path"] != "user"]  # who the token is: asked before the listing
     runs = [json.loads(x) for x in (tmp_path / "memaudit.log").read_text(encoding="utf-8").splitlines()]
     return done.returncode, done.stdout + done.stderr, calls, runs
 
@@ -373,3 +388,58 @@ def test_a_self_hosted_job_in_the_docs_has_the_fork_guard_in_its_yaml() -> None:
     assert len(jobs) >= 2
     for job in jobs:
         assert "github.event.pull_request.head.repo.full_name == github.repository" in job.get("if", ""), job
+
+
+# ---- hostile comment listings --------------------------------------------------------------------------
+def test_a_marker_comment_by_someone_else_is_left_alone(tmp_path: Path, bin_dir: Path) -> None:
+    """Anyone can post the marker first: only the bot's (or the token's own) comment is updated."""
+    pages = [[_comment(5, MARKER + "\nhijacked", login="mallory"), _comment(6, MARKER + "\nold verdict")]]
+    rc, out, calls, _ = gate(tmp_path, bin_dir, pages=pages, MEMAUDIT_COMMENT="true", MEMAUDIT_PR="7")
+    assert rc == 0, out
+    assert [(c["method"], c["path"]) for c in calls][-1] == ("PATCH", "repos/owner/repo/issues/comments/6"), out
+    rc, out, calls, _ = gate(tmp_path, bin_dir, pages=[pages[0][:1]], MEMAUDIT_COMMENT="true", MEMAUDIT_PR="7")
+    assert rc == 0 and [c["method"] for c in calls] == ["GET", "POST"], out  # a comment of its own
+    # a personal token: its own login counts (from gh api user)
+    pages = [[_comment(5, MARKER + "\nby the token's user", login="ci-user")]]
+    rc, out, calls, _ = gate(tmp_path, bin_dir, pages=pages, MEMAUDIT_COMMENT="true", MEMAUDIT_PR="7", FAKE_GH_LOGIN="ci-user")
+    assert rc == 0 and calls[-1]["path"] == "repos/owner/repo/issues/comments/5", out
+
+
+GARBAGE = {
+    "html 502": b"<html><head><title>502 Bad Gateway</title></head><body>bad gateway</body></html>\n",
+    "an object": b'{"message": "Not Found"}\n',
+    "truncated": b'[{"id": 1, "body": "<!-- memaudit:base -->", "user": {"login": "github-actions[bot]"}}, {"id": 2, "bo',
+    "binary": bytes(range(256)) * 4,
+    "ids that are not integers": b'[{"id": "1; rm -rf /", "body": "<!-- memaudit:base -->", "user": {"login": "github-actions[bot]"}}]',
+}
+
+
+@pytest.mark.parametrize("kind", list(GARBAGE), ids=list(GARBAGE))
+def test_an_unreadable_listing_posts_nothing(tmp_path: Path, bin_dir: Path, kind: str) -> None:
+    """gh exits 0 but prints what is not JSON pages of comments: a warning, no traceback, and no
+    second comment (which a POST would make), whatever the verdict."""
+    (tmp_path / "listing").write_bytes(GARBAGE[kind])
+    for compare_rc in (0, 1):
+        rc, out, calls, _ = gate(tmp_path, bin_dir, MEMAUDIT_COMMENT="true", MEMAUDIT_PR="7",
+                                 FAKE_GH_LISTING=str(tmp_path / "listing"), FAKE_COMPARE_RC=str(compare_rc))
+        assert rc == compare_rc, out
+        assert "Traceback" not in out and "could not read the pull request's comments" in out, out
+        assert [c["method"] for c in calls] == ["GET"], calls
+
+
+def test_a_hung_gh_is_cut_off_and_posts_nothing(tmp_path: Path, bin_dir: Path) -> None:
+    rc, out, calls, _ = gate(tmp_path, bin_dir, MEMAUDIT_COMMENT="true", MEMAUDIT_PR="7", FAKE_GH_HANG="120",
+                             MEMAUDIT_GH_TIMEOUT="2", FAKE_COMPARE_RC="1")
+    assert rc == 1, out
+    assert gate.seconds < 30, gate.seconds  # type: ignore[attr-defined]
+    assert "could not list the pull request's comments" in out and [c["method"] for c in calls] == ["GET"], out
+
+
+# ---- multi-line inputs ----------------------------------------------------------------------------------------
+def test_multi_line_args_keep_every_line(tmp_path: Path, bin_dir: Path) -> None:
+    """`compare-args: |` in YAML gives one argument per line: none is dropped."""
+    rc, out, _, runs = gate(tmp_path, bin_dir, MEMAUDIT_SCENARIO="reference", MEMAUDIT_RUN_ARGS="--recipe bf16\n--groups 1,2\n",
+                            MEMAUDIT_COMPARE_ARGS="-v\n--strict-env\n\t--tolerance 0\n")
+    assert rc == 0, out
+    assert runs[0][-4:] == ["--recipe", "bf16", "--groups", "1,2"]
+    assert runs[1][-4:] == ["-v", "--strict-env", "--tolerance", "0"]
