@@ -27,7 +27,7 @@ from memaudit.cli.common import (
     read_inputs,
     usage_exit,
 )
-from memaudit.errors import UsageError
+from memaudit.errors import Terminated, UsageError
 from memaudit.render.console import consoles, make_console
 from memaudit.spec import DTYPES, CaseSpec
 from memaudit.targets.matrix import DEVICE
@@ -525,7 +525,7 @@ _register_commands()
 
 def _terminate(signum: int, frame: Any) -> None:
     """SIGTERM as SystemExit, so that a write in progress removes its temp file."""
-    raise SystemExit(128 + signum)
+    raise Terminated(128 + signum)
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memaudit.environment import libraries
-from memaudit.errors import UsageError
+from memaudit.errors import UsageError, clip
 from memaudit.judge.baseline import WORSE, CaseDiff, Comparison, Finding, RowDiff, kind_breakdown
 from memaudit.render.ranks import PER_RANK_MAX, RankView, imbalance, rank_views
 from memaudit.report import CaseReport, Report
@@ -201,7 +201,7 @@ def _status_text(e: _Entry) -> str:
     if d is not None and d.state == "missing":
         return f"{icon} missing from the current report"
     if c.status != "ok":
-        text = f"{c.status}: {c.reason}" if c.reason else c.status
+        text = f"{c.status}: {clip(c.reason)}" if c.reason else c.status
         if d is not None and d.baseline is not None and d.baseline.status != c.status:
             text += f" (was {d.baseline.status})"
         return f"{icon} {md_escape(text)}"
