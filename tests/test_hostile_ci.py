@@ -196,3 +196,23 @@ def test_a_sys_exit_outside_a_case_is_never_the_exit_status(tmp_path: Path) -> N
     assert done.returncode == 2 and "Traceback" not in text, text[-3000:]
     assert "called sys.exit(0) at" in text and "exiting_target.py:5" in text, text[-3000:]
     assert not (tmp_path / "r.json").exists()
+
+
+# ---- --json - ---------------------------------------------------------------------------------------------------
+REF = str(ROOT / "reports" / "cpu" / "reference.json")
+DASH = {
+    "run --json": ["run", *SMALL, "--json", "-"],
+    "run --markdown": ["run", *SMALL, "--markdown", "-"],
+    "compare --markdown": ["compare", REF, REF, "--markdown", "-"],
+    "compare --benchmark-json": ["compare", REF, REF, "--benchmark-json", "-"],
+    "check --json": ["check", REF, "--scenario", "reference", "--json", "-"],
+}
+
+
+@pytest.mark.parametrize("argv", list(DASH.values()), ids=list(DASH))
+def test_dash_as_an_output_is_refused_not_a_file_named_dash(tmp_path: Path, argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = _invoke(*argv)
+    flag = argv[argv.index("-") - 1]
+    assert code == 2 and f"error: {flag}: '-' (standard output) is not an output memaudit writes" in out, out[-2000:]
+    assert list(tmp_path.iterdir()) == []
