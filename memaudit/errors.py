@@ -43,11 +43,11 @@ REASON_CHARS = 400
 """The most characters of a case's reason a table, a finding or a comment shows (the report keeps it whole)."""
 
 
-def clip(text: str, limit: int = REASON_CHARS) -> str:
+def clip(text: str, limit: int = REASON_CHARS, whole: str = "the report has the whole reason") -> str:
     """``text`` on one line (whitespace runs made one space) and at most about ``limit``
     characters, saying how long the whole was: what a table or comment shows of a reason that
     may be huge (a traceback, a hostile report). Linear in ``len(text)``."""
     head = " ".join(text[: limit * 4].split())
     if len(head) <= limit and len(text) <= limit * 4:
         return head
-    return head[:limit].rstrip() + f" … ({len(text):,} characters in all; the report has the whole reason)"
+    return head[:limit].rstrip() + f" … ({len(text):,} characters in all; {whole})"

@@ -15,11 +15,15 @@ from typer.core import TyperCommand, TyperGroup
 
 from memaudit.cli import exitcodes
 from memaudit.errors import Terminated, UsageError
+from memaudit.judge.shipped import shipped_scenarios
 from memaudit.render.console import make_console, sane_terminal_environment
 from memaudit.targets.matrix import parse_int_list as parse_int_list
 from memaudit.targets.matrix import parse_recipes as parse_recipes
 
 # click, as the typer installed uses it: the click package, or the copy newer typers carry
+SHIPPED_NAMES = ", ".join(shipped_scenarios())
+"""The shipped scenarios, as ``--help`` lists them (``run --scenario``, ``check --scenario``)."""
+
 clickx: Any = importlib.import_module(typer.BadParameter.__module__)
 get_current_context = importlib.import_module(typer.BadParameter.__module__.rsplit(".", 1)[0] + ".globals").get_current_context
 Context = typer.Context

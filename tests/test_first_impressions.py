@@ -1,0 +1,58 @@
+"""What a new user sees first: ``memaudit run``'s default output fits a screen (at most 80 lines at
+120 columns, counted as the terminal shows them: a longer line takes several), with the per-case
+tables behind ``-v`` and the whole report in ``--json``; a budget table's n/a count says what
+those are.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WIDTH = 120
+
+
+def _memaudit(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": str(WIDTH), "NO_COLOR": "1", "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-P", "-m", "memaudit", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def _screen_lines(text: str) -> int:
+    return sum(max(1, math.ceil(len(line.rstrip()) / WIDTH)) for line in text.splitlines())
+
+
+def test_memaudit_run_fits_a_screen_and_v_has_the_details(tmp_path: Path) -> None:
+    done = _memaudit("run", "--json", "r.json", cwd=tmp_path)
+    assert done.returncode in (0, 3), done.stderr[-3000:]
+    lines = _screen_lines(done.stdout) + _screen_lines(done.stderr)
+    assert lines <= 80, f"{lines} lines:\n{done.stderr}\n{done.stdout}"
+    report = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
+    assert "summary" in done.stdout
+    for case in report["cases"]:  # every case is in the summary
+        assert case["id"] in done.stdout
+    verbose = _memaudit("run", "-v", "--recipe", "bf16", "--groups", "1", cwd=tmp_path)
+    assert verbose.returncode == 0, verbose.stderr[-3000:]
+    assert "operand" in verbose.stdout and "operand" not in done.stdout  # a case's table of saved tensors
+
+
+def test_a_budget_tables_na_count_says_what_they_are(tmp_path: Path) -> None:
+    done = _memaudit("check", str(ROOT / "reports" / "baseline" / "h200-te-grouped-mlp.json"), "--scenario", "grouped_mlp",
+                     cwd=tmp_path)
+    assert "n/a (n/a: " in done.stdout, done.stdout[-3000:]
+    assert "on cases skipped or in error" in done.stdout
+
+
+def test_run_and_check_help_list_every_shipped_scenario(tmp_path: Path) -> None:
+    names = sorted(p.stem for p in (ROOT / "scenarios").glob("*.toml"))
+    assert {"grouped_mlp_emulated", "expert_parallel"} <= set(names)
+    for command in ("run", "check"):
+        done = subprocess.run([sys.executable, "-P", "-m", "memaudit", command, "--help"], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=120, env={**os.environ, "COLUMNS": "400", "NO_COLOR": "1", "PYTHONPATH": str(ROOT)})
+        text = " ".join(done.stdout.split())  # the help wraps its lines
+        assert f"shipped scenario by name ({', '.join(names)})" in text, done.stdout
