@@ -76,11 +76,42 @@ elif [ -n "$SCENARIO" ]; then
 fi
 [ -n "$first" ] && output "${first}-rc" "$first_rc"
 
+# the pull request, for the comment (and whether it changed the baseline)
+pr="${MEMAUDIT_PR:-}"
+if [ -z "$pr" ] && [ -n "${GITHUB_EVENT_PATH:-}" ] && [ -f "${GITHUB_EVENT_PATH:-}" ]; then
+  pr="$("$PYTHON" -c 'import json, sys; print((json.load(open(sys.argv[1])).get("pull_request") or {}).get("number") or "")' "$GITHUB_EVENT_PATH" 2> /dev/null)"
+fi
+baseline_note=""
+if [ "$COMMENT" = true ] && [ -n "$pr" ] && [ -n "${GITHUB_REPOSITORY:-}" ]; then
+  # the pull request's changed files (gh), against the baseline's path in the repository
+  files="$OUT/.files.json"
+  rel="$(git ls-files --full-name -- "$BASELINE" 2> /dev/null | head -n 1)"
+  if gh_ api --paginate "repos/$GITHUB_REPOSITORY/pulls/$pr/files?per_page=100" > "$files" 2> /dev/null; then
+    baseline_note="$(BASELINE_PATH="${rel:-$BASELINE}" "$PYTHON" -c '
+import json, os, sys
+try:
+    text, pos, dec, names = open(sys.argv[1], encoding="utf-8").read(), 0, json.JSONDecoder(), set()
+    while pos < len(text):
+        if text[pos].isspace():
+            pos += 1
+            continue
+        page, pos = dec.raw_decode(text, pos)
+        names |= {f.get("filename") for f in page if isinstance(f, dict)}
+except (OSError, UnicodeDecodeError, ValueError, TypeError, AttributeError):
+    sys.exit(0)  # unreadable: say nothing about it
+path = os.path.normpath(os.environ["BASELINE_PATH"])
+print("this pull request changes the baseline" if path in names else "this pull request does not change the baseline")
+' "$files" 2> /dev/null)"
+  fi
+  rm -f "$files"
+fi
+
 # 2. compare (whatever step 1 said, as long as there is a report: the comment shows what changed)
 compare_rc=""
 if [ -f "$REPORT" ]; then
   args=(compare "$BASELINE" "$REPORT" --markdown "$OUT/comment.md" --benchmark-json "$OUT/bench.json" -v)
   [ -n "${MEMAUDIT_NAME:-}" ] && args+=(--name "$MEMAUDIT_NAME")
+  [ -n "$baseline_note" ] && args+=(--baseline-note "$baseline_note")
   args+=("${COMPARE_ARGS[@]}")
   say "$MEMAUDIT ${args[*]}"
   "$MEMAUDIT" "${args[@]}"; compare_rc=$?
@@ -94,10 +125,6 @@ else
 fi
 
 # 3. the sticky comment: found again by its hidden first line, over every page of the PR's comments
-pr="${MEMAUDIT_PR:-}"
-if [ -z "$pr" ] && [ -n "${GITHUB_EVENT_PATH:-}" ] && [ -f "${GITHUB_EVENT_PATH:-}" ]; then
-  pr="$("$PYTHON" -c 'import json, sys; print((json.load(open(sys.argv[1])).get("pull_request") or {}).get("number") or "")' "$GITHUB_EVENT_PATH")"
-fi
 if [ "$COMMENT" = true ] && [ -f "$OUT/comment.md" ]; then
   if [ -z "$pr" ] || [ -z "${GITHUB_REPOSITORY:-}" ]; then
     say "not a pull request (no PR number or repository): no comment posted"

@@ -61,6 +61,9 @@ if call["path"] == "user":  # an installation token (GITHUB_TOKEN) may not read 
         sys.exit("fake gh: HTTP 403: Resource not accessible by integration")
     print(json.dumps({"login": os.environ["FAKE_GH_LOGIN"]}))
     sys.exit(0)
+if "/pulls/" in call["path"]:  # the pull request's changed files
+    print(json.dumps([{"filename": f} for f in os.environ.get("FAKE_GH_FILES", "").split(",") if f]))
+    sys.exit(0)
 if call["method"] == "GET" and os.environ.get("FAKE_GH_HANG"):  # a call that never answers
     import time
     time.sleep(float(os.environ["FAKE_GH_HANG"]))
@@ -131,7 +134,9 @@ def gate(tmp_path: Path, bin_dir: Path, *, pages: list[list[dict]] | None = None
     done = subprocess.run(["bash", str(GATE)], cwd=work, env=full, capture_output=True, text=True, timeout=300)
     gate.seconds = time.monotonic() - start  # type: ignore[attr-defined]
     calls = [json.loads(x) for x in (tmp_path / "gh.log").read_text(encoding="utf-8").splitlines()]
-    calls = [c for c in calls if c["path"] != "user"]  # who the token is: asked before the listing
+    gate.files_calls = [c for c in calls if "/pulls/" in c["path"]]  # type: ignore[attr-defined]
+    # who the token is and which files the PR changes: asked before the listing
+    calls = [c for c in calls if c["path"] != "user" and "/pulls/" not in c["path"]]
     runs = [json.loads(x) for x in (tmp_path / "memaudit.log").read_text(encoding="utf-8").splitlines()]
     return done.returncode, done.stdout + done.stderr, calls, runs
 
@@ -168,7 +173,7 @@ def test_the_marker_name_decides_which_comment(tmp_path: Path, bin_dir: Path) ->
     pages = [[_comment(1, MARKER), _comment(2, "<!-- memaudit:b200 -->\n")]]
     rc, out, calls, runs = gate(tmp_path, bin_dir, pages=pages, MEMAUDIT_COMMENT="true", MEMAUDIT_PR="7", MEMAUDIT_NAME="b200")
     assert rc == 0 and calls[-1]["path"] == "repos/owner/repo/issues/comments/2", out
-    assert runs[-1][-2:] == ["--name", "b200"]
+    assert runs[-1][runs[-1].index("--name") + 1] == "b200"
 
 
 def test_the_pr_number_comes_from_the_event(tmp_path: Path, bin_dir: Path) -> None:
@@ -443,3 +448,39 @@ def test_multi_line_args_keep_every_line(tmp_path: Path, bin_dir: Path) -> None:
     assert rc == 0, out
     assert runs[0][-4:] == ["--recipe", "bf16", "--groups", "1,2"]
     assert runs[1][-4:] == ["-v", "--strict-env", "--tolerance", "0"]
+
+
+# ---- what the comment says about the baseline ----------------------------------------------------------------
+def test_the_comment_says_whether_the_pr_changed_the_baseline(tmp_path: Path, bin_dir: Path) -> None:
+    for files, said in (("src/x.py,base.json", "this pull request changes the baseline"),
+                        ("src/x.py", "this pull request does not change the baseline")):
+        rc, out, _, runs = gate(tmp_path, bin_dir, MEMAUDIT_COMMENT="true", MEMAUDIT_PR="7", FAKE_GH_FILES=files)
+        assert rc == 0, out
+        assert gate.files_calls[0]["path"] == "repos/owner/repo/pulls/7/files?per_page=100"  # type: ignore[attr-defined]
+        compare = runs[-1]
+        assert compare[compare.index("--baseline-note") + 1] == said, compare
+    rc, out, _, runs = gate(tmp_path, bin_dir, MEMAUDIT_COMMENT="false")  # no PR: nothing asked, nothing said
+    assert "--baseline-note" not in runs[-1] and gate.files_calls == []  # type: ignore[attr-defined]
+
+
+def test_the_real_comment_says_how_to_accept_and_where_the_baseline_came_from(tmp_path: Path) -> None:
+    """compare --markdown: the baseline's file and blob id, and the exact command that accepts
+    the current report, when something changed (and only then)."""
+    ref = ROOT / "reports" / "cpu" / "reference.json"
+    d = json.loads(ref.read_text(encoding="utf-8"))
+    d["cases"][0]["reason"] = None
+    changed = json.loads(json.dumps(d))
+    changed["cases"] = changed["cases"][:-1]  # a case missing: a change
+    (tmp_path / "cur.json").write_text(json.dumps(changed), encoding="utf-8")
+    env = {**os.environ, "NO_COLOR": "1"}
+    memaudit = [sys.executable, "-m", "memaudit", "compare", str(ref)]
+    subprocess.run([*memaudit, "cur.json", "--markdown", "c.md", "--allow-missing", "--baseline-note", "note <b>"],
+                   cwd=tmp_path, env=env, capture_output=True, timeout=120, check=False)
+    body = (tmp_path / "c.md").read_text(encoding="utf-8")
+    blob = subprocess.run(["git", "hash-object", str(ref)], capture_output=True, text=True, check=True).stdout.strip()
+    assert f"Baseline: `{ref}` (blob {blob[:12]}" in body and "note &lt;b&gt;" in body, body[-800:]
+    assert f"`memaudit baseline update cur.json --into {ref}`" in body, body[-800:]
+    subprocess.run([*memaudit, str(ref), "--markdown", "same.md"], cwd=tmp_path, env=env, capture_output=True, timeout=120,
+                   check=True)
+    same = (tmp_path / "same.md").read_text(encoding="utf-8")
+    assert "Baseline: `" in same and "memaudit baseline update" not in same  # nothing to accept

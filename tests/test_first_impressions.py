@@ -56,3 +56,21 @@ def test_run_and_check_help_list_every_shipped_scenario(tmp_path: Path) -> None:
                               text=True, timeout=120, env={**os.environ, "COLUMNS": "400", "NO_COLOR": "1", "PYTHONPATH": str(ROOT)})
         text = " ".join(done.stdout.split())  # the help wraps its lines
         assert f"shipped scenario by name ({', '.join(names)})" in text, done.stdout
+
+
+def test_regressions_count_the_buffers_not_the_rollups() -> None:
+    """Three buffers added to a case are 'buffers: 3 added', whatever the number of findings
+    (the case's operands and its kind rollup count them again)."""
+    import copy
+
+    from memaudit.judge.baseline import compare_reports, parse_tolerance
+    from memaudit.judge.integrity import read_report
+    from memaudit.render.compare_table import regressions_heading
+
+    cur = read_report(ROOT / "reports" / "cpu" / "reference.json")
+    base = copy.deepcopy(cur)
+    base.cases[0].rows = [r for r in base.cases[0].rows if r.operand not in ("fc1.output", "activation.scales", "fc2.input")]
+    cmp = compare_reports(base, cur, tolerance=parse_tolerance("0"))
+    assert len(cmp.failures) > 3
+    heading = regressions_heading(cmp)
+    assert heading.startswith("Regressions: 1 case; buffers: 3 added (") and f"({len(cmp.failures)} findings below" in heading

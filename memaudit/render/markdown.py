@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -466,16 +467,25 @@ def _ranks_block(v: RankView) -> str:
 # Public entry point
 
 
+def md_code(text: str) -> str:
+    """``text`` as an inline code span (a command, a path), neutralised; plain escaped text where
+    it holds a backtick (which would end the span)."""
+    text = neutralize(" ".join(text.split()))
+    return f"`{text}`" if "`" not in text else md_escape(text)
+
+
 def render_markdown(
     report: Report,
     comparison: Comparison | None = None,
     *,
     name: str = "default",
     limit: int = GITHUB_LIMIT,
+    notes: Sequence[str] = (),
 ) -> str:
-    """Render ``report`` (and its comparison against a baseline, if any) as a PR comment."""
+    """Render ``report`` (and its comparison against a baseline, if any) as a PR comment;
+    ``notes`` (markdown lines, escaped by the caller) go above the footer of a comparison."""
     if comparison is not None:
-        return render_compare_markdown(report, comparison, name=name, limit=limit)
+        return render_compare_markdown(report, comparison, name=name, limit=limit, notes=notes)
     head = [marker(name), _verdict(report, comparison), ""]
     head += [_ranks_block(v) for v in rank_views(report)]  # a merged report's ranks, side by side
     if comparison is not None and comparison.env_warnings:
@@ -744,7 +754,8 @@ def _headline(report: Report, cmp: Comparison) -> str:
     return text + _not_checked(report, cmp)
 
 
-def render_compare_markdown(report: Report, cmp: Comparison, *, name: str = "default", limit: int = GITHUB_LIMIT) -> str:
+def render_compare_markdown(report: Report, cmp: Comparison, *, name: str = "default", limit: int = GITHUB_LIMIT,
+                            notes: Sequence[str] = ()) -> str:
     """The PR comment for a comparison: a headline (total delta, worst case, verdict), then the
     regressed cases, the improved ones and other changes, each with its table of changed buffers
     in exact bytes, then the unchanged cases collapsed; cut to ``limit`` from the end."""
@@ -760,6 +771,8 @@ def render_compare_markdown(report: Report, cmp: Comparison, *, name: str = "def
     sections["improvements"].sort(key=lambda d: d.saved_delta or 0)
     titles = {"regressions": "❌ Regressions", "improvements": "📉 Improvements", "other": "🔸 Other changes"}
     footer = _footer(report, cmp)
+    if notes:
+        footer = "\n".join(notes) + "\n\n" + footer
     if not cmp.cases:
         head.append("_No cases._\n")
 
