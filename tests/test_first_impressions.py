@@ -74,3 +74,26 @@ def test_regressions_count_the_buffers_not_the_rollups() -> None:
     assert len(cmp.failures) > 3
     heading = regressions_heading(cmp)
     assert heading.startswith("Regressions: 1 case; buffers: 3 added (") and f"({len(cmp.failures)} findings below" in heading
+
+
+def test_the_docs_way_to_make_a_test_variant_of_a_baseline_fails_the_gate(tmp_path: Path) -> None:
+    """docs/ci.md's model.py and commands, run as written: the compare exits 1 on the grown buffer."""
+    from markdown_it import MarkdownIt
+
+    text = (ROOT / "docs" / "ci.md").read_text(encoding="utf-8")
+    section = text.split("## A test variant of a baseline")[1].split("\n## ")[0]
+    fences = [t for t in MarkdownIt().parse(section) if t.type == "fence"]
+    model = next(t.content for t in fences if t.info.strip() == "python")
+    script = next(t.content for t in fences if t.info.strip() == "bash")
+    (tmp_path / "model.py").write_text(model, encoding="utf-8")
+    bin_dir = Path(sys.executable).parent
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GROW")}
+    env.update(PATH=f"{bin_dir}{os.pathsep}{env['PATH']}", NO_COLOR="1", COLUMNS="120")
+    lines = [ln for ln in script.splitlines() if ln.strip()]
+    for line in lines[:-1]:
+        done = subprocess.run(["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, (line, done.stdout, done.stderr)
+    done = subprocess.run(["bash", "-c", lines[-1]], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Net:TanhBackward0.result" in done.stdout and "+8.0 KiB" in done.stdout
+    assert "Regressions: 1 case; buffers: 1 added" in done.stdout
