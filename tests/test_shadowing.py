@@ -45,8 +45,11 @@ def test_te_history_installed_from_a_folder_holding_memaudit(tmp_path: Path) -> 
     text = done.stdout + done.stderr
     assert "__version__" not in text and "Traceback" not in text, text[-3000:]
     assert "wrote 4 files into o" in text, text[-3000:]
-    # every case but TE's known NVFP4 G=1 failure answered (the worker imported the real memaudit)
+    # every case but TE's known NVFP4 G=1 failure answered (the worker imported the real memaudit);
+    # that failure is an expected one, labelled, and the run is not red for it
     assert text.count(" MiB / ") >= 9, text[-3000:]
+    assert "xfail (TE bug)" in done.stdout and "expected failure: te-grouped-mlp/nvfp4/g1/" in done.stderr, text[-3000:]
+    assert done.returncode == 0, text[-3000:]
 
 
 @pytest.mark.skipif(not torch.distributed.is_gloo_available(), reason="torch.distributed without gloo")

@@ -9,6 +9,7 @@ import os
 import re
 import sys
 import typing
+import warnings
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -555,6 +556,8 @@ def main() -> None:
     from memaudit.render.console import guard
 
     signal.signal(signal.SIGTERM, _terminate)
+    # torch warns on import where NumPy is not installed (a fresh venv): memaudit does not need it
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     sys.stdout, sys.stderr = guard(sys.stdout, "output"), guard(sys.stderr, "error")  # > /dev/full, | head -c1
     try:

@@ -23,7 +23,7 @@ from memaudit.errors import UsageError, clip
 from memaudit.judge.baseline import WORSE, CaseDiff, Comparison, Finding, RowDiff, kind_breakdown
 from memaudit.render.ranks import PER_RANK_MAX, RankView, imbalance, rank_views
 from memaudit.report import CaseReport, Report
-from memaudit.targets.registry import execution_label
+from memaudit.targets.registry import execution_label, owner_of
 from memaudit.units import fmt_bytes, fmt_delta, fmt_shape
 
 GITHUB_LIMIT = 65536
@@ -372,6 +372,17 @@ def _not_checked(report: Report, comparison: Comparison | None) -> str:
     return f" · not checked: {md_escape(', '.join(names))}" if names else ""
 
 
+def _case_notes(report: Report) -> list[str]:
+    """What a case's target says besides its numbers (an estimate that answers because TE's
+    forward failed, and why), one quoted line each (clipped), then a blank line; none: nothing."""
+    lines = []
+    for case in report.cases:
+        owner = owner_of(case.spec)
+        for note in owner.notes(case) if owner is not None else ():
+            lines.append(f"> ℹ️ {md_escape(case.id)}: {md_escape(clip(note))}")
+    return [*lines, ""] if lines else []
+
+
 def _verdict(report: Report, comparison: Comparison | None) -> str:
     return _verdict_text(report, comparison) + _not_checked(report, comparison)
 
@@ -486,7 +497,7 @@ def render_markdown(
     ``notes`` (markdown lines, escaped by the caller) go above the footer of a comparison."""
     if comparison is not None:
         return render_compare_markdown(report, comparison, name=name, limit=limit, notes=notes)
-    head = [marker(name), _verdict(report, comparison), ""]
+    head = [marker(name), _verdict(report, comparison), "", *_case_notes(report)]
     head += [_ranks_block(v) for v in rank_views(report)]  # a merged report's ranks, side by side
     if comparison is not None and comparison.env_warnings:
         strict = " (a failure under --strict-env)" if comparison.strict_env else ""
@@ -759,7 +770,7 @@ def render_compare_markdown(report: Report, cmp: Comparison, *, name: str = "def
     """The PR comment for a comparison: a headline (total delta, worst case, verdict), then the
     regressed cases, the improved ones and other changes, each with its table of changed buffers
     in exact bytes, then the unchanged cases collapsed; cut to ``limit`` from the end."""
-    head = [marker(name), _headline(report, cmp), ""]
+    head = [marker(name), _headline(report, cmp), "", *_case_notes(report)]
     head += [_ranks_block(v) for v in rank_views(report)]
     if cmp.env_warnings:
         strict = " (a failure under --strict-env)" if cmp.strict_env else ""
