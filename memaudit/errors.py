@@ -25,6 +25,11 @@ class UsageError(Exception):
         super().__init__(where + message)
 
 
+class Terminated(SystemExit):
+    """SIGTERM, as memaudit raises it (exit status 128 + the signal): unlike a third party's
+    ``sys.exit`` inside a case or a plugin, which memaudit reports, it ends the command."""
+
+
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """``" (did you mean 'x'?)"`` for the choice closest to ``word``, or ``""`` when none is close.
 
@@ -32,3 +37,17 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+REASON_CHARS = 400
+"""The most characters of a case's reason a table, a finding or a comment shows (the report keeps it whole)."""
+
+
+def clip(text: str, limit: int = REASON_CHARS, whole: str = "the report has the whole reason") -> str:
+    """``text`` on one line (whitespace runs made one space) and at most about ``limit``
+    characters, saying how long the whole was: what a table or comment shows of a reason that
+    may be huge (a traceback, a hostile report). Linear in ``len(text)``."""
+    head = " ".join(text[: limit * 4].split())
+    if len(head) <= limit and len(text) <= limit * 4:
+        return head
+    return head[:limit].rstrip() + f" … ({len(text):,} characters in all; {whole})"

@@ -8,14 +8,17 @@
 #
 #   MEMAUDIT_BASELINE      the committed baseline report (required)
 #   MEMAUDIT_SCENARIO      a shipped scenario's name or a .toml path: `run --scenario` (or `check`)
-#   MEMAUDIT_RUN_ARGS      more `memaudit run` arguments, split on spaces (e.g. "--recipe nvfp4 --groups 8")
+#   MEMAUDIT_RUN_ARGS      more `memaudit run` arguments, split on spaces, tabs and newlines (every line)
 #   MEMAUDIT_REPORT        an existing report to gate instead of running (judged by `check` when
 #                          MEMAUDIT_SCENARIO is set too)
-#   MEMAUDIT_COMPARE_ARGS  more `memaudit compare` arguments (e.g. "--tolerance 0 --allow-missing")
+#   MEMAUDIT_COMPARE_ARGS  more `memaudit compare` arguments, split as run's (e.g. "--tolerance 0 --allow-missing")
 #   MEMAUDIT_NAME          the comment's marker name (default: the baseline file's stem)
 #   MEMAUDIT_OUT           the folder for current.json, comment.md, bench.json (default memaudit-out)
 #   MEMAUDIT_COMMENT       true: post or update the sticky comment on the pull request (default false)
 #   MEMAUDIT_PR            the pull request number (default: read from GITHUB_EVENT_PATH)
+#   MEMAUDIT_COMMENT_AUTHORS  comma-separated logins whose marked comment may be updated (default
+#                          github-actions[bot]; the token's own login, where `gh api user` gives it, too)
+#   MEMAUDIT_GH_TIMEOUT    seconds each gh call may take (default 60): past it, the call failed
 #   GITHUB_REPOSITORY      owner/name, for the comment (GitHub Actions sets it)
 #   MEMAUDIT               the memaudit command (default memaudit); MEMAUDIT_PYTHON python (default python3)
 #   MEMAUDIT_DEFER_EXIT    true: exit 0 and leave the verdict in GITHUB_OUTPUT (`exit`), so that later
@@ -38,11 +41,17 @@ BASELINE="${MEMAUDIT_BASELINE:-}"
 SCENARIO="${MEMAUDIT_SCENARIO:-}"
 REPORT="${MEMAUDIT_REPORT:-}"
 COMMENT="${MEMAUDIT_COMMENT:-false}"
-read -r -a RUN_ARGS <<< "${MEMAUDIT_RUN_ARGS:-}"
-read -r -a COMPARE_ARGS <<< "${MEMAUDIT_COMPARE_ARGS:-}"
+GH_TIMEOUT="${MEMAUDIT_GH_TIMEOUT:-60}"
+# every line of a multi-line input (`run-args: |` in YAML), split on spaces, tabs and newlines
+IFS=$' \t\n' read -r -d '' -a RUN_ARGS <<< "${MEMAUDIT_RUN_ARGS:-}" || true
+IFS=$' \t\n' read -r -d '' -a COMPARE_ARGS <<< "${MEMAUDIT_COMPARE_ARGS:-}" || true
 
 say() { printf 'memaudit gate: %s\n' "$*"; }
 output() { if [ -n "${GITHUB_OUTPUT:-}" ]; then printf '%s=%s\n' "$1" "$2" >> "$GITHUB_OUTPUT"; fi; }
+# gh with a time limit (MEMAUDIT_GH_TIMEOUT seconds): a hung API call is a failed one
+gh_() {
+  if command -v timeout > /dev/null 2>&1; then timeout -k 5 "$GH_TIMEOUT" gh "$@"; else gh "$@"; fi
+}
 
 if [ -z "$BASELINE" ]; then
   say "MEMAUDIT_BASELINE is not set (the baseline report to compare against)" >&2
@@ -67,11 +76,42 @@ elif [ -n "$SCENARIO" ]; then
 fi
 [ -n "$first" ] && output "${first}-rc" "$first_rc"
 
+# the pull request, for the comment (and whether it changed the baseline)
+pr="${MEMAUDIT_PR:-}"
+if [ -z "$pr" ] && [ -n "${GITHUB_EVENT_PATH:-}" ] && [ -f "${GITHUB_EVENT_PATH:-}" ]; then
+  pr="$("$PYTHON" -c 'import json, sys; print((json.load(open(sys.argv[1])).get("pull_request") or {}).get("number") or "")' "$GITHUB_EVENT_PATH" 2> /dev/null)"
+fi
+baseline_note=""
+if [ "$COMMENT" = true ] && [ -n "$pr" ] && [ -n "${GITHUB_REPOSITORY:-}" ]; then
+  # the pull request's changed files (gh), against the baseline's path in the repository
+  files="$OUT/.files.json"
+  rel="$(git ls-files --full-name -- "$BASELINE" 2> /dev/null | head -n 1)"
+  if gh_ api --paginate "repos/$GITHUB_REPOSITORY/pulls/$pr/files?per_page=100" > "$files" 2> /dev/null; then
+    baseline_note="$(BASELINE_PATH="${rel:-$BASELINE}" "$PYTHON" -c '
+import json, os, sys
+try:
+    text, pos, dec, names = open(sys.argv[1], encoding="utf-8").read(), 0, json.JSONDecoder(), set()
+    while pos < len(text):
+        if text[pos].isspace():
+            pos += 1
+            continue
+        page, pos = dec.raw_decode(text, pos)
+        names |= {f.get("filename") for f in page if isinstance(f, dict)}
+except (OSError, UnicodeDecodeError, ValueError, TypeError, AttributeError):
+    sys.exit(0)  # unreadable: say nothing about it
+path = os.path.normpath(os.environ["BASELINE_PATH"])
+print("this pull request changes the baseline" if path in names else "this pull request does not change the baseline")
+' "$files" 2> /dev/null)"
+  fi
+  rm -f "$files"
+fi
+
 # 2. compare (whatever step 1 said, as long as there is a report: the comment shows what changed)
 compare_rc=""
 if [ -f "$REPORT" ]; then
   args=(compare "$BASELINE" "$REPORT" --markdown "$OUT/comment.md" --benchmark-json "$OUT/bench.json" -v)
   [ -n "${MEMAUDIT_NAME:-}" ] && args+=(--name "$MEMAUDIT_NAME")
+  [ -n "$baseline_note" ] && args+=(--baseline-note "$baseline_note")
   args+=("${COMPARE_ARGS[@]}")
   say "$MEMAUDIT ${args[*]}"
   "$MEMAUDIT" "${args[@]}"; compare_rc=$?
@@ -85,44 +125,67 @@ else
 fi
 
 # 3. the sticky comment: found again by its hidden first line, over every page of the PR's comments
-pr="${MEMAUDIT_PR:-}"
-if [ -z "$pr" ] && [ -n "${GITHUB_EVENT_PATH:-}" ] && [ -f "${GITHUB_EVENT_PATH:-}" ]; then
-  pr="$("$PYTHON" -c 'import json, sys; print((json.load(open(sys.argv[1])).get("pull_request") or {}).get("number") or "")' "$GITHUB_EVENT_PATH")"
-fi
 if [ "$COMMENT" = true ] && [ -f "$OUT/comment.md" ]; then
   if [ -z "$pr" ] || [ -z "${GITHUB_REPOSITORY:-}" ]; then
     say "not a pull request (no PR number or repository): no comment posted"
   else
     marker="$(head -n 1 "$OUT/comment.md")"
     listing="$OUT/.comments.json"
+    me="$OUT/.user.json"
     id=""
-    if gh api --paginate "repos/$GITHUB_REPOSITORY/issues/$pr/comments?per_page=100" > "$listing"; then
-      # --paginate prints one JSON array per page, back to back
-      id="$(MARKER="$marker" "$PYTHON" -c '
+    # whose comment may be updated: the token's own login (a personal token) and the Actions bot
+    # (GITHUB_TOKEN, whose /user lookup is refused); anyone else's comment with the marker is left alone
+    gh_ api user > "$me" 2> /dev/null || : > "$me"
+    if gh_ api --paginate "repos/$GITHUB_REPOSITORY/issues/$pr/comments?per_page=100" > "$listing"; then
+      # --paginate prints one JSON array per page, back to back; anything else is an unreadable
+      # listing (an HTML error page, a truncated answer): exit 3, treated like a failed gh
+      id="$(MARKER="$marker" AUTHORS="${MEMAUDIT_COMMENT_AUTHORS:-github-actions[bot]}" "$PYTHON" -c '
 import json, os, sys
-text, pos, dec = open(sys.argv[1], encoding="utf-8").read(), 0, json.JSONDecoder()
-while pos < len(text):
-    if text[pos].isspace():
-        pos += 1
-        continue
-    page, pos = dec.raw_decode(text, pos)
-    for c in page:
-        if (c.get("body") or "").startswith(os.environ["MARKER"]):
-            print(c["id"])
-            sys.exit(0)
-' "$listing")"
-      if [ -n "$id" ]; then
-        gh api --method PATCH "repos/$GITHUB_REPOSITORY/issues/comments/$id" -F "body=@$OUT/comment.md" > /dev/null \
+authors = set(os.environ["AUTHORS"].split(","))
+try:
+    me = json.loads(open(sys.argv[2], encoding="utf-8").read() or "null")
+    if isinstance(me, dict) and isinstance(me.get("login"), str):
+        authors.add(me["login"])
+except (OSError, ValueError):
+    pass
+try:
+    text, pos, dec = open(sys.argv[1], encoding="utf-8").read(), 0, json.JSONDecoder()
+    found = None
+    while pos < len(text):
+        if text[pos].isspace():
+            pos += 1
+            continue
+        page, pos = dec.raw_decode(text, pos)
+        if not isinstance(page, list):
+            raise ValueError(f"a page is a JSON {type(page).__name__}, not an array of comments")
+        for c in page:
+            if not isinstance(c, dict) or not isinstance(c.get("id"), int) or isinstance(c.get("id"), bool):
+                raise ValueError("a comment without an integer id")
+            user = c.get("user") if isinstance(c.get("user"), dict) else {}
+            body = c.get("body") if isinstance(c.get("body"), str) else ""
+            if found is None and body.startswith(os.environ["MARKER"]) and user.get("login") in authors:
+                found = c["id"]
+except (OSError, UnicodeDecodeError, ValueError) as exc:
+    print(f"memaudit gate: the comment listing is not readable ({str(exc)[:200]})", file=sys.stderr)
+    sys.exit(3)
+if found is not None:
+    print(found)
+' "$listing" "$me")"
+      read_rc=$?
+      if [ "$read_rc" != 0 ]; then
+        say "warning: could not read the pull request's comments; no comment posted (the verdict stands)"
+      elif [ -n "$id" ]; then
+        gh_ api --method PATCH "repos/$GITHUB_REPOSITORY/issues/comments/$id" -F "body=@$OUT/comment.md" > /dev/null \
           && say "updated comment $id" || say "warning: could not update comment $id (the verdict stands)"
       else
-        gh api --method POST "repos/$GITHUB_REPOSITORY/issues/$pr/comments" -F "body=@$OUT/comment.md" > /dev/null \
+        gh_ api --method POST "repos/$GITHUB_REPOSITORY/issues/$pr/comments" -F "body=@$OUT/comment.md" > /dev/null \
           && say "created a comment" || say "warning: could not create the comment (a fork's read-only token?); the verdict stands"
       fi
       output comment-id "$id"
     else
-      say "warning: could not list the pull request's comments; no comment posted (the verdict stands)"
+      say "warning: could not list the pull request's comments (gh failed or ran past ${GH_TIMEOUT} s); no comment posted (the verdict stands)"
     fi
-    rm -f "$listing"
+    rm -f "$listing" "$me"
   fi
 fi
 

@@ -11,10 +11,13 @@ same way (``memaudit.te:PROVIDER``).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 from dataclasses import dataclass
 from importlib import metadata
+
+from memaudit.errors import Terminated, UsageError
 
 GROUP = "memaudit.plugins"
 
@@ -45,9 +48,18 @@ class Provider:
 def _providers(path: tuple[str, ...]) -> tuple[tuple[str, Provider], ...]:
     out = []
     for ep in sorted(metadata.entry_points(group=GROUP), key=lambda ep: ep.name):
-        provider = ep.load()
+        where = f"the classifier plugin {ep.name} = {ep.value}" + (f" (package {ep.dist.name})" if ep.dist else "")
+        try:
+            with contextlib.redirect_stdout(sys.stderr):  # what it prints never mixes with memaudit's output
+                provider = ep.load()
+        except Terminated:
+            raise
+        except SystemExit as exc:  # a plugin's sys.exit is its failure, never memaudit's exit status
+            raise UsageError(f"{where} called sys.exit({exc.code!r}) while loading", key="plugins") from None
+        except Exception as exc:  # noqa: BLE001 - a broken plugin package is bad input, named
+            raise UsageError(f"{where} does not load: {type(exc).__name__}: {exc}", key="plugins") from None
         if not isinstance(provider, Provider):
-            raise TypeError(f"entry point {GROUP} {ep.name} = {ep.value} is not a memaudit.plugins.Provider")
+            raise UsageError(f"{where} is a {type(provider).__name__}, not a memaudit.plugins.Provider", key="plugins")
         out.append((ep.name, provider))
     return tuple(out)
 

@@ -14,6 +14,7 @@ import memaudit
 from memaudit.capture import capture
 from memaudit.capture.reads import UNKNOWN
 from memaudit.environment import environment
+from memaudit.errors import Terminated
 from memaudit.report import CaseReport, PathInfo, Report, Unread, with_verdicts
 from memaudit.spec import CaseSpec
 from memaudit.targets.base import Fallback, Target
@@ -34,6 +35,8 @@ from memaudit.unread import (
 
 
 def _first_line(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"SystemExit: the case's code called sys.exit({exc.code!r})"
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
@@ -72,7 +75,9 @@ def run_case(target: Target, spec: CaseSpec, *, backward: bool = True, verify_al
     try:
         return elsewhere(lambda: run_case_here(target, spec, backward=backward, verify_allocator=verify_allocator, stack=stack,
                                                unread=unread))
-    except Exception as exc:  # noqa: BLE001 - one cell's fault is that cell's error
+    except Terminated:
+        raise
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - one cell's fault is that cell's error
         case = empty_case(spec)
         case.status, case.reason = "error", _first_line(exc)
         return case
@@ -120,7 +125,9 @@ def run_case_here(target: Target, spec: CaseSpec, *, backward: bool = True, veri
             _verdicts(case, target, spec, unread, observed, built.emulation() is not None)
     except torch.cuda.OutOfMemoryError as exc:
         case.status, case.reason = "error", "out of memory: " + _first_line(exc)
-    except Exception as exc:  # noqa: BLE001 - one cell's fault is that cell's error
+    except Terminated:
+        raise
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - one cell's fault is that cell's error (a sys.exit too)
         case.status, case.reason = "error", _first_line(exc)
     finally:
         if built is not None:
@@ -237,7 +244,9 @@ def plan_fallbacks(target: Target, specs: Sequence[CaseSpec], mode: str, *, back
 def _run_fallback(fallback: Fallback, spec: CaseSpec) -> CaseReport:
     try:
         return fallback.run()
-    except Exception as exc:  # noqa: BLE001 - one cell's fault is that cell's error
+    except Terminated:
+        raise
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - one cell's fault is that cell's error
         case = empty_case(spec)
         case.status, case.reason = "error", f"{fallback.execution} fallback: {_first_line(exc)}"
         return case

@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -55,6 +56,20 @@ with open(os.environ["FAKE_GH_LOG"], "a", encoding="utf-8") as f:
     f.write(json.dumps(call) + "\n")
 if os.environ.get("FAKE_GH_FAIL") == call["method"]:
     sys.exit("fake gh: HTTP 403: Resource not accessible by integration")
+if call["path"] == "user":  # an installation token (GITHUB_TOKEN) may not read /user
+    if not os.environ.get("FAKE_GH_LOGIN"):
+        sys.exit("fake gh: HTTP 403: Resource not accessible by integration")
+    print(json.dumps({"login": os.environ["FAKE_GH_LOGIN"]}))
+    sys.exit(0)
+if "/pulls/" in call["path"]:  # the pull request's changed files
+    print(json.dumps([{"filename": f} for f in os.environ.get("FAKE_GH_FILES", "").split(",") if f]))
+    sys.exit(0)
+if call["method"] == "GET" and os.environ.get("FAKE_GH_HANG"):  # a call that never answers
+    import time
+    time.sleep(float(os.environ["FAKE_GH_HANG"]))
+if call["method"] == "GET" and "FAKE_GH_LISTING" in os.environ:  # exit 0, but not JSON pages
+    sys.stdout.buffer.write(open(os.environ["FAKE_GH_LISTING"], "rb").read())
+    sys.exit(0)
 if call["method"] == "GET":
     pages = json.load(open(os.environ["FAKE_GH_PAGES"], encoding="utf-8"))
     for page in (pages if call["paginate"] else pages[:1]):  # gh --paginate: one array per page, back to back
@@ -84,8 +99,8 @@ sys.exit(rc)
 '''
 
 
-def _comment(i: int, body: str) -> dict:
-    return {"id": i, "body": body, "user": {"login": "someone"}}
+def _comment(i: int, body: str, login: str = "github-actions[bot]") -> dict:
+    return {"id": i, "body": body, "user": {"login": login}}
 
 
 @pytest.fixture
@@ -115,8 +130,13 @@ def gate(tmp_path: Path, bin_dir: Path, *, pages: list[list[dict]] | None = None
                 FAKE_MEMAUDIT_LOG=str(tmp_path / "memaudit.log"), GITHUB_REPOSITORY="owner/repo",
                 MEMAUDIT_BASELINE="base.json", MEMAUDIT_PYTHON=sys.executable, NO_COLOR="1", COLUMNS="120")
     full.update(env)
+    start = time.monotonic()
     done = subprocess.run(["bash", str(GATE)], cwd=work, env=full, capture_output=True, text=True, timeout=300)
+    gate.seconds = time.monotonic() - start  # type: ignore[attr-defined]
     calls = [json.loads(x) for x in (tmp_path / "gh.log").read_text(encoding="utf-8").splitlines()]
+    gate.files_calls = [c for c in calls if "/pulls/" in c["path"]]  # type: ignore[attr-defined]
+    # who the token is and which files the PR changes: asked before the listing
+    calls = [c for c in calls if c["path"] != "user" and "/pulls/" not in c["path"]]
     runs = [json.loads(x) for x in (tmp_path / "memaudit.log").read_text(encoding="utf-8").splitlines()]
     return done.returncode, done.stdout + done.stderr, calls, runs
 
@@ -153,7 +173,7 @@ def test_the_marker_name_decides_which_comment(tmp_path: Path, bin_dir: Path) ->
     pages = [[_comment(1, MARKER), _comment(2, "<!-- memaudit:b200 -->\n")]]
     rc, out, calls, runs = gate(tmp_path, bin_dir, pages=pages, MEMAUDIT_COMMENT="true", MEMAUDIT_PR="7", MEMAUDIT_NAME="b200")
     assert rc == 0 and calls[-1]["path"] == "repos/owner/repo/issues/comments/2", out
-    assert runs[-1][-2:] == ["--name", "b200"]
+    assert runs[-1][runs[-1].index("--name") + 1] == "b200"
 
 
 def test_the_pr_number_comes_from_the_event(tmp_path: Path, bin_dir: Path) -> None:
@@ -310,3 +330,157 @@ def test_the_docs_yaml_uses_the_action_with_its_inputs() -> None:
     assert used, "docs/ci.md should show the action in use"
     for s in used:
         assert set(s["with"]) <= set(ACTION["inputs"]), s["with"]
+
+
+# ---- the artifact's name ---------------------------------------------------------------------------------
+def _artifact_name(tmp_path: Path, **env: str) -> str:
+    """The action's 'Artifact name' step run as the runner would, with ``env`` as its expressions give it."""
+    step = next(s for s in ACTION["runs"]["steps"] if s.get("id") == "artifact")
+    out = tmp_path / "artifact-out.txt"
+    out.write_text("", encoding="utf-8")
+    full = {"PATH": os.environ["PATH"], "GITHUB_OUTPUT": str(out), "ARTIFACT": ACTION["inputs"]["artifact"]["default"],
+            "NAME": "", "BASELINE": "reports/baseline/b200.json", "JOB": "gate", "INDEX": "0", "ATTEMPT": "1", **env}
+    subprocess.run(["bash", "-c", step["run"]], env=full, check=True, timeout=30)
+    outputs = dict(line.split("=", 1) for line in out.read_text(encoding="utf-8").splitlines())
+    return outputs["name"]
+
+
+def test_the_default_artifact_name_is_unique_per_matrix_cell_and_gate(tmp_path: Path) -> None:
+    """upload-artifact refuses a second artifact of one name in a run (HTTP 409): two matrix cells,
+    two jobs, two gates in one job and a re-run each get their own name by default."""
+    step = next(s for s in ACTION["runs"]["steps"] if s.get("id") == "artifact")
+    assert step["env"]["INDEX"] == "${{ strategy.job-index }}" and step["env"]["JOB"] == "${{ github.job }}"
+    upload = next(s for s in ACTION["runs"]["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact"))
+    assert upload["with"]["name"] == "${{ steps.artifact.outputs.name }}"
+    names = [_artifact_name(tmp_path), _artifact_name(tmp_path, INDEX="1"), _artifact_name(tmp_path, JOB="other"),
+             _artifact_name(tmp_path, NAME="h100"), _artifact_name(tmp_path, ATTEMPT="2")]
+    assert len(set(names)) == len(names), names
+    assert names[0] == "memaudit-b200-gate-0-1"
+    assert _artifact_name(tmp_path, ARTIFACT="mine") == "mine"
+    assert _artifact_name(tmp_path, ARTIFACT="") == ""  # none uploaded
+    assert _artifact_name(tmp_path, ARTIFACT='a:b/c"d') == "a-b-c-d"
+
+
+# ---- workflow hygiene in the YAML people copy ------------------------------------------------------------
+def _yaml_blocks() -> list[str]:
+    out = []
+    for doc in (ROOT / "docs" / "ci.md", ROOT / "README.md"):
+        out += [t.content for t in MarkdownIt().parse(doc.read_text(encoding="utf-8")) if t.type == "fence" and t.info.strip() == "yaml"]
+    return [*out, (ROOT / ".github" / "workflows" / "memaudit.yml").read_text(encoding="utf-8")]
+
+
+def test_every_third_party_action_is_pinned_by_sha_with_its_tag_in_a_comment() -> None:
+    """GitHub's own actions (actions/...) and this repository (./) aside, a `uses:` names a full
+    commit SHA and says its tag in a comment on the same line."""
+    seen = 0
+    for block in _yaml_blocks():
+        for line in block.splitlines():
+            m = re.match(r"\s*(?:-\s+)?uses:\s+(\S+)(.*)$", line)
+            if m is None or m.group(1).startswith(("actions/", "./")):
+                continue
+            seen += 1
+            assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", m.group(1)), line
+            assert re.match(r"\s+#\s*v\d", m.group(2)), line
+    assert seen >= 3
+
+
+def test_a_self_hosted_job_in_the_docs_has_the_fork_guard_in_its_yaml() -> None:
+    jobs = []
+    for block in _yaml_blocks():
+        doc = yaml.safe_load(block)
+        if isinstance(doc, dict):
+            jobs += [j for j in (doc.get("jobs") or {}).values() if "self-hosted" in str(j.get("runs-on"))]
+    assert len(jobs) >= 2
+    for job in jobs:
+        assert "github.event.pull_request.head.repo.full_name == github.repository" in job.get("if", ""), job
+
+
+# ---- hostile comment listings --------------------------------------------------------------------------
+def test_a_marker_comment_by_someone_else_is_left_alone(tmp_path: Path, bin_dir: Path) -> None:
+    """Anyone can post the marker first: only the bot's (or the token's own) comment is updated."""
+    pages = [[_comment(5, MARKER + "\nhijacked", login="mallory"), _comment(6, MARKER + "\nold verdict")]]
+    rc, out, calls, _ = gate(tmp_path, bin_dir, pages=pages, MEMAUDIT_COMMENT="true", MEMAUDIT_PR="7")
+    assert rc == 0, out
+    assert [(c["method"], c["path"]) for c in calls][-1] == ("PATCH", "repos/owner/repo/issues/comments/6"), out
+    rc, out, calls, _ = gate(tmp_path, bin_dir, pages=[pages[0][:1]], MEMAUDIT_COMMENT="true", MEMAUDIT_PR="7")
+    assert rc == 0 and [c["method"] for c in calls] == ["GET", "POST"], out  # a comment of its own
+    # a personal token: its own login counts (from gh api user)
+    pages = [[_comment(5, MARKER + "\nby the token's user", login="ci-user")]]
+    rc, out, calls, _ = gate(tmp_path, bin_dir, pages=pages, MEMAUDIT_COMMENT="true", MEMAUDIT_PR="7", FAKE_GH_LOGIN="ci-user")
+    assert rc == 0 and calls[-1]["path"] == "repos/owner/repo/issues/comments/5", out
+
+
+GARBAGE = {
+    "html 502": b"<html><head><title>502 Bad Gateway</title></head><body>bad gateway</body></html>\n",
+    "an object": b'{"message": "Not Found"}\n',
+    "truncated": b'[{"id": 1, "body": "<!-- memaudit:base -->", "user": {"login": "github-actions[bot]"}}, {"id": 2, "bo',
+    "binary": bytes(range(256)) * 4,
+    "ids that are not integers": b'[{"id": "1; rm -rf /", "body": "<!-- memaudit:base -->", "user": {"login": "github-actions[bot]"}}]',
+}
+
+
+@pytest.mark.parametrize("kind", list(GARBAGE), ids=list(GARBAGE))
+def test_an_unreadable_listing_posts_nothing(tmp_path: Path, bin_dir: Path, kind: str) -> None:
+    """gh exits 0 but prints what is not JSON pages of comments: a warning, no traceback, and no
+    second comment (which a POST would make), whatever the verdict."""
+    (tmp_path / "listing").write_bytes(GARBAGE[kind])
+    for compare_rc in (0, 1):
+        rc, out, calls, _ = gate(tmp_path, bin_dir, MEMAUDIT_COMMENT="true", MEMAUDIT_PR="7",
+                                 FAKE_GH_LISTING=str(tmp_path / "listing"), FAKE_COMPARE_RC=str(compare_rc))
+        assert rc == compare_rc, out
+        assert "Traceback" not in out and "could not read the pull request's comments" in out, out
+        assert [c["method"] for c in calls] == ["GET"], calls
+
+
+def test_a_hung_gh_is_cut_off_and_posts_nothing(tmp_path: Path, bin_dir: Path) -> None:
+    rc, out, calls, _ = gate(tmp_path, bin_dir, MEMAUDIT_COMMENT="true", MEMAUDIT_PR="7", FAKE_GH_HANG="120",
+                             MEMAUDIT_GH_TIMEOUT="2", FAKE_COMPARE_RC="1")
+    assert rc == 1, out
+    assert gate.seconds < 30, gate.seconds  # type: ignore[attr-defined]
+    assert "could not list the pull request's comments" in out and [c["method"] for c in calls] == ["GET"], out
+
+
+# ---- multi-line inputs ----------------------------------------------------------------------------------------
+def test_multi_line_args_keep_every_line(tmp_path: Path, bin_dir: Path) -> None:
+    """`compare-args: |` in YAML gives one argument per line: none is dropped."""
+    rc, out, _, runs = gate(tmp_path, bin_dir, MEMAUDIT_SCENARIO="reference", MEMAUDIT_RUN_ARGS="--recipe bf16\n--groups 1,2\n",
+                            MEMAUDIT_COMPARE_ARGS="-v\n--strict-env\n\t--tolerance 0\n")
+    assert rc == 0, out
+    assert runs[0][-4:] == ["--recipe", "bf16", "--groups", "1,2"]
+    assert runs[1][-4:] == ["-v", "--strict-env", "--tolerance", "0"]
+
+
+# ---- what the comment says about the baseline ----------------------------------------------------------------
+def test_the_comment_says_whether_the_pr_changed_the_baseline(tmp_path: Path, bin_dir: Path) -> None:
+    for files, said in (("src/x.py,base.json", "this pull request changes the baseline"),
+                        ("src/x.py", "this pull request does not change the baseline")):
+        rc, out, _, runs = gate(tmp_path, bin_dir, MEMAUDIT_COMMENT="true", MEMAUDIT_PR="7", FAKE_GH_FILES=files)
+        assert rc == 0, out
+        assert gate.files_calls[0]["path"] == "repos/owner/repo/pulls/7/files?per_page=100"  # type: ignore[attr-defined]
+        compare = runs[-1]
+        assert compare[compare.index("--baseline-note") + 1] == said, compare
+    rc, out, _, runs = gate(tmp_path, bin_dir, MEMAUDIT_COMMENT="false")  # no PR: nothing asked, nothing said
+    assert "--baseline-note" not in runs[-1] and gate.files_calls == []  # type: ignore[attr-defined]
+
+
+def test_the_real_comment_says_how_to_accept_and_where_the_baseline_came_from(tmp_path: Path) -> None:
+    """compare --markdown: the baseline's file and blob id, and the exact command that accepts
+    the current report, when something changed (and only then)."""
+    ref = ROOT / "reports" / "cpu" / "reference.json"
+    d = json.loads(ref.read_text(encoding="utf-8"))
+    d["cases"][0]["reason"] = None
+    changed = json.loads(json.dumps(d))
+    changed["cases"] = changed["cases"][:-1]  # a case missing: a change
+    (tmp_path / "cur.json").write_text(json.dumps(changed), encoding="utf-8")
+    env = {**os.environ, "NO_COLOR": "1"}
+    memaudit = [sys.executable, "-m", "memaudit", "compare", str(ref)]
+    subprocess.run([*memaudit, "cur.json", "--markdown", "c.md", "--allow-missing", "--baseline-note", "note <b>"],
+                   cwd=tmp_path, env=env, capture_output=True, timeout=120, check=False)
+    body = (tmp_path / "c.md").read_text(encoding="utf-8")
+    blob = subprocess.run(["git", "hash-object", str(ref)], capture_output=True, text=True, check=True).stdout.strip()
+    assert f"Baseline: `{ref}` (blob {blob[:12]}" in body and "note &lt;b&gt;" in body, body[-800:]
+    assert f"`memaudit baseline update cur.json --into {ref}`" in body, body[-800:]
+    subprocess.run([*memaudit, str(ref), "--markdown", "same.md"], cwd=tmp_path, env=env, capture_output=True, timeout=120,
+                   check=True)
+    same = (tmp_path / "same.md").read_text(encoding="utf-8")
+    assert "Baseline: `" in same and "memaudit baseline update" not in same  # nothing to accept

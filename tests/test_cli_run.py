@@ -75,10 +75,12 @@ def test_report_round_trips(cli_runner: Any, tmp_path: Path) -> None:
 
 
 def test_quiet_prints_only_the_summary(cli_runner: Any, tmp_path: Path) -> None:
-    loud = run_reference(cli_runner, tmp_path / "loud.json")
+    loud = run_reference(cli_runner, tmp_path / "loud.json", "-v")
+    default = run_reference(cli_runner, tmp_path / "default.json")
     quiet = run_reference(cli_runner, tmp_path / "quiet.json", "--quiet")
-    assert loud.exit_code == quiet.exit_code == 0
-    assert "fc1.weight[0]" in loud.stdout  # per-case row tables
+    assert loud.exit_code == quiet.exit_code == default.exit_code == 0
+    assert "fc1.weight[0]" in loud.stdout  # per-case row tables, with -v only
+    assert "fc1.weight[0]" not in default.stdout
     assert "fc1.weight[0]" not in quiet.stdout
     for case_id in REF_IDS:
         assert case_id in quiet.stdout  # the summary still names every case

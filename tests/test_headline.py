@@ -36,7 +36,7 @@ def _run(*args: str) -> tuple[int, str, str, str]:
 
 @needs_fake_cuda
 def test_nvfp4_without_a_gpu_runs_tes_code_emulated_said_first_and_labelled(tmp_path: Path) -> None:
-    code, out, err, both = _run("run", "--recipe", "nvfp4", "--groups", "1,4", *SMALL, "--quiet",
+    code, out, err, both = _run("run", "-v", "--recipe", "nvfp4", "--groups", "1,4", *SMALL, "--quiet",
                                 "--json", str(tmp_path / "r.json"), "--markdown", str(tmp_path / "r.md"))
     assert code == exitcodes.OK, err  # emulated counts as an answer from TE's code
     assert "nvfp4 cannot run on real kernels here" in err
@@ -66,7 +66,7 @@ def test_the_emulated_answer_is_the_emulated_run(tmp_path: Path) -> None:
 
 @needs_fake_cuda
 def test_recipe_all_without_a_gpu_answers_every_recipe_from_tes_code(tmp_path: Path) -> None:
-    code, _, err, _ = _run("run", "--recipe", "all", "--groups", "4", *SMALL, "--quiet", "--json", str(tmp_path / "r.json"))
+    code, _, err, _ = _run("run", "-v", "--recipe", "all", "--groups", "4", *SMALL, "--quiet", "--json", str(tmp_path / "r.json"))
     assert code == exitcodes.OK, err
     cases = load_report(tmp_path / "r.json").cases
     assert [c.recipe for c in cases] == list(RECIPES)
@@ -88,7 +88,7 @@ def test_fallback_estimate_answers_with_the_estimators_own_rows_and_exits_4(tmp_
 
 @needs_cpu_only
 def test_fallback_none_keeps_the_skipped_cell_offers_the_command_and_exits_4(tmp_path: Path) -> None:
-    code, out, err, _ = _run("run", "--recipe", "nvfp4", "--groups", "4", *SMALL, "--fallback", "none", "--quiet",
+    code, out, err, _ = _run("run", "-v", "--recipe", "nvfp4", "--groups", "4", *SMALL, "--fallback", "none", "--quiet",
                              "--json", str(tmp_path / "r.json"))
     assert code == 4
     [case] = load_report(tmp_path / "r.json").cases
@@ -102,7 +102,7 @@ def test_a_cpu_only_torch_build_estimates_and_says_why(tmp_path: Path, monkeypat
     """torch's CPU-only wheel cannot make fake CUDA tensors run autograd: the reference target
     measures bf16, the rest is estimated, and the notes say why TE's forward cannot run."""
     monkeypatch.setattr(torch.version, "cuda", None)
-    code, out, err, both = _run("run", "--recipe", "nvfp4", "--groups", "1,4", *SMALL, "--quiet",
+    code, out, err, both = _run("run", "-v", "--recipe", "nvfp4", "--groups", "1,4", *SMALL, "--quiet",
                                 "--json", str(tmp_path / "r.json"), "--markdown", str(tmp_path / "r.md"))
     assert code == exitcodes.NOTHING_MEASURED == 4
     assert "nvfp4 cannot run on real kernels here" in err and "labelled estimated" in err

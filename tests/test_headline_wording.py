@@ -41,7 +41,7 @@ def test_an_all_estimated_run_offers_the_pr_shape_and_its_markdown_is_no_tick(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.version, "cuda", None)  # a CPU-only torch build: only the estimate answers
     md = tmp_path / "r.md"
-    result = CliRunner().invoke(app, ["run", "--recipe", "nvfp4", "--groups", "4", "--quiet", "--markdown", str(md)],
+    result = CliRunner().invoke(app, ["run", "-v", "--recipe", "nvfp4", "--groups", "4", "--quiet", "--markdown", str(md)],
                                 env={"COLUMNS": "400"})
     assert result.exit_code == exitcodes.NOTHING_MEASURED, result.output
     assert "use bf16" not in result.stderr

@@ -242,7 +242,7 @@ def test_cli_compare_at_columns(width: int, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_cli_run_at_columns(width: int) -> None:
-    argv = ["run", "--target", "reference", "--groups", "1,4", "--tokens", "64", "--hidden", "16", "--ffn", "32"]
+    argv = ["run", "-v", "--target", "reference", "--groups", "1,4", "--tokens", "64", "--hidden", "16", "--ffn", "32"]
     result = CliRunner().invoke(app, argv, env={"COLUMNS": str(width)})
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()

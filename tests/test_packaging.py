@@ -398,10 +398,16 @@ NOT_RUN = {
         "8 CUDA GPUs and the user's own my_moe.toml",
     "memaudit compare reports/baseline/h200x8-ep.json current.json --markdown comment.md":
         "the 8-GPU run's report and the user's own 8-rank baseline",
+    **dict.fromkeys((
+        "PYTHONPATH=. memaudit run --target model:build --json before.json --quiet",
+        "memaudit baseline update before.json --into test-baseline.json",
+        "GROW=1 PYTHONPATH=. memaudit run --target model:build --json after.json --quiet",
+        "memaudit compare test-baseline.json after.json --markdown comment.md",
+    ), "the test variant of a baseline needs the doc's model.py: tests/test_first_impressions.py runs it with it"),
 }
 """Commands of the docs' shell blocks that this test does not run, with why (each must still be in a doc)."""
 STATED = {
-    "COLUMNS=120 memaudit run --recipe nvfp4 --quiet": ((4,), "A run in which\nnothing was measured or emulated exits 4"),
+    "COLUMNS=120 memaudit run --recipe nvfp4 --quiet -v": ((4,), "A run in which\nnothing was measured or emulated exits 4"),
 }
 """Exit codes a doc states in its prose for a command (besides 0), with the sentence that states them."""
 _EXIT_COMMENT = re.compile(r"#.*?\bexit (\d+)")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 from fractions import Fraction
 
 import pytest
@@ -291,8 +292,10 @@ def test_nproc_starts_the_same_command_through_torch_distributed_run(cli_runner,
                                   "--tokens", "64", "--no-backward", "--routing", "hot", "--json", str(tmp_path / "m.json")])
     assert res.exit_code == 0, res.output
     args = seen["args"]
-    assert args.nproc_per_node == "4" and args.standalone and args.module and args.training_script == "memaudit"
-    assert args.training_script_args == ["run", "--target", "ep-grouped-mlp", "--groups", "2", "--tokens", "64",
+    # this interpreter with -P (the current folder cannot shadow memaudit), run as given (--no-python)
+    assert args.nproc_per_node == "4" and args.standalone and args.no_python and not args.module
+    assert args.training_script == sys.executable
+    assert args.training_script_args == ["-P", "-u", "-m", "memaudit", "run", "--target", "ep-grouped-mlp", "--groups", "2", "--tokens", "64",
                                          "--no-backward", "--json", str(tmp_path / "m.json"), "--ep", "2", "--routing", "hot",
                                          "--rank-dir", str(tmp_path / "m.ranks")]
     assert launch.torchrun_args(2, ["run"])[:4] == ["--standalone", "--nproc-per-node", "2", "--max-restarts"]

@@ -15,7 +15,7 @@ import typer
 from rich.text import Text
 
 from memaudit.cli import exitcodes
-from memaudit.cli.common import OUTCOME_CODES, Command, judge_vacuity, read_inputs
+from memaudit.cli.common import OUTCOME_CODES, SHIPPED_NAMES, Command, judge_vacuity, read_inputs
 from memaudit.render.console import consoles
 from memaudit.report import check_outputs
 
@@ -31,7 +31,7 @@ CHECK_HELP = (
 
 def check(
     report: Annotated[Path, typer.Argument(help="A JSON report from memaudit run --json.", show_default=False)],
-    scenario: Annotated[Path, typer.Option("--scenario", help="The scenario TOML file whose budgets judge the report, or a shipped scenario by name (grouped_mlp, reference).", show_default=False)],
+    scenario: Annotated[Path, typer.Option("--scenario", help=f"The scenario TOML file whose budgets judge the report, or a shipped scenario by name ({SHIPPED_NAMES}).", show_default=False)],
     allow_target: Annotated[list[str] | None, typer.Option("--allow-target", help="A PKG.MOD:FACTORY target the scenario may name (repeatable; also [tool.memaudit] allow-targets in pyproject.toml).")] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the report with each case's budgets filled in here (atomically).")] = None,
     show_na: Annotated[bool, typer.Option("--show-na", help="Also list rules that do not apply to a case.")] = False,

@@ -14,12 +14,16 @@ from rich.text import Text
 from typer.core import TyperCommand, TyperGroup
 
 from memaudit.cli import exitcodes
-from memaudit.errors import UsageError
+from memaudit.errors import Terminated, UsageError
+from memaudit.judge.shipped import shipped_scenarios
 from memaudit.render.console import make_console, sane_terminal_environment
 from memaudit.targets.matrix import parse_int_list as parse_int_list
 from memaudit.targets.matrix import parse_recipes as parse_recipes
 
 # click, as the typer installed uses it: the click package, or the copy newer typers carry
+SHIPPED_NAMES = ", ".join(shipped_scenarios())
+"""The shipped scenarios, as ``--help`` lists them (``run --scenario``, ``check --scenario``)."""
+
 clickx: Any = importlib.import_module(typer.BadParameter.__module__)
 get_current_context = importlib.import_module(typer.BadParameter.__module__.rsplit(".", 1)[0] + ".globals").get_current_context
 Context = typer.Context
@@ -126,6 +130,14 @@ class Group(TyperGroup):
         return _handled(lambda: super(Group, self).invoke(ctx), ctx.resilient_parsing)
 
 
+def _raised_at(exc: BaseException) -> str:
+    """`` at FILE:LINE``: the innermost frame of ``exc``'s traceback (where ``sys.exit`` was called)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return f" at {tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb is not None else ""
+
+
 def exits(fn: Callable[..., int | None]) -> Callable[..., None]:
     """A command body that returns its exit status (a UsageError is exit 2 with its message in
     the one style, through :class:`Command`, or here for a command typer made another way).
@@ -139,6 +151,13 @@ def exits(fn: Callable[..., int | None]) -> Callable[..., None]:
             code = fn(*args, **kwargs)
         except UsageError as exc:
             raise typer.Exit(show_click_error(as_click(exc))) from None
+        except Terminated:
+            raise
+        except SystemExit as exc:  # a plugin's or factory's sys.exit is never memaudit's exit status
+            where = _raised_at(exc)
+            raise typer.Exit(show_click_error(as_click(UsageError(
+                f"code memaudit ran (a plugin, target or factory) called sys.exit({exc.code!r}){where}: "
+                "the command stopped there, and nothing was judged", key="plugins")))) from None
         raise typer.Exit(code or exitcodes.OK)
 
     return command

@@ -33,6 +33,42 @@ def default_comment_name(baseline: Path) -> str:
     return marker_name(baseline.stem)
 
 
+def baseline_provenance(baseline: Path) -> str:
+    """Where the baseline came from, in words: its content's git blob id (what ``git hash-object``
+    gives: the same file gives the same id in any clone) and, where this checkout has the history,
+    the commit that last changed it. Git that is missing or slow leaves those out."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        try:
+            done = subprocess.run(["git", *args], capture_output=True, text=True, timeout=10, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return ""
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    bits = []
+    if blob := git("hash-object", "--", str(baseline)):
+        bits.append(f"blob {blob[:12]}")
+    if git("rev-parse", "--is-shallow-repository") == "false":
+        if last := git("log", "-1", "--format=%h %cs", "--", str(baseline)):
+            bits.append(f"last changed in commit {last}")
+    return ", ".join(bits)
+
+
+def comment_notes(baseline: Path, current: Path, *, changed: bool, note: str | None) -> list[str]:
+    """The comment's lines about the baseline: where it came from, and (when something changed)
+    the exact command that accepts the current report as the new baseline."""
+    from memaudit.render.markdown import md_code, md_escape
+
+    where = baseline_provenance(baseline)
+    lines = [f"Baseline: {md_code(str(baseline))}" + (f" ({md_escape(where)})" if where else "")
+             + (f" · {md_escape(note)}" if note else "")]
+    if changed:
+        lines += ["", f"To accept these changes as the new baseline: {md_code(f'memaudit baseline update {current} --into {baseline}')} "
+                      f"(the current report is in this job's artifact), then commit {md_code(str(baseline))}."]
+    return lines
+
+
 def compare(
     baseline: Annotated[Path, typer.Argument(help="The baseline report (e.g. reports/baseline/NAME.json).", show_default=False)],
     current: Annotated[Path, typer.Argument(help="The report to check (from memaudit run --json).", show_default=False)],
@@ -49,6 +85,7 @@ def compare(
     benchmark_json: Annotated[Path | None, typer.Option("--benchmark-json", help="Write saved bytes per case for github-action-benchmark (tool: customSmallerIsBetter) here, atomically.")] = None,
     name: Annotated[str | None, typer.Option(help="Name in the comment's hidden marker <!-- memaudit:NAME -->. Default: the baseline file's stem.")] = None,
     verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Also show the rows (buffers) behind each change.")] = False,
+    baseline_note: Annotated[str | None, typer.Option("--baseline-note", help="More about where the baseline came from, for the comment (the gate says whether the pull request changed it).")] = None,
 ) -> None:
     """Compare CURRENT against BASELINE; exit 1 on a regression."""
     from memaudit.judge.baseline import compare_reports, parse_tolerance
@@ -80,7 +117,8 @@ def compare(
         out.print(never)
     print_comparison(out, cmp, verbose=verbose, title=f"memaudit compare: {baseline} -> {current}")
     if markdown is not None:
-        atomic_write_text(markdown, render_markdown(cur_report, cmp, name=comment_name))
+        notes = comment_notes(baseline, current, changed=any(d.findings for d in cmp.cases), note=baseline_note)
+        atomic_write_text(markdown, render_markdown(cur_report, cmp, name=comment_name, notes=notes))
         out.print(Text(f"wrote {markdown}"), soft_wrap=True)
     if benchmark_json is not None:
         from memaudit.render.benchmark import render_benchmark_json

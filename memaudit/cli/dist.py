@@ -43,6 +43,23 @@ def check_rank_dir(folder: Path, world_size: int, outputs: dict[str, Any], input
     check_outputs({**outputs, **files}, inputs=inputs)
 
 
+def check_rank_device(device: str, target_name: str, *, given: bool) -> None:
+    """Every rank of a distributed run needs the device it runs on: a CUDA device when the cases
+    run on CUDA (emulated kernels on fake CUDA are for a single process). Checked once, before
+    anything starts, in words that say where the device came from."""
+    if not device.startswith("cuda"):
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    if given:
+        raise UsageError(f"--device {device} in a distributed run, but CUDA is not available here", key="--device")
+    raise UsageError(f"the target {target_name} runs on {device} by default, and CUDA is not available here; a "
+                     "distributed run needs the device in every rank (TE's emulated kernels run in a single process): "
+                     "give --target reference (CPU), or run without --nproc", key="--nproc")
+
+
 @dataclass
 class DistOptions:
     """``run``'s distributed options."""
@@ -104,6 +121,7 @@ def run_distributed(
     markdown: Path | None,
     quiet: bool,
     inputs: dict[str, Any],
+    device_given: bool = True,
 ) -> int | None:
     """The distributed part of ``run``: launch (``--nproc``), or this rank's run under torchrun;
     None when neither applies (a plain run)."""
@@ -126,6 +144,7 @@ def run_distributed(
         raise UsageError(f"must be from 1 to {MAX_NPROC}, got {world_size}", key="--nproc")
     if opts.timeout < 1:
         raise UsageError(f"must be >= 1 second, got {opts.timeout}", key="--dist-timeout")
+    check_rank_device(device, target_name, given=device_given)
     folder = opts.rank_dir if opts.rank_dir is not None else default_rank_dir(json_path)
     check_rank_dir(folder, world_size, {"--json": json_path, "--markdown": markdown}, inputs)
     for spec in specs:  # every rank's placement is valid before anything starts

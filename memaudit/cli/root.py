@@ -9,6 +9,7 @@ import os
 import re
 import sys
 import typing
+import warnings
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -20,6 +21,7 @@ from memaudit.cli import exitcodes
 from memaudit.cli.common import (
     INT_LIST,
     OUTCOME_CODES,
+    SHIPPED_NAMES,
     Command,
     Group,
     Ints,
@@ -28,7 +30,7 @@ from memaudit.cli.common import (
     unread_plan,
     usage_exit,
 )
-from memaudit.errors import UsageError
+from memaudit.errors import Terminated, UsageError, clip
 from memaudit.render.console import consoles, make_console
 from memaudit.spec import DTYPES, CaseSpec
 from memaudit.targets.matrix import DEVICE
@@ -137,7 +139,7 @@ def run(
     dtype: Annotated[Dtype | None, typer.Option(help="The activations' dtype. Default: the target's (bf16).")] = None,
     device: Annotated[str | None, typer.Option(callback=_check_device, autocompletion=_complete_device, help="cpu | cuda | cuda:N | meta (shapes only: no values, nothing allocated; where the target runs there). Default: the target's.")] = None,
     splits: Annotated[str | None, typer.Option(help="Explicit token splits, e.g. 256,0,512,256 (one group count only).")] = None,
-    scenario: Annotated[Path | None, typer.Option(help="Scenario TOML file, or a shipped scenario by name (grouped_mlp, reference): its cases and budgets replace the matrix flags.")] = None,
+    scenario: Annotated[Path | None, typer.Option(help=f"Scenario TOML file, or a shipped scenario by name ({SHIPPED_NAMES}): its cases and budgets replace the matrix flags.")] = None,
     allow_target: Annotated[list[str] | None, typer.Option("--allow-target", help="A PKG.MOD:FACTORY target the scenario may name (repeatable; also [tool.memaudit] allow-targets in pyproject.toml).")] = None,
     fallback: Annotated[FallbackMode | None, typer.Option(help="What answers a case that cannot run on real kernels here, where the target offers it: auto = the best there is (its real code with emulated kernels, else a model's estimate); emulate; estimate; none = a skipped cell. Default: auto; none with --scenario.")] = None,
     expected: Annotated[bool, typer.Option(help="Add the target's model of each row's bytes (expected_bytes) and flag mismatches, where it has one.")] = False,
@@ -152,6 +154,7 @@ def run(
     markdown: Annotated[Path | None, typer.Option(help="Write a markdown summary (PR comment) here.")] = None,
     memory_snapshot: Annotated[Path | None, typer.Option("--memory-snapshot", help="CUDA, one case: write the caching allocator's history of the captured forward here (a pickle for PyTorch's memory_viz), each saved tensor's block named after its row (operand, kind, orientation, format).")] = None,
     quiet: Annotated[bool, typer.Option(help="Only the summary table (and, where stderr is not a terminal, the one line per finished case).")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also each case's table of saved tensors (and module groups) as it finishes, and the full notes with the commands that answer a recipe on its own; by default the notes are one line each and the cases are in the summary (--json / --markdown have everything).")] = False,
     nproc: Annotated[int | None, typer.Option(help="Run on N local processes through torch.distributed.run (as torchrun --nproc-per-node N -m memaudit run ... does): per-rank cases, one merged report.")] = None,
     dist_backend: Annotated[str | None, typer.Option(help="Distributed runs: the process-group backend. Default: gloo on CPU, cpu:gloo,cuda:nccl with --device cuda (the reports always travel over gloo).")] = None,
     rank_dir: Annotated[Path | None, typer.Option(help="Distributed runs: the folder each rank writes its own file to (rank<N>.json) after every case. Default: beside --json (report.ranks/), else memaudit-ranks/.")] = None,
@@ -188,13 +191,13 @@ def run(
         DistOptions(nproc, dist_backend, rank_dir, dist_timeout), target=tgt, target_name=target, specs=specs,
         scenario=loaded, device=dev, backward=backward, verify_allocator=verify_allocator, stack=stack, expected=expected,
         allow_incomplete=allow_incomplete, allow_na=allow_na, json_path=json_path, markdown=markdown, quiet=quiet,
-        inputs=read_inputs(scenario=scenario))
+        inputs=read_inputs(scenario=scenario), device_given=device is not None)
     if code is not None:  # --nproc, or a rank under torchrun
         return code
     report = _run_here(tgt, specs, mode, backward=backward, verify_allocator=verify_allocator, stack=stack,
-                       expected=expected, quiet=quiet, memory_snapshot=memory_snapshot, unread=methods)
+                       expected=expected, quiet=quiet, verbose=verbose, memory_snapshot=memory_snapshot, unread=methods)
     return _conclude(report, loaded, target, expected=expected, allow_incomplete=allow_incomplete, allow_na=allow_na,
-                     json_path=json_path, markdown=markdown, memory_snapshot=memory_snapshot, quiet=quiet)
+                     json_path=json_path, markdown=markdown, memory_snapshot=memory_snapshot, quiet=quiet, verbose=verbose)
 
 
 def _plan(target: str | None, recipe: str | None, groups: Ints | None, dtype: Dtype | None, device: str | None,
@@ -254,7 +257,8 @@ def _plan(target: str | None, recipe: str | None, groups: Ints | None, dtype: Dt
 
 
 def _run_here(tgt: Any, specs: list[Any], mode: str, *, backward: bool, verify_allocator: bool, stack: bool,
-              expected: bool, quiet: bool, memory_snapshot: Path | None, unread: list[str | None] | None = None) -> Any:
+              expected: bool, quiet: bool, memory_snapshot: Path | None, verbose: bool = True,
+              unread: list[str | None] | None = None) -> Any:
     """Run the specs in this process, showing each case as it finishes; the report. ``unread`` is
     each spec's read analysis (:func:`unread_plan`): consecutive specs with the same one run as one
     matrix."""
@@ -271,17 +275,20 @@ def _run_here(tgt: Any, specs: list[Any], mode: str, *, backward: bool, verify_a
     from memaudit.render.unread import unread_block
 
     console, err_console = consoles()
-    for line in fallback_notes(tgt, specs, fallbacks, mode):  # said before anything runs
-        err_console.print(line, soft_wrap=True)
+    for line in fallback_notes(tgt, specs, fallbacks, mode, brief=not verbose):  # said before anything runs
+        if verbose:
+            err_console.print(line, soft_wrap=True)
+        else:
+            err_console.print(line, no_wrap=True, overflow="ellipsis", crop=True)
 
     def show(case: Any) -> None:
-        if not quiet and case.status == "ok":
-            if (never := unread_block([case])) is not None:  # first, before its table
-                console.print(never)
+        if not quiet and case.status == "ok" and (never := unread_block([case])) is not None:
+            console.print(never)  # first, before its table (and without -v too)
+        if verbose and not quiet and case.status == "ok":
             console.print(case_table(case, show_expected=expected, width=console.width))
             if (groups := module_table(case)) is not None:
                 console.print(groups)
-        elif not quiet:
+        elif verbose and not quiet:
             line = Text(case.id, style="bold")
             line.append(f": {case.status}: {case.reason}", style="")
             console.print(line, soft_wrap=True)
@@ -323,7 +330,8 @@ def _run_here(tgt: Any, specs: list[Any], mode: str, *, backward: bool, verify_a
 
 
 def _conclude(report: Any, loaded: Any, target: str, *, expected: bool, allow_incomplete: bool, allow_na: bool,
-              json_path: Path | None, markdown: Path | None, memory_snapshot: Path | None, quiet: bool = False) -> int:
+              json_path: Path | None, markdown: Path | None, memory_snapshot: Path | None, quiet: bool = False,
+              verbose: bool = True) -> int:
     """Judge, show and write a finished run's report; the exit code."""
     from memaudit.render.tables import summary_table
     from memaudit.render.unread import unread_block
@@ -349,7 +357,10 @@ def _conclude(report: Any, loaded: Any, target: str, *, expected: bool, allow_in
         for note in owner.notes(case) if owner is not None else ():
             line = Text("note: ", style="bold yellow")
             line.append(f"{case.id}: {note}")
-            err_console.print(line, soft_wrap=True)
+            if verbose:
+                err_console.print(line, soft_wrap=True)
+            else:  # at most three lines of the console; -v (and the JSON) has it all
+                err_console.print(Text(clip(line.plain, 3 * err_console.width - 60, "-v shows it whole"), style=""), soft_wrap=False)
     if (never := unread_block(report.cases)) is not None and (quiet or len(report.cases) > 1):  # before the summary
         console.print(never)
     console.print(summary_table(report.cases, width=console.width))
@@ -410,9 +421,12 @@ class FallbackMode(StrEnum):
     none = "none"
 
 
-def fallback_notes(target: Any, specs: list[CaseSpec], fallbacks: list[Any], mode: str) -> list[Text]:
+def fallback_notes(target: Any, specs: list[CaseSpec], fallbacks: list[Any], mode: str, *,
+                   brief: bool = False) -> list[Text]:
     """Said before anything runs: each recipe that cannot run on real kernels here, why (the
-    target's or TE's own words), and what answers it instead, with the command that gives it."""
+    target's or TE's own words), and what answers it instead, with the command that gives it.
+    ``brief``: one line per recipe (what answers it, then why; cropped to the console's width),
+    and one line that says ``-v`` shows the rest."""
     notes: list[Text] = []
     seen: dict[tuple[str, str, str], list[CaseSpec]] = {}
     for spec, fb in zip(specs, fallbacks, strict=True):
@@ -422,6 +436,15 @@ def fallback_notes(target: Any, specs: list[CaseSpec], fallbacks: list[Any], mod
             reason = target.skip_reason(spec)
             if reason:
                 seen.setdefault((spec.recipe, "skipped", reason), []).append(spec)
+    if brief and seen:
+        for (recipe, execution, reason), group in seen.items():
+            line = Text("note: ", style="bold yellow", no_wrap=True, overflow="ellipsis")
+            what = "skipped" if execution == "skipped" else f"answered {execution}"
+            line.append(f"{recipe} cannot run on real kernels here ({len(group)} case(s) {what}): {' '.join(reason.split())}")
+            notes.append(line)
+        notes.append(Text("  (-v: why in full, what answers each recipe and the command that gives it on its own)",
+                          style="dim", no_wrap=True, overflow="ellipsis"))
+        return notes
     for (recipe, execution, reason), group in seen.items():
         groups = ",".join(dict.fromkeys(str(s.groups) for s in group))
         line = Text("note: ", style="bold yellow")
@@ -566,7 +589,7 @@ _register_commands()
 
 def _terminate(signum: int, frame: Any) -> None:
     """SIGTERM as SystemExit, so that a write in progress removes its temp file."""
-    raise SystemExit(128 + signum)
+    raise Terminated(128 + signum)
 
 
 def main() -> None:
@@ -576,6 +599,8 @@ def main() -> None:
     from memaudit.render.console import guard
 
     signal.signal(signal.SIGTERM, _terminate)
+    # torch warns on import where NumPy is not installed (a fresh venv): memaudit does not need it
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     sys.stdout, sys.stderr = guard(sys.stdout, "output"), guard(sys.stderr, "error")  # > /dev/full, | head -c1
     try:

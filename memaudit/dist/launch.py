@@ -1,8 +1,10 @@
 """``memaudit run --nproc N``: the same command under ``torch.distributed.run``, and what a failed rank means.
 
 Nothing here launches or talks to a process itself: the arguments are ``torchrun``'s
-(``--standalone --nproc-per-node N -m memaudit run ...``), given to ``torch.distributed.run``'s
-own ``run``. When a worker fails, torch raises ``ChildFailedError`` naming every failed rank
+(``--standalone --nproc-per-node N --no-python PYTHON -P -u -m memaudit run ...``), given to
+``torch.distributed.run``'s own ``run``. The workers start with ``-P`` (``PYTHONSAFEPATH``): the
+current folder is not put on ``sys.path``, so a ``memaudit/`` folder there (the parent folder of a
+clone, say) cannot shadow the installed package. When a worker fails, torch raises ``ChildFailedError`` naming every failed rank
 with its exit code; :func:`explain` turns that into memaudit's words: which rank, how it ended
 (an exit code, or the signal that killed it), and which rank files are there.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,9 +21,17 @@ from pathlib import Path
 from memaudit.dist.merge import rank_file
 
 
+def worker_python() -> list[str]:
+    """This interpreter, started so that the current folder cannot shadow an installed package:
+    ``-P`` (``PYTHONSAFEPATH``) keeps it off ``sys.path``; ``-u`` as torchrun's own ``-m`` does."""
+    return [sys.executable, "-P", "-u"]
+
+
 def torchrun_args(nproc: int, command: Sequence[str]) -> list[str]:
-    """The ``torchrun`` arguments that start ``memaudit COMMAND...`` on ``nproc`` local processes."""
-    return ["--standalone", "--nproc-per-node", str(nproc), "--max-restarts", "0", "-m", "memaudit", *command]
+    """The ``torchrun`` arguments that start ``memaudit COMMAND...`` on ``nproc`` local processes
+    (``--no-python``: torchrun runs :func:`worker_python`'s command line as given)."""
+    return ["--standalone", "--nproc-per-node", str(nproc), "--max-restarts", "0", "--no-python",
+            *worker_python(), "-m", "memaudit", *command]
 
 
 @dataclass(frozen=True)

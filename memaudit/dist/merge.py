@@ -74,9 +74,9 @@ def merge_reports(reports: Sequence[tuple[str, Report]], *, allow_missing: bool 
         by_rank[run.rank or 0] = (source, rep, run)
     world, planned = first.world_size, list(first.planned)
     problems: list[str] = []
-    absent = [r for r in range(world) if r not in by_rank]
+    absent = absent_ranges(sorted(by_rank), world)
     if absent:
-        problems.append(f"rank(s) {', '.join(map(str, absent))} of {world} wrote no report")
+        problems.append(f"rank(s) {ranges_text(absent)} of {world} wrote no report")
     cases: dict[tuple[str, int], CaseReport] = {}
     for r, (_source, rep, run) in sorted(by_rank.items()):
         for c in rep.cases:
@@ -85,10 +85,15 @@ def merge_reports(reports: Sequence[tuple[str, Report]], *, allow_missing: bool 
         done = sum(1 for p in planned if (p, r) in cases)
         if not run.finished and done < len(planned):
             problems.append(f"rank {r} stopped after {done} of {len(planned)} case(s) (its file says finished: false)")
+    read = ", ".join(source for source, _, _ in runs[:4]) + (", ..." if len(runs) > 4 else "")
     if problems and not allow_missing:
-        read = ", ".join(source for source, _, _ in runs[:4]) + (", ..." if len(runs) > 4 else "")
         raise UsageError("; ".join(problems) + f" (read: {read}): a merged report needs every rank's every case "
                          "(--allow-missing-ranks merges what is there, the rest as error cases)", key="ranks")
+    missing = world - len(by_rank)
+    if missing > MAX_MISSING_RANKS:  # bounded by the files given, not by the world size they claim
+        raise UsageError(f"world size {world} with {len(by_rank)} rank file(s) (read: {read}): {missing:,} ranks are "
+                         f"missing, more than {MAX_MISSING_RANKS:,} to fill in as error cases; a world size this far "
+                         "from the files given is not a run to merge", key="dist.world_size")
     warnings: list[str] = []
     ran = [p for p in planned if any((p, r) in cases for r in range(world))]
     if len(ran) != len(planned):
@@ -104,6 +109,32 @@ def merge_reports(reports: Sequence[tuple[str, Report]], *, allow_missing: bool 
     summary = summarize(out, ran, world)
     return Report(cases=out, environment=dict(head.environment), memaudit=head.memaudit, created=head.created,
                   dist=DistRun(world, ran, summary=summary, warnings=warnings))
+
+
+MAX_MISSING_RANKS = 1024
+"""The most missing ranks ``--allow-missing-ranks`` fills in with error cases (``run --nproc``'s own
+limit): files that claim a world far larger than themselves are refused, not expanded."""
+
+
+def absent_ranges(present: Sequence[int], world: int) -> list[tuple[int, int]]:
+    """The ranks of ``range(world)`` not in ``present`` (sorted), as inclusive ``(first, last)``
+    ranges: as long as ``present``, whatever ``world`` is."""
+    out, nxt = [], 0
+    for r in present:
+        if r > nxt:
+            out.append((nxt, r - 1))
+        nxt = max(nxt, r + 1)
+    if nxt < world:
+        out.append((nxt, world - 1))
+    return out
+
+
+def ranges_text(ranges: Sequence[tuple[int, int]], most: int = 20) -> str:
+    """``0-3, 5, 7-1048575``: at most ``most`` ranges, then how many more."""
+    parts = [str(a) if a == b else f"{a}-{b}" for a, b in ranges[:most]]
+    if len(ranges) > most:
+        parts.append(f"... ({len(ranges) - most} more ranges)")
+    return ", ".join(parts)
 
 
 def _missing_case(template: CaseReport, base: str, rank: int, wrote: bool) -> CaseReport:

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memaudit.environment import libraries
-from memaudit.errors import UsageError
+from memaudit.errors import UsageError, clip
 from memaudit.ranks import base_id
 from memaudit.report import CaseReport, Report, Row
 from memaudit.units import fmt_bytes, fmt_delta, parse_bytes
@@ -397,7 +397,7 @@ def _by_id(report: Report, which: str) -> dict[str, CaseReport]:
 
 
 def _status_text(c: CaseReport) -> str:
-    return f"{c.status} ({c.reason})" if c.reason and c.status != "ok" else c.status
+    return f"{c.status} ({clip(c.reason)})" if c.reason and c.status != "ok" else c.status
 
 
 def _compare_case(
@@ -424,7 +424,7 @@ def _compare_case(
         add(Finding(cid, "status", None, base.status, cur.status, direction, direction == WORSE or strict, text))
     elif base.status == "error" and base.reason != cur.reason:
         add(Finding(cid, "status", "reason", base.reason, cur.reason, NEUTRAL, False,
-                    f"still error, reason changed: {cur.reason}"))
+                    f"still error, reason changed: {clip(cur.reason or '')}"))
 
     bf, cf = base.fused, cur.fused
     if bf is not None and cf is not None and bf != cf:

@@ -144,5 +144,14 @@ def summarize(verdicts: Iterable[Verdict]) -> dict[str, int]:
 
 
 def summary_line(verdicts: Iterable[Verdict]) -> str:
-    """'3 pass, 1 fail, 0 xfail, 0 XPASS, 2 n/a'."""
-    return ", ".join(f"{n} {k}" for k, n in summarize(verdicts).items())
+    """'3 pass, 1 fail, 0 xfail, 0 XPASS, 2 n/a', the n/a said in words where there are any
+    (a rule that does not apply to a case's recipe, group count or path; a skipped or errored case)."""
+    verdicts = list(verdicts)
+    line = ", ".join(f"{n} {k}" for k, n in summarize(verdicts).items())
+    na = [v for v in verdicts if v.verdict == "n/a"]
+    if na:
+        cases = sum(1 for v in na if v.message.startswith("case "))
+        parts = ([f"{len(na) - cases} where a rule does not apply to the case (another recipe, group count or path)"]
+                 if len(na) > cases else []) + ([f"{cases} on cases skipped or in error"] if cases else [])
+        line += f" (n/a: {'; '.join(parts)})"
+    return line

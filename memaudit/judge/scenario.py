@@ -368,6 +368,9 @@ def allowed_targets(extra: tuple[str, ...] = (), pyproject: str | os.PathLike[st
     return (*extra, *listed)
 
 
+_LONG_DIGITS = re.compile(r"[0-9_]{1000,}")
+"""A run of digits too long for any quantity a scenario holds (where a number Python refuses is)."""
+
 MAX_SCENARIO_CHARS = 2 * 1024 * 1024
 """A scenario file larger than this is refused before parsing (the shipped ones are a few KB; a
 10 MB file with 250,000 budgets would take tens of seconds in TOML parsing alone)."""
@@ -392,6 +395,11 @@ def load_scenario(path: str | os.PathLike[str], allow_targets: tuple[str, ...] =
             shown = lines[n - 1].strip() if 0 < n <= len(lines) else ""
             raise UsageError(f"TOML syntax error: {msg}: {shown!r}", source=src, key=f"line {n}") from None
         raise UsageError(f"TOML syntax error: {msg}", source=src) from None
+    except ValueError as exc:  # an integer past Python's digit limit for str -> int (4300)
+        m = _LONG_DIGITS.search(text)
+        where = text.count("\n", 0, m.start()) + 1 if m else None
+        raise UsageError(f"cannot read a number: {str(exc).split(';')[0]}", source=src,
+                         key=f"line {where}" if where else None) from None
     return parse_scenario(data, source=src, allow_targets=allow_targets)
 
 

@@ -171,6 +171,23 @@ def _message(text: str) -> Prose:
     return Prose(text, indent=2, hang=4)
 
 
+def regressions_heading(cmp: Comparison) -> str:
+    """``Regressions: 1 case; buffers: 3 added (7 findings: ...)``: the buffers counted once,
+    the findings (a case's total and its rollups by operand, kind and orientation count the same
+    buffers again) said apart."""
+    failures = cmp.failures
+    ids = set(f.case for f in failures)
+    diffs = [d for d in cmp.cases if d.id in ids]
+    counts = {"added": 0, "removed": 0, "changed": 0}
+    for d in diffs:
+        for r in d.row_diffs:
+            counts["added" if r.baseline is None else "removed" if r.current is None else "changed"] += 1
+    buffers = ", ".join(f"{n} {what}" for what, n in counts.items() if n) or "none differ"
+    return (f"Regressions: {len(ids)} case{'s' if len(ids) != 1 else ''}; buffers: {buffers} "
+            f"({len(failures)} finding{'s' if len(failures) != 1 else ''} below: a case's total and its rollups by "
+            "operand, kind and orientation count the same buffers again):")
+
+
 def print_comparison(console: Console, cmp: Comparison, *, verbose: bool = False, title: str | None = None) -> None:
     """Print the table of changes, with ``verbose`` the rows behind them, then the verdict, all in
     the console's width."""
@@ -185,7 +202,7 @@ def print_comparison(console: Console, cmp: Comparison, *, verbose: bool = False
                 console.print(rows_table(diff, width=width))
     failures = cmp.failures
     if failures:
-        console.print(Text(f"Regressions ({len(failures)}):", style="bold red"))
+        console.print(Text(regressions_heading(cmp), style="bold red"))
         for f in failures:
             console.print(_message(f.message()))
     improvements = cmp.improvements

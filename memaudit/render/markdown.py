@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from memaudit.environment import libraries
-from memaudit.errors import UsageError
+from memaudit.errors import UsageError, clip
 from memaudit.judge.baseline import WORSE, CaseDiff, Comparison, Finding, RowDiff, kind_breakdown
 from memaudit.render.ranks import PER_RANK_MAX, RankView, imbalance, rank_views
 from memaudit.render.unread import unread_markdown
 from memaudit.report import CaseReport, Report
-from memaudit.targets.registry import execution_label
+from memaudit.targets.registry import execution_label, owner_of
 from memaudit.units import fmt_bytes, fmt_delta, fmt_shape
 
 GITHUB_LIMIT = 65536
@@ -202,7 +203,7 @@ def _status_text(e: _Entry) -> str:
     if d is not None and d.state == "missing":
         return f"{icon} missing from the current report"
     if c.status != "ok":
-        text = f"{c.status}: {c.reason}" if c.reason else c.status
+        text = f"{c.status}: {clip(c.reason)}" if c.reason else c.status
         if d is not None and d.baseline is not None and d.baseline.status != c.status:
             text += f" (was {d.baseline.status})"
         return f"{icon} {md_escape(text)}"
@@ -387,6 +388,17 @@ def _not_checked(report: Report, comparison: Comparison | None) -> str:
     return f" · not checked: {md_escape(', '.join(names))}" if names else ""
 
 
+def _case_notes(report: Report) -> list[str]:
+    """What a case's target says besides its numbers (an estimate that answers because TE's
+    forward failed, and why), one quoted line each (clipped), then a blank line; none: nothing."""
+    lines = []
+    for case in report.cases:
+        owner = owner_of(case.spec)
+        for note in owner.notes(case) if owner is not None else ():
+            lines.append(f"> ℹ️ {md_escape(case.id)}: {md_escape(clip(note))}")
+    return [*lines, ""] if lines else []
+
+
 def _verdict(report: Report, comparison: Comparison | None) -> str:
     return _verdict_text(report, comparison) + _not_checked(report, comparison)
 
@@ -482,18 +494,28 @@ def _ranks_block(v: RankView) -> str:
 # Public entry point
 
 
+def md_code(text: str) -> str:
+    """``text`` as an inline code span (a command, a path), neutralised; plain escaped text where
+    it holds a backtick (which would end the span)."""
+    text = neutralize(" ".join(text.split()))
+    return f"`{text}`" if "`" not in text else md_escape(text)
+
+
 def render_markdown(
     report: Report,
     comparison: Comparison | None = None,
     *,
     name: str = "default",
     limit: int = GITHUB_LIMIT,
+    notes: Sequence[str] = (),
 ) -> str:
-    """Render ``report`` (and its comparison against a baseline, if any) as a PR comment."""
+    """Render ``report`` (and its comparison against a baseline, if any) as a PR comment;
+    ``notes`` (markdown lines, escaped by the caller) go above the footer of a comparison."""
     if comparison is not None:
-        return render_compare_markdown(report, comparison, name=name, limit=limit)
+        return render_compare_markdown(report, comparison, name=name, limit=limit, notes=notes)
     head = [marker(name), _verdict(report, comparison), ""]
     head += unread_markdown(report.cases, md_escape)  # the buffers backward never read, first
+    head += _case_notes(report)
     head += [_ranks_block(v) for v in rank_views(report)]  # a merged report's ranks, side by side
     if comparison is not None and comparison.env_warnings:
         strict = " (a failure under --strict-env)" if comparison.strict_env else ""
@@ -761,12 +783,14 @@ def _headline(report: Report, cmp: Comparison) -> str:
     return text + _not_checked(report, cmp)
 
 
-def render_compare_markdown(report: Report, cmp: Comparison, *, name: str = "default", limit: int = GITHUB_LIMIT) -> str:
+def render_compare_markdown(report: Report, cmp: Comparison, *, name: str = "default", limit: int = GITHUB_LIMIT,
+                            notes: Sequence[str] = ()) -> str:
     """The PR comment for a comparison: a headline (total delta, worst case, verdict), then the
     regressed cases, the improved ones and other changes, each with its table of changed buffers
     in exact bytes, then the unchanged cases collapsed; cut to ``limit`` from the end."""
     head = [marker(name), _headline(report, cmp), ""]
     head += unread_markdown(report.cases, md_escape)  # the buffers backward never read, first
+    head += _case_notes(report)
     head += [_ranks_block(v) for v in rank_views(report)]
     if cmp.env_warnings:
         strict = " (a failure under --strict-env)" if cmp.strict_env else ""
@@ -778,6 +802,8 @@ def render_compare_markdown(report: Report, cmp: Comparison, *, name: str = "def
     sections["improvements"].sort(key=lambda d: d.saved_delta or 0)
     titles = {"regressions": "❌ Regressions", "improvements": "📉 Improvements", "other": "🔸 Other changes"}
     footer = _footer(report, cmp)
+    if notes:
+        footer = "\n".join(notes) + "\n\n" + footer
     if not cmp.cases:
         head.append("_No cases._\n")
 

@@ -103,6 +103,9 @@ def check_output(path: str | os.PathLike[str], key: str) -> Path:
 
 
 def _check_output(path: str | os.PathLike[str], key: str) -> Path:
+    if str(path) == "-":  # the convention for standard output, which holds memaudit's tables: refused, not a file named -
+        raise UsageError("'-' (standard output) is not an output memaudit writes: the console output goes there; "
+                         "name a file (./- for a file named -)", key=key)
     p = Path(path)
     if p.is_symlink():
         p = p.resolve()  # a loop raises (RuntimeError or OSError); a dangling link names the file to make

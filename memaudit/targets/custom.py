@@ -17,7 +17,7 @@ import importlib
 import inspect
 from typing import TYPE_CHECKING, Any
 
-from memaudit.errors import UsageError
+from memaudit.errors import Terminated, UsageError
 from memaudit.spec import DTYPES, CaseSpec, ShapeParam, default_case_id
 from memaudit.targets.base import MLP_SHAPE, Built, Target, backward_sum
 
@@ -32,7 +32,9 @@ def load_factory(ref: str) -> Any:
         raise UsageError(f"expected PKG.MOD:FACTORY, got {ref!r}", key="--target")
     try:
         module = importlib.import_module(mod_name)
-    except Exception as exc:  # noqa: BLE001 - any import failure is bad input here
+    except Terminated:
+        raise
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - any import failure (a sys.exit too) is bad input here
         raise UsageError(f"cannot import {mod_name!r} from {ref!r}: {type(exc).__name__}: {exc}{_path_hint(exc, mod_name)}",
                          key="--target") from exc
     factory = getattr(module, attr, None)

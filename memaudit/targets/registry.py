@@ -13,7 +13,7 @@ import sys
 from importlib import metadata
 from typing import Any
 
-from memaudit.errors import UsageError, did_you_mean
+from memaudit.errors import Terminated, UsageError, did_you_mean
 from memaudit.report import CaseReport
 from memaudit.spec import CaseSpec, RunFlag, ShapeParam
 from memaudit.targets.base import Target
@@ -56,7 +56,9 @@ def target_class(name: str) -> type[Target] | None:
         return None
     try:
         cls = ep.load()
-    except Exception as exc:  # noqa: BLE001 - a broken plugin package is bad input, named
+    except Terminated:
+        raise
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a broken plugin package (a sys.exit too) is bad input, named
         raise UsageError(f"target {name!r} ({ep.value}) does not load: {type(exc).__name__}: {exc}", key="--target") from exc
     if not (isinstance(cls, type) and _is_target(cls)):
         raise UsageError(f"target {name!r} ({ep.value}) is not a memaudit.targets.base.Target subclass", key="--target")

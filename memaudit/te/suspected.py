@@ -38,6 +38,14 @@ KNOWN = (
 """TE 2.20.2's failures memaudit knows (docs/te-nvfp4-weight-scale-view.md)."""
 
 
+def known_failure(status: str, reason: str | None) -> Suspect | None:
+    """The suspected TE bug an error cell's reason names (its note, as :func:`annotated` put it
+    there), if any: an expected failure, labelled as one, never a red run."""
+    if status != "error" or not reason:
+        return None
+    return next((s for s in KNOWN if s.note in reason), None)
+
+
 def _statement(filename: str, lineno: int) -> str:
     """The line ``lineno`` and the few before it (the start of a call split over lines)."""
     return "".join(linecache.getline(filename, n) for n in range(max(1, lineno - 6), lineno + 1))

@@ -7,6 +7,7 @@ lazily, after ``NVTE_CUTEDSL_FUSED_GROUPED_MLP`` has been set (TE caches it at i
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Literal
@@ -253,6 +254,8 @@ class TEGroupedMLPTarget(Target):
             return (f"option fused = {fused} needs {FUSED_ENV}={'1' if fused else '0'} at TE's import, and this process has "
                     f"{os.environ.get(FUSED_ENV, '0')!r}: on real kernels choose it with --fused/--no-fused (with "
                     "--kernels emulated it is chosen per case)")
+        if importlib.util.find_spec("transformer_engine") is None:  # the first thing missing, as doctor says it
+            return "TransformerEngine is not installed"
         if self.emulated is not None:
             if not spec.device.startswith("cuda"):
                 return (f"emulated kernels run TE's forward on CUDA tensors (device {spec.device!r}; use --device cuda, "

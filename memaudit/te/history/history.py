@@ -125,8 +125,8 @@ def run_version(source: TESource, cases: list[HistoryCase], arch: str = "sm100",
         if unread is not None:
             request["unread"] = unread
         req.write_text(json.dumps(request), encoding="utf-8")
-        try:
-            done = subprocess.run([sys.executable, "-m", "memaudit.te.history.worker", str(req)], capture_output=True,
+        try:  # -P: a memaudit/ folder in the current folder must not shadow the installed package
+            done = subprocess.run([sys.executable, "-P", "-m", "memaudit.te.history.worker", str(req)], capture_output=True,
                                   text=True, timeout=timeout_s, check=False, env={**os.environ, "PYTHONWARNINGS": "ignore"})
         except subprocess.TimeoutExpired:
             why = f"the worker for TE {source.label} ran past {timeout_s:g} s (killed)"
