@@ -15,7 +15,7 @@ from memaudit.capture import capture
 from memaudit.capture.reads import UNKNOWN
 from memaudit.environment import environment
 from memaudit.errors import Terminated
-from memaudit.report import CaseReport, PathInfo, Report, Unread, with_verdicts
+from memaudit.report import CaseReport, PathInfo, Report, Totals, Unread, with_verdicts
 from memaudit.spec import CaseSpec
 from memaudit.targets.base import Fallback, Target
 from memaudit.unread import (
@@ -124,11 +124,11 @@ def run_case_here(target: Target, spec: CaseSpec, *, backward: bool = True, veri
         if unread is not None:
             _verdicts(case, target, spec, unread, observed, built.emulation() is not None)
     except torch.cuda.OutOfMemoryError as exc:
-        case.status, case.reason = "error", "out of memory: " + _first_line(exc)
+        _failed(case, "out of memory: " + _first_line(exc))
     except Terminated:
         raise
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - one cell's fault is that cell's error (a sys.exit too)
-        case.status, case.reason = "error", _first_line(exc)
+        _failed(case, _first_line(exc))
     finally:
         if built is not None:
             case.emulation = built.emulation()
@@ -137,6 +137,18 @@ def run_case_here(target: Target, spec: CaseSpec, *, backward: bool = True, veri
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
     return case
+
+
+class Disagreement(RuntimeError):
+    """The two ``--unread`` methods call one row read and the other unread: the case's error."""
+
+
+def _failed(case: CaseReport, reason: str) -> None:
+    """Make ``case`` an error cell: what failed, and none of what a partial run had measured (an
+    error case has no rows, so a fault after the forward leaves none behind)."""
+    case.status, case.reason = "error", reason
+    case.rows, case.freed, case.modules = [], [], []
+    case.totals, case.allocator, case.unread = Totals(), None, None
 
 
 def _verdicts(case: CaseReport, target: Target, spec: CaseSpec, method: str, observed: Verdicts | None,
@@ -158,9 +170,8 @@ def _verdicts(case: CaseReport, target: Target, spec: CaseSpec, method: str, obs
     if observed is not None and second is not None:
         verdicts, disagree = combine(observed, second, case.rows)
         if disagree:
-            case.status = "error"
-            case.reason = (f"unread: observed reads and poisoned buffers disagree on {len(disagree)} row(s): "
-                           + "; ".join(disagree[:3]) + (" ..." if len(disagree) > 3 else ""))
+            raise Disagreement(f"observed reads and poisoned buffers disagree on {len(disagree)} row(s): "
+                               + "; ".join(disagree[:3]) + (" ..." if len(disagree) > 3 else ""))
     elif observed is not None or second is not None:
         verdicts = observed if observed is not None else second  # type: ignore[assignment]
     else:  # no method could run: the case has no verdicts (unread_bytes stays null) and says why

@@ -13,6 +13,7 @@ import unread_models
 from torch import nn
 
 from memaudit.capture import capture, reads
+from memaudit.report import validate_case
 from memaudit.runner import run_case
 from memaudit.targets.custom import CustomTarget
 from memaudit.unread import observe, observed_verdicts
@@ -217,6 +218,19 @@ def test_methods_that_disagree_make_an_error_cell(monkeypatch: pytest.MonkeyPatc
     case = _case("planted", "both")
     assert case.status == "error"
     assert "disagree" in (case.reason or "") and "SavesJunkBackward.saved_tensors[1]" in (case.reason or "")
+    assert case.rows == [] and case.totals.rows == 0
+    validate_case(case.to_dict())  # an error cell a report can hold (it reads back)
+
+
+def test_a_backward_that_fails_leaves_an_error_cell_without_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    def backward(ctx: Any, g: torch.Tensor) -> Any:
+        raise RuntimeError("backward failed on purpose")
+
+    monkeypatch.setattr(unread_models.SavesJunk, "backward", staticmethod(backward))
+    case = _case("planted", "observed")
+    assert case.status == "error" and "backward failed on purpose" in (case.reason or "")
+    assert case.rows == [] and case.unread is None
+    validate_case(case.to_dict())
 
 
 def test_the_poisoned_method_needs_values() -> None:
