@@ -282,6 +282,20 @@ def _splits(*args: Any, **kwargs: Any) -> list[Any]:
     return [args[0]]
 
 
+@_reads("dswiglu")
+def _dact(*args: Any, **kwargs: Any) -> list[Any]:
+    """(grad, input, quantizer) (TE 2.16-2.17 extensions/activation.cpp ``dactivation_helper``):
+    the kernel reads the gradient and the forward input."""
+    return list(args[:2])
+
+
+@_reads("bulk_allocate")
+def _allocates(*args: Any, **kwargs: Any) -> list[Any]:
+    """(shapes, dtypes, device, alignments) (TE 2.16-2.17 extensions/allocate.cpp:15-90): allocates
+    new buffers, reads none."""
+    return []
+
+
 @_reads("copy_data_ptrs_to_device")
 def _pointers_only(*args: Any, **kwargs: Any) -> list[Any]:
     """(tensors, device): only the tensors' addresses (no contents); the table goes to a kernel,

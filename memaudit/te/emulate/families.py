@@ -90,7 +90,28 @@ def transform_and_copy_data_ptrs_to_device(transform_type: str, tensors: list[to
     return ptrs, torch.empty(stride * g, dtype=torch.uint8, device=device)
 
 
+def bulk_allocate(shapes: list[list[int]], dtypes: list[torch.dtype], device: Any = None,
+                  alignments: list[int] | None = None) -> list[torch.Tensor]:
+    """``tex.bulk_allocate`` (TE 2.16-2.17 csrc/extensions/allocate.cpp:15-90, the grouped linear's
+    weight gradients in backward): one buffer, each tensor an ``at::from_blob`` view of it with a
+    Storage of its own (an empty shape: ``at::empty``), so a separate tensor of each shape and
+    dtype stands in for it."""
+    dev = device if device is not None else "cuda"
+    return [torch.empty(tuple(int(d) for d in shape), dtype=dtype, device=dev) for shape, dtype in zip(shapes, dtypes, strict=True)]
+
+
+def dswiglu(grad: torch.Tensor, input: torch.Tensor, quantizer: Any = None) -> Any:  # noqa: A002 - TE's name
+    """``tex.dswiglu`` (TE 2.16-2.17 csrc/extensions/activation.cpp:129-160, ``dactivation_helper``;
+    the swiglu op's backward before the scaled variants): the input gradient in the input's shape,
+    made by the quantizer's ``create_tensor`` (the input's dtype without one)."""
+    if quantizer is None:
+        return torch.empty(tuple(input.shape), dtype=input.dtype, device=input.device)
+    return empty_quantized(quantizer, input.shape, input.dtype, input.device)
+
+
 FAMILY_STANDINS: dict[str, Callable[..., Any]] = {
+    "bulk_allocate": bulk_allocate,
+    "dswiglu": dswiglu,
     "transform_and_copy_data_ptrs_to_device": transform_and_copy_data_ptrs_to_device,
     "splits_to_offsets": splits_to_offsets,
     "swiglu": swiglu,
