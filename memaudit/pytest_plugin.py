@@ -175,22 +175,23 @@ def marker_device(marks: list[pytest.Mark]) -> str | None:
     return None
 
 
+def _marker_choice(marks: list[pytest.Mark], key: str, when_true: str) -> str | None:
+    """What the closest marker's ``key`` asks for (``True`` is ``when_true``), or None."""
+    for m in marks:
+        if key in m.kwargs:
+            value = m.kwargs[key]
+            return when_true if value is True else value or None
+    return None
+
+
 def marker_emulate(marks: list[pytest.Mark]) -> str | None:
     """The architecture a marker's ``emulate`` asks for (``True`` is sm100), or None."""
-    for m in marks:
-        if "emulate" in m.kwargs:
-            value = m.kwargs["emulate"]
-            return "sm100" if value is True else value or None
-    return None
+    return _marker_choice(marks, "emulate", "sm100")
 
 
 def marker_unread(marks: list[pytest.Mark]) -> str | None:
     """The read analysis a marker's ``unread`` asks for (``True`` is observed), or None."""
-    for m in marks:
-        if "unread" in m.kwargs:
-            value = m.kwargs["unread"]
-            return "observed" if value is True else value or None
-    return None
+    return _marker_choice(marks, "unread", "observed")
 
 
 def marker_rules(marks: list[pytest.Mark], *, source: str) -> list[Any]:

@@ -898,31 +898,27 @@ def _unique(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
-def _tensor_types() -> frozenset[type]:
-    """torch.Tensor and every subclass defined so far (Parameter, TE's tensors, a user's)."""
+def _subclasses(root: type) -> frozenset[type]:
+    """``root`` and every subclass of it defined so far."""
     found: set[type] = set()
-    todo: list[type] = [torch.Tensor]
+    todo: list[type] = [root]
     while todo:
         cls = todo.pop()
         if cls not in found:
             found.add(cls)
             todo.extend(cls.__subclasses__())
     return frozenset(found)
+
+
+def _tensor_types() -> frozenset[type]:
+    """torch.Tensor and every subclass defined so far (Parameter, TE's tensors, a user's)."""
+    return _subclasses(torch.Tensor)
 
 
 def _fake_types() -> frozenset[type]:
     """FakeTensor and its subclasses, where torch has imported them (never imported here)."""
     fake = getattr(sys.modules.get("torch._subclasses.fake_tensor"), "FakeTensor", None)
-    if fake is None:
-        return frozenset()
-    found: set[type] = set()
-    todo: list[type] = [fake]
-    while todo:
-        cls = todo.pop()
-        if cls not in found:
-            found.add(cls)
-            todo.extend(cls.__subclasses__())
-    return frozenset(found)
+    return frozenset() if fake is None else _subclasses(fake)
 
 
 def _live_graph_tensors() -> list[Any]:

@@ -225,8 +225,8 @@ def place(target: Target, spec: CaseSpec, rank: int = 0, world_size: int = 1) ->
     return target.place(spec, rank, world_size)
 
 
-def backward_sum(outputs: Any) -> None:
-    """Backward through the sum of every floating output that requires grad."""
+def sum_loss(outputs: Any) -> Any:
+    """The sum of every floating output that requires grad (in fp32), or None where there is none."""
     loss = None
     from memaudit.capture import iter_tensors
 
@@ -234,5 +234,11 @@ def backward_sum(outputs: Any) -> None:
         if t.requires_grad and t.is_floating_point():
             s = t.float().sum()
             loss = s if loss is None else loss + s
+    return loss
+
+
+def backward_sum(outputs: Any) -> None:
+    """Backward through the sum of every floating output that requires grad."""
+    loss = sum_loss(outputs)
     if loss is not None:
         loss.backward()

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from memaudit.capture.reads import evaluating
+from memaudit.targets.base import sum_loss
 
 
 def _graph(root: Any) -> dict[Any, int]:
@@ -120,12 +121,6 @@ def _add(buffers: dict[Any, list[torch.Tensor | None]], node: Any, nr: int, grad
 def backward_sum(outputs: Any) -> None:
     """Backward through the sum of every floating output that requires grad (what
     ``memaudit.targets.base.backward_sum`` does with ``loss.backward()``), with this engine."""
-    from memaudit.capture import iter_tensors
-
-    loss = None
-    for t in iter_tensors(outputs):
-        if t.requires_grad and t.is_floating_point():
-            s = t.float().sum()
-            loss = s if loss is None else loss + s
+    loss = sum_loss(outputs)
     if loss is not None:
         run_backward([loss])
