@@ -186,7 +186,10 @@ def test_rows_saved_while_another_thread_compiles_name_no_wrong_module() -> None
     module_of = {"AddmmBackward0": "0", "TanhBackward0": "1"}
     named = [r for r in mine if r.module is not None]
     assert all(r.module.split("#")[0] == module_of[r.op] for r in named), sorted({(r.op, r.module) for r in named})[:6]
-    assert len({r.module for r in named}) == len(named)  # one row per call: no call holds two
+    for prefix in ("0", "1"):  # one row per call, except the documented limit (README): the one
+        # call running when the compile ends may share the index of the call open when it began
+        rows = [r.module for r in named if r.module.split("#")[0] == prefix]
+        assert len(rows) - len(set(rows)) <= 1, sorted(rows)
     last = mine[-2 * len(after):]
     assert all(r.module is not None for r in last)  # after the compile, every call is named again
     said = any("while torch.compile compiled in another" in w for w in case.warnings)
