@@ -36,6 +36,7 @@ def observe_case(recipe: str, groups: int, *, arch: str, fused: bool, tokens: in
     from memaudit.capture import capture, reads
     from memaudit.te.reads import watch
     from memaudit.te.target import TEGroupedMLPTarget
+    from memaudit.unread import observed_verdicts
 
     t = TEGroupedMLPTarget()
     opts = t.configure({"kernels": "emulated", "arch": arch, "fused": fused} if kernels == "emulated" else {"fused": fused})
@@ -54,8 +55,9 @@ def observe_case(recipe: str, groups: int, *, arch: str, fused: bool, tokens: in
         error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     emulation = built.emulation()
     rows = []
+    verdicts = observed_verdicts(obs, rep.rows)  # as the runner gives them (a container: from its buffers)
     for r in rep.rows:
-        verdict, why = obs.verdict(r.storage) if error is None else ("unknown", f"backward failed: {error}")
+        verdict, why = verdicts[r.index] if error is None else ("unknown", f"backward failed: {error}")
         rows.append({"index": r.index, "operand": r.operand, "slot": r.slot, "orientation": r.orientation,
                      "storage": r.storage, "bytes": r.bytes, "verdict": verdict,
                      "read_by" if verdict == "read" else "why": why})
