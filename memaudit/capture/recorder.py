@@ -275,15 +275,20 @@ class Capture:
             st = layer.state
             if self in st.captures:
                 st.captures.remove(self)
-            if self.name_early:
-                st.naming -= 1
-            if self.stack:
-                st.sources -= 1
-            if self.modules:
-                st.tracking -= 1
-            if held and held.pop():
-                modules.release()
+            self._undo_counts(st, held)
         self._close_region(tid)
+
+    def _undo_counts(self, st: hooks.ThreadState, held: list[bool] | None) -> None:
+        """Take back what one push added to a thread's state: its counts and its hold on the global
+        module hooks."""
+        if self.name_early:
+            st.naming -= 1
+        if self.stack:
+            st.sources -= 1
+        if self.modules:
+            st.tracking -= 1
+        if held and held.pop():
+            modules.release()
 
     def _note_threads(self) -> None:
         # One Python thread alive: the calling one, which is always among this capture's threads.
@@ -344,16 +349,7 @@ class Capture:
         finally:
             if layers:  # this thread's push succeeded: undo what it added
                 layers.pop()
-                st = hooks.state()
-                if self.name_early:
-                    st.naming -= 1
-                if self.stack:
-                    st.sources -= 1
-                if self.modules:
-                    st.tracking -= 1
-                held = self._held.get(tid)
-                if held and held.pop():
-                    modules.release()
+                self._undo_counts(hooks.state(), self._held.get(tid))
             self._close_region(tid)
 
     @property
