@@ -27,7 +27,7 @@ PRODUCTION = {"tokens": 82944, "hidden": 3072, "ffn": 1536}
 def emulated_case(recipe: str, groups: int, *, tokens: int = 4096, hidden: int = 1024, ffn: int = 2048,
                   fused: bool = True, cudnn_frontend: str = "1.28.0", kernels: str = "emulated") -> CaseReport:
     """One case of the TE target on an emulated sm100, forward only."""
-    from memaudit.te.target import TEGroupedMLPTarget
+    from memaudit.te.targets.grouped_mlp import TEGroupedMLPTarget
 
     target = TEGroupedMLPTarget()
     options = target.configure({"kernels": kernels, "arch": "sm100", "fused": fused, "cudnn_frontend": cudnn_frontend})

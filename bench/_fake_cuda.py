@@ -18,7 +18,7 @@ from typing import Any
 from memaudit.report import CaseReport, load_report
 from memaudit.spec import CaseSpec
 from memaudit.targets.registry import get_target
-from memaudit.te.target import EMULATED_WARNING, EMULATED_WARNING_BEFORE
+from memaudit.te.targets.grouped_mlp import EMULATED_WARNING, EMULATED_WARNING_BEFORE
 
 ROOT = Path(__file__).resolve().parent.parent
 EMULATED = ROOT / "reports" / "emulated"
@@ -67,7 +67,7 @@ def replay_case(case: CaseReport) -> CaseReport:
     """``case`` run again here with memaudit's runner, as its ``memaudit run`` flags asked (from
     its ``emulation.machine`` and options)."""
     from memaudit.runner import run_case_here
-    from memaudit.te.target import TEGroupedMLPTarget
+    from memaudit.te.targets.grouped_mlp import TEGroupedMLPTarget
 
     assert case.emulation is not None
     m = case.emulation.machine

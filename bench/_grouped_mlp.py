@@ -26,7 +26,7 @@ def forward(recipe_name: str, groups: int, tokens: int, hidden: int, ffn: int) -
 
     from memaudit.spec import CaseSpec
     from memaudit.targets.registry import get_target
-    from memaudit.te.target import make_recipe
+    from memaudit.te.targets.grouped_mlp import make_recipe
 
     spec = CaseSpec.make(get_target("te-grouped-mlp"), recipe_name, groups, tokens=tokens, hidden=hidden, ffn=ffn, device="cuda")
     recipe = make_recipe(recipe_name)

@@ -61,7 +61,7 @@ from memaudit.te.estimate import (  # noqa: E402
     resolve,
     sweep_point,
 )
-from memaudit.te.recipes import RECIPES  # noqa: E402
+from memaudit.te.machine.recipes import RECIPES  # noqa: E402
 
 try:
     from memaudit.te.estimate import compiled as _compiled  # noqa: E402

@@ -4,7 +4,7 @@
 For every rank's case of ``REPORT`` (from ``memaudit run`` under torchrun, target
 ``ep-grouped-mlp``), runs the rank's local experts alone in this process (the ``reference`` target,
 or ``te-grouped-mlp`` with the same recipe, fused switch and kernels for ``--experts te``) at the
-rank's split sizes, and compares the rows, the dispatch's aside (:mod:`memaudit.te.ep_equivalence`).
+rank's split sizes, and compares the rows, the dispatch's aside (:mod:`memaudit.te.targets.ep_equivalence`).
 Writes ``--out`` (JSON): per rank the rows compared, the rows that differ, the saved bytes on the
 rank and alone, and what the dispatch keeps; exit 1 when a row differs.
 
@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from memaudit.environment import environment
     from memaudit.judge.integrity import read_report
-    from memaudit.te.ep_equivalence import dispatch_bytes, one_process, row_differences
+    from memaudit.te.targets.ep_equivalence import dispatch_bytes, one_process, row_differences
 
     merged = read_report(args.report)
     ranks, differ = [], 0

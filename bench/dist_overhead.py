@@ -5,7 +5,7 @@ Run under torchrun; every rank builds its case of ``ep-grouped-mlp`` (its routin
 dispatch, its local experts) and times, alternating, ``--rounds`` forwards without any hook
 (bare) and with ``capture()`` (the graph dropped after each; CUDA synchronised before the clock
 stops; the ranks aligned by a barrier before each forward). Then the whole per-rank run of the
-case (:func:`memaudit.dist.rank.run_rank`: capture, report, backward, its own file, the status
+case (:func:`memaudit.distributed.rank.run_rank`: capture, report, backward, its own file, the status
 exchange, the gather, the merge on rank 0) is timed, and on rank 0 the merge alone. Rank 0
 writes ``--out`` (JSON: per rank the medians, min and max, and capture / bare).
 
@@ -57,15 +57,15 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
 
     from memaudit.capture import capture
-    from memaudit.dist.merge import merge_reports
-    from memaudit.dist.rank import run_rank
-    from memaudit.dist.world import default_backend, join, leave, torchrun_env
+    from memaudit.distributed.merge import merge_reports
+    from memaudit.distributed.rank import run_rank
+    from memaudit.distributed.world import default_backend, join, leave, torchrun_env
     from memaudit.environment import environment
     from memaudit.report import validate_report
     from memaudit.spec import CaseSpec
     from memaudit.targets.base import place
     from memaudit.targets.registry import get_target
-    from memaudit.te.ep_target import EPGroupedMLPTarget
+    from memaudit.te.targets.ep import EPGroupedMLPTarget
 
     env = torchrun_env()
     if env is None:

@@ -12,7 +12,7 @@ For each world size N, ``--repeat`` times, in fresh processes:
   validate each file, merge, validate the summary, write);
 * ``merge (in process)``: what rank 0 does after the gather, the median of ``--inner`` calls:
   validate the N reports as they arrive (decoded JSON, every check of a report read from a file),
-  :func:`memaudit.dist.merge.merge_reports`, and the merged report to JSON.
+  :func:`memaudit.distributed.merge.merge_reports`, and the merged report to JSON.
 
 Medians (and min/max) are written with the environment to ``--out`` (JSON), a markdown summary
 beside it and, with matplotlib, the figure (``--out`` with ``.svg``)::
@@ -61,7 +61,7 @@ def environment() -> dict[str, Any]:
 
 
 def measure(n: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    from memaudit.dist.merge import merge_reports, rank_files
+    from memaudit.distributed.merge import merge_reports, rank_files
     from memaudit.report import validate_report
 
     shape = ["--target", "ep-grouped-mlp", "--groups", str(args.groups), "--tokens", str(args.tokens), "--hidden",

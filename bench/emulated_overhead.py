@@ -96,7 +96,7 @@ def child(rounds: int, warmup: int) -> dict[str, Any]:
 
     from memaudit.spec import CaseSpec
     from memaudit.targets.registry import get_target
-    from memaudit.te.target import TEGroupedMLPTarget, import_te
+    from memaudit.te.targets.grouped_mlp import TEGroupedMLPTarget, import_te
 
     import_te()
     out: dict[str, Any] = {"cells": {}, "errors": {}}

@@ -23,8 +23,8 @@ def main() -> None:
     from memaudit.runner import run_matrix
     from memaudit.spec import CaseSpec
     from memaudit.targets.registry import get_target
-    from memaudit.te.recipes import RECIPES
-    from memaudit.te.target import TEGroupedMLPTarget, import_te
+    from memaudit.te.machine.recipes import RECIPES
+    from memaudit.te.targets.grouped_mlp import TEGroupedMLPTarget, import_te
 
     import_te()
     t_import = time.perf_counter() - t0

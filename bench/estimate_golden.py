@@ -28,7 +28,7 @@ from typing import Any
 from memaudit.errors import UsageError
 from memaudit.report import compute_totals
 from memaudit.te.estimate import PATHS, VARIANTS, estimate_config, expected_rows, make_spec, resolve
-from memaudit.te.recipes import ALIGNMENT, RECIPES
+from memaudit.te.machine.recipes import ALIGNMENT, RECIPES
 
 
 def _sha(obj: Any) -> str:

@@ -58,7 +58,7 @@ def _load() -> list[float]:
 def environment() -> dict[str, Any]:
     import torch
 
-    from memaudit.te.environment import te_version
+    from memaudit.te.machine.environment import te_version
 
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
@@ -73,8 +73,8 @@ def per_case(shape: dict[str, int], rounds: int) -> dict[str, Any]:
     from memaudit.runner import run_case
     from memaudit.spec import CaseSpec
     from memaudit.targets.registry import get_target
-    from memaudit.te.recipes import RECIPES
-    from memaudit.te.target import TEGroupedMLPTarget
+    from memaudit.te.machine.recipes import RECIPES
+    from memaudit.te.targets.grouped_mlp import TEGroupedMLPTarget
 
     target = TEGroupedMLPTarget()
     options = target.configure({"kernels": "emulated", "arch": "sm100"})
@@ -140,7 +140,7 @@ def profile_one(shape: dict[str, int], recipe: str, groups: int) -> str:
     from memaudit.runner import run_case_here
     from memaudit.spec import CaseSpec
     from memaudit.te.emulate.host import call_in_child
-    from memaudit.te.target import TEGroupedMLPTarget
+    from memaudit.te.targets.grouped_mlp import TEGroupedMLPTarget
 
     target = TEGroupedMLPTarget()
     options = target.configure({"kernels": "emulated", "arch": "sm100"})
@@ -165,7 +165,7 @@ def speed(args: argparse.Namespace) -> None:
     import torch  # noqa: F401  (before TE: TE's libraries load torch's)
 
     from memaudit.te.emulate.run import import_te_modules
-    from memaudit.te.target import import_te
+    from memaudit.te.targets.grouped_mlp import import_te
 
     import_te()
     import_te_modules()
@@ -230,7 +230,7 @@ def replay(args: argparse.Namespace) -> None:
     from memaudit.report import load_report
     from memaudit.te.emulate import fakecuda
     from memaudit.te.emulate.run import import_te_modules
-    from memaudit.te.target import import_te
+    from memaudit.te.targets.grouped_mlp import import_te
 
     import_te()
     import_te_modules()

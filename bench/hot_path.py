@@ -53,7 +53,7 @@ clock = time.thread_time
 
 
 def bf16_step() -> Callable[[], None]:
-    from memaudit.targets.reference_model import ReferenceGroupedMLP
+    from memaudit.te.targets.reference_model import ReferenceGroupedMLP
 
     g = 8
     model = ReferenceGroupedMLP(groups=g, hidden=16, ffn=16, dtype=torch.float32, device="cpu")

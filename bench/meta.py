@@ -50,7 +50,7 @@ from memaudit.capture import capture  # noqa: E402
 from memaudit.runner import run_case  # noqa: E402
 from memaudit.spec import CaseSpec  # noqa: E402
 from memaudit.targets.registry import get_target  # noqa: E402
-from memaudit.te.reference import ReferenceTarget  # noqa: E402
+from memaudit.te.targets.reference import ReferenceTarget  # noqa: E402
 
 PRODUCTION = {"tokens": 82944, "hidden": 3072, "ffn": 1536, "groups": 8}
 SMALL = ({"tokens": 2048, "hidden": 256, "ffn": 512, "groups": 8}, {"tokens": 8192, "hidden": 1024, "ffn": 512, "groups": 4})

@@ -50,7 +50,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 MODULES = (
-    "memaudit/te/classify.py",
+    "memaudit/te/capture/classify.py",
     "memaudit/judge/baseline.py",
     "memaudit/capture/recorder.py",
     "memaudit/te/estimate/shapes.py",

@@ -24,7 +24,7 @@ import torch
 from memaudit.capture import capture
 from memaudit.spec import CaseSpec
 from memaudit.targets.registry import get_target
-from memaudit.te.target import TEGroupedMLPTarget, set_fused_env
+from memaudit.te.targets.grouped_mlp import TEGroupedMLPTarget, set_fused_env
 
 SHAPES = {
     "production": {"tokens": 65536, "hidden": 4096, "ffn": 2048, "groups": 8},
@@ -88,7 +88,7 @@ def counts(built: Any) -> dict[str, int]:
     """What one captured step does: packs, module calls, prepare_for_saving calls, hook pushes."""
     from torch.nn.modules.module import register_module_forward_pre_hook
 
-    from memaudit.te import classify
+    from memaudit.te.capture import classify
 
     n = {"module_calls": 0, "prepare_for_saving": 0, "hook_pushes": 0}
 

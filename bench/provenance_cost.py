@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformer_engine.pytorch.tensor.storage.float8_tensor_storage import Float8TensorStorage
 
     from memaudit.capture import capture, hooks
-    from memaudit.te import classify as tec
+    from memaudit.te.capture import classify as tec
 
     tec.install_provenance()
     original = tec.original_prepare_for_saving(Float8TensorStorage)

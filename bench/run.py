@@ -621,7 +621,7 @@ class Bench:
         shape = self.shapes["model"]
         torch.manual_seed(0)
         if self.cuda and self.r.get("target_used") == "te-grouped-mlp":
-            from memaudit.te.target import import_te, make_recipe
+            from memaudit.te.targets.grouped_mlp import import_te, make_recipe
 
             te, _ = import_te()
             rcp = make_recipe(recipe)
@@ -842,7 +842,7 @@ class Bench:
         return out
 
     def _fused_env(self) -> dict[str, str]:
-        from memaudit.te.target import FUSED_ENV
+        from memaudit.te.targets.grouped_mlp import FUSED_ENV
 
         can = self.cuda and torch.cuda.get_device_capability()[0] == 10
         return {FUSED_ENV: os.environ.get(FUSED_ENV, "1" if can else "0")}
@@ -884,19 +884,19 @@ class Bench:
     def setup_target(self) -> None:
         det: dict[str, Any] = {}
         if self.smoke:
-            from memaudit.te.reference import ReferenceTarget
+            from memaudit.te.targets.reference import ReferenceTarget
 
             self.target = ReferenceTarget()
             det["target"] = "reference"
         else:
-            from memaudit.te.target import TEGroupedMLPTarget, import_te, set_fused_env
+            from memaudit.te.targets.grouped_mlp import TEGroupedMLPTarget, import_te, set_fused_env
 
             det["fused_env"] = set_fused_env(None)
             c0 = time.perf_counter()
             te, why = import_te()
             det["te_import_in_process_seconds"] = round(time.perf_counter() - c0, 3)
             if te is None:
-                from memaudit.te.reference import ReferenceTarget
+                from memaudit.te.targets.reference import ReferenceTarget
 
                 self.error("setup_target", f"{why}; falling back to the reference target on CUDA")
                 self.target = ReferenceTarget()
@@ -918,7 +918,7 @@ class Bench:
         env["executable_python"] = sys.version.split()[0]
         if self.cuda:
             try:
-                from memaudit.te.target import cublaslt_version, fmt_cublaslt
+                from memaudit.te.targets.grouped_mlp import cublaslt_version, fmt_cublaslt
 
                 env["cublaslt_runtime"] = fmt_cublaslt(cublaslt_version())
             except Exception as exc:  # noqa: BLE001

@@ -38,11 +38,11 @@ def emit(obj: dict[str, Any]) -> None:
 
 def _target(name: str) -> Any:
     if name == "te-grouped-mlp":
-        from memaudit.te.target import TEGroupedMLPTarget, set_fused_env
+        from memaudit.te.targets.grouped_mlp import TEGroupedMLPTarget, set_fused_env
 
         set_fused_env(None)
         return TEGroupedMLPTarget()
-    from memaudit.te.reference import ReferenceTarget
+    from memaudit.te.targets.reference import ReferenceTarget
 
     return ReferenceTarget()
 

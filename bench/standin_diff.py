@@ -26,7 +26,7 @@ FLAGS = ("_with_gemm_swizzled_scales", "_dtype", "_is_2D_scaled", "num_tensors",
 
 
 def shape_of(x: Any, storages: dict[int, str], path: str = "$") -> Any:
-    from memaudit.te.classify import inner_buffers
+    from memaudit.te.capture.classify import inner_buffers
 
     if isinstance(x, torch.Tensor) and type(x) in (torch.Tensor, torch.nn.Parameter):
         ptr = x.untyped_storage().data_ptr()

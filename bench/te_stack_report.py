@@ -36,7 +36,7 @@ def main() -> int:
     ap.add_argument("--groups", type=int, default=8)
     args = ap.parse_args()
     import memaudit
-    from memaudit.te.target import import_te, make_recipe, set_fused_env
+    from memaudit.te.targets.grouped_mlp import import_te, make_recipe, set_fused_env
 
     set_fused_env(None)
     te, why = import_te()

@@ -3,7 +3,7 @@ unknown), per case, on fake CUDA (no GPU) or a GPU.
 
 Each case runs as ``--unread`` will run it: TE's real forward under :func:`memaudit.capture`,
 then TE's real backward inside the same emulation with a read observer and TE's read sets
-(:mod:`memaudit.te.reads`) active. With no GPU each case runs in a child process on fake CUDA
+(:mod:`memaudit.te.capture.reads`) active. With no GPU each case runs in a child process on fake CUDA
 (:func:`memaudit.te.emulate.host.call_in_child`).
 
     python bench/te_unread.py                 # the emulated matrix -> reports/unread/
@@ -34,8 +34,8 @@ def observe_case(recipe: str, groups: int, *, arch: str, fused: bool, tokens: in
     verdicts, the kernels backward called, and the error if backward failed. ``kernels="real"``
     runs TE's real kernels on this GPU (``arch`` is then only the label)."""
     from memaudit.capture import capture, reads
-    from memaudit.te.reads import watch
-    from memaudit.te.target import TEGroupedMLPTarget
+    from memaudit.te.capture.reads import watch
+    from memaudit.te.targets.grouped_mlp import TEGroupedMLPTarget
     from memaudit.unread import observed_verdicts
 
     t = TEGroupedMLPTarget()
@@ -121,7 +121,7 @@ def load_te_tree(tree: Path, cache: Path | None) -> str:
     import os
 
     from memaudit.te.history import compat, sources
-    from memaudit.te.recipes import FUSED_ENV
+    from memaudit.te.machine.recipes import FUSED_ENV
 
     os.environ[FUSED_ENV] = "0"  # TE reads its fused switch at import; each emulated case sets its own
     source = sources.local(tree, sources.cache_dir(cache))

@@ -32,7 +32,7 @@ GEMM_NOOPS = {
 
 
 def summarize(x: Any, storages: dict[int, int], depth: int = 0) -> Any:
-    from memaudit.te.classify import inner_buffers
+    from memaudit.te.capture.classify import inner_buffers
 
     if isinstance(x, torch.Tensor) and type(x) is torch.Tensor or isinstance(x, torch.nn.Parameter):
         if x.device.type == "meta":

@@ -75,7 +75,7 @@ def te_cases(production: bool) -> list[tuple[str, dict[str, int], str, int]]:
 
 
 def te(production: bool, emulated_sm90: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    from memaudit.te.target import TEGroupedMLPTarget
+    from memaudit.te.targets.grouped_mlp import TEGroupedMLPTarget
 
     real = TEGroupedMLPTarget()
     real.configure({"fused": False})

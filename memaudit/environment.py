@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import memaudit
-from memaudit.plugins import providers
+from memaudit.extension import extensions
 
 
 def library_probes() -> tuple[str, ...]:
     """Modules whose ``probe()`` adds a library's versions (each imports its library only if already
-    imported) and whose ``LIBRARY`` names it: the classifier plugins' (``Provider.environment``)."""
-    return tuple(p.environment for _, p in providers() if p.environment is not None)
+    imported) and whose ``LIBRARY`` names it: the extensions' (``Extension.environment``)."""
+    return tuple(e.environment for e in extensions() if e.environment is not None)
 
 
 @dataclass(frozen=True)

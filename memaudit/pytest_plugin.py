@@ -31,7 +31,7 @@ observed method runs in a test: the poisoned one re-runs backward, which only th
 (``run --unread-method``).
 
 ``emulate="sm100"`` runs the test body with TE's real Python on an emulated machine (kernel
-stand-ins, ``memaudit.te.emulate``): on a GPU in this process, with no GPU on fake CUDA in a child
+stand-ins, the TE extension's emulator: :class:`memaudit.extension.Emulator`): on a GPU in this process, with no GPU on fake CUDA in a child
 process forked for the test (build the model inside the test body: ``device="cuda"`` tensors are
 fake there), whose capture comes back for the budgets.
 """
@@ -49,8 +49,21 @@ MARKER_KEYS = ("max_bytes", "exact_bytes", "max_total_bytes", "max_unread_bytes"
                "stack", "device", "emulate", "ranks", "unread")
 UNREAD = ("observed",)
 """``unread`` values a test can run (``True`` is observed): see the module's docstring."""
-EMULATE = ("sm90", "sm100")
-"""``emulate`` values: the architectures TE's forward can be emulated on (``memaudit.te.emulate``)."""
+
+
+def emulate_choices() -> tuple[str, ...]:
+    """``emulate`` values: the architectures the extensions' emulators declare (TE's: sm90, sm100)."""
+    from memaudit.extension import emulators
+
+    return tuple(emulators())
+
+
+def emulator(arch: str) -> Any:
+    """The :class:`memaudit.extension.Emulator` that emulates ``arch``."""
+    from memaudit.extension import emulators
+
+    ext, ref = emulators()[arch]
+    return ext.load(ref)
 MARKER_HELP = (
     f"{MARKER}(max_bytes=None, exact_bytes=None, max_total_bytes=None, count=None, forbid=None, rules=None): budgets on the "
     f"tensors autograd saved during the test (captured by the {FIXTURE} fixture, requested automatically). "
@@ -117,19 +130,13 @@ def _saved_tensors_class() -> type:
 def observed_verdicts(cap: Any, case_id: str, backward: Any) -> Any:
     """Run ``backward()`` with the observed-reads analysis over ``cap``'s live rows (and every
     imported library's entry-point watcher); the case of those rows, with their verdicts."""
-    import importlib
-    import sys
 
     from memaudit.capture.reads import Observer, observing
-    from memaudit.plugins import providers
+    from memaudit.extension import read_watchers
     from memaudit.report import Unread, with_verdicts
 
     case = cap.report(case_id=case_id)  # names the live rows and their storages
-    watchers = []
-    for library, provider in providers():
-        if provider.reads and library in sys.modules:  # a library the test imported
-            module, _, name = provider.reads.partition(":")
-            watchers.append(getattr(importlib.import_module(module), name))
+    watchers = read_watchers()  # of the libraries the test imported
     obs = Observer(cap.row_storages())
     with observing(obs, watchers):
         backward()
@@ -159,11 +166,9 @@ def saved_tensors(request: pytest.FixtureRequest) -> Iterator[Any]:
 
             contexts.enter_context(torch.device(device))
         if arch is not None:
-            from memaudit.te.emulate.host import needs_child
-            from memaudit.te.emulate.run import emulated
-
-            if not needs_child():  # a GPU: here; with no GPU the body runs in a child (pytest_pyfunc_call)
-                contexts.enter_context(emulated(arch))
+            emu = emulator(arch)
+            if not emu.needs_child():  # a GPU: here; with no GPU the body runs in a child (pytest_pyfunc_call)
+                contexts.enter_context(emu.emulated(arch))
         yield cap
 
 
@@ -185,8 +190,18 @@ def _marker_choice(marks: list[pytest.Mark], key: str, when_true: str) -> str | 
 
 
 def marker_emulate(marks: list[pytest.Mark]) -> str | None:
-    """The architecture a marker's ``emulate`` asks for (``True`` is sm100), or None."""
-    return _marker_choice(marks, "emulate", "sm100")
+    """The architecture a marker's ``emulate`` asks for (``True`` is the first emulator's default:
+    TE's sm100), or None."""
+    for m in marks:
+        if "emulate" in m.kwargs:
+            value = m.kwargs["emulate"]
+            if value is True:
+                from memaudit.extension import emulators
+
+                first = next(iter(emulators().values()), None)
+                return first[0].load(first[1]).default if first is not None else "sm100"
+            return value or None
+    return None
 
 
 def marker_unread(marks: list[pytest.Mark]) -> str | None:
@@ -237,8 +252,8 @@ def marker_rules(marks: list[pytest.Mark], *, source: str) -> list[Any]:
                             if v in UNREAD_CHOICES else "")
                     raise UsageError(f"expected True or {', '.join(map(repr, UNREAD))}, got {v!r}{more}", source=source, key=key)
             elif k == "emulate":
-                if not (v is True or v in EMULATE):
-                    raise UsageError(f"expected True or one of {', '.join(map(repr, EMULATE))}, got {v!r}", source=source, key=key)
+                if not (v is True or v in (choices := emulate_choices())):
+                    raise UsageError(f"expected True or one of {', '.join(map(repr, choices))}, got {v!r}", source=source, key=key)
             elif k == "ranks":
                 if not isinstance(v, list | tuple) or not v or not all(type(r) is int and r >= 0 for r in v):
                     raise UsageError(f"expected a list of ranks (integers >= 0), got {v!r}", source=source, key=key)
@@ -287,16 +302,14 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     arch = marker_emulate(list(pyfuncitem.iter_markers(MARKER)))
     if arch is None:
         return None
-    from memaudit.te.emulate.host import needs_child
-
-    if not needs_child():
+    emu = emulator(arch)
+    if not emu.needs_child():
         return None
     import inspect
 
-    from memaudit.te.emulate.host import ChildFailed, call_in_child, unavailable
-    from memaudit.te.emulate.run import emulated
+    from memaudit.extension import EmulationFailed
 
-    why = unavailable()
+    why = emu.unavailable()
     if why is not None:
         pytest.skip(f"@pytest.mark.{MARKER}(emulate={arch!r}): emulated kernels cannot run here: {why}")
     cap: Any = pyfuncitem.funcargs.get(FIXTURE)
@@ -304,8 +317,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     kwargs = {k: v for k, v in pyfuncitem.funcargs.items() if k in params}
 
     def body() -> dict[str, Any]:
-        with emulated(arch):
-            pyfuncitem.obj(**kwargs)
+        pyfuncitem.obj(**kwargs)
         if cap is None:
             return {}
         nodeid = pyfuncitem.nodeid
@@ -315,8 +327,8 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
                 "analysed": cap.analysed.to_dict() if getattr(cap, "analysed", None) is not None else None}
 
     try:
-        case = call_in_child(arch, body)
-    except ChildFailed as exc:
+        case = emu.call_in_child(arch, body)
+    except EmulationFailed as exc:
         pytest.fail(str(exc), pytrace=False)
     if case:
         pyfuncitem.stash[_case_key] = case

@@ -15,15 +15,13 @@ into a disagreement (the case's error), never a silent choice.
 
 from __future__ import annotations
 
-import importlib
-import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from memaudit.capture import reads
 from memaudit.capture.reads import READ, UNKNOWN, UNREAD
-from memaudit.plugins import providers
+from memaudit.extension import read_watchers
 from memaudit.report import Row
 
 if TYPE_CHECKING:
@@ -52,14 +50,8 @@ Verdicts = dict[int, tuple[str, str | None]]
 
 
 def watchers() -> list[Callable[[], Any]]:
-    """The ``reads`` watcher of every classifier plugin whose library the caller has imported."""
-    out = []
-    for library, provider in providers():
-        if provider.reads is None or library not in sys.modules:
-            continue
-        module, _, name = provider.reads.partition(":")
-        out.append(getattr(importlib.import_module(module), name))
-    return out
+    """The ``reads`` watcher of every extension whose library the caller has imported."""
+    return read_watchers()
 
 
 @contextmanager

@@ -198,8 +198,8 @@ def test_run_options_of_a_target_come_from_its_declaration(cli_runner: Any, tmp_
     """``run`` has every option a built-in target declares (``Target.flags``), and the value goes to
     that target's ``configure``: the TE target refuses an unknown activation before TE is imported."""
     from memaudit.targets import registry
-    from memaudit.te.ep_target import EPGroupedMLPTarget
-    from memaudit.te.target import TEGroupedMLPTarget
+    from memaudit.te.targets.ep import EPGroupedMLPTarget
+    from memaudit.te.targets.grouped_mlp import TEGroupedMLPTarget
 
     flags = registry.union_flags(registry.builtin_targets())
     assert {f.name for f in flags} == {f.name for f in (*TEGroupedMLPTarget.flags, *EPGroupedMLPTarget.flags)}

@@ -97,7 +97,7 @@ def test_version() -> None:
 
 
 def test_version_without_transformer_engine(monkeypatch: pytest.MonkeyPatch) -> None:
-    import memaudit.te.environment as env
+    import memaudit.te.machine.environment as env
 
     monkeypatch.setattr(env, "te_version", lambda **_: None)
     assert version_line().endswith(", transformer-engine not installed)")

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from memaudit.cli import app, exitcodes
 from memaudit.report import load_report
-from memaudit.te.expected import attach_expected
+from memaudit.te.estimate.expected import attach_expected
 
 ROOT = Path(__file__).resolve().parent.parent
 H200 = ROOT / "reports" / "h200"

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from memaudit.judge.integrity import read_report
-from memaudit.te.ep_equivalence import dispatch_bytes, one_process, row_differences
+from memaudit.te.targets.ep_equivalence import dispatch_bytes, one_process, row_differences
 
 pytestmark = [
     pytest.mark.gpu,

@@ -22,8 +22,8 @@ from memaudit.judge.integrity import read_report
 from memaudit.runner import run_case
 from memaudit.spec import CaseSpec
 from memaudit.targets.registry import get_target
-from memaudit.targets.routing import RoutingPlan
-from memaudit.te.reference import ReferenceTarget
+from memaudit.te.targets.reference import ReferenceTarget
+from memaudit.te.targets.routing import RoutingPlan
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_gloo_available(), reason="torch.distributed without gloo")
 

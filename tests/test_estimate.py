@@ -29,7 +29,7 @@ from memaudit.te.estimate import (
     skipped_case,
     sweep_point,
 )
-from memaudit.te.recipes import ALIGNMENT, RECIPES
+from memaudit.te.machine.recipes import ALIGNMENT, RECIPES
 
 MiB = 1024**2
 

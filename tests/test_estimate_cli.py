@@ -9,8 +9,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from memaudit.cli import estimate as estimate_cmd
 from memaudit.report import load_report
+from memaudit.te.commands import estimate as estimate_cmd
 
 MiB = 1024**2
 

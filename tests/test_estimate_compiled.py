@@ -22,7 +22,7 @@ from memaudit.targets.registry import get_target, owner_of
 from memaudit.te.estimate import PATHS, VARIANTS, estimate, estimate_config, make_spec, resolve
 from memaudit.te.estimate.config import Config
 from memaudit.te.estimate.rows import estimate_config_direct
-from memaudit.te.recipes import ALIGNMENT, RECIPES
+from memaudit.te.machine.recipes import ALIGNMENT, RECIPES
 
 
 @pytest.fixture

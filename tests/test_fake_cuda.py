@@ -43,7 +43,7 @@ from memaudit.report import load_report  # noqa: E402
 from memaudit.runner import run_case  # noqa: E402
 from memaudit.spec import CaseSpec  # noqa: E402
 from memaudit.targets.registry import get_target  # noqa: E402
-from memaudit.te.target import TEGroupedMLPTarget  # noqa: E402
+from memaudit.te.targets.grouped_mlp import TEGroupedMLPTarget  # noqa: E402
 
 GROUPS = committed_groups()
 SMALL = {"tokens": 2048, "hidden": 128, "ffn": 128}
@@ -241,7 +241,7 @@ def test_the_fused_layout_names_the_pr3545_buffers(monkeypatch: pytest.MonkeyPat
     # without the layout, entries after FC1's input take the unfused GroupedLinear's roles: FC2's
     # offsets and weights become FC1's, past its 8 groups fc1.extra[k] (this test reads what the
     # detector names)
-    import memaudit.te.roles as roles
+    import memaudit.te.capture.roles as roles
 
     monkeypatch.setattr(roles, "fused_layout", lambda basic_ops, ctxs: None)
     blind = run_case(target, spec)

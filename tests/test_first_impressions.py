@@ -114,7 +114,7 @@ def test_no_numpy_warning_from_torch_where_numpy_is_not_installed(tmp_path: Path
 def test_without_te_the_skip_reason_says_te_is_not_installed(monkeypatch) -> None:  # noqa: ANN001
     import importlib.util
 
-    from memaudit.te.target import TEGroupedMLPTarget
+    from memaudit.te.targets.grouped_mlp import TEGroupedMLPTarget
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",

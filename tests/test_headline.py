@@ -18,8 +18,8 @@ from memaudit.cli import app, exitcodes
 from memaudit.report import load_report
 from memaudit.te.emulate import fakecuda
 from memaudit.te.estimate import estimate
-from memaudit.te.recipes import MINIMUM_CAPABILITY, RECIPES
-from memaudit.te.target import TEGroupedMLPTarget
+from memaudit.te.machine.recipes import MINIMUM_CAPABILITY, RECIPES
+from memaudit.te.targets.grouped_mlp import TEGroupedMLPTarget
 
 SMALL = ["--tokens", "512", "--hidden", "64", "--ffn", "128"]
 needs_cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the answers with no GPU")
@@ -170,8 +170,8 @@ def test_doctor_lists_every_recipe_and_path_here() -> None:
 def test_doctor_gives_tes_own_gate_strings() -> None:
     """The gate column is TE's string, from TE's real check under the emulated sm90 gates."""
     te = pytest.importorskip("transformer_engine.pytorch")
-    from memaudit.te.doctor import doctor_report
     from memaudit.te.emulate.gates import emulated_arch
+    from memaudit.te.machine.doctor import doctor_report
 
     info = doctor_report(TEGroupedMLPTarget())
     with emulated_arch("sm90"):
@@ -186,7 +186,7 @@ def test_doctor_gives_tes_own_gate_strings() -> None:
 def test_minimum_capability_agrees_with_tes_gates(recipe: str) -> None:
     te = pytest.importorskip("transformer_engine.pytorch")
     from memaudit.te.emulate.gates import ARCHS, emulated_arch
-    from memaudit.te.target import recipe_gate
+    from memaudit.te.targets.grouped_mlp import recipe_gate
 
     for arch, capability in ARCHS.items():
         with emulated_arch(arch):

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from memaudit.cli import app, exitcodes
 from memaudit.spec import CaseSpec
-from memaudit.te.fallback import at_pr3545_shape, emulate_command, estimate_command
-from memaudit.te.reference import ReferenceTarget
+from memaudit.te.machine.fallback import at_pr3545_shape, emulate_command, estimate_command
+from memaudit.te.targets.reference import ReferenceTarget
 
 PR_DIMS = "--tokens 82944 --hidden 3072 --ffn 1536"
 

@@ -114,23 +114,25 @@ def test_a_ten_thousand_digit_integer_in_a_scenario_is_bad_input(tmp_path: Path,
     assert not (tmp_path / "r.json").exists()
 
 
-# ---- broken classifier plugins and a third party's sys.exit ------------------------------------------------
+# ---- broken extensions and a third party's sys.exit ----------------------------------------------------------
 SMALL = ["--target", "reference", "--groups", "1", "--tokens", "64", "--hidden", "16", "--ffn", "32"]
 CLASSIFIERS = {
     "raises": "raise RuntimeError('broken on purpose')\n",
-    "not a Provider": "PROVIDER = object()\n",
+    "not an Extension": "EXTENSION = object()\n",
     "exits": "import sys\nsys.exit(0)\n",
-    "prints": "from memaudit.plugins import Provider\nprint('hello from a plugin')\n"
-              "PROVIDER = Provider(classifier='nowhere:Nothing', formats=())\n",
+    "prints": "from memaudit.extension import Extension\nprint('hello from a plugin')\n"
+              "EXTENSION = Extension('somelib', library='somelib', classifier='nowhere:Nothing')\n",
 }
 
 
-def _site(tmp: Path, group: str, name: str, module: str, value: str) -> Path:
-    """A package ``module`` (its ``__init__`` is ``module``'s text) with one entry point, installed
-    as a ``.dist-info`` in ``tmp/site``."""
+def _site(tmp: Path, group: str, name: str, module: str, value: str, **others: str) -> Path:
+    """A package ``badplug`` (its ``__init__`` is ``module``'s text, its other modules ``others``)
+    with one entry point, installed as a ``.dist-info`` in ``tmp/site``."""
     site = tmp / "site"
     (site / "badplug").mkdir(parents=True)
     (site / "badplug" / "__init__.py").write_text(module, encoding="utf-8")
+    for mod, text in others.items():
+        (site / "badplug" / f"{mod}.py").write_text(text, encoding="utf-8")
     info = site / "badplug-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: badplug\nVersion: 0.1\n", encoding="utf-8")
@@ -146,8 +148,8 @@ def _cli(*argv: str, site: Path | None, cwd: Path) -> subprocess.CompletedProces
 
 
 @pytest.mark.parametrize("kind", list(CLASSIFIERS), ids=list(CLASSIFIERS))
-def test_a_broken_classifier_plugin_is_bad_input_naming_it(tmp_path: Path, kind: str) -> None:
-    site = _site(tmp_path, "memaudit.plugins", "somelib", CLASSIFIERS[kind], "badplug:PROVIDER")
+def test_a_broken_extension_is_bad_input_naming_it(tmp_path: Path, kind: str) -> None:
+    site = _site(tmp_path, "memaudit.extensions", "somelib", CLASSIFIERS[kind], "badplug:EXTENSION")
     (tmp_path / "s.toml").write_text(SCENARIO.format(tokens=64) + '\n[[budget]]\nname = "b"\nmax_bytes = "1 GiB"\n',
                                      encoding="utf-8")
     for argv in (["run", *SMALL, "--json", "r.json"], ["check", str(ROOT / "reports" / "cpu" / "reference.json"),
@@ -158,15 +160,17 @@ def test_a_broken_classifier_plugin_is_bad_input_naming_it(tmp_path: Path, kind:
             assert "hello from a plugin" not in done.stdout and "Traceback" not in text, text[-2000:]
             continue
         assert done.returncode == 2 and "Traceback" not in text, text[-2000:]
-        assert "error: plugins: the classifier plugin somelib = badplug:PROVIDER (package badplug)" in text, text[-2000:]
+        assert "error: extensions: the extension somelib = badplug:EXTENSION (package badplug)" in text, text[-2000:]
         assert not (tmp_path / "r.json").exists()
 
 
 def test_a_target_plugin_that_exits_is_bad_input(tmp_path: Path) -> None:
-    site = _site(tmp_path, "memaudit.targets", "exiter", "import sys\nsys.exit(0)\n", "badplug:Target")
+    site = _site(tmp_path, "memaudit.extensions", "exiter", "from memaudit.extension import Extension\n"
+                 "EXTENSION = Extension('exiter', targets={'exiter': 'badplug.exiting:Target'})\n", "badplug:EXTENSION",
+                 exiting="import sys\nsys.exit(0)\n")
     done = _cli("run", "--target", "exiter", "--json", "r.json", site=site, cwd=tmp_path)
     text = done.stdout + done.stderr
-    assert done.returncode == 2 and "Traceback" not in text and "target 'exiter'" in text and "SystemExit" in text, text
+    assert done.returncode == 2 and "Traceback" not in text and "target 'exiter'" in text and "sys.exit(0)" in text, text
     assert not (tmp_path / "r.json").exists()
 
 

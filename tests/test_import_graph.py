@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1] / "memaudit"
 LOWER = ("memaudit.spec", "memaudit.report", "memaudit.ranks", "memaudit.units", "memaudit.errors",
          "memaudit.environment", "memaudit.capture")
 """The model and the recorder: they know nothing of what runs them, judges or shows them."""
-HIGHER = ("memaudit.targets", "memaudit.runner", "memaudit.unread", "memaudit.dist", "memaudit.judge", "memaudit.te",
+HIGHER = ("memaudit.targets", "memaudit.runner", "memaudit.unread", "memaudit.distributed", "memaudit.judge", "memaudit.te",
           "memaudit.render", "memaudit.cli", "memaudit.pytest_plugin")
 
 
@@ -134,7 +134,7 @@ def test_the_graph_is_read() -> None:
     registry = GRAPH["memaudit.targets.registry"]
     assert any(t == "memaudit.targets.custom" for t, _, _ in registry)  # imported inside get_target
     assert any(typing for t, _, typing in GRAPH["memaudit.capture.hooks"])
-    assert _heavy("memaudit.te.classify") and _heavy("memaudit.runner") and not _heavy("memaudit.spec")
+    assert _heavy("memaudit.te.capture.classify") and _heavy("memaudit.runner") and not _heavy("memaudit.spec")
 
 
 def test_no_import_circles() -> None:
@@ -149,19 +149,20 @@ def test_no_arrow_from_a_lower_stage_to_a_higher_one() -> None:
 
 STAGES = (
     ("memaudit", "memaudit.errors", "memaudit.units"),
-    ("memaudit.spec", "memaudit.report", "memaudit.ranks", "memaudit.environment", "memaudit.plugins"),
+    ("memaudit.spec", "memaudit.report", "memaudit.ranks", "memaudit.environment", "memaudit.extension"),
     ("memaudit.capture",),
     ("memaudit.targets",),
     ("memaudit.runner", "memaudit.unread"),
-    ("memaudit.dist",),
+    ("memaudit.distributed",),
     ("memaudit.judge",),
     ("memaudit.render",),
-    ("memaudit.te",),
     ("memaudit.cli", "memaudit.pytest_plugin", "memaudit.__main__"),
+    ("memaudit.te",),
 )
 """The pipeline, lowest first (docs/architecture.md): a module imports its own stage or lower ones.
 ``memaudit`` is the package's ``__init__`` (its version; its attributes load lazily). TE is a wing
-above the stages it uses: its targets, its fallbacks (the runner), its tables and figures (render)."""
+above every stage, entered through its door (``memaudit.te:EXTENSION``): its targets, its fallbacks
+(the runner), its tables and figures (render), its commands (the CLI's helpers)."""
 
 
 def _stage(module: str) -> int:
@@ -175,6 +176,21 @@ def test_every_import_points_down_the_pipeline() -> None:
     assert up == []
 
 
+def test_nothing_outside_the_te_wing_imports_it() -> None:
+    """TE enters through its extension (declared by ``"pkg.mod:name"`` strings): no module outside
+    memaudit/te/ imports memaudit.te, not even for a type."""
+    into = [f"{m}:{line} imports {t}" for m in sorted(GRAPH) if not _within(m, ("memaudit.te",))
+            for t, line, _ in GRAPH[m] if _within(t, ("memaudit.te",))]
+    assert into == []
+
+
+def test_the_te_wing_is_registered_as_an_extension_like_anyone_else() -> None:
+    """memaudit's one entry point group holds TE's extension; the older per-kind groups are gone."""
+    text = (ROOT.parent / "pyproject.toml").read_text(encoding="utf-8")
+    assert '[project.entry-points."memaudit.extensions"]\nte = "memaudit.te:EXTENSION"' in text
+    assert "memaudit.targets\"]" not in text and "memaudit.plugins\"]" not in text
+
+
 def test_te_is_above_targets() -> None:
     """The generic targets (the interface, custom factories, the matrix) know nothing of TE: TE's
     targets live in memaudit/te/ and import the interface."""
@@ -186,8 +202,9 @@ def test_te_is_above_targets() -> None:
 HEAVY = ("torch", "transformer_engine", "transformer_engine_torch", "matplotlib", "numpy")
 """Libraries a module may import only when it is used: torch and TE (TE after its fused switch is
 set), matplotlib and numpy (plots)."""
-LIGHT_ENTRY = ("memaudit.cli", "memaudit.pytest_plugin", "memaudit.__main__")
-"""Entry modules that must start light (``memaudit --help``; the plugin loads in every pytest run):
+LIGHT_ENTRY = ("memaudit.cli", "memaudit.pytest_plugin", "memaudit.__main__", "memaudit.te.commands", "memaudit.te.emulate.pytest")
+"""Entry modules that must start light (``memaudit --help`` and the commands extensions add; the plugin
+loads in every pytest run, and with it the emulators extensions declare):
 they import the stages a command uses inside the command."""
 
 

@@ -20,9 +20,9 @@ from memaudit.capture import capture
 from memaudit.cli import app
 from memaudit.runner import run_case
 from memaudit.spec import CaseSpec
-from memaudit.targets.reference_model import ReferenceGroupedMLP, make_inputs
 from memaudit.targets.registry import get_target
-from memaudit.te.reference import ReferenceTarget
+from memaudit.te.targets.reference import ReferenceTarget
+from memaudit.te.targets.reference_model import ReferenceGroupedMLP, make_inputs
 
 
 def partition(keys: list[Any]) -> list[int]:

@@ -80,7 +80,7 @@ class _NoCap:
 # ---- TE ------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def te() -> Any:
-    from memaudit.te.target import set_fused_env
+    from memaudit.te.targets.grouped_mlp import set_fused_env
 
     try:
         set_fused_env(None)  # before TE's import (TE caches the fused-MLP switch)
@@ -90,7 +90,7 @@ def te() -> Any:
 
 
 def te_built(recipe: str) -> Any:
-    from memaudit.te.target import TEGroupedMLPTarget
+    from memaudit.te.targets.grouped_mlp import TEGroupedMLPTarget
 
     target = TEGroupedMLPTarget()
     spec = CaseSpec.make(get_target("te-grouped-mlp"), recipe, 4, tokens=2048, hidden=256, ffn=512, device="cuda")

@@ -355,7 +355,7 @@ def test_the_wheel_works_in_a_fresh_venv_outside_the_repo(fresh_venv: Venv) -> N
     # emulated kernels on fake CUDA), else the reference target. The fresh venv sees this one's packages,
     # but TE may not import there (where this interpreter has no nvidia-* packages for it to load): then
     # every case is the estimate, saying why, and nothing was measured or emulated (exit 4)
-    from memaudit.te.target import TEGroupedMLPTarget
+    from memaudit.te.targets.grouped_mlp import TEGroupedMLPTarget
 
     te = TEGroupedMLPTarget.runs_here()
     te_imports = subprocess.run([str(py), "-c", "import torch, transformer_engine.pytorch"], cwd=work, env=env,

@@ -16,7 +16,6 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from memaudit.cli import estimate as estimate_cmd
 from memaudit.cli import plot as plot_cmd
 from memaudit.render.plots import (
     Bar,
@@ -37,6 +36,7 @@ from memaudit.render.plots import (
     tokens_from_report,
 )
 from memaudit.report import CaseReport, Report, Row, compute_totals, load_report, write_report
+from memaudit.te.commands import estimate as estimate_cmd
 from memaudit.te.estimate import (
     estimate_config,
     estimate_report,
@@ -46,7 +46,7 @@ from memaudit.te.estimate import (
     sweep_point,
 )
 from memaudit.te.estimate.figures import kinds_from_estimate, tokens_from_sweep
-from memaudit.te.recipes import RECIPES
+from memaudit.te.machine.recipes import RECIPES
 
 matplotlib.use("Agg")  # the figures are matplotlib.figure.Figure objects (no pyplot); Agg renders PNG
 

@@ -212,7 +212,7 @@ import pytest
 
 @pytest.fixture(autouse=True)
 def te_version(monkeypatch):
-    import memaudit.te.environment as te_env
+    import memaudit.te.machine.environment as te_env
 
     monkeypatch.setattr(te_env, "te_version", lambda **kwargs: "2.20.2")
 """

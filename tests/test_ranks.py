@@ -14,7 +14,7 @@ from fractions import Fraction
 import pytest
 from rich.console import Console
 
-from memaudit.dist.merge import differing_replicas, merge_reports
+from memaudit.distributed.merge import differing_replicas, merge_reports
 from memaudit.errors import UsageError
 from memaudit.judge.baseline import compare_reports
 from memaudit.judge.integrity import case_problem
@@ -25,7 +25,7 @@ from memaudit.report import Report, validate_report
 from memaudit.runner import run_matrix
 from memaudit.spec import CaseSpec
 from memaudit.targets.registry import get_target
-from memaudit.targets.routing import RoutingPlan, parse_routing
+from memaudit.te.targets.routing import RoutingPlan, parse_routing
 
 # ---- the routing plan ---------------------------------------------------------------------------
 
@@ -278,7 +278,7 @@ def test_one_process_expert_parallel_and_usage_errors(cli_runner, tmp_path) -> N
 def test_nproc_starts_the_same_command_through_torch_distributed_run(cli_runner, tmp_path, monkeypatch) -> None:
     """``run --nproc N`` checks everything first, then gives torch.distributed.run the command as
     given (options left at their defaults left out) with the rank folder; nothing is started here."""
-    import memaudit.dist.launch as launch
+    import memaudit.distributed.launch as launch
     from memaudit.cli import app
 
     seen = {}

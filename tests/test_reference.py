@@ -11,10 +11,10 @@ import torch
 
 from memaudit.capture import capture
 from memaudit.spec import CaseSpec, default_splits
-from memaudit.targets.reference_model import DTYPES, ReferenceGroupedMLP, make_inputs
 from memaudit.targets.registry import get_target
-from memaudit.te.recipes import ALIGNMENT
-from memaudit.te.reference import ReferenceTarget
+from memaudit.te.machine.recipes import ALIGNMENT
+from memaudit.te.targets.reference import ReferenceTarget
+from memaudit.te.targets.reference_model import DTYPES, ReferenceGroupedMLP, make_inputs
 
 T, H, F = 256, 64, 128
 I64 = 8

@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 from memaudit.cli import app, exitcodes
 from memaudit.errors import UsageError
 from memaudit.report import load_report, write_report
-from memaudit.te.expected import attach_expected
+from memaudit.te.estimate.expected import attach_expected
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORTS = ROOT / "reports"

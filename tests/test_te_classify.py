@@ -1,4 +1,4 @@
-"""TE-aware provenance (memaudit.te.classify) against REAL TransformerEngine 2.20.2 storage objects.
+"""TE-aware provenance (memaudit.te.capture.classify) against REAL TransformerEngine 2.20.2 storage objects.
 
 TE imports on CPU (after torch) and its storage objects can be built there (no kernel runs). Each
 test pushes them through TE's own ``prepare_for_saving`` into ``ctx.save_for_backward`` and sets
@@ -40,7 +40,7 @@ from transformer_engine.pytorch.tensor.storage.nvfp4_tensor_storage import NVFP4
 
 from memaudit.capture import capture, hooks  # noqa: E402
 from memaudit.report import Row  # noqa: E402
-from memaudit.te import classify as tec  # noqa: E402
+from memaudit.te.capture import classify as tec  # noqa: E402
 
 pytestmark = pytest.mark.te
 

@@ -27,8 +27,8 @@ from transformer_engine.pytorch.tensor.storage.mxfp8_tensor_storage import MXFP8
 
 from memaudit.capture import capture  # noqa: E402
 from memaudit.report import Row  # noqa: E402
-from memaudit.te import classify as tec  # noqa: E402
-from memaudit.te import roles as te_roles  # noqa: E402
+from memaudit.te.capture import classify as tec  # noqa: E402
+from memaudit.te.capture import roles as te_roles  # noqa: E402
 
 pytestmark = pytest.mark.te
 

@@ -105,7 +105,7 @@ def _mxfp8(rowwise: bool = True, columnwise: bool = True, optimize: bool = False
 
 
 def _shapes(obj: object) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
-    from memaudit.te.classify import inner_buffers
+    from memaudit.te.capture.classify import inner_buffers
 
     return {a: (tuple(b.shape), b.dtype) for a, b in inner_buffers(obj)}
 
@@ -225,7 +225,7 @@ def test_backward_cudnn_stand_ins_allocate_what_the_frontend_returns() -> None:
 def test_target_flags_and_cpu_skip_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     from memaudit.spec import CaseSpec
     from memaudit.targets.registry import get_target
-    from memaudit.te.target import TEGroupedMLPTarget
+    from memaudit.te.targets.grouped_mlp import TEGroupedMLPTarget
 
     t = TEGroupedMLPTarget()
     with pytest.raises(UsageError) as exc:

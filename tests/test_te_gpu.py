@@ -23,7 +23,7 @@ te = pytest.importorskip("transformer_engine.pytorch", reason="needs Transformer
 from memaudit.runner import run_case  # noqa: E402
 from memaudit.spec import CaseSpec  # noqa: E402
 from memaudit.targets.registry import get_target  # noqa: E402
-from memaudit.te.target import TEGroupedMLPTarget  # noqa: E402
+from memaudit.te.targets.grouped_mlp import TEGroupedMLPTarget  # noqa: E402
 
 T, H, F = 2048, 256, 512
 TARGET = TEGroupedMLPTarget()

@@ -122,7 +122,7 @@ def test_registrations_are_read_from_the_module_source(tmp_path: Path) -> None:
 
 def test_operand_layouts_of_older_te() -> None:
     """GroupedLinear saves 5 metadata entries from 2.19 (PR #3238), 3 in 2.16-2.18, 1 before."""
-    from memaudit.te import roles
+    from memaudit.te.capture import roles
 
     op = types.SimpleNamespace(num_groups=8, single_grouped_weight=False, _scale_bias=False)
     grouped = types.SimpleNamespace(use_grouped_tensor_path=True)

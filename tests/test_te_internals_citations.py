@@ -39,7 +39,7 @@ def test_every_citation_resolves() -> None:
 def test_the_check_reads_what_it_should() -> None:
     """Controls: the code does cite the page, the page has its sections, and a made-up one is caught."""
     files = {p.relative_to(ROOT).as_posix() for p in citing_files()}
-    assert {"memaudit/te/classify.py", "memaudit/te/layout.py", "memaudit/te/probes.py"} <= files
+    assert {"memaudit/te/capture/classify.py", "memaudit/te/capture/layout.py", "memaudit/te/machine/probes.py"} <= files
     assert {"1.1", "2.0", "2.4", "5.4", "10"} <= sections()
     assert citations("te-internals §1.1-1.2, §2.1-§2.4 and §5.4.") == ["1.1", "1.2", "2.1", "2.4", "5.4"]
     assert "9.9" not in sections()

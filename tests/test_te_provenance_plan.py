@@ -29,7 +29,7 @@ from transformer_engine.pytorch.tensor.storage.grouped_tensor_storage import Gro
 from transformer_engine.pytorch.tensor.storage.nvfp4_tensor_storage import NVFP4TensorStorage  # noqa: E402
 
 from memaudit.capture import capture  # noqa: E402
-from memaudit.te import classify as tec  # noqa: E402
+from memaudit.te.capture import classify as tec  # noqa: E402
 
 pytestmark = pytest.mark.te
 

@@ -1,4 +1,4 @@
-"""TE's read sets (``memaudit/te/reads.py``) on TE's real storage objects: a GEMM reads one
+"""TE's read sets (``memaudit/te/capture/reads.py``) on TE's real storage objects: a GEMM reads one
 orientation of each quantized operand, by TE's layout rules; the watcher wraps every ``tex``
 function for the block and puts it back; an entry point with no read set makes what it received
 ``unknown``."""
@@ -15,7 +15,7 @@ except Exception as exc:  # noqa: BLE001 - not installed, or broken
     pytest.skip(f"TransformerEngine is not importable here: {type(exc).__name__}: {exc}", allow_module_level=True)
 
 from memaudit.capture import reads as core  # noqa: E402
-from memaudit.te import reads  # noqa: E402
+from memaudit.te.capture import reads  # noqa: E402
 from memaudit.te.emulate import standins as si  # noqa: E402
 from memaudit.te.emulate.context import Machine, emulation  # noqa: E402
 from memaudit.te.emulate.kernels import tex_functions  # noqa: E402

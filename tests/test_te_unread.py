@@ -74,7 +74,7 @@ def test_the_estimators_kept_note_is_what_backward_never_reads(pr_cases: dict[in
     """``fused_nvfp4_keep`` marks the rows PR #3545 prunes as kept for nothing: the measured
     verdicts say the same, row for row."""
     from memaudit.te.estimate import estimate
-    from memaudit.te.target import TEGroupedMLPTarget
+    from memaudit.te.targets.grouped_mlp import TEGroupedMLPTarget
 
     t = TEGroupedMLPTarget()
     for g, case in pr_cases.items():
@@ -88,7 +88,7 @@ def test_a_read_set_that_claims_both_orientations_hides_the_waste(monkeypatch: p
     """The verdicts follow the read sets: a GEMM read set taking both orientations calls the
     weights' rowwise buffers read (the proof above then fails)."""
     from bench.te_unread import run_case
-    from memaudit.te import reads
+    from memaudit.te.capture import reads
 
     honest = run_case("nvfp4", 4, arch="sm100", fused=True)
     assert ("fc1.weight[0]", "_rowwise_data") in _unread(honest)

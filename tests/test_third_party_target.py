@@ -1,7 +1,9 @@
-"""A target shipped by a package that is not memaudit (``tests/_third_party.py``: ``memaudit_attn``,
-shape seq x heads x head_dim, registered by its ``.dist-info`` entry point) runs end to end through
-the command line: ``run --target attn`` (its options, its ``--help``), a scenario with its keys and
-byte variables, ``compare``, and the pytest plugin. memaudit's code names it nowhere.
+"""An extension shipped by a package that is not memaudit (``tests/_third_party.py``: ``memaudit_attn``,
+registered by its ``.dist-info`` entry point under ``memaudit.extensions``) enters through the same
+door as TE's: its target (shape seq x heads x head_dim) runs end to end through the command line
+(``run --target attn``, its options, its ``--help``), a scenario with its keys and byte variables,
+``compare`` and the pytest plugin; its command joins ``memaudit``; its section joins ``doctor``.
+memaudit's code names it nowhere.
 
 Each command runs in a child process with the package's folder on ``PYTHONPATH`` (about 15 s in all).
 """
@@ -95,3 +97,29 @@ def test_the_pytest_plugin_audits_the_packages_model(site: Path, tmp_path: Path)
                          text=True, env=env, cwd=tmp_path, timeout=300)
     assert "1 failed, 1 passed" in out.stdout, out.stdout + out.stderr
     assert "test_attn_tight" in out.stdout
+
+
+def test_its_command_joins_memaudit(site: Path) -> None:
+    listed = memaudit(site, "--help")
+    assert listed.returncode == 0 and "attn-info" in listed.stdout
+    out = memaudit(site, "attn-info", "--heads", "4")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "attn: Q/K/V projections, 4 heads"
+    assert "attn-info" not in memaudit(ROOT, "--help").stdout  # control: without the package, no such command
+
+
+def test_its_doctor_section_is_shown_beside_tes(site: Path) -> None:
+    out = memaudit(site, "doctor")
+    assert out.returncode == 0, out.stderr
+    assert "attn extension: ready" in out.stdout
+    assert "environment" in out.stdout  # TE's section, through the same door
+    assert "attn extension" not in memaudit(ROOT, "doctor").stdout
+
+
+def test_a_broken_extension_is_named_and_exit_2(tmp_path: Path) -> None:
+    """An extension whose declared command does not load is bad input, named, never a traceback."""
+    site = install(tmp_path)
+    (site / "memaudit_attn" / "commands.py").write_text("raise ImportError('no typer here')\n", encoding="utf-8")
+    out = memaudit(site, "--help")
+    assert out.returncode == 2
+    assert "memaudit_attn.commands:register does not load" in out.stderr and "Traceback" not in out.stderr

@@ -74,7 +74,7 @@ def test_the_cpu_lstm_disagreement_is_named() -> None:
 
 
 def test_the_reference_target_keeps_nothing_unread() -> None:
-    from memaudit.te.reference import ReferenceTarget
+    from memaudit.te.targets.reference import ReferenceTarget
 
     target = ReferenceTarget()
     spec = target.spec("bf16", 4, tokens=256, hidden=64, ffn=128, dtype="fp32")

@@ -209,7 +209,7 @@ def test_totals_are_checked_field_by_field(tmp_path: Path) -> None:
 
 # ---- TE: offload rows on the host, and the fused layout ----------------------------------------------
 def test_te_offload_rows_reside_on_the_host() -> None:
-    from memaudit.te.classify import TEClassifier
+    from memaudit.te.capture.classify import TEClassifier
 
     te = TEClassifier()
     assert te.resides("te-offload", 3) == "host"  # TE's offload hands back an int index for a moved tensor
@@ -237,7 +237,7 @@ class _Fuser(SimpleNamespace):
 def _fuser(groups: int, *, fused: bool, single: bool = False) -> tuple[_Fuser, int]:
     """A stand-in for TE's OperationFuser node after a forward: its basic ops, their contexts' saved
     ranges and one flat ``tensor_objects`` entry per saved tensor (te-internals §2.1 / §2.4)."""
-    from memaudit.te import roles
+    from memaudit.te.capture import roles
 
     fc1 = GroupedLinear(num_groups=groups, single_grouped_weight=single, _scale_bias=False)
     fc2 = GroupedLinear(num_groups=groups, single_grouped_weight=single, _scale_bias=False)
@@ -262,7 +262,7 @@ def _rows_of(n: int) -> list[Row]:
 
 @pytest.mark.parametrize("groups", [1, 4])
 def test_the_fused_layout_names_the_pr_3545_buffers(groups: int) -> None:
-    from memaudit.te.classify import label_fuser_rows
+    from memaudit.te.capture.classify import label_fuser_rows
 
     node, n = _fuser(groups, fused=True)
     rows = _rows_of(n)
@@ -278,8 +278,8 @@ def test_the_fused_layout_names_the_pr_3545_buffers(groups: int) -> None:
 
 
 def test_the_fused_layout_with_one_grouped_weight_and_the_unfused_layout() -> None:
-    from memaudit.te.classify import label_fuser_rows
-    from memaudit.te.roles import fused_layout
+    from memaudit.te.capture.classify import label_fuser_rows
+    from memaudit.te.capture.roles import fused_layout
 
     node, n = _fuser(4, fused=True, single=True)
     rows = _rows_of(n)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import importlib
 import operator
 import os
 import sys
@@ -37,7 +36,7 @@ from memaudit.capture.tensors import (
     storage_ref,
 )
 from memaudit.capture.verify import AllocatorCheck
-from memaudit.plugins import providers
+from memaudit.extension import with_library
 from memaudit.report import (
     CaseReport,
     ModuleGroup,
@@ -64,8 +63,8 @@ CAPTURE_SPEC = CaseSpec("capture", "-", 0, dtype="-", splits=())
 """The spec of a bare ``capture()`` report: no target, recipe or shape."""
 
 class Plugin(ABC):
-    """A classifier that knows a library's tensor types (TE's is :class:`memaudit.te.classify.TEClassifier`),
-    registered by its package (:mod:`memaudit.plugins`). Abstract: :meth:`expand` and :meth:`annotate`;
+    """A classifier that knows a library's tensor types (TE's is :class:`memaudit.te.capture.classify.TEClassifier`),
+    declared by its package's extension (:mod:`memaudit.extension`). Abstract: :meth:`expand` and :meth:`annotate`;
     the rest does nothing by default. ``capture(plugins=...)`` takes any object with these methods."""
 
     def install(self) -> None:  # noqa: B027 - a default that does nothing
@@ -941,22 +940,14 @@ def _live_graph_tensors() -> list[Any]:
     return roots
 
 
-_PLUGIN_CLASSES: dict[str, type[Plugin]] = {}
-
-
 def default_plugins() -> list[Plugin]:
-    """The classifier of every registered plugin (:mod:`memaudit.plugins`, the ``memaudit.plugins``
-    entry points) whose library the caller already imported (memaudit never imports one: TE's
+    """The classifier of every extension (:mod:`memaudit.extension`) whose library the caller
+    already imported (memaudit never imports one: TE's
     must be imported after its fused switch is set)."""
     out: list[Plugin] = []
-    for library, provider in providers():
-        if library not in sys.modules:
-            continue
-        cls = _PLUGIN_CLASSES.get(provider.classifier)
-        if cls is None:
-            module, _, name = provider.classifier.partition(":")
-            cls = _PLUGIN_CLASSES[provider.classifier] = getattr(importlib.import_module(module), name)
-        out.append(cls())
+    for ext in with_library():
+        if ext.classifier is not None:
+            out.append(ext.load(ext.classifier)())
     return out
 
 

@@ -18,6 +18,7 @@ from memaudit.errors import Terminated, UsageError
 from memaudit.judge.shipped import shipped_scenarios
 from memaudit.render.console import make_console, sane_terminal_environment
 from memaudit.targets.matrix import parse_int_list as parse_int_list
+from memaudit.targets.matrix import parse_range
 from memaudit.targets.matrix import parse_recipes as parse_recipes
 
 # click, as the typer installed uses it: the click package, or the copy newer typers carry
@@ -178,8 +179,6 @@ class IntList:
     def __call__(self, value: Any) -> list[int]:
         if isinstance(value, list):
             return value
-        from memaudit.te.estimate.config import parse_range
-
         try:
             return parse_range(str(value), "") if self.ranges else parse_int_list(str(value), "")
         except UsageError as exc:
@@ -242,7 +241,7 @@ def judge_vacuity(err: Console, report: Any, verdicts: Any, scenario: Any, *, al
 def unread_plan(specs: list[Any], loaded: Any, given: str | None, *, backward: bool, distributed: bool) -> list[str | None]:
     """The read analysis of each spec (``--unread`` wins over the scenario's ``unread``), checked
     before anything runs: it needs backward and a plain (not distributed) run."""
-    from memaudit.dist.world import torchrun_env
+    from memaudit.distributed.world import torchrun_env
 
     scenario_methods = loaded.unread_methods() if loaded is not None else [None] * len(specs)
     methods = [given or m for m in scenario_methods]

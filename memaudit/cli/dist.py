@@ -125,7 +125,7 @@ def run_distributed(
 ) -> int | None:
     """The distributed part of ``run``: launch (``--nproc``), or this rank's run under torchrun;
     None when neither applies (a plain run)."""
-    from memaudit.dist.world import torchrun_env
+    from memaudit.distributed.world import torchrun_env
     from memaudit.targets.base import place
 
     env = torchrun_env()
@@ -160,7 +160,7 @@ def run_distributed(
 
 def _launch(nproc: int, folder: Path) -> int:
     """Start ``run`` (as given, without ``--nproc``) on ``nproc`` processes; explain a failed rank."""
-    from memaudit.dist.launch import launch, rank_files_state
+    from memaudit.distributed.launch import launch, rank_files_state
 
     command = [*child_command(), "--rank-dir", str(folder)]
     _, err = consoles()
@@ -181,8 +181,8 @@ def _launch(nproc: int, folder: Path) -> int:
 def _as_rank(env: Any, opts: DistOptions, folder: Path, *, target: Any, target_name: str, specs: list[Any], scenario: Any,
              device: str, backward: bool, verify_allocator: bool, stack: bool, expected: bool, allow_incomplete: bool,
              allow_na: bool, json_path: Path | None, markdown: Path | None, quiet: bool) -> int:
-    from memaudit.dist.rank import RankAborted, run_rank
-    from memaudit.dist.world import default_backend, join, leave
+    from memaudit.distributed.rank import RankAborted, run_rank
+    from memaudit.distributed.world import default_backend, join, leave
     from memaudit.render.progress import CaseProgress
 
     out, err = consoles()
@@ -210,7 +210,7 @@ def finish_merged(report: Report, *, scenario: Any = None, target_name: str, exp
                   allow_incomplete: bool = False, allow_na: bool = False, json_path: Path | None = None,
                   markdown: Path | None = None, quiet: bool = False, rank_dir: Path | None = None) -> int:
     """Show, judge and write a merged report; its exit status (as ``run`` would give it)."""
-    from memaudit.dist.merge import differing_replicas
+    from memaudit.distributed.merge import differing_replicas
     from memaudit.render.ranks import ranks_tables, worst_cases
     from memaudit.render.tables import case_table, summary_table
     from memaudit.report import atomic_write_text, write_report
@@ -288,7 +288,7 @@ def merge(
     quiet: Annotated[bool, typer.Option(help="Only the summary and the ranks table.")] = False,
 ) -> int:
     """Merge rank files into one report: per-rank cases and the summary over ranks."""
-    from memaudit.dist.merge import merge_reports, rank_files
+    from memaudit.distributed.merge import merge_reports, rank_files
     from memaudit.judge.integrity import read_report
 
     files: list[Path] = []

@@ -98,6 +98,8 @@ def _root(
                                           help="Print memaudit's, torch's and TransformerEngine's versions and exit.")] = False,
 ) -> None:
     """Saved-tensor memory auditor and regression gate for PyTorch and TransformerEngine."""
+    if _extension_problem is not None:
+        raise _extension_problem
 
 
 def _check_device(value: str | None) -> str | None:
@@ -484,7 +486,11 @@ def _with_target_flags(fn: Any, targets: tuple[Any, ...]) -> Any:
                        f"{t.name}: {', '.join(t.recipes)}" for t in targets) + ") | all; comma-separated for several.")
     from memaudit.targets.registry import target_names
 
-    target_help = (f"{' | '.join(target_names())} | PKG.MOD:FACTORY. Default: the first built-in target whose real code "
+    try:
+        names = target_names()
+    except UsageError:  # a broken extension: said before any command runs (main)
+        names = ()
+    target_help = (f"{' | '.join(names)} | PKG.MOD:FACTORY. Default: the first built-in target whose real code "
                    "runs here, else reference. Named first, it decides the other options.")
     for i, p in enumerate(params):
         if p.name == "target":
@@ -560,30 +566,38 @@ def schema() -> None:
 
 @app.command(cls=Command)
 def doctor() -> None:
-    """GPU, versions, recipe availability, and which grouped-MLP path TE would take here: what
-    each built-in target says about this machine (``Target.doctor_section``)."""
-    from memaudit.targets import registry
+    """What each extension says about this machine (its ``doctor`` section): for TransformerEngine,
+    GPU, versions, recipe availability, and which grouped-MLP path TE would take here."""
+    from memaudit.extension import extensions
 
     console = make_console()
-    for target in registry.builtin_targets():
-        section = target.doctor_section()
-        if section is not None:
+    for ext in extensions():
+        if ext.doctor is not None and (section := ext.load(ext.doctor)()) is not None:
             console.print(section)
 
 
 def _register_commands() -> None:
-    """Subcommands that live in memaudit/cli/: each module has ``register(app)``."""
-    from memaudit.cli import baseline, check, compare, dist, estimate, history, plot
+    """Subcommands: memaudit's own (each module in memaudit/cli/ has ``register(app)``), then each
+    extension's (``Extension.commands``)."""
+    from memaudit.cli import baseline, check, compare, dist, plot
+    from memaudit.extension import extensions
 
     compare.register(app)
     dist.register(app)
     baseline.register(app)
     check.register(app)
-    estimate.register(app)
     plot.register(app)
-    history.register(app)
+    global _extension_problem
+    try:
+        for ext in extensions():
+            if ext.commands is not None:
+                ext.load(ext.commands)(app)
+    except UsageError as exc:  # a broken extension: every command says so (exit 2), none runs
+        _extension_problem = exc
 
 
+_extension_problem: UsageError | None = None
+"""Why an extension's commands could not be added (said, exit 2, before any command runs)."""
 _register_commands()
 
 
@@ -604,6 +618,8 @@ def main() -> None:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     sys.stdout, sys.stderr = guard(sys.stdout, "output"), guard(sys.stderr, "error")  # > /dev/full, | head -c1
     try:
+        if _extension_problem is not None:
+            raise _extension_problem
         app()
     except UsageError as exc:  # raised outside a command body
         sys.exit(usage_exit(make_console(stderr=True), exc).exit_code)

@@ -29,10 +29,10 @@ from pydantic import (
 )
 
 from memaudit.errors import UsageError, did_you_mean
+from memaudit.extension import formats
 from memaudit.judge.byte_expr import ByteExpr
 from memaudit.judge.rules import COUNT_OPS, COUNT_UNITS, MEASURES, PER
 from memaudit.judge.versions import validate_specifier
-from memaudit.plugins import formats
 from memaudit.report import KINDS, MAX_INT, ORIENTATIONS, UNREAD_CHOICES
 from memaudit.spec import DTYPES
 
@@ -41,7 +41,7 @@ MAX_DIM = 2**40
 """The largest shape dimension or group count a scenario may name."""
 FORMATS = formats()
 """What a selection's ``format`` may name: torch's dtypes and the classifier plugins' formats
-(:func:`memaudit.plugins.formats`)."""
+(:func:`memaudit.extension.formats`)."""
 
 
 # ---- value types: pydantic's strict types, with memaudit's words for what is wrong ------------------

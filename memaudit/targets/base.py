@@ -201,10 +201,6 @@ class Target(ABC):
         target has no model of the case (the default)."""
         return None
 
-    def doctor_section(self) -> Any:
-        """A rich renderable ``memaudit doctor`` shows for this target, or None (the default)."""
-        return None
-
     def estimate_totals(self, case: CaseReport) -> Any:
         """A model's totals for ``case`` (figures draw them beside the measured bars), or None (the default)."""
         return None

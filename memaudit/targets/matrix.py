@@ -123,3 +123,44 @@ def build_specs(
         raise UsageError(f"these options make case {twice!r} more than once: target {target.name!r} does not tell "
                          "the cases apart (a factory that takes no case spec runs one case)", key="--groups")
     return specs
+
+
+def parse_range(text: str, flag: str) -> list[int]:
+    """``N``, ``A,B,C``, ``A:B:xK`` (geometric) or ``A:B:+K`` (arithmetic), inclusive of B when hit."""
+    text = text.strip()
+    if ":" not in text:
+        out = []
+        for part in text.split(","):
+            if len(part.strip()) > 15:
+                raise UsageError(f"{part.strip()[:20]!r}...: numbers of more than 15 digits", key=flag)
+            try:
+                v = int(part.strip())
+            except ValueError:
+                raise UsageError(f"expected an integer, a list A,B or a range A:B:xK / A:B:+K, got {text!r}",
+                                 key=flag) from None
+            if v < 1:
+                raise UsageError(f"must be >= 1, got {v}", key=flag)
+            out.append(v)
+        return out
+    parts = text.split(":")
+    bad = UsageError(f"malformed range {text!r}; use A:B:xK (multiply) or A:B:+K (add)", key=flag)
+    if len(parts) != 3 or len(parts[2]) < 2 or parts[2][0] not in "x+":
+        raise bad
+    if any(len(p) > 16 for p in parts):
+        raise UsageError(f"range {text!r}: numbers of more than 15 digits", key=flag)
+    try:
+        a, b, k = int(parts[0]), int(parts[1]), int(parts[2][1:])
+    except ValueError:
+        raise bad from None
+    if a < 1 or b < a:
+        raise UsageError(f"range {text!r} needs 1 <= A <= B", key=flag)
+    if (parts[2][0] == "x" and k < 2) or (parts[2][0] == "+" and k < 1):
+        raise UsageError(f"range {text!r} needs a step of x2 or more / +1 or more", key=flag)
+    out = []
+    v = a
+    while v <= b:
+        out.append(v)
+        v = v * k if parts[2][0] == "x" else v + k
+        if len(out) > 100_000:
+            raise UsageError(f"range {text!r} has more than 100000 points", key=flag)
+    return out

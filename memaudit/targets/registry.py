@@ -1,7 +1,7 @@
-"""Name -> target: the ``memaudit.targets`` entry points, or ``PKG.MOD:FACTORY``.
+"""Name -> target: the targets extensions declare, or ``PKG.MOD:FACTORY``.
 
-Every target, memaudit's own included, is registered by its package's metadata
-(``[project.entry-points."memaudit.targets"]``: name -> ``module:Class``); naming one imports
+Every target, memaudit's own included, is declared by an extension
+(:class:`memaudit.extension.Extension`, ``targets``: name -> ``module:Class``); naming one imports
 nothing but its module, when it is asked for. A package that is not memaudit ships a target the
 same way, with its own shape, recipes and options.
 """
@@ -10,58 +10,67 @@ from __future__ import annotations
 
 import functools
 import sys
-from importlib import metadata
+from dataclasses import dataclass
 from typing import Any
 
-from memaudit.errors import Terminated, UsageError, did_you_mean
+from memaudit.errors import UsageError, did_you_mean
+from memaudit.extension import Extension, extensions
 from memaudit.report import CaseReport
 from memaudit.spec import CaseSpec, RunFlag, ShapeParam
 from memaudit.targets.base import Target
 from memaudit.targets.custom import CustomTarget
 
-GROUP = "memaudit.targets"
-"""The entry point group targets register under."""
 FALLBACK = "reference"
 """The default target where no built-in target's real code runs here."""
 
 
-def _entry_points() -> tuple[metadata.EntryPoint, ...]:
-    """The group's entry points: memaudit's own first (``reference`` first of them), then the others,
-    each by name (the order of the union of options ``run --help`` shows without ``--target``)."""
-    return _scan(tuple(sys.path))
+@dataclass(frozen=True)
+class Registered:
+    """A target an extension declares: its name, where its class is, and the extension."""
+
+    name: str
+    ref: str
+    extension: Extension
+
+
+def _registered_targets() -> tuple[Registered, ...]:
+    """Every extension's targets: memaudit's own first (``reference`` first of them), then the others,
+    each by name (the order of the union of options ``run --help`` shows without ``--target``); a name
+    two extensions declare is the first one's."""
+    return _scan(extensions())
 
 
 @functools.cache
-def _scan(path: tuple[str, ...]) -> tuple[metadata.EntryPoint, ...]:
-    """The entry points installed on ``path`` (scanned once per ``sys.path``)."""
-    return tuple(sorted(metadata.entry_points(group=GROUP), key=lambda ep: (
-        ep.dist is None or ep.dist.name != "memaudit", ep.name != FALLBACK, ep.name)))
+def _scan(exts: tuple[Extension, ...]) -> tuple[Registered, ...]:
+    out: dict[str, Registered] = {}
+    for ext in exts:
+        for name, ref in ext.targets.items():
+            out.setdefault(name, Registered(name, ref, ext))
+    return tuple(sorted(out.values(), key=lambda r: (not r.extension.builtin, r.name != FALLBACK, r.name)))
 
 
 def builtin_names() -> tuple[str, ...]:
-    """The targets memaudit itself registers, in declared order."""
-    return tuple(dict.fromkeys(ep.name for ep in _entry_points() if ep.module.split(".")[0] == "memaudit"))
+    """The targets memaudit itself registers."""
+    return tuple(r.name for r in _registered_targets() if r.extension.builtin)
 
 
 def target_names() -> tuple[str, ...]:
     """Every registered target's name (memaudit's first)."""
-    return tuple(dict.fromkeys(ep.name for ep in _entry_points()))
+    return tuple(r.name for r in _registered_targets())
 
 
 def target_class(name: str) -> type[Target] | None:
     """The class registered as ``name``, or None; a registered class that is not a
     :class:`~memaudit.targets.base.Target` is a UsageError."""
-    ep = next((ep for ep in _entry_points() if ep.name == name), None)
-    if ep is None:
+    reg = next((r for r in _registered_targets() if r.name == name), None)
+    if reg is None:
         return None
     try:
-        cls = ep.load()
-    except Terminated:
-        raise
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a broken plugin package (a sys.exit too) is bad input, named
-        raise UsageError(f"target {name!r} ({ep.value}) does not load: {type(exc).__name__}: {exc}", key="--target") from exc
+        cls = reg.extension.load(reg.ref)
+    except UsageError as exc:
+        raise UsageError(f"target {name!r} ({reg.ref}) does not load: {exc.message}", key="--target") from None
     if not (isinstance(cls, type) and _is_target(cls)):
-        raise UsageError(f"target {name!r} ({ep.value}) is not a memaudit.targets.base.Target subclass", key="--target")
+        raise UsageError(f"target {name!r} ({reg.ref}) is not a memaudit.targets.base.Target subclass", key="--target")
     return cls
 
 

@@ -15,7 +15,7 @@ Inside :func:`emulation`:
   directly (``cpp_extensions/gemm.py:676``), reports the emulated capability;
 - every ``tex`` entry point is a stand-in, a real kernel or an error naming it
   (:func:`.kernels.kernel_table`), and every call reports what it reads to an active unread
-  observer (:func:`memaudit.te.reads.routed`).
+  observer (:func:`memaudit.te.capture.reads.routed`).
 
 Everything is put back on exit, also when the block raises.
 """
@@ -30,9 +30,9 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from memaudit.te.capture.reads import emulation_table, routed
 from memaudit.te.emulate.gates import ARCHS, emulated_arch
 from memaudit.te.emulate.kernels import KernelLog, kernel_table
-from memaudit.te.reads import emulation_table, routed
 
 
 @dataclass(frozen=True)

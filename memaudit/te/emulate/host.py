@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from memaudit.extension import EmulationFailed
 from memaudit.report import CaseReport, validate_case
 from memaudit.te.emulate import fakecuda
 
@@ -81,7 +82,7 @@ CHILD_TIMEOUT_S = 600.0
 """How long a child may run one call (a case takes well under a second; a hang is killed)."""
 
 
-class ChildFailed(RuntimeError):
+class ChildFailed(EmulationFailed, RuntimeError):
     """The child process that ran a case ended without a report."""
 
 

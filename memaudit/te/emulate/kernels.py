@@ -86,7 +86,7 @@ def _te_modules() -> list[Any]:
 
 
 Route = Callable[[str, Callable[..., Any], bool], Callable[..., Any]]
-"""(entry point, call, answers) -> the call reporting its reads (:func:`memaudit.te.reads.routed`):
+"""(entry point, call, answers) -> the call reporting its reads (:func:`memaudit.te.capture.reads.routed`):
 ``answers`` for a stand-in, whose read set is the whole truth."""
 
 

@@ -14,7 +14,7 @@ from memaudit.te.emulate.families import standins
 from memaudit.te.emulate.gates import ARCHS
 from memaudit.te.emulate.kernels import tex_functions
 from memaudit.te.emulate.standins import NEVER_REAL, STANDINS
-from memaudit.te.recipes import FUSED_ENV
+from memaudit.te.machine.recipes import FUSED_ENV
 
 
 def here_arch() -> str | None:
@@ -123,4 +123,4 @@ def import_te_modules() -> None:
 
     fused_modules()  # whichever fused grouped-MLP modules this TE version has
 
-    import memaudit.te.classify  # noqa: F401  (after TE: it reads TE's classes)
+    import memaudit.te.capture.classify  # noqa: F401  (after TE: it reads TE's classes)

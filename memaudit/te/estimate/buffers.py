@@ -94,7 +94,7 @@ class Accumulator:
             storage = self.storage(nbytes)
         kind, orient = SLOT_INFO[slot]
         if kind == "metadata":
-            fmt = PLAIN_FORMAT[dtype]  # as memaudit.te.classify: metadata keeps its dtype's format
+            fmt = PLAIN_FORMAT[dtype]  # as memaudit.te.capture.classify: metadata keeps its dtype's format
         self.bufs.append(Buffer(operand, group, container, slot, fmt, kind,
                                 orient, shape, dtype, nbytes, storage,
                                 soff, nbytes if ideal is None else ideal, False, note, cref, False, prune))

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 
 from memaudit.errors import UsageError
 from memaudit.spec import default_splits, validate_splits
+from memaudit.targets.matrix import parse_range as parse_range
 from memaudit.te.estimate.shapes import HP_DTYPES
-from memaudit.te.recipes import ALIGNMENT, RECIPES
+from memaudit.te.machine.recipes import ALIGNMENT, RECIPES
 
 TARGET = "te-grouped-mlp"
 TE_VERSION = "2.20.2"
@@ -187,44 +188,3 @@ def default_splits_tuple(tokens: int, groups: int, align: int) -> tuple[int, ...
     alignment): a sweep asks for the same splits for each recipe of one alignment and each path
     (``default_splits_tuple.cache_clear()`` forgets them)."""
     return tuple(default_splits(tokens, groups, align))
-
-
-def parse_range(text: str, flag: str) -> list[int]:
-    """``N``, ``A,B,C``, ``A:B:xK`` (geometric) or ``A:B:+K`` (arithmetic), inclusive of B when hit."""
-    text = text.strip()
-    if ":" not in text:
-        out = []
-        for part in text.split(","):
-            if len(part.strip()) > 15:
-                raise UsageError(f"{part.strip()[:20]!r}...: numbers of more than 15 digits", key=flag)
-            try:
-                v = int(part.strip())
-            except ValueError:
-                raise UsageError(f"expected an integer, a list A,B or a range A:B:xK / A:B:+K, got {text!r}",
-                                 key=flag) from None
-            if v < 1:
-                raise UsageError(f"must be >= 1, got {v}", key=flag)
-            out.append(v)
-        return out
-    parts = text.split(":")
-    bad = UsageError(f"malformed range {text!r}; use A:B:xK (multiply) or A:B:+K (add)", key=flag)
-    if len(parts) != 3 or len(parts[2]) < 2 or parts[2][0] not in "x+":
-        raise bad
-    if any(len(p) > 16 for p in parts):
-        raise UsageError(f"range {text!r}: numbers of more than 15 digits", key=flag)
-    try:
-        a, b, k = int(parts[0]), int(parts[1]), int(parts[2][1:])
-    except ValueError:
-        raise bad from None
-    if a < 1 or b < a:
-        raise UsageError(f"range {text!r} needs 1 <= A <= B", key=flag)
-    if (parts[2][0] == "x" and k < 2) or (parts[2][0] == "+" and k < 1):
-        raise UsageError(f"range {text!r} needs a step of x2 or more / +1 or more", key=flag)
-    out = []
-    v = a
-    while v <= b:
-        out.append(v)
-        v = v * k if parts[2][0] == "x" else v + k
-        if len(out) > 100_000:
-            raise UsageError(f"range {text!r} has more than 100000 points", key=flag)
-    return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from memaudit.te.layout import BUFFER_SLOTS, GROUPED_SLOTS
+from memaudit.te.capture.layout import BUFFER_SLOTS, GROUPED_SLOTS
 
 FORMAT = {
     "bf16": "bf16",

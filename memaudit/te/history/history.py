@@ -27,7 +27,7 @@ from memaudit.te.history import sources
 from memaudit.te.history.cases import HistoryCase
 from memaudit.te.history.model import History, VersionInfo, build
 from memaudit.te.history.sources import VERSION_RE, DownloadFailed, GitError, TESource, rev_range
-from memaudit.te.target import TEGroupedMLPTarget
+from memaudit.te.targets.grouped_mlp import TEGroupedMLPTarget
 
 WORKER_TIMEOUT_S = 900.0
 """How long one version's worker may run (a case takes about a second on fake CUDA)."""

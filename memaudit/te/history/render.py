@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from memaudit.render.markdown import md_escape as escape_md
 from memaudit.render.plots import fmt_axis_bytes
-from memaudit.te.suspected import known_failure
+from memaudit.te.machine.suspected import known_failure
 from memaudit.units import fmt_bytes
 
 if TYPE_CHECKING:

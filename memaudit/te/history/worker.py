@@ -23,7 +23,7 @@ from memaudit.report import atomic_write_text
 from memaudit.te.history.cases import HistoryCase
 from memaudit.te.history.compat import load_tree
 from memaudit.te.history.sources import TESource
-from memaudit.te.target import FUSED_ENV, TEGroupedMLPTarget
+from memaudit.te.targets.grouped_mlp import FUSED_ENV, TEGroupedMLPTarget
 
 LOAD_FAILED = 3
 

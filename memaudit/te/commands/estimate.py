@@ -49,7 +49,7 @@ from memaudit.te.estimate.tables import (
     sweep_lines,
     totals_line,
 )
-from memaudit.te.recipes import RECIPES
+from memaudit.te.machine.recipes import RECIPES
 
 ESTIMATE_HELP = HELP + "\n\nExit codes: 0 ok; 2 bad usage or input (nothing written)."
 

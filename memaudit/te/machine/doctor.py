@@ -12,11 +12,12 @@ from rich.table import Table
 from rich.text import Text
 
 from memaudit.targets.base import Target
-from memaudit.te import probes as tgm
-from memaudit.te.availability import path_answers, recipe_answers
-from memaudit.te.environment import te_version
 from memaudit.te.estimate import PATHS
-from memaudit.te.recipes import RECIPES, needs
+from memaudit.te.machine import probes as tgm
+from memaudit.te.machine.availability import path_answers, recipe_answers
+from memaudit.te.machine.environment import te_version
+from memaudit.te.machine.recipes import RECIPES, needs
+from memaudit.te.targets.grouped_mlp import TEGroupedMLPTarget
 
 
 def _cudnn(info: dict[str, Any]) -> None:
@@ -158,3 +159,9 @@ def render_doctor(info: dict[str, Any]) -> Group:
         fused = "can register" if info["fused"] else f"cannot register: {info['fused_why_not']}"
         parts.append(f"fused grouped MLP (CuTeDSL): {fused}")
     return Group(*parts)
+
+
+def section() -> Group:
+    """TE's section of ``memaudit doctor`` (the extension's ``doctor``): GPU, versions, recipe
+    availability, and which grouped-MLP path TE would take here."""
+    return render_doctor(doctor_report(TEGroupedMLPTarget()))

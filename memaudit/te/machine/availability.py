@@ -1,7 +1,7 @@
 """What this machine can say about each recipe and path: real kernels, emulated kernels, estimate.
 
 ``memaudit doctor`` prints it; ``memaudit run`` uses the same answers for its fallbacks
-(:mod:`memaudit.te.fallback`). TE's reasons are TE's own strings: on a GPU its gates answer for
+(:mod:`memaudit.te.machine.fallback`). TE's reasons are TE's own strings: on a GPU its gates answer for
 the GPU; without one, its gates answer for sm90 and sm100 as the emulation's gates present them
 (:func:`memaudit.te.emulate.gates.emulated_arch`).
 """
@@ -14,9 +14,9 @@ from typing import Any
 from memaudit.errors import UsageError
 from memaudit.te.emulate.gates import emulated_arch
 from memaudit.te.estimate import PATHS, resolve
-from memaudit.te.fallback import can_emulate
-from memaudit.te.probes import recipe_gate
-from memaudit.te.recipes import RECIPES, needs
+from memaudit.te.machine.fallback import can_emulate
+from memaudit.te.machine.probes import recipe_gate
+from memaudit.te.machine.recipes import RECIPES, needs
 
 DOCTOR_SHAPE = {"tokens": 4096, "hidden": 1024, "ffn": 2048, "groups": 4}
 """The shape doctor's path answers are for (the TE target's default)."""

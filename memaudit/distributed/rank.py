@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import memaudit
-from memaudit.dist.merge import merge_reports, rank_file
-from memaudit.dist.world import World
+from memaudit.distributed.merge import merge_reports, rank_file
+from memaudit.distributed.world import World
 from memaudit.environment import environment
 from memaudit.ranks import DistRun
 from memaudit.report import CaseReport, Report, validate_report, write_report

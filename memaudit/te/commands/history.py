@@ -141,7 +141,7 @@ def te_history(
     for c, ch in history.changed():
         out.print(Text(f"{c.id}: {ch.before} -> {ch.after}: {ch.text}"), soft_wrap=True)
     out.print(Text(f"wrote {len(files)} files into {out_dir}"), soft_wrap=True)
-    from memaudit.te.suspected import known_failure
+    from memaudit.te.machine.suspected import known_failure
 
     for c in history.cases:  # a known TE bug is an expected failure: said, labelled, not a red run
         for cell in c.cells:

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from memaudit.report import PathInfo, Row
 from memaudit.spec import CaseSpec
-from memaudit.te.ep_target import Experts
-from memaudit.te.recipes import RECIPES
-from memaudit.te.target import (
+from memaudit.te.machine.recipes import RECIPES
+from memaudit.te.targets.ep import Experts
+from memaudit.te.targets.grouped_mlp import (
     FUSED_ENV,
     GroupedMLPPath,
     TEGroupedMLPTarget,
@@ -49,7 +49,7 @@ def grouped_mlp_path(model: Any, spec: CaseSpec, recipe: Any, frontend: str | No
 
 
 class TEExperts:
-    """TE's grouped MLP as a rank's local experts (:class:`~memaudit.te.ep_target.ExpertsBackend`)."""
+    """TE's grouped MLP as a rank's local experts (:class:`~memaudit.te.targets.ep.ExpertsBackend`)."""
 
     name = "te"
     recipes = RECIPES

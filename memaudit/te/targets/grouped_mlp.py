@@ -18,9 +18,9 @@ from memaudit.spec import CaseSpec, RunFlag
 from memaudit.targets.base import MLP_SHAPE, Built, Fallback, Target, backward_sum
 from memaudit.te.emulate.gates import ARCHS, emulated_arch
 from memaudit.te.emulate.gates import ARCHS as EMULATED_ARCHS
-from memaudit.te.expected import attach_expected
-from memaudit.te.fallback import grouped_mlp_fallback, notes
-from memaudit.te.probes import (  # noqa: F401 - re-exported: tests and bench name them here
+from memaudit.te.estimate.expected import attach_expected
+from memaudit.te.machine.fallback import grouped_mlp_fallback, notes
+from memaudit.te.machine.probes import (  # noqa: F401 - re-exported: tests and bench name them here
     cublaslt_version,
     cudnn_frontend_version,
     fmt_cublaslt,
@@ -33,9 +33,9 @@ from memaudit.te.probes import (  # noqa: F401 - re-exported: tests and bench na
     why_fused_cannot_register,
     why_not_fused,
 )
-from memaudit.te.recipes import FUSED_ENV as FUSED_ENV
-from memaudit.te.recipes import RECIPES, alignment, needs
-from memaudit.te.suspected import annotated
+from memaudit.te.machine.recipes import FUSED_ENV as FUSED_ENV
+from memaudit.te.machine.recipes import RECIPES, alignment, needs
+from memaudit.te.machine.suspected import annotated
 
 if TYPE_CHECKING:
     import torch
@@ -207,7 +207,7 @@ class TEGroupedMLPTarget(Target):
 
     def fallback(self, spec: CaseSpec, reason: str, mode: str, *, backward: bool = True) -> Fallback | None:
         """A case TE refuses on real kernels here: TE's real forward with emulated kernels wherever
-        it runs (a GPU, or fake CUDA), else TE's layout rules (:mod:`memaudit.te.fallback`). None
+        it runs (a GPU, or fake CUDA), else TE's layout rules (:mod:`memaudit.te.machine.fallback`). None
         with ``--kernels emulated|standins``: the user chose the machine."""
         if self.emulated is not None:
             return None
@@ -228,15 +228,9 @@ class TEGroupedMLPTarget(Target):
         return notes(case)
 
     def attach_expected(self, case: Any) -> int | None:
-        """``run --expected``: the estimator's rows beside the measured ones (:mod:`memaudit.te.expected`)."""
+        """``run --expected``: the estimator's rows beside the measured ones (:mod:`memaudit.te.estimate.expected`)."""
 
         return attach_expected(case)
-
-    def doctor_section(self) -> Any:
-        """GPU, versions, recipe availability, and which grouped-MLP path TE would take here."""
-        from memaudit.te.doctor import doctor_report, render_doctor
-
-        return render_doctor(doctor_report(self))
 
     def skip_reason(self, spec: CaseSpec) -> str | None:
         import torch

@@ -11,7 +11,7 @@ from importlib import metadata
 from typing import Any
 
 from memaudit.spec import CaseSpec
-from memaudit.te.recipes import FUSED_ENV, RECIPES
+from memaudit.te.machine.recipes import FUSED_ENV, RECIPES
 
 
 def set_fused_env(fused: bool | None) -> str:

@@ -3,7 +3,7 @@
 Pure arithmetic (no torch): the tokens of every rank are routed by the same seeded plan, so each
 rank knows, before anything runs, what every rank will send and receive. The run itself exchanges
 the counts and then the tokens with real all-to-alls, and checks that the counts it received are
-the plan's (:mod:`memaudit.te.ep_model`).
+the plan's (:mod:`memaudit.te.targets.ep_model`).
 
 A rank routes its ``T`` tokens to ``k`` distinct experts each (top-k), so ``T * k`` token copies go
 to ``E = G * EP`` experts. How many each expert gets is the skew:

@@ -1,9 +1,9 @@
 """Target ``reference``: TE's grouped MLP written in plain PyTorch (the model is in
-:mod:`memaudit.targets.reference_model`, imported when a case is built, so that reading this
+:mod:`memaudit.te.targets.reference_model`, imported when a case is built, so that reading this
 target's declaration imports no torch).
 
 It lives with TE because it speaks TE's recipe names, records TE's path keys for its fallback
-answers, and hands a quantized recipe to TE's emulated forward or estimate (:mod:`memaudit.te.fallback`).
+answers, and hands a quantized recipe to TE's emulated forward or estimate (:mod:`memaudit.te.machine.fallback`).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from memaudit.spec import CaseSpec
 from memaudit.targets.base import MLP_SHAPE, Built, Fallback, Target, backward_sum
-from memaudit.te.fallback import grouped_mlp_fallback
-from memaudit.te.recipes import RECIPES, alignment, needs
-from memaudit.te.target import TEGroupedMLPTarget
+from memaudit.te.machine.fallback import grouped_mlp_fallback
+from memaudit.te.machine.recipes import RECIPES, alignment, needs
+from memaudit.te.targets.grouped_mlp import TEGroupedMLPTarget
 
 if TYPE_CHECKING:
     import torch
@@ -58,14 +58,14 @@ class ReferenceTarget(Target):
 
     def fallback(self, spec: CaseSpec, reason: str, mode: str, *, backward: bool = True) -> Fallback | None:
         """A quantized recipe the reference cannot run: TE's real forward with emulated kernels
-        wherever it can run (a GPU, or fake CUDA), else TE's layout rules (:mod:`memaudit.te.fallback`)."""
+        wherever it can run (a GPU, or fake CUDA), else TE's layout rules (:mod:`memaudit.te.machine.fallback`)."""
         if spec.recipe == "bf16":
             return None
 
         return grouped_mlp_fallback(TEGroupedMLPTarget, spec, reason, mode, backward=backward, defaults=self.defaults)
 
     def build(self, spec: CaseSpec) -> Built:
-        from memaudit.targets.reference_model import DTYPES, ReferenceGroupedMLP, make_inputs
+        from memaudit.te.targets.reference_model import DTYPES, ReferenceGroupedMLP, make_inputs
 
         model = ReferenceGroupedMLP(spec.groups, spec.hidden, spec.ffn, dtype=DTYPES[spec.dtype], device=spec.device)
         x, split_sizes, probs = make_inputs(spec)

@@ -30,12 +30,12 @@ import torch.distributed as dist
 from memaudit.ranks import coords_of, rank_of
 from memaudit.spec import CaseSpec
 from memaudit.targets.base import Built, backward_sum
-from memaudit.targets.reference_model import DTYPES
+from memaudit.te.targets.reference_model import DTYPES
 
 if TYPE_CHECKING:
     from memaudit.capture import Capture
-    from memaudit.targets.routing import RoutingPlan
-    from memaudit.te.ep_target import EPGroupedMLPTarget
+    from memaudit.te.targets.ep import EPGroupedMLPTarget
+    from memaudit.te.targets.routing import RoutingPlan
 
 
 class AllToAll(torch.autograd.Function):

@@ -1,7 +1,7 @@
 """TE's quantization recipes as memaudit names them, and the token alignment each needs.
 
 Pure data: importing this module imports nothing of TE. ``make_recipe`` in
-:mod:`memaudit.te.target` turns a name into TE's recipe object.
+:mod:`memaudit.te.targets.grouped_mlp` turns a name into TE's recipe object.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from memaudit.report import CaseReport
 from memaudit.spec import CaseSpec
 from memaudit.targets.base import Fallback, Target
 from memaudit.te.estimate import TE_VERSION, estimate
-from memaudit.te.recipes import FUSED_ENV, RECIPES
+from memaudit.te.machine.recipes import FUSED_ENV, RECIPES
 
 TARGET = "te-grouped-mlp"
 EMULATION_FAILED = "TE's real forward with emulated kernels failed"

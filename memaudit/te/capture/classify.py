@@ -33,8 +33,8 @@ from memaudit.capture import hooks, stack
 from memaudit.capture import tensors as tclass
 from memaudit.capture.recorder import Plugin
 from memaudit.report import Row
-from memaudit.te import roles
-from memaudit.te.layout import BUFFER_SLOTS, GROUPED_SLOTS, SAVE_ORDER
+from memaudit.te.capture import roles
+from memaudit.te.capture.layout import BUFFER_SLOTS, GROUPED_SLOTS, SAVE_ORDER
 
 if TYPE_CHECKING:
     from memaudit.capture.recorder import Capture
@@ -416,7 +416,7 @@ def _offload_hook_kind(pack: Callable[..., Any]) -> str | None:
 
 
 class TEClassifier(Plugin):
-    """Capture plugin: provenance from ``prepare_for_saving``, whole objects, and the grouped MLP's roles (:mod:`memaudit.te.roles`)."""
+    """Capture plugin: provenance from ``prepare_for_saving``, whole objects, and the grouped MLP's roles (:mod:`memaudit.te.capture.roles`)."""
 
     def install(self) -> None:
         install_provenance()
@@ -488,6 +488,6 @@ def _entry_counts(tensor_objects: list[Any]) -> list[int]:
 
 def label_fuser_rows(node: Any, rows: list[Row], mine: list[int] | None = None,
                      children: dict[int, list[int]] | None = None) -> None:
-    """Name operands of the rows a TE ``OperationFuser`` saved (:func:`memaudit.te.roles.name_rows`,
+    """Name operands of the rows a TE ``OperationFuser`` saved (:func:`memaudit.te.capture.roles.name_rows`,
     the grouped MLP's roles), with each ``to_save`` entry's buffer count as this module reads it."""
     roles.name_rows(node, rows, _entry_counts(list(node.tensor_objects)), mine, children)

@@ -1,7 +1,7 @@
 """The grouped MLP's operand roles: what each entry of the fuser's one save is (fc1.input,
 fc1.weight[g], activation.scales, ...), for the fused op (te-internals §2.1) and the unfused ops
-(§2.4). ``memaudit.te.classify`` reads the storage objects; this module names what they are in the
-grouped MLP that ``memaudit.te.target`` builds. Imports nothing of TE (it reads op type names)."""
+(§2.4). ``memaudit.te.capture.classify`` reads the storage objects; this module names what they are in the
+grouped MLP that ``memaudit.te.targets.grouped_mlp`` builds. Imports nothing of TE (it reads op type names)."""
 
 from __future__ import annotations
 

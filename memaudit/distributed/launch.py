@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from memaudit.dist.merge import rank_file
+from memaudit.distributed.merge import rank_file
 
 
 def worker_python() -> list[str]:

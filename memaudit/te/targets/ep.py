@@ -1,9 +1,9 @@
 """Target ``ep-grouped-mlp``: an expert-parallel MoE layer, one grouped MLP of local experts per rank.
 
-Each rank routes its own tokens with a seeded router (:mod:`memaudit.targets.routing`: uniform,
+Each rank routes its own tokens with a seeded router (:mod:`memaudit.te.targets.routing`: uniform,
 Zipf or one hot expert), dispatches them as Megatron's all-to-all token dispatcher does (permute by
 expert; an all-to-all of the counts, then of the tokens and probabilities; sort by local expert),
-runs its local experts, and returns the tokens the same way (:mod:`memaudit.te.ep_model`).
+runs its local experts, and returns the tokens the same way (:mod:`memaudit.te.targets.ep_model`).
 Under ``torchrun`` (or ``memaudit run --nproc N``) the all-to-alls are real collectives over the
 expert-parallel group; in one process the layer runs with one expert-parallel rank.
 
@@ -14,7 +14,7 @@ records its split sizes (tokens per local expert), what it sent to and received 
 and its coordinates.
 
 The local experts are a backend (``--experts``): ``reference`` (the reference target's model, runs
-anywhere) or ``te`` (TE's ``te.ops`` grouped MLP, :mod:`memaudit.te.ep`). A backend implements
+anywhere) or ``te`` (TE's ``te.ops`` grouped MLP, :mod:`memaudit.te.targets.ep_backend`). A backend implements
 :class:`ExpertsBackend`; :data:`EXPERTS` names each by module path, so naming one imports nothing.
 """
 
@@ -30,10 +30,10 @@ from memaudit.ranks import RankInfo, coords_of
 from memaudit.report import Emulation, PathInfo, Row
 from memaudit.spec import CaseSpec, RunFlag, ShapeParam
 from memaudit.targets.base import Built, Target
-from memaudit.targets.routing import RoutingPlan, parse_routing, routing_name
-from memaudit.te.recipes import RECIPES, alignment, needs
-from memaudit.te.reference import ReferenceTarget
-from memaudit.te.target import TEGroupedMLPTarget
+from memaudit.te.machine.recipes import RECIPES, alignment, needs
+from memaudit.te.targets.grouped_mlp import TEGroupedMLPTarget
+from memaudit.te.targets.reference import ReferenceTarget
+from memaudit.te.targets.routing import RoutingPlan, parse_routing, routing_name
 
 if TYPE_CHECKING:
     import torch
@@ -49,8 +49,8 @@ EP_SHAPE = (
 (they run the tokens the dispatch brings them: the case's ``splits``)."""
 
 EXPERTS = {
-    "reference": "memaudit.te.ep_target:ReferenceExperts",
-    "te": "memaudit.te.ep:TEExperts",
+    "reference": "memaudit.te.targets.ep:ReferenceExperts",
+    "te": "memaudit.te.targets.ep_backend:TEExperts",
 }
 """Expert backend name -> ``module:class`` (imported when asked for)."""
 
@@ -119,7 +119,7 @@ class ReferenceExperts:
         return ReferenceTarget().skip_reason(spec.retarget(ReferenceTarget()))
 
     def build(self, spec: CaseSpec) -> Experts:
-        from memaudit.targets.reference_model import DTYPES, ReferenceGroupedMLP
+        from memaudit.te.targets.reference_model import DTYPES, ReferenceGroupedMLP
 
         model = ReferenceGroupedMLP(spec.groups, spec.hidden, spec.ffn, dtype=DTYPES[spec.dtype], device=spec.device)
 
@@ -256,6 +256,6 @@ class EPGroupedMLPTarget(Target):
         return self.backend.skip_reason(self.local_spec(spec) if spec.splits else spec)
 
     def build(self, spec: CaseSpec) -> Built:
-        from memaudit.te import ep_model
+        from memaudit.te.targets import ep_model
 
         return ep_model.build(self, spec)
