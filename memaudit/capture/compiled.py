@@ -8,6 +8,19 @@ are taken out of torch's global dicts and put back after: Dynamo traces exactly 
 bare, and its guards are bare's. The compiled graph runs no module hook, so its saved tensors are
 named by the compiled module (or the module around it).
 
+The dicts are global, so no module hook runs in any thread while Dynamo compiles; a save another
+thread makes meanwhile reads that thread's module calls off its Python stack instead (the frames
+of ``Module._call_impl``: ``memaudit.capture.modules.from_stack``), so it still names its module
+call. A view of the dicts that differed by thread cannot do this without changing what Dynamo
+compiles: inlining ``_call_impl``, Dynamo wraps each global hook dict it loads by its exact type
+(``torch/_dynamo/variables/builder.py``: ``istype(value, (dict, ..., OrderedDict))`` installs a
+``TYPE_MATCH`` guard on ``torch.nn.modules.module._global_forward_pre_hooks`` and
+``_global_forward_hooks``); a dict subclass takes the user-defined-dict path instead (other guards:
+a ``DictGuardManager`` with its length and key order), and a module compiled bare before the dicts
+were replaced fails its ``TYPE_MATCH`` and compiles again (measured: two compiles instead of one).
+An ``OrderedDict``'s class cannot be changed in place, and torch's ``RemovableHandle`` keeps a weak
+reference to the dict object, so the dicts cannot be swapped for others either.
+
 Dynamo is never imported here (it costs most of a second). Where it is not imported yet when a
 capture starts, a finder on ``sys.meta_path`` (only while captures are active) registers the
 callbacks right after ``torch._dynamo`` is first imported. The callbacks stay registered once

@@ -188,6 +188,9 @@ class ThreadState:
         self.spans: list[Frame] = []
         self.names: dict[int, list[Any]] | None = None  # id(module) -> [weak reference, name, calls]
         self.roots: dict[int, tuple[Callable[[], Any], dict[int, list[Any]]]] = {}
+        # While Dynamo compiles in another thread (no module hook runs): id(frame) -> the Python
+        # frame of its ``Module._call_impl``, for the calls that stack reads matched or opened.
+        self.window: dict[int, Any] = {}
         self.ident = threading.get_ident()
         self.sources = 0  # active captures in this thread that record source lines (stack=True)
         self.tracking = 0  # active captures in this thread that name modules (modules=True)
@@ -261,20 +264,36 @@ def compile_window(thread: int | None) -> None:
     compiling_in = thread
 
 
-def _in_compile_window(layer: Layer, rec: Record) -> None:
-    """A save while another thread compiles: no module hook runs anywhere, so which module call
-    made it is unknown. It names none, and each capture says so once."""
+def _in_compile_window(layer: Layer, rec: Record, state: ThreadState) -> None:
+    """A save while another thread compiles: no module hook runs anywhere, so the module calls
+    open in this thread are read off its Python stack (:func:`memaudit.capture.modules.from_stack`).
+    Where that fails, the save names no module, and each capture says so once."""
     if threading.get_ident() == compiling_in:
         return
+    if not state.tracking:
+        return
+    read = from_stack
+    if read is not None:
+        try:
+            rec.frame = read(state)
+            return
+        except Exception:  # noqa: BLE001 - the hook never raises: the row names no module
+            pass
     rec.frame = None
     for cap in layer.recorders:
         if COMPILE_WINDOW not in cap.warnings:
             cap.warnings.append(COMPILE_WINDOW)
 
 
+from_stack: Callable[[ThreadState], Frame | None] | None = None
+"""Set by :mod:`memaudit.capture.modules`: this thread's innermost module call, its stack of calls
+first made what its Python stack says (while Dynamo compiles in another thread)."""
+
+
 COMPILE_WINDOW = (
     "some rows were saved in a thread while torch.compile compiled in another: no module hook runs anywhere "
-    "meanwhile (they are taken out of torch's global dicts so that Dynamo compiles as bare), so those rows name no module"
+    "meanwhile (they are taken out of torch's global dicts so that Dynamo compiles as bare), and the module calls "
+    "could not be read off that thread's Python stack, so those rows name no module"
 )
 
 
@@ -437,7 +456,7 @@ class Layer:
         saved.value = t
         rec.frame = state.frame
         if compiling_in is not None:
-            _in_compile_window(self, rec)
+            _in_compile_window(self, rec, state)
         if state.context is not None:
             rec.context = state.context.next()
         if state.sources:
@@ -459,7 +478,7 @@ class Layer:
         rec.hook = self.hook
         rec.frame = state.frame
         if compiling_in is not None:
-            _in_compile_window(self, rec)
+            _in_compile_window(self, rec, state)
         if state.context is not None:
             rec.context = state.context.next()
         if state.sources:

@@ -160,14 +160,19 @@ def release() -> None:
 
 def _hide() -> None:
     """Dynamo starts compiling: out of torch's global hook dicts until it ends (in every thread:
-    the dicts are global). Saves made meanwhile in other threads name no module (see
-    :func:`memaudit.capture.hooks.compile_window`)."""
+    the dicts are global). Meanwhile a save in another thread reads that thread's module calls off
+    its Python stack (:func:`from_stack`); the calls open now in each thread are matched to their
+    Python frames first, so that a later call of the same module is told from them."""
     global _hidden
     with _lock:
         if _users > 0 and _handles:
             _remove()
             _hidden = True
             hooks.compile_window(threading.get_ident())
+            try:
+                _match_open_calls()
+            except Exception:  # noqa: BLE001 - never raise into Dynamo: calls are then matched by module
+                pass
 
 
 def _show() -> None:
@@ -183,36 +188,99 @@ def _show() -> None:
 _CALL_IMPL = torch.nn.Module._call_impl.__code__
 
 
-def _resync() -> None:
-    """After a compile elsewhere: the module calls that started or returned in another thread while
-    the hooks were out of torch's dicts ran no hook. Make each such thread's stack of calls what
-    its Python stack says: the calls that returned are closed, those that started are opened."""
+def _calls_on(f: Any) -> list[tuple[int, Any, Any]]:
+    """The module calls running in the Python stack from frame ``f`` up, outermost first: (id of
+    the module, as :func:`_open` names it; the module; the frame of its ``Module._call_impl``)."""
+    live: list[tuple[int, Any, Any]] = []
+    while f is not None:
+        if f.f_code is _CALL_IMPL:
+            m = f.f_locals.get("self")
+            if m is not None:
+                inner = m._orig_mod if OPTIMIZED_MODULE and type(m) is OPTIMIZED_MODULE[0] else m
+                live.append((id(inner), m, f))
+        f = f.f_back
+    live.reverse()
+    return live
+
+
+def _same_calls(st: ThreadState, live: list[tuple[int, Any, Any]]) -> int:
+    """How many of the outermost open calls of ``st`` are the calls ``live`` lists: a call matched
+    to a Python frame before is that frame's; another is matched by its module."""
+    window = st.window
+    keep = 0
+    frames = st.frames
+    while keep < len(frames) and keep < len(live):
+        frame = frames[keep]
+        py = window.get(id(frame))
+        if (py is not live[keep][2]) if py is not None else (frame.module_id != live[keep][0]):
+            break
+        keep += 1
+    return keep
+
+
+def _follow(st: ThreadState, live: list[tuple[int, Any, Any]], lo: int, hi: int) -> None:
+    """Make the open calls of ``st`` those of ``live``: the calls that returned are closed (at
+    ``hi`` where their end is unknown), those that started are opened (at ``lo``) and matched to
+    their Python frames."""
+    keep = _same_calls(st, live)
+    window = st.window
+    for gone in st.frames[keep:]:
+        if gone.hi is None:
+            gone.hi = hi
+        window.pop(id(gone), None)
+    del st.frames[keep:]
+    st.frame = st.frames[-1] if st.frames else None
+    for _, m, py in live[keep:]:
+        _open(st, m, (), lo)
+        window[id(st.frames[-1])] = py
+
+
+def _match_open_calls() -> None:
+    """Dynamo starts compiling: match the open calls of every other thread that names modules to
+    the Python frames of their ``Module._call_impl``."""
     me = threading.get_ident()
     stacks = sys._current_frames()
     for st in hooks.thread_states():
         if st.ident == me or not st.tracking:
             continue
-        live: list[Any] = []  # the modules whose call runs in that thread now, outermost first
-        f = stacks.get(st.ident)
-        while f is not None:
-            if f.f_code is _CALL_IMPL:
-                m = f.f_locals.get("self")
-                if m is not None:
-                    live.append(m)
-            f = f.f_back
-        live.reverse()
-        ids = [id(m._orig_mod if OPTIMIZED_MODULE and type(m) is OPTIMIZED_MODULE[0] else m) for m in live]  # type: ignore[attr-defined]
-        keep = 0
-        while keep < len(st.frames) and keep < len(ids) and st.frames[keep].module_id == ids[keep]:
-            keep += 1
-        for gone in st.frames[keep:]:
-            if gone.hi is None:
-                gone.hi = gone.lo  # when it returned is unknown: no node is placed in it by number
-        del st.frames[keep:]
-        st.frame = st.frames[-1] if st.frames else None
+        live = _calls_on(stacks.get(st.ident))
+        keep = _same_calls(st, live)
+        st.window = {id(st.frames[i]): live[i][2] for i in range(keep)}
+
+
+def from_stack(st: ThreadState) -> Frame | None:
+    """A save in this thread while Dynamo compiles in another (no module hook runs): make this
+    thread's open calls what its Python stack says, and give the innermost.
+
+    A call seen at an earlier save is the same call while its Python frame is (memaudit holds that
+    frame until the call is seen gone, or the compile ends), so each call is opened, and counted
+    in its module's ``#k``, once. A call that saves nothing meanwhile is not seen, nor counted."""
+    newest = _next_sequence_nr() - 1  # the node this save belongs to: inside the calls opened now
+    _follow(st, _calls_on(sys._getframe(1)), newest, newest)
+    return st.frame
+
+
+hooks.from_stack = from_stack
+
+
+def _resync() -> None:
+    """After a compile elsewhere: the module calls that started or returned in another thread while
+    the hooks were out of torch's dicts ran no hook (save those seen at a save). Make each such
+    thread's stack of calls what its Python stack says: the calls that returned are closed, those
+    that started are opened; the Python frames held meanwhile are let go."""
+    me = threading.get_ident()
+    stacks = sys._current_frames()
+    for st in hooks.thread_states():
+        if st.ident == me or not st.tracking:
+            st.window = {}
+            continue
+        live = _calls_on(stacks.get(st.ident))
+        for gone in st.frames[_same_calls(st, live):]:
+            if gone.hi is None:  # when it returned is unknown: no node is placed in it by number
+                gone.hi = gone.lo
         lo = st.spans[-1].lo if st.spans else 0  # the thread's counter cannot be read from here
-        for m in live[keep:]:
-            _open(st, m, (), lo)
+        _follow(st, live, lo, lo)
+        st.window = {}
 
 
 def _remove() -> None:
