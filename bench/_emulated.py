@@ -17,7 +17,6 @@ import torch
 from memaudit.report import CaseReport, Report
 from memaudit.runner import run_case
 from memaudit.spec import CaseSpec
-from memaudit.targets.registry import get_target
 
 Mutate = Callable[[list[Any]], list[Any]]
 
@@ -29,9 +28,10 @@ def emulated_case(recipe: str, groups: int, *, tokens: int = 4096, hidden: int =
     """One case of the TE target on an emulated sm100, forward only."""
     from memaudit.te.targets.grouped_mlp import TEGroupedMLPTarget
 
-    target = TEGroupedMLPTarget()
-    options = target.configure({"kernels": kernels, "arch": "sm100", "fused": fused, "cudnn_frontend": cudnn_frontend})
-    spec = CaseSpec.make(get_target("te-grouped-mlp"), recipe, groups, tokens=tokens, hidden=hidden, ffn=ffn, device="cuda", options=options)
+    target = TEGroupedMLPTarget().configure({"kernels": kernels, "arch": "sm100", "fused": fused,
+                                             "cudnn_frontend": cudnn_frontend})
+    options = dict(target.options)
+    spec = CaseSpec.make(target, recipe, groups, tokens=tokens, hidden=hidden, ffn=ffn, device="cuda", options=options)
     return run_case(target, spec, backward=False)
 
 

@@ -17,7 +17,6 @@ from typing import Any
 
 from memaudit.report import CaseReport, load_report
 from memaudit.spec import CaseSpec
-from memaudit.targets.registry import get_target
 from memaudit.te.targets.grouped_mlp import EMULATED_WARNING, EMULATED_WARNING_BEFORE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,10 +74,9 @@ def replay_case(case: CaseReport) -> CaseReport:
                              "cublaslt": m["cublaslt"], "cudnn_frontend": m["cudnn_frontend"]}
     if case.options.get("single_grouped_weight"):
         flags["single_grouped_weight"] = True
-    target = TEGroupedMLPTarget()
-    options = target.configure(flags)
-    spec = CaseSpec.make(get_target(case.target), case.recipe, case.groups, dtype=case.dtype, device=case.device, options=options,
-                         **case.dims)
+    target = TEGroupedMLPTarget().configure(flags)
+    spec = CaseSpec.make(target, case.recipe, case.groups, dtype=case.dtype, device=case.device,
+                         options=dict(target.options), **case.dims)
     return run_case_here(target, spec, backward=False)
 
 

@@ -64,7 +64,6 @@ def main(argv: list[str] | None = None) -> int:
     from memaudit.report import validate_report
     from memaudit.spec import CaseSpec
     from memaudit.targets.base import place
-    from memaudit.targets.registry import get_target
     from memaudit.te.targets.ep import EPGroupedMLPTarget
 
     env = torchrun_env()
@@ -72,9 +71,10 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("run me under torchrun (see --help)")
     world = join(env, args.backend or default_backend(args.device), args.device)
     try:
-        target = EPGroupedMLPTarget()
-        options = target.configure({"experts": args.experts, "routing": args.routing, "kernels": args.kernels, "arch": args.arch})
-        spec = CaseSpec.make(get_target(target), args.recipe, args.groups, dtype="bf16", device=args.device, options=options,
+        target = EPGroupedMLPTarget().configure({"experts": args.experts, "routing": args.routing, "kernels": args.kernels,
+                                                 "arch": args.arch})
+        options = dict(target.options)
+        spec = CaseSpec.make(target, args.recipe, args.groups, dtype="bf16", device=args.device, options=options,
                              tokens=args.tokens, hidden=args.hidden, ffn=args.ffn)
         placed, info = place(target, spec, world.rank, world.world_size)
         reason = target.skip_reason(placed)

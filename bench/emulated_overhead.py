@@ -95,7 +95,6 @@ def child(rounds: int, warmup: int) -> dict[str, Any]:
     import torch
 
     from memaudit.spec import CaseSpec
-    from memaudit.targets.registry import get_target
     from memaudit.te.targets.grouped_mlp import TEGroupedMLPTarget, import_te
 
     import_te()
@@ -104,9 +103,9 @@ def child(rounds: int, warmup: int) -> dict[str, Any]:
         for recipe in RECIPES:
             key = f"{shape}/{recipe}"
             try:
-                target = TEGroupedMLPTarget()
-                options = target.configure({"kernels": "emulated", "arch": "sm100", "fused": True})
-                spec = CaseSpec.make(get_target("te-grouped-mlp"), recipe, device="cuda", options=options, **dims)
+                target = TEGroupedMLPTarget().configure({"kernels": "emulated", "arch": "sm100", "fused": True})
+                options = dict(target.options)
+                spec = CaseSpec.make(target, recipe, device="cuda", options=options, **dims)
                 out["cells"][key] = measure(target.build(spec), rounds, warmup)
                 torch.cuda.empty_cache()
             except Exception as exc:  # noqa: BLE001 - one cell's failure never takes down the others

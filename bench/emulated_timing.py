@@ -22,7 +22,6 @@ def main() -> None:
 
     from memaudit.runner import run_matrix
     from memaudit.spec import CaseSpec
-    from memaudit.targets.registry import get_target
     from memaudit.te.machine.recipes import RECIPES
     from memaudit.te.targets.grouped_mlp import TEGroupedMLPTarget, import_te
 
@@ -31,9 +30,9 @@ def main() -> None:
     out = {"import_s": round(t_import, 2), "matrices": []}
     total = 0.0
     for fused in (True, False):
-        target = TEGroupedMLPTarget()
-        options = target.configure({"kernels": "emulated", "arch": "sm100", "fused": fused})
-        specs = [CaseSpec.make(get_target("te-grouped-mlp"), r, g, tokens=args.tokens, hidden=args.hidden, ffn=args.ffn,
+        target = TEGroupedMLPTarget().configure({"kernels": "emulated", "arch": "sm100", "fused": fused})
+        options = dict(target.options)
+        specs = [CaseSpec.make(target, r, g, tokens=args.tokens, hidden=args.hidden, ffn=args.ffn,
                                device="cuda", options=options) for r in RECIPES for g in (1, 4, 8)]
         t1 = time.perf_counter()
         report = run_matrix(target, specs, backward=False)

@@ -72,13 +72,12 @@ def per_case(shape: dict[str, int], rounds: int) -> dict[str, Any]:
     """Every case of the matrix through ``run_case`` in this (warm) process, ``rounds`` times."""
     from memaudit.runner import run_case
     from memaudit.spec import CaseSpec
-    from memaudit.targets.registry import get_target
     from memaudit.te.machine.recipes import RECIPES
     from memaudit.te.targets.grouped_mlp import TEGroupedMLPTarget
 
-    target = TEGroupedMLPTarget()
-    options = target.configure({"kernels": "emulated", "arch": "sm100"})
-    specs = [CaseSpec.make(get_target("te-grouped-mlp"), r, g, device="cuda", options={**options, **({} if fused else {"fused": False})},
+    target = TEGroupedMLPTarget().configure({"kernels": "emulated", "arch": "sm100"})
+    options = dict(target.options)
+    specs = [CaseSpec.make(target, r, g, device="cuda", options={**options, **({} if fused else {"fused": False})},
                            **shape) for fused in (True, False) for r in RECIPES for g in GROUPS]
     times: dict[str, list[float]] = {s.id: [] for s in specs}
     cpu: dict[str, list[float]] = {s.id: [] for s in specs}
@@ -142,8 +141,8 @@ def profile_one(shape: dict[str, int], recipe: str, groups: int) -> str:
     from memaudit.te.emulate.host import call_in_child
     from memaudit.te.targets.grouped_mlp import TEGroupedMLPTarget
 
-    target = TEGroupedMLPTarget()
-    options = target.configure({"kernels": "emulated", "arch": "sm100"})
+    target = TEGroupedMLPTarget().configure({"kernels": "emulated", "arch": "sm100"})
+    options = dict(target.options)
     spec = CaseSpec.make(target, recipe, groups, device="cuda", options=options, **shape)
 
     def run() -> str:

@@ -38,9 +38,9 @@ def observe_case(recipe: str, groups: int, *, arch: str, fused: bool, tokens: in
     from memaudit.te.targets.grouped_mlp import TEGroupedMLPTarget
     from memaudit.unread import observed_verdicts
 
-    t = TEGroupedMLPTarget()
-    opts = t.configure({"kernels": "emulated", "arch": arch, "fused": fused} if kernels == "emulated" else {"fused": fused})
-    spec = t.spec(recipe, groups, device="cuda", tokens=tokens, hidden=hidden, ffn=ffn, options=opts)
+    t = TEGroupedMLPTarget().configure({"kernels": "emulated", "arch": arch, "fused": fused} if kernels == "emulated"
+                                       else {"fused": fused})
+    spec = t.spec(recipe, groups, device="cuda", tokens=tokens, hidden=hidden, ffn=ffn)
     built = t.build(spec)
     with capture() as cap:
         out = built.forward(cap)

@@ -77,12 +77,10 @@ def te_cases(production: bool) -> list[tuple[str, dict[str, int], str, int]]:
 def te(production: bool, emulated_sm90: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     from memaudit.te.targets.grouped_mlp import TEGroupedMLPTarget
 
-    real = TEGroupedMLPTarget()
-    real.configure({"fused": False})
+    real = TEGroupedMLPTarget().configure({"fused": False})
     emulated = None
     if emulated_sm90:
-        emulated = TEGroupedMLPTarget()
-        emulated.configure({"kernels": "emulated", "arch": "sm90", "fused": False})
+        emulated = TEGroupedMLPTarget().configure({"kernels": "emulated", "arch": "sm90", "fused": False})
     results, against = [], []
     for shape, dims, recipe, g in te_cases(production):
         spec = real.spec(recipe, g, device="cuda", **dims)

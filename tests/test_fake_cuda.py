@@ -42,7 +42,6 @@ from bench._fake_cuda import (  # noqa: E402
 from memaudit.report import load_report  # noqa: E402
 from memaudit.runner import run_case  # noqa: E402
 from memaudit.spec import CaseSpec  # noqa: E402
-from memaudit.targets.registry import get_target  # noqa: E402
 from memaudit.te.targets.grouped_mlp import TEGroupedMLPTarget  # noqa: E402
 
 GROUPS = committed_groups()
@@ -134,9 +133,8 @@ def test_data_pointers_tell_storages_apart_and_add_the_offset() -> None:
 
 
 def _emulated(recipe: str, groups: int, **flags: Any) -> tuple[TEGroupedMLPTarget, CaseSpec]:
-    target = TEGroupedMLPTarget()
-    options = target.configure({"kernels": "emulated", "arch": "sm100", **flags})
-    return target, CaseSpec.make(get_target("te-grouped-mlp"), recipe, groups, device="cuda", options=options, **SMALL)
+    target = TEGroupedMLPTarget().configure({"kernels": "emulated", "arch": "sm100", **flags})
+    return target, CaseSpec.make(target, recipe, groups, device="cuda", options=dict(target.options), **SMALL)
 
 
 def test_a_value_read_beyond_the_known_sites_is_an_error_cell_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -163,7 +161,7 @@ def test_te_reads_the_split_sizes_where_memaudit_knows_them() -> None:
     assert [r.shape[0] for r in case.rows if r.operand == "fc1.input" and r.kind == "data"] == list(case.splits)
 
 
-def test_a_child_that_dies_is_that_cells_error() -> None:
+def test_a_child_that_dies_is_that_cells_error(monkeypatch: pytest.MonkeyPatch) -> None:
     def dies() -> list[Any]:
         os.kill(os.getpid(), signal.SIGKILL)  # as an abort in C++ would end it, without its noise in the log
         return []
@@ -171,7 +169,7 @@ def test_a_child_that_dies_is_that_cells_error() -> None:
     with pytest.raises(host.ChildFailed, match=r"died of signal 9 \(SIGKILL\)"):
         host.run_in_child("sm100", dies)
     target, spec = _emulated("bf16", 1)
-    target.build = lambda spec: dies()  # type: ignore[method-assign]
+    monkeypatch.setattr(type(target), "build", lambda self, spec: dies())
     case = run_case(target, spec)
     assert case.status == "error" and "died of signal 9" in (case.reason or "")
 

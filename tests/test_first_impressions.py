@@ -120,7 +120,7 @@ def test_without_te_the_skip_reason_says_te_is_not_installed(monkeypatch) -> Non
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name.split(".")[0] == "transformer_engine" else real(name, *a))
     t = TEGroupedMLPTarget()
-    spec = t.spec("bf16", 1, device="cuda", options=t.configure({}), tokens=64, hidden=16, ffn=32)
+    spec = t.configure({}).spec("bf16", 1, device="cuda", tokens=64, hidden=16, ffn=32)
     assert t.skip_reason(spec) == "TransformerEngine is not installed"
 
 

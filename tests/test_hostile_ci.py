@@ -39,7 +39,7 @@ def _forged_rank_files(tmp: Path, world: int) -> list[str]:
     """Two genuine rank files of a 2-rank data-parallel run of the reference target, their world
     size (the run's and every case's) then forged to ``world``."""
     tgt = get_target("reference")
-    spec = CaseSpec.make(tgt, "bf16", 1, dtype="bf16", device="cpu", options=tgt.configure({}), tokens=64, hidden=16, ffn=32)
+    spec = CaseSpec.make(tgt, "bf16", 1, dtype="bf16", device="cpu", options=dict(tgt.configure({}).options), tokens=64, hidden=16, ffn=32)
     names = []
     for r in range(2):
         rep = run_matrix(tgt, [spec], rank=r, world_size=2, backend="gloo", backward=False)

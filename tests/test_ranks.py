@@ -94,9 +94,8 @@ SPEC = dict(tokens=64, hidden=16, ffn=32)
 
 def rank_reports(target: str = "reference", world: int = 2, groups: int = 2, **options) -> list[tuple[str, Report]]:
     """Each rank's own report, as a data-parallel job's ranks make them (no collective runs)."""
-    tgt = get_target(target)
-    opts = tgt.configure(options)
-    spec = CaseSpec.make(get_target(target), "bf16", groups, dtype=get_target(target).defaults["dtype"], device="cpu", options=opts, **SPEC)
+    tgt = get_target(target).configure(options)
+    spec = CaseSpec.make(tgt, "bf16", groups, dtype=tgt.defaults["dtype"], device="cpu", options=dict(tgt.options), **SPEC)
     planned = [spec.id if not hasattr(tgt, "place") else tgt.place(spec, 0, world)[0].id]
     out = []
     for r in range(world):

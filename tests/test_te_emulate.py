@@ -237,8 +237,12 @@ def test_target_flags_and_cpu_skip_reason(monkeypatch: pytest.MonkeyPatch) -> No
     with pytest.raises(UsageError) as exc:
         t.configure({"kernels": "emulated", "cublaslt": "thirteen"})
     assert exc.value.key == "--cublaslt"
-    assert t.configure({"kernels": "emulated", "cublaslt": "13.6.0"}) == {}
-    assert t.emulated is not None and t.emulated.fused and t.emulated.cublaslt == 130600
+    e = t.configure({"kernels": "emulated", "cublaslt": "13.6.0"})
+    assert e.options == {} and t.emulated is None  # a new, configured target; this one is unchanged
+    assert e.emulated is not None and e.emulated.fused and e.emulated.cublaslt == 130600
+    with pytest.raises(AttributeError, match="frozen"):
+        e.emulated = None
+    t = e
     assert os.environ[FUSED_ENV] == "0"  # off for TE's import; set inside each emulated forward
     spec = CaseSpec.make(get_target("te-grouped-mlp"), "nvfp4", 1, tokens=256, hidden=128, ffn=128, device="cpu")
     assert "emulated kernels run TE's forward on CUDA tensors (device 'cpu'" in t.skip_reason(spec)
@@ -250,7 +254,7 @@ def test_target_flags_and_cpu_skip_reason(monkeypatch: pytest.MonkeyPatch) -> No
     for bad in ("yes", 1):
         assert t.skip_reason(spec.replace(device="cuda", options={"fused": bad})) == f"option fused must be true or false, got {bad!r}"
     real = TEGroupedMLPTarget()
-    real.configure({"fused": False})
+    real = real.configure({"fused": False})
     assert "choose it with --fused/--no-fused" in real.skip_reason(spec.replace(device="cuda", options={"fused": True}))
 
 

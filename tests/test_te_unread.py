@@ -78,7 +78,7 @@ def test_the_estimators_kept_note_is_what_backward_never_reads(pr_cases: dict[in
 
     t = TEGroupedMLPTarget()
     for g, case in pr_cases.items():
-        spec = t.spec("nvfp4", g, device="cuda", **case["dims"], options=t.configure({"kernels": "emulated", "arch": "sm100"}))
+        spec = t.configure({"kernels": "emulated", "arch": "sm100"}).spec("nvfp4", g, device="cuda", **case["dims"])
         noted = {(r.operand, r.slot) for r in estimate(spec).rows if "skips the rowwise prune" in (r.note or "")}
         assert noted == set(PR_BYTES)
         assert noted <= set(_unread(case))

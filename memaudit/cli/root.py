@@ -227,7 +227,8 @@ def _plan(target: str | None, recipe: str | None, groups: Ints | None, dtype: Dt
         for name, value in loaded.flags.items():
             if target_flags.get(name, defaults[name]) == defaults[name]:
                 target_flags[name] = value
-    options: dict[str, Any] = tgt.configure(target_flags)
+    tgt = tgt.configure(target_flags)
+    options: dict[str, Any] = dict(tgt.options)
     dev = device if device is not None else tgt.default_device
     if verify_allocator:
         import torch

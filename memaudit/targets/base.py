@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Self
 
 from memaudit.ranks import RankInfo, data_parallel
 from memaudit.report import CaseReport, Emulation, PathInfo, Row
@@ -140,21 +142,46 @@ class Target(ABC):
 
     def spec(self, recipe: str, groups: int, *, dtype: str | None = None, device: str | None = None,
              options: dict[str, Any] | None = None, splits: tuple[int, ...] | None = None, **dims: int) -> CaseSpec:
-        """A spec of this target (its dims in its declared order; it carries the target)."""
+        """A spec of this target (its dims in its declared order; it carries the target); ``options``
+        by default the ones it was configured with."""
         return CaseSpec.make(self, recipe, groups, dtype=dtype or self.defaults.get("dtype", "bf16"),
-                             device=device or self.default_device, options=options, splits=splits, **dims)
+                             device=device or self.default_device,
+                             options=dict(self.options) if options is None else options, splits=splits, **dims)
 
     def case_id(self, spec: CaseSpec) -> str:
         """The case id (by default :func:`~memaudit.spec.default_case_id` with its letters)."""
         return default_case_id(spec, self.shape)
 
-    def configure(self, flags: dict[str, Any]) -> dict[str, Any]:
-        """Target options from the run flags it declares; UsageError on bad values.
+    options: Mapping[str, Any] = MappingProxyType({})
+    """The options its run flags configured (:meth:`configure`): part of each case id."""
+    flags_given: Mapping[str, Any] = MappingProxyType({})
+    """The run flags it was configured with (:meth:`configure`)."""
 
-        Called before anything runs; may set process state the target needs before its library
-        is imported. Options become part of the case id. None by default.
+    def configure(self, flags: Mapping[str, Any]) -> Self:
+        """A new target configured by the run flags it declares, frozen; this one is unchanged.
+
+        The copy has the attributes :meth:`configuration` returns (``options`` among them) and
+        ``flags_given``; setting an attribute of it afterwards raises. A UsageError on bad values.
         """
+        settings = dict(self.configuration(dict(flags)))
+        new = copy.copy(self)
+        vars(new).update(settings)
+        vars(new)["options"] = MappingProxyType(dict(settings.get("options", {})))
+        vars(new)["flags_given"] = MappingProxyType(dict(flags))
+        vars(new)["_frozen"] = True
+        return new
+
+    def configuration(self, flags: dict[str, Any]) -> dict[str, Any]:
+        """What ``flags`` configure, as the attributes of the configured copy (:meth:`configure`):
+        ``options`` (part of each case id; none by default) and any setting the target reads later.
+        Called before anything runs; may set process state the target needs before its library is
+        imported; UsageError on bad values."""
         return {}
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if vars(self).get("_frozen"):
+            raise AttributeError(f"target {self.name!r} is configured, and so frozen: configure() returns a new one")
+        super().__setattr__(name, value)
 
     @abstractmethod
     def skip_reason(self, spec: CaseSpec) -> str | None:

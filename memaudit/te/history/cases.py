@@ -36,16 +36,18 @@ class HistoryCase:
     hidden: int
     ffn: int
 
-    def spec(self, options: dict[str, Any]) -> CaseSpec:
-        """The TE target's spec (``options`` from its ``configure``), fused switch per case."""
-        return get_target(TARGET).spec(self.recipe, self.groups, dtype="bf16", device="cuda",
-                                       options={**options, "fused": self.fused},
-                                       tokens=self.tokens, hidden=self.hidden, ffn=self.ffn)
+    def spec(self, target: Any = None) -> CaseSpec:
+        """The case as a spec of ``target`` (the TE target as configured; unconfigured where None),
+        with its options and the fused switch per case."""
+        target = target if target is not None else get_target(TARGET)
+        return target.spec(self.recipe, self.groups, dtype="bf16", device="cuda",
+                           options={**target.options, "fused": self.fused},
+                           tokens=self.tokens, hidden=self.hidden, ffn=self.ffn)
 
     @property
     def id(self) -> str:
         """The case id its report carries."""
-        return self.spec({}).id
+        return self.spec().id
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -101,10 +101,10 @@ def error_report(cases: list[HistoryCase], reason: str, source: dict[str, Any] |
     import memaudit
     from memaudit.runner import empty_case
 
-    options = TEGroupedMLPTarget().configure({"kernels": "emulated", "arch": "sm100"})
+    target = TEGroupedMLPTarget().configure({"kernels": "emulated", "arch": "sm100"})
     out = []
     for c in cases:
-        case = empty_case(c.spec(options))
+        case = empty_case(c.spec(target))
         case.status, case.reason = "error", reason
         out.append(case)
     env = environment("cuda")

@@ -46,13 +46,12 @@ def run(request: dict[str, Any]) -> int:
         return LOAD_FAILED
     from memaudit.runner import run_matrix  # imports torch: after the version's Python is in place
 
-    target = TEGroupedMLPTarget()
     arch = request.get("arch", "sm100")
-    options = target.configure({"kernels": "standins" if request.get("standins") else "emulated", "arch": arch})
+    target = TEGroupedMLPTarget().configure({"kernels": "standins" if request.get("standins") else "emulated", "arch": arch})
     cases = [HistoryCase.from_dict(d) for d in request["cases"]]
     try:
         extra = {"unread": request["unread"]} if request.get("unread") else {}  # only where asked: the runner's keyword
-        report = run_matrix(target, [c.spec(options) for c in cases], **extra)
+        report = run_matrix(target, [c.spec(target) for c in cases], **extra)
     except BaseException as exc:  # noqa: BLE001 - memaudit's own TE code does not run on this TE: every cell says so
         atomic_write_text(out, json.dumps({"error": f"memaudit's emulation does not run on TE {source.label}: {_first_line(exc)}",
                                            "traceback": traceback.format_exc()}, sort_keys=True) + "\n")

@@ -98,10 +98,9 @@ def _emulated(make: Callable[[], Target], spec: CaseSpec, reason: str, flags: di
     why it cannot run here."""
     import os
 
-    target = make()
     before = os.environ.get(FUSED_ENV)
     try:
-        options = target.configure({**flags, "kernels": "emulated", "arch": EMULATED_ARCH, "cublaslt": None})
+        target = make().configure({**flags, "kernels": "emulated", "arch": EMULATED_ARCH, "cublaslt": None})
     except RuntimeError as exc:  # TE was already imported with the fused op on: emulation cannot switch it
         return str(exc)
     finally:  # the emulated forward sets the switch itself; the real cases keep theirs
@@ -110,7 +109,7 @@ def _emulated(make: Callable[[], Target], spec: CaseSpec, reason: str, flags: di
         else:
             os.environ[FUSED_ENV] = before
     espec = spec.retarget(target).replace(device=spec.device if spec.device.startswith("cuda") else "cuda",
-                                          options={**spec.options, **options})
+                                          options={**spec.options, **target.options})
     why = target.skip_reason(espec)
     if why is not None:
         return why

@@ -176,10 +176,11 @@ class EPGroupedMLPTarget(Target):
     def alignment(recipe: str) -> int:
         return alignment(recipe)
 
-    def configure(self, flags: dict[str, Any]) -> dict[str, Any]:
+    def configuration(self, flags: dict[str, Any]) -> dict[str, Any]:
         """``routing`` (canonical spelling), ``topk``, ``ep`` where given, ``routing_seed`` and
-        ``experts`` where not the default, and the backend's own options."""
-        self.backend = experts_backend(str(flags.get(EXPERTS_FLAG, "reference")))
+        ``experts`` where not the default, and the backend's own options; the backend (configured),
+        its recipes and its device."""
+        backend = experts_backend(str(flags.get(EXPERTS_FLAG, "reference")))
         skew, param = parse_routing(flags.get("routing", "uniform"))
         topk = flags.get("topk", DEFAULT_TOPK)
         if not isinstance(topk, int) or topk < 1:
@@ -195,12 +196,12 @@ class EPGroupedMLPTarget(Target):
             options["ep"] = ep
         if seed:
             options["routing_seed"] = seed
-        if self.backend.name != "reference":
-            options[EXPERTS_FLAG] = self.backend.name
-        options.update(self.backend.configure(flags))
-        self.supported_recipes = tuple(r for r in RECIPES if r in self.backend.recipes)
-        self.default_device = self.backend.default_device
-        return options
+        if backend.name != "reference":
+            options[EXPERTS_FLAG] = backend.name
+        options.update(backend.configure(flags))
+        return {"options": options, "backend": backend,
+                "supported_recipes": tuple(r for r in RECIPES if r in backend.recipes),
+                "default_device": backend.default_device}
 
     # ---- placement: what each rank runs ------------------------------------------------------
 

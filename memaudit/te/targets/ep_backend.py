@@ -59,8 +59,10 @@ class TEExperts:
         self.target = TEGroupedMLPTarget()
 
     def configure(self, flags: dict[str, Any]) -> dict[str, Any]:
-        """The TE target's flags: the fused switch before TE's import, emulated kernels, its options."""
-        return self.target.configure(flags)
+        """The TE target's flags: the fused switch before TE's import, emulated kernels, its options
+        (this backend, made for one configured expert-parallel target, keeps the configured TE target)."""
+        self.target = self.target.configure(flags)
+        return dict(self.target.options)
 
     def skip_reason(self, spec: CaseSpec) -> str | None:
         return self.target.skip_reason(spec.replace(target=TARGET))

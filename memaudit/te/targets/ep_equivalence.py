@@ -27,15 +27,15 @@ def one_process(case: CaseReport, device: str | None = None) -> CaseReport:
 
     experts = case.options.get("experts", "reference")
     name = _TARGETS[experts]
-    target = get_target(name)
     flags: dict[str, Any] = {k: v for k, v in case.options.items() if k in ("single_grouped_weight", "activation")}
     if "fused_env" in case.options:  # the fused switch the rank ran with
         flags["fused"] = case.options["fused_env"] == "1"
     if case.emulation is not None:
         flags.update(kernels=case.emulation.machine.get("kernels", "emulated"), arch=case.emulation.machine.get("arch", "sm100"))
-    options = target.configure(flags)
+    target = get_target(name).configure(flags)
     splits = tuple(case.splits)
-    spec = CaseSpec.make(target, case.recipe, case.groups, dtype=case.dtype, device=device or case.device, options=options,
+    spec = CaseSpec.make(target, case.recipe, case.groups, dtype=case.dtype, device=device or case.device,
+                         options=dict(target.options),
                          splits=splits, tokens=sum(splits), hidden=case.dims["hidden"], ffn=case.dims["ffn"])
     return run_case(target, spec)
 

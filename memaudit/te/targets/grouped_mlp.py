@@ -152,11 +152,10 @@ class TEGroupedMLPTarget(Target):
         ops = path.get("forward_ops")
         return f"forward ops: {', '.join(map(str, ops))}" if isinstance(ops, list) and ops else ""
 
-    def configure(self, flags: dict[str, Any]) -> dict[str, Any]:
+    def configuration(self, flags: dict[str, Any]) -> dict[str, Any]:
         """``fused`` sets NVTE_CUTEDSL_FUSED_GROUPED_MLP before TE's import (an environment
         setting, recorded per case, not part of the id); ``single_grouped_weight`` and a
-        non-default ``activation`` are options."""
-        self.flags_given = dict(flags)
+        non-default ``activation`` are options; ``kernels``/``arch``/... make ``emulated``."""
         activation = flags.get("activation", "swiglu")
         if activation not in ACTIVATIONS:
             raise UsageError(f"unknown activation {activation!r}; use one of {', '.join(ACTIVATIONS)}", key="--activation")
@@ -167,9 +166,9 @@ class TEGroupedMLPTarget(Target):
 
         if arch not in ARCHS:
             raise UsageError(f"unknown architecture {arch!r}; use one of {', '.join(ARCHS)}", key="--arch")
+        emulated = None
         if kernels == "real":
             set_fused_env(flags.get("fused"))
-            self.emulated = None
         else:
             # TE reads the fused switch at import (and its import-time check needs a GPU of that
             # architecture), so it stays off for the import and is set inside each emulated forward.
@@ -190,18 +189,16 @@ class TEGroupedMLPTarget(Target):
                 Version(fe)
             except InvalidVersion:
                 raise UsageError(f"expected a version such as 1.28.0, got {fe!r}", key="--cudnn-frontend") from None
-            self.emulated = Emulated(kernels, arch, fused if fused is not None else arch == "sm100", lt, fe)
+            emulated = Emulated(kernels, arch, fused if fused is not None else arch == "sm100", lt, fe)
         options: dict[str, Any] = {}
         if flags.get("single_grouped_weight"):
             options["single_grouped_weight"] = True
         if activation != "swiglu":
             options["activation"] = activation
-        return options
+        return {"options": options, "emulated": emulated}
 
     emulated: Emulated | None = None
-    """Set by ``configure`` for ``--kernels emulated|standins``."""
-    flags_given: dict[str, Any] = {}
-    """The run flags ``configure`` was given (an emulated fallback keeps them)."""
+    """The emulated machine of a target configured with ``--kernels emulated|standins``."""
     fallback_recipes = RECIPES
     supported_recipes = RECIPES
 
@@ -212,7 +209,7 @@ class TEGroupedMLPTarget(Target):
         if self.emulated is not None:
             return None
 
-        return grouped_mlp_fallback(type(self), spec, reason, mode, self.flags_given, backward=backward,
+        return grouped_mlp_fallback(type(self), spec, reason, mode, dict(self.flags_given), backward=backward,
                                     defaults=self.defaults)
 
     def execution_label(self, case: Any) -> str | None:
