@@ -12,7 +12,7 @@ from _budget_cases import h200_report
 from typer.testing import CliRunner
 
 from memaudit.cli import check as check_cmd
-from memaudit.cli import exitcodes
+from memaudit.judge import exitcodes
 from memaudit.report import Report, load_report, write_report
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,5 +1,5 @@
 """``--help`` as click writes it: every flag name whole at any width, no ``<bool>`` metavar on a
-flag, and ``run``'s exit-code section that matches memaudit.cli.exitcodes and the README."""
+flag, and ``run``'s exit-code section that matches memaudit.judge.exitcodes and the README."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from typer.main import get_command
 from typer.testing import CliRunner
 
-from memaudit.cli import exitcodes
 from memaudit.cli.root import app
+from memaudit.judge import exitcodes
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMANDS = [["run"], ["compare"], ["check"], ["estimate"], ["plot"], ["merge"], ["baseline", "update"], ["doctor"]]

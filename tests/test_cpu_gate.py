@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from memaudit.cli import app, exitcodes
+from memaudit.cli import app
+from memaudit.judge import exitcodes
 from memaudit.report import load_report
 from memaudit.te.emulate.host import unavailable
 

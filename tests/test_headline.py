@@ -14,7 +14,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from memaudit.cli import app, exitcodes
+from memaudit.cli import app
+from memaudit.judge import exitcodes
 from memaudit.report import load_report
 from memaudit.te.emulate import fakecuda
 from memaudit.te.estimate import estimate

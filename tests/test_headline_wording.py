@@ -11,7 +11,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from memaudit.cli import app, exitcodes
+from memaudit.cli import app
+from memaudit.judge import exitcodes
 from memaudit.spec import CaseSpec
 from memaudit.te.machine.fallback import at_pr3545_shape, emulate_command, estimate_command
 from memaudit.te.targets.reference import ReferenceTarget

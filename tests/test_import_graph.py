@@ -155,6 +155,7 @@ STAGES = (
     ("memaudit.runner", "memaudit.unread"),
     ("memaudit.distributed",),
     ("memaudit.judge",),
+    ("memaudit.audit",),
     ("memaudit.render",),
     ("memaudit.cli", "memaudit.pytest_plugin", "memaudit.__main__"),
     ("memaudit.te",),

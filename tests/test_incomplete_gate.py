@@ -13,7 +13,8 @@ from _reports import REF_BF16, make_case, make_report
 from test_plugin import PLUGIN_ARGS
 from typer.testing import CliRunner
 
-from memaudit.cli import app, exitcodes
+from memaudit.cli import app
+from memaudit.judge import exitcodes
 from memaudit.judge.baseline import compare_reports
 from memaudit.judge.budgets import Context, evaluate_case
 from memaudit.judge.scenario import parse_rule

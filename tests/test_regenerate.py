@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from memaudit.cli import app, exitcodes
+from memaudit.cli import app
 from memaudit.errors import UsageError
+from memaudit.judge import exitcodes
 from memaudit.report import load_report, write_report
 from memaudit.te.estimate.expected import attach_expected
 

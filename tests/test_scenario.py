@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from _budget_cases import blackwell_report, fp8_case, grouped_structural, h200_report, make_case
 
-from memaudit.cli import exitcodes
-from memaudit.cli.common import OUTCOME_CODES
 from memaudit.errors import UsageError
+from memaudit.judge import exitcodes
+from memaudit.judge.outcome import OUTCOME_CODES
 from memaudit.judge.scenario import (
     Scenario,
     evaluate,

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from memaudit.cli import app, exitcodes
+from memaudit.cli import app
 from memaudit.cli.root import UnreadMethod
+from memaudit.judge import exitcodes
 from memaudit.report import UNREAD_CHOICES, load_report
 
 runner = CliRunner()

@@ -103,7 +103,8 @@ def test_te_history_flags_are_checked_before_anything_runs(tmp_path: Path) -> No
 
     from typer.testing import CliRunner
 
-    from memaudit.cli import app, exitcodes
+    from memaudit.cli import app
+    from memaudit.judge import exitcodes
 
     runner = CliRunner()
     out = tmp_path / "out"

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from memaudit.cli import app, exitcodes
+from memaudit.cli import app
 from memaudit.errors import UsageError
+from memaudit.judge import exitcodes
 from memaudit.judge.baseline import compare_reports
 from memaudit.judge.budgets import evaluate_case
 from memaudit.judge.scenario import parse_rule, parse_scenario

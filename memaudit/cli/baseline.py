@@ -13,9 +13,9 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from memaudit.cli import exitcodes
 from memaudit.cli.common import Command, Group
 from memaudit.errors import UsageError
+from memaudit.judge import exitcodes
 from memaudit.render.console import consoles
 from memaudit.report import check_outputs
 

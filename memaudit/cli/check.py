@@ -2,7 +2,7 @@
 
 A GPU runner produces the report (``memaudit run --json``); any machine can judge it. Exit codes:
 0 every budget passes or is xfail; 1 a budget fails or XPASSes (or a case errored and the scenario
-says ``on_error = "fail"``, or nothing was judged: see :func:`memaudit.cli.common.judge_vacuity`);
+says ``on_error = "fail"``, or nothing was judged: see :func:`memaudit.judge.outcome.conclude`);
 2 bad input (nothing written); 3 a case errored and no budget failed.
 """
 
@@ -14,8 +14,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from memaudit.cli import exitcodes
-from memaudit.cli.common import OUTCOME_CODES, SHIPPED_NAMES, Command, judge_vacuity, read_inputs
+from memaudit.cli.common import SHIPPED_NAMES, Command, read_inputs, show_notes
 from memaudit.render.console import consoles
 from memaudit.report import check_outputs
 
@@ -42,7 +41,8 @@ def check(
     """Judge REPORT against the budgets of --scenario; exit 1 if a budget fails."""
     from memaudit.judge.budgets import te_version_of
     from memaudit.judge.integrity import read_report
-    from memaudit.judge.scenario import allowed_targets, evaluate, load_scenario, outcome, record_verdicts
+    from memaudit.judge.outcome import conclude
+    from memaudit.judge.scenario import allowed_targets, load_scenario
     from memaudit.render.verdicts import render_failures, render_verdicts
     from memaudit.report import write_report
 
@@ -51,23 +51,22 @@ def check(
     check_outputs({"--json": json_path}, inputs=read_inputs(report=report, scenario=scenario))
     loaded = load_scenario(scenario, allowed_targets(tuple(allow_target or ())))
     rep = read_report(report)
-    verdicts = evaluate(rep, loaded, source=str(report), allow_incomplete=allow_incomplete)
-    record_verdicts(rep, verdicts, loaded)
+    result = conclude(rep, loaded, allow_incomplete=allow_incomplete, allow_na=allow_na, strict=strict,
+                      must_measure=False, source=str(report))
+    verdicts = result.verdicts
 
     if te_version_of(rep.environment) is None and any(r.known_failure for r in loaded.rules):
         err.print(
             Text("warning: the report records no TransformerEngine version, so known_failure entries do not apply", style="yellow"),
             soft_wrap=True,
         )
-    code = OUTCOME_CODES[outcome(rep, verdicts, loaded)]
     from memaudit.render.unread import unread_block
 
     if (never := unread_block(c for c in rep.cases if loaded.covers(c))) is not None:  # first
         out.print(never)
     out.print(render_failures(verdicts), soft_wrap=True)
     out.print(render_verdicts(verdicts, show_na=show_na, width=out.width))
-    if judge_vacuity(err, rep, verdicts, loaded, allow_na=allow_na, strict=strict) and code == exitcodes.OK:
-        code = exitcodes.FAIL
+    show_notes(err, result.notes)
     errored = [c.id for c in rep.cases if c.status == "error" and loaded.covers(c)]
     if errored:
         label = "error" if loaded.on_error == "fail" else "warning"
@@ -79,7 +78,7 @@ def check(
     if json_path is not None:
         write_report(rep, json_path)
         out.print(Text(f"wrote {json_path}"), soft_wrap=True)
-    raise typer.Exit(code)
+    raise typer.Exit(result.code)
 
 
 def register(app: typer.Typer) -> None:

@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.text import Text
 from typer.core import TyperCommand, TyperGroup
 
-from memaudit.cli import exitcodes
 from memaudit.errors import Terminated, UsageError
+from memaudit.judge import exitcodes
 from memaudit.judge.shipped import shipped_scenarios
 from memaudit.render.console import make_console, sane_terminal_environment
 from memaudit.targets.matrix import parse_int_list as parse_int_list
@@ -30,8 +30,6 @@ get_current_context = importlib.import_module(typer.BadParameter.__module__.rspl
 Context = typer.Context
 _NO_ARGS_IS_HELP = getattr(clickx, "NoArgsIsHelpError", ())
 
-OUTCOME_CODES = {"ok": exitcodes.OK, "fail": exitcodes.FAIL, "case_error": exitcodes.CASE_ERROR}
-"""A judged scenario's outcome (:func:`memaudit.judge.scenario.outcome`) -> exit status."""
 
 
 def error_line(message: str, hint: str | None = None) -> Text:
@@ -209,47 +207,15 @@ def read_inputs(*, report: Any = None, scenario: Any = None) -> dict[str, Any]:
     return out
 
 
-def judge_vacuity(err: Console, report: Any, verdicts: Any, scenario: Any, *, allow_na: bool, strict: bool) -> bool:
-    """Say what a check did not judge; True when that fails it (exit 1).
-
-    A check that judged nothing (every budget n/a on every case: every case skipped, say) fails,
-    and so does a budget that could apply to no case of the report (``Unjudged.vacuous``), unless
-    ``allow_na``. A budget whose cases did not run or took another path is a note (a failure
-    under ``strict``).
-    """
-    from memaudit.judge.scenario import nothing_judged, unjudged
-
-    fails = False
-    if nothing_judged(verdicts):
-        covered = [c for c in report.cases if scenario.covers(c)]
-        states = {s: sum(1 for c in covered if c.status == s) for s in ("ok", "skipped", "error")}
-        what = ", ".join(f"{n} {s}" for s, n in states.items() if n) or "no case"
-        why = "the scenario has no budgets" if not scenario.rules else f"every budget is n/a on every case ({what})"
-        err.print(error_line(f"nothing was judged: {why}" + ("" if allow_na else "; --allow-na passes such a check"))
-                  if not allow_na else Text(f"warning: nothing was judged: {why}", style="yellow"), soft_wrap=True)
-        fails = not allow_na
-    for u in unjudged(report, verdicts, scenario):
-        failing = not allow_na and (u.vacuous or strict)
-        label = "error" if failing else ("warning" if u.vacuous else "note")
-        line = Text(f"{label}: ", style="bold red" if failing else "yellow")
-        line.append(u.text() + ("" if not failing else " (it checked nothing; --allow-na passes it)" if u.vacuous else " (--strict)"))
-        err.print(line, soft_wrap=True)
-        fails = fails or failing
-    return fails
-
-
-def unread_plan(specs: list[Any], loaded: Any, given: str | None, *, backward: bool, distributed: bool) -> list[str | None]:
-    """The read analysis of each spec (``--unread`` wins over the scenario's ``unread``), checked
-    before anything runs: it needs backward and a plain (not distributed) run."""
-    from memaudit.distributed.world import torchrun_env
-
-    scenario_methods = loaded.unread_methods() if loaded is not None else [None] * len(specs)
-    methods = [given or m for m in scenario_methods]
-    if not any(methods):
-        return methods
-    key = "--unread" if given else "unread"
-    if not backward:
-        raise UsageError("finds what backward never reads, so it needs backward: drop --no-backward", key=key)
-    if distributed or torchrun_env() is not None:
-        raise UsageError("runs in one process for now: not with --nproc or under torchrun", key=key)
-    return methods
+def show_notes(err: Console, notes: Any) -> None:
+    """Say an outcome's notes (:class:`memaudit.judge.outcome.Note`) on ``err``, in the one style:
+    ``error: ...`` (it failed the run), ``warning: ...``, ``note: ...``; an ``info`` note as it is."""
+    for n in notes:
+        if n.level == "error":
+            err.print(error_line(n.text), soft_wrap=True)
+        elif n.level == "info":
+            err.print(Text(n.text), soft_wrap=True)
+        else:
+            line = Text(f"{n.level}: ", style="yellow")
+            line.append(n.text)
+            err.print(line, soft_wrap=True)

@@ -13,8 +13,8 @@ from typing import Annotated, Literal
 import typer
 from rich.text import Text
 
-from memaudit.cli import exitcodes
 from memaudit.cli.common import Command
+from memaudit.judge import exitcodes
 from memaudit.render.console import consoles
 from memaudit.report import check_outputs
 

@@ -19,9 +19,9 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from memaudit.cli import exitcodes
 from memaudit.cli.common import Command, error_line, exits, get_current_context
 from memaudit.errors import UsageError
+from memaudit.judge import exitcodes
 from memaudit.render.console import consoles
 from memaudit.report import Report, check_outputs
 
@@ -210,28 +210,17 @@ def finish_merged(report: Report, *, scenario: Any = None, target_name: str, exp
                   allow_incomplete: bool = False, allow_na: bool = False, json_path: Path | None = None,
                   markdown: Path | None = None, quiet: bool = False, rank_dir: Path | None = None) -> int:
     """Show, judge and write a merged report; its exit status (as ``run`` would give it)."""
+    from memaudit.cli.common import show_notes
     from memaudit.distributed.merge import differing_replicas
+    from memaudit.judge.outcome import conclude
     from memaudit.render.ranks import ranks_tables, worst_cases
     from memaudit.render.tables import case_table, summary_table
     from memaudit.report import atomic_write_text, write_report
 
     out, err = consoles()
-    if expected:
-        from memaudit.targets.registry import owner_of
-
-        for case in report.cases:  # the case's own target: a fallback's answer is TE's
-            owner = owner_of(case.spec)
-            if owner is not None:
-                owner.attach_expected(case)
-    code = exitcodes.CASE_ERROR if any(c.status == "error" for c in report.cases) else exitcodes.OK
-    verdicts = None
-    if scenario is not None:
-        from memaudit.cli.common import OUTCOME_CODES
-        from memaudit.judge.scenario import evaluate, outcome, record_verdicts
-
-        verdicts = evaluate(report, scenario, source=scenario.path, allow_incomplete=allow_incomplete)
-        record_verdicts(report, verdicts, scenario)
-        code = OUTCOME_CODES[outcome(report, verdicts, scenario)]
+    result = conclude(report, scenario, allow_incomplete=allow_incomplete, allow_na=allow_na, expected=expected,
+                      replica_problems=differing_replicas(report))
+    verdicts = result.verdicts
     if not quiet:
         for case in worst_cases(report):
             out.print(case_table(case, show_expected=expected, width=out.width))
@@ -244,11 +233,6 @@ def finish_merged(report: Report, *, scenario: Any = None, target_name: str, exp
         out.print(render_verdicts(verdicts, width=out.width))
     for w in report.dist.warnings if report.dist is not None else ():
         err.print(Text(f"warning: {w}", style="yellow"), soft_wrap=True)
-    differ = differing_replicas(report)
-    for line in differ:
-        err.print(error_line(f"data-parallel replicas should save the same: {line}"), soft_wrap=True)
-    if differ and code == exitcodes.OK:
-        code = exitcodes.FAIL
     if json_path is not None:
         write_report(report, json_path)
         out.print(Text(f"wrote {json_path}" + (f" (the ranks' own files are in {rank_dir})" if rank_dir else "")), soft_wrap=True)
@@ -257,16 +241,8 @@ def finish_merged(report: Report, *, scenario: Any = None, target_name: str, exp
 
         atomic_write_text(markdown, render_markdown(report, None, name=marker_name(target_name)))
         out.print(Text(f"wrote {markdown}"), soft_wrap=True)
-    answered = [c for c in report.cases if c.status == "ok" and c.execution in ("measured", "emulated")]
-    if not answered and code == exitcodes.OK:
-        err.print(Text(f"nothing was measured or emulated (exit {exitcodes.NOTHING_MEASURED})"), soft_wrap=True)
-        code = exitcodes.NOTHING_MEASURED
-    if verdicts is not None and scenario is not None and scenario.rules:
-        from memaudit.cli.common import judge_vacuity
-
-        if judge_vacuity(err, report, verdicts, scenario, allow_na=allow_na, strict=False) and code == exitcodes.OK:
-            code = exitcodes.FAIL
-    return code
+    show_notes(err, result.notes)
+    return result.code
 
 
 # ---- memaudit merge -------------------------------------------------------------------------------

@@ -17,10 +17,10 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from memaudit.cli import exitcodes
 from memaudit.cli.common import exits
 from memaudit.distribution import pip_install
 from memaudit.errors import UsageError
+from memaudit.judge import exitcodes
 from memaudit.render.console import consoles
 
 if TYPE_CHECKING:

@@ -17,20 +17,19 @@ from typing import Annotated, Any, Literal
 import typer
 from rich.text import Text
 
-from memaudit.cli import exitcodes
 from memaudit.cli.common import (
     INT_LIST,
-    OUTCOME_CODES,
     SHIPPED_NAMES,
     Command,
     Group,
     Ints,
     exits,
     read_inputs,
-    unread_plan,
+    show_notes,
     usage_exit,
 )
 from memaudit.errors import Terminated, UsageError, clip
+from memaudit.judge import exitcodes
 from memaudit.render.console import consoles, make_console
 from memaudit.spec import DTYPES, CaseSpec
 from memaudit.targets.matrix import DEVICE
@@ -183,102 +182,68 @@ def run(
             raise UsageError(why, key="--memory-snapshot")
     if unread_method is not None and not unread:
         raise UsageError("chooses the method of --unread: add --unread", key="--unread-method")
-    loaded, tgt, target, dev, mode, specs = _plan(target, recipe, groups, dtype, device, splits, scenario, allow_target,
-                                                  fallback, verify_allocator, memory_snapshot, target_flags)
-    methods = unread_plan(specs, loaded, (unread_method or UnreadMethod.observed).value if unread else None,
-                          backward=backward, distributed=nproc is not None)
+    p = _plan(target, recipe, groups, dtype, device, splits, scenario, allow_target, fallback, verify_allocator,
+              memory_snapshot, target_flags, unread=(unread_method or UnreadMethod.observed).value if unread else None,
+              backward=backward, distributed=nproc is not None)
     from memaudit.cli.dist import DistOptions, run_distributed
 
     code = run_distributed(
-        DistOptions(nproc, dist_backend, rank_dir, dist_timeout), target=tgt, target_name=target, specs=specs,
-        scenario=loaded, device=dev, backward=backward, verify_allocator=verify_allocator, stack=stack, expected=expected,
-        allow_incomplete=allow_incomplete, allow_na=allow_na, json_path=json_path, markdown=markdown, quiet=quiet,
-        inputs=read_inputs(scenario=scenario), device_given=device is not None)
+        DistOptions(nproc, dist_backend, rank_dir, dist_timeout), target=p.target, target_name=p.target_name,
+        specs=list(p.specs), scenario=p.scenario, device=p.device, backward=backward, verify_allocator=verify_allocator,
+        stack=stack, expected=expected, allow_incomplete=allow_incomplete, allow_na=allow_na, json_path=json_path,
+        markdown=markdown, quiet=quiet, inputs=read_inputs(scenario=scenario), device_given=device is not None)
     if code is not None:  # --nproc, or a rank under torchrun
         return code
-    report = _run_here(tgt, specs, mode, backward=backward, verify_allocator=verify_allocator, stack=stack,
-                       expected=expected, quiet=quiet, verbose=verbose, memory_snapshot=memory_snapshot, unread=methods)
-    return _conclude(report, loaded, target, expected=expected, allow_incomplete=allow_incomplete, allow_na=allow_na,
-                     json_path=json_path, markdown=markdown, memory_snapshot=memory_snapshot, quiet=quiet, verbose=verbose)
+    report = _run_here(p, verify_allocator=verify_allocator, stack=stack, expected=expected, quiet=quiet,
+                       verbose=verbose, memory_snapshot=memory_snapshot)
+    return _conclude(report, p.scenario, p.target_name, expected=expected, allow_incomplete=allow_incomplete,
+                     allow_na=allow_na, json_path=json_path, markdown=markdown, memory_snapshot=memory_snapshot,
+                     quiet=quiet, verbose=verbose)
 
 
 def _plan(target: str | None, recipe: str | None, groups: Ints | None, dtype: Dtype | None, device: str | None,
           splits: str | None, scenario: Path | None, allow_target: list[str] | None, fallback: FallbackMode | None,
-          verify_allocator: bool, memory_snapshot: Path | None,
-          target_flags: dict[str, Any]) -> tuple[Any, Any, str, str, str, list[Any]]:
-    """What ``run`` will run, validated before anything runs: (the loaded scenario or None, the
-    target, its name, the device, the fallback mode, the specs)."""
-    from memaudit.targets import registry
-    from memaudit.targets.matrix import build_specs
-    from memaudit.targets.registry import default_target_name, get_target
+          verify_allocator: bool, memory_snapshot: Path | None, target_flags: dict[str, Any], *, unread: str | None,
+          backward: bool, distributed: bool) -> Any:
+    """What ``run`` will run (:func:`memaudit.audit.plan`), validated before anything runs: the
+    command line's dimension options split from the target's own flags, and the checks of
+    ``--verify-allocator`` and ``--memory-snapshot``."""
+    from memaudit import audit
 
-    loaded = None
-    if scenario is not None:
-        from memaudit.judge.scenario import allowed_targets, load_scenario
-
-        loaded = load_scenario(scenario, allowed_targets(tuple(allow_target or ())))
-        target = loaded.target
-    target = target or default_target_name()
-    tgt = loaded.owner if loaded is not None else get_target(target)
-    flag_names = {f.name for f in tgt.flags} | {f.name for t in registry.builtin_targets() for f in t.flags}
-    dims = {name: target_flags.pop(name) for name in list(target_flags) if name not in flag_names}
-    if loaded is not None:  # the scenario's [flags], where the command line left the default
-        defaults = {f.name: f.default for f in tgt.flags}
-        for name, value in loaded.flags.items():
-            if target_flags.get(name, defaults[name]) == defaults[name]:
-                target_flags[name] = value
-    tgt = tgt.configure(target_flags)
-    options: dict[str, Any] = dict(tgt.options)
-    dev = device if device is not None else tgt.default_device
+    p = audit.plan(target=target, recipe=recipe, groups=groups, flags=target_flags, dtype=dtype, device=device,
+                   splits=splits, scenario=scenario, allow_targets=tuple(allow_target or ()),
+                   fallback=fallback.value if fallback is not None else None, backward=backward, unread=unread,
+                   distributed=distributed)
     if verify_allocator:
         import torch
 
-        if dev != "cuda" or not torch.cuda.is_available():
+        if p.device != "cuda" or not torch.cuda.is_available():
             raise UsageError(
-                f"needs --device cuda and a CUDA GPU (device {dev!r}, CUDA available: {torch.cuda.is_available()})",
+                f"needs --device cuda and a CUDA GPU (device {p.device!r}, CUDA available: {torch.cuda.is_available()})",
                 key="--verify-allocator",
             )
-    mode = fallback.value if fallback is not None else ("none" if loaded is not None else "auto")
-    if loaded is not None:
-        specs = loaded.specs(device=dev, options=options, target=tgt)  # the target's options from the [flags] too
-    else:
-        specs = build_specs(
-            tgt,
-            recipe=recipe,
-            groups=groups,
-            dims=dims,
-            dtype=dtype,
-            device=dev,
-            options=options,
-            splits=splits,
-            all_recipes=tgt.fallback_recipes if mode != "none" else None,
-        )
-    if memory_snapshot is not None and len(specs) != 1:
-        raise UsageError(f"records one case; these options make {len(specs)} (choose one recipe and one group count)",
+    if memory_snapshot is not None and len(p.specs) != 1:
+        raise UsageError(f"records one case; these options make {len(p.specs)} (choose one recipe and one group count)",
                          key="--memory-snapshot")
-    return loaded, tgt, target, dev, mode, specs
+    return p
 
 
-def _run_here(tgt: Any, specs: list[Any], mode: str, *, backward: bool, verify_allocator: bool, stack: bool,
-              expected: bool, quiet: bool, memory_snapshot: Path | None, verbose: bool = True,
-              unread: list[str | None] | None = None) -> Any:
-    """Run the specs in this process, showing each case as it finishes; the report. ``unread`` is
-    each spec's read analysis (:func:`unread_plan`): consecutive specs with the same one run as one
-    matrix."""
-    from memaudit.render.progress import CaseProgress
-    from memaudit.runner import plan_fallbacks, run_matrix
-
-    fallbacks = plan_fallbacks(tgt, specs, mode, backward=backward)
-    if memory_snapshot is not None and fallbacks[0] is not None:
-        raise UsageError(f"case {specs[0].id!r} cannot run on real kernels here and would be answered by the "
-                         f"{fallbacks[0].execution} fallback, which records no allocator (use --kernels emulated)",
-                         key="--memory-snapshot")
+def _run_here(p: Any, *, verify_allocator: bool, stack: bool, expected: bool, quiet: bool,
+              memory_snapshot: Path | None, verbose: bool = True) -> Any:
+    """Run the plan in this process (:func:`memaudit.audit.run`), showing each case as it finishes; the report."""
+    from memaudit import audit
     from memaudit.render.modules import module_table
+    from memaudit.render.progress import CaseProgress
     from memaudit.render.tables import case_table
     from memaudit.render.unread import unread_block
 
+    fallbacks = p.fallbacks()
+    if memory_snapshot is not None and fallbacks[0] is not None:
+        raise UsageError(f"case {p.specs[0].id!r} cannot run on real kernels here and would be answered by the "
+                         f"{fallbacks[0].execution} fallback, which records no allocator (use --kernels emulated)",
+                         key="--memory-snapshot")
     console, err_console = consoles()
-    for line in fallback_notes(tgt, specs, fallbacks, mode, brief=not verbose):  # said before anything runs
+    for line in fallback_notes(p.target, list(p.specs), fallbacks, p.fallback, brief=not verbose):  # said before anything runs
         if verbose:
             err_console.print(line, soft_wrap=True)
         else:
@@ -299,62 +264,36 @@ def _run_here(tgt: Any, specs: list[Any], mode: str, *, backward: bool, verify_a
     # on a terminal a bar (for a matrix); else one line per finished case. On stderr, so that
     # stdout holds only the tables.
     tty = err_console.is_terminal
-    progress = CaseProgress(err_console, len(specs), live=tty, redirect_stdout=console.is_terminal) \
-        if len(specs) > 1 or not tty else None
+    n = len(p.specs)
+    progress = CaseProgress(err_console, n, live=tty, redirect_stdout=console.is_terminal) if n > 1 or not tty else None
 
     def on_case(case: Any) -> None:
         if progress is not None:
             progress.finish(case)
         show(case)
 
-    methods = unread if unread is not None else [None] * len(specs)
-    chunks: list[tuple[int, int, str | None]] = []  # (start, end, method): runs of specs with the same analysis
-    for i, m in enumerate(methods):
-        if chunks and chunks[-1][2] == m:
-            chunks[-1] = (chunks[-1][0], i + 1, m)
-        else:
-            chunks.append((i, i + 1, m))
-    chunks = chunks or [(0, 0, None)]
-    reports = []
-    with progress if progress is not None else contextlib.nullcontext():
-        for start, end, method in chunks:
-            def on_start(spec: Any, i: int, n: int, start: int = start) -> None:
-                if progress is not None:
-                    progress.start(spec, start + i, len(specs))
+    def on_start(spec: Any, i: int, total: int) -> None:
+        if progress is not None:
+            progress.start(spec, i, total)
 
-            extra: dict[str, Any] = {"unread": method} if method is not None else {}
-            reports.append(run_matrix(tgt, specs[start:end], backward=backward, verify_allocator=verify_allocator,
-                                      on_case=on_case, on_start=on_start, fallbacks=fallbacks[start:end], stack=stack,
-                                      snapshot=None if memory_snapshot is None else str(memory_snapshot), **extra))
-    report = reports[0]
-    for other in reports[1:]:
-        report.cases.extend(other.cases)
-    return report
+    with progress if progress is not None else contextlib.nullcontext():
+        return audit.run(p, on_case=on_case, on_start=on_start, fallbacks=fallbacks, verify_allocator=verify_allocator,
+                         stack=stack, snapshot=None if memory_snapshot is None else str(memory_snapshot))
 
 
 def _conclude(report: Any, loaded: Any, target: str, *, expected: bool, allow_incomplete: bool, allow_na: bool,
               json_path: Path | None, markdown: Path | None, memory_snapshot: Path | None, quiet: bool = False,
               verbose: bool = True) -> int:
     """Judge, show and write a finished run's report; the exit code."""
+    from memaudit.judge.outcome import conclude
     from memaudit.render.tables import summary_table
     from memaudit.render.unread import unread_block
     from memaudit.report import write_report
     from memaudit.targets import registry
 
     console, err_console = consoles()
-    if expected:
-        for case in report.cases:  # the case's own target: a fallback's answer is TE's
-            owner = registry.owner_of(case.spec)
-            if owner is not None:
-                owner.attach_expected(case)
-    code = exitcodes.CASE_ERROR if any(c.status == "error" for c in report.cases) else exitcodes.OK
-    verdicts = None
-    if loaded is not None:
-        from memaudit.judge.scenario import evaluate, outcome, record_verdicts
-
-        verdicts = evaluate(report, loaded, source=loaded.path, allow_incomplete=allow_incomplete)
-        record_verdicts(report, verdicts, loaded)
-        code = OUTCOME_CODES[outcome(report, verdicts, loaded)]
+    result = conclude(report, loaded, allow_incomplete=allow_incomplete, allow_na=allow_na, expected=expected)
+    verdicts = result.verdicts
     for case in report.cases:  # what the case's target says besides its table (a replaced answer)
         owner = registry.owner_of(case.spec)
         for note in owner.notes(case) if owner is not None else ():
@@ -388,19 +327,8 @@ def _conclude(report: Any, loaded: Any, target: str, *, expected: bool, allow_in
 
         atomic_write_text(markdown, render_markdown(report, None, name=marker_name(target)))
         console.print(Text(f"wrote {markdown}"), soft_wrap=True)
-    answered = [c for c in report.cases if c.status == "ok" and c.execution in ("measured", "emulated")]
-    if not answered and code == exitcodes.OK:
-        counts = {s: sum(1 for c in report.cases if (c.execution if c.status == "ok" else c.status) == s)
-                  for s in ("estimated", "skipped", "error")}
-        err_console.print(Text("nothing was measured or emulated: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-                               + f" (exit {exitcodes.NOTHING_MEASURED})"), soft_wrap=True)
-        code = exitcodes.NOTHING_MEASURED
-    if verdicts is not None and loaded is not None and loaded.rules:
-        from memaudit.cli.common import judge_vacuity
-
-        if judge_vacuity(err_console, report, verdicts, loaded, allow_na=allow_na, strict=False) and code == exitcodes.OK:
-            code = exitcodes.FAIL
-    return code
+    show_notes(err_console, result.notes)
+    return result.code
 
 def _all_groups(command: str, groups: str) -> str:
     """``command`` (made for one case) with ``--groups`` naming every group count of the recipe."""

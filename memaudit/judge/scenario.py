@@ -459,13 +459,13 @@ def record_verdicts(report: Report, verdicts: list[Verdict], scenario: Scenario)
             case.budgets = by_case.get(case.id, [])
 
 
-Outcome = Literal["ok", "fail", "case_error"]
+ScenarioOutcome = Literal["ok", "fail", "case_error"]
 
 
-def outcome(report: Report, verdicts: Sequence[Verdict], scenario: Scenario) -> Outcome:
+def outcome(report: Report, verdicts: Sequence[Verdict], scenario: Scenario) -> ScenarioOutcome:
     """``ok``: all pass or xfail; ``fail``: a fail or XPASS (or an errored case with
     on_error = "fail"); ``case_error``: an errored case with on_error = "warn" and nothing failed.
-    The CLI turns it into the exit status."""
+    :func:`memaudit.judge.outcome.conclude` turns it into the exit status."""
     if any(v.failed for v in verdicts):
         return "fail"
     if any(c.status == "error" for c in report.cases if scenario.covers(c)):

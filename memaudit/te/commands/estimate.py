@@ -17,10 +17,10 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from memaudit.cli import exitcodes
 from memaudit.cli.common import INT_RANGE, Command, Ints, exits, parse_recipes
 from memaudit.cli.plot import check_matplotlib, draw_and_write, plot_paths
 from memaudit.errors import UsageError
+from memaudit.judge import exitcodes
 from memaudit.render.console import consoles
 from memaudit.render.layout import Prose
 from memaudit.report import atomic_write_text, check_outputs, write_report, write_report_streaming

@@ -20,9 +20,9 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from memaudit.cli import exitcodes
 from memaudit.cli.common import exits, parse_int_list
 from memaudit.errors import UsageError
+from memaudit.judge import exitcodes
 from memaudit.render.console import consoles
 from memaudit.te.history.cases import RECIPES_HELP, TREE_HELP
 
