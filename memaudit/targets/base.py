@@ -82,9 +82,12 @@ class Target(ABC):
     keys, byte-expression variables, case-id letters); ``defaults``, their values, the group
     counts and the dtype; :meth:`skip_reason` and :meth:`build`.
 
-    Everything else has a default here, which a target overrides where it has more to say. A
-    target is registered under the ``memaudit.targets`` entry point group (its name -> its class,
-    which is made with no arguments); memaudit's own register the same way.
+    Everything else has a default here, which a target overrides where it has more to say. The
+    members are grouped by who calls them: what it is (everyone), planning (the matrix, the command
+    line, scenarios), running a case (the runner), showing and judging its cases (render, the
+    judge), distributed runs. A target is stateless: :meth:`configure` returns a new, frozen one. A
+    target is declared by an extension (:class:`memaudit.extension.Extension`: its name -> its
+    class, made with no arguments); memaudit's own are declared the same way.
     """
 
     @property
@@ -107,6 +110,7 @@ class Target(ABC):
     def defaults(self) -> dict[str, Any]:
         """Each dimension's value without its option, ``groups`` (a tuple) and ``dtype``."""
 
+    # -- what it is (every caller) -------------------------------------------------------------
     default_device: str = "cpu"
     """Where it runs without ``--device``."""
     flags: tuple[RunFlag, ...] = ()
@@ -116,7 +120,8 @@ class Target(ABC):
     collective: bool = False
     """True when its forward runs collectives (an error on one rank then ends a distributed run)."""
 
-    # -- recipes and the matrix ------------------------------------------------------------
+    # -- planning: the matrix, the command line's flags, the specs (memaudit.audit.plan, targets.matrix,
+    #    the scenario) ------------------------------------------------------------------------
     @property
     def default_recipes(self) -> tuple[str, ...]:
         """What runs without ``--recipe`` (by default its first recipe)."""
@@ -139,18 +144,6 @@ class Target(ABC):
     def alignment(self, recipe: str) -> int:
         """Per-group alignment of the split dimension the recipe needs (16 by default)."""
         return 16
-
-    def spec(self, recipe: str, groups: int, *, dtype: str | None = None, device: str | None = None,
-             options: dict[str, Any] | None = None, splits: tuple[int, ...] | None = None, **dims: int) -> CaseSpec:
-        """A spec of this target (its dims in its declared order; it carries the target); ``options``
-        by default the ones it was configured with."""
-        return CaseSpec.make(self, recipe, groups, dtype=dtype or self.defaults.get("dtype", "bf16"),
-                             device=device or self.default_device,
-                             options=dict(self.options) if options is None else options, splits=splits, **dims)
-
-    def case_id(self, spec: CaseSpec) -> str:
-        """The case id (by default :func:`~memaudit.spec.default_case_id` with its letters)."""
-        return default_case_id(spec, self.shape)
 
     options: Mapping[str, Any] = MappingProxyType({})
     """The options its run flags configured (:meth:`configure`): part of each case id."""
@@ -183,6 +176,19 @@ class Target(ABC):
             raise AttributeError(f"target {self.name!r} is configured, and so frozen: configure() returns a new one")
         super().__setattr__(name, value)
 
+    def spec(self, recipe: str, groups: int, *, dtype: str | None = None, device: str | None = None,
+             options: dict[str, Any] | None = None, splits: tuple[int, ...] | None = None, **dims: int) -> CaseSpec:
+        """A spec of this target (its dims in its declared order; it carries the target); ``options``
+        by default the ones it was configured with."""
+        return CaseSpec.make(self, recipe, groups, dtype=dtype or self.defaults.get("dtype", "bf16"),
+                             device=device or self.default_device,
+                             options=dict(self.options) if options is None else options, splits=splits, **dims)
+
+    def case_id(self, spec: CaseSpec) -> str:
+        """The case id (by default :func:`~memaudit.spec.default_case_id` with its letters)."""
+        return default_case_id(spec, self.shape)
+
+    # -- running a case (the runner) ----------------------------------------------------------
     @abstractmethod
     def skip_reason(self, spec: CaseSpec) -> str | None:
         """Why this case cannot run here (shown in the skipped cell), or None."""
@@ -201,7 +207,7 @@ class Target(ABC):
         other than ``none``); None by default (the case stays a skipped cell)."""
         return None
 
-    # -- what tables, rules and extras say about its cases ---------------------------------
+    # -- showing and judging its cases (render, the judge, run --expected, figures) ------------
     def path_label(self, path: PathInfo) -> str | None:
         """A short name of the recorded path for tables (by default fused / unfused, or None)."""
         return path.label()
@@ -232,7 +238,7 @@ class Target(ABC):
         """A model's totals for ``case`` (figures draw them beside the measured bars), or None (the default)."""
         return None
 
-    # -- distributed runs --------------------------------------------------------------------
+    # -- distributed runs (memaudit.distributed, the merge) -------------------------------------
     def place(self, spec: CaseSpec, rank: int = 0, world_size: int = 1) -> tuple[CaseSpec, RankInfo]:
         """What rank ``rank`` of ``world_size`` runs and where it sits: by default every rank runs
         ``spec`` whole, as data-parallel replicas."""
