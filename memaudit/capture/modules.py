@@ -196,7 +196,7 @@ def _calls_on(f: Any) -> list[tuple[int, Any, Any]]:
         if f.f_code is _CALL_IMPL:
             m = f.f_locals.get("self")
             if m is not None:
-                inner = m._orig_mod if OPTIMIZED_MODULE and type(m) is OPTIMIZED_MODULE[0] else m
+                inner = m._orig_mod if OPTIMIZED_MODULE and type(m) is OPTIMIZED_MODULE[0] else m  # type: ignore[attr-defined]
                 live.append((id(inner), m, f))
         f = f.f_back
     live.reverse()

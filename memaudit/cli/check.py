@@ -53,7 +53,7 @@ def check(
     rep = read_report(report)
     result = conclude(rep, loaded, allow_incomplete=allow_incomplete, allow_na=allow_na, strict=strict,
                       must_measure=False, source=str(report))
-    verdicts = result.verdicts
+    verdicts = result.verdicts or []
 
     if te_version_of(rep.environment) is None and any(r.known_failure for r in loaded.rules):
         err.print(
