@@ -18,7 +18,7 @@ is refused on load (:func:`run_problem`), as totals that disagree with their row
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -248,20 +248,26 @@ class DistRun:
         return next((s for s in self.summary or () if s.case == base), None)
 
 
-def _counted(rows: Sequence[Any]) -> dict[tuple[str, str], int]:
-    """Bytes per (operand, kind): each device-resident storage that is not a parameter's, counted
-    once at its full size under the first row that names it, so that they add up to the case's
-    ``saved_bytes``."""
+def storage_breakdown(rows: Iterable[Any], key_fn: Callable[[Any], Any]) -> dict[Any, int]:
+    """Bytes per key as ``saved_bytes`` counts them: each device-resident storage that is not a
+    parameter's, once, at its full size, under the first row that names it (a later view of it, a
+    metadata row over a tensor's storage, adds nothing). The keys add up to ``saved_bytes``."""
+    rows = list(rows)
     params = {r.storage for r in rows if r.is_parameter and r.storage is not None}
     seen: set[str] = set()
-    out: dict[tuple[str, str], int] = {}
+    out: dict[Any, int] = {}
     for r in rows:
         if r.resides != "device" or r.storage is None or r.storage in params or r.storage in seen:
             continue
         seen.add(r.storage)
-        key = (r.operand or r.slot or f"row {r.index}", r.kind)
-        out[key] = out.get(key, 0) + r.storage_bytes
+        k = key_fn(r)
+        out[k] = out.get(k, 0) + r.storage_bytes
     return out
+
+
+def _counted(rows: Sequence[Any]) -> dict[tuple[str, str], int]:
+    """Bytes per (operand, kind), counted by storage as ``saved_bytes`` is (they add up to it)."""
+    return storage_breakdown(rows, lambda r: (r.operand or r.slot or f"row {r.index}", r.kind))
 
 
 _SKIP_IN_REPLICA = frozenset({"device"})

@@ -47,7 +47,7 @@ from typing import Any
 
 from memaudit.environment import libraries
 from memaudit.errors import UsageError, clip
-from memaudit.ranks import base_id
+from memaudit.ranks import base_id, storage_breakdown
 from memaudit.report import CaseReport, Report, Row
 from memaudit.units import fmt_bytes, fmt_delta, parse_bytes
 
@@ -609,8 +609,9 @@ def breakdown(rows: Iterable[Row], key_fn: Any) -> dict[str, int]:
 
 
 def kind_breakdown(case: CaseReport) -> dict[str, int]:
-    """Bytes per kind of a case, non-zero kinds only."""
-    return {k: v for k, v in breakdown(case.rows, _kind_key).items() if v}
+    """Bytes per kind of a case, counted by storage as ``saved_bytes`` is (they add up to it),
+    non-zero kinds only."""
+    return {k: v for k, v in storage_breakdown(case.rows, _kind_key).items() if v}
 
 
 def _ordered_keys(a: dict[str, Any], b: dict[str, Any]) -> list[str]:

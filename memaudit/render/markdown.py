@@ -228,8 +228,9 @@ def _kinds_cell(case: CaseReport, diff: CaseDiff | None) -> str:
         return "-"
     kinds = kind_breakdown(case)
     deltas: dict[str, int] = {}
-    if diff is not None:
-        deltas = {f.key: f.delta for f in diff.findings if f.metric == "kind" and f.key and f.delta}
+    if diff is not None and diff.baseline is not None and diff.baseline.status == "ok":
+        before = kind_breakdown(diff.baseline)  # the same measure as the cell: bytes by storage
+        deltas = {k: kinds.get(k, 0) - before.get(k, 0) for k in [*kinds, *before] if kinds.get(k, 0) != before.get(k, 0)}
     parts = []
     for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]):
         s = f"{k} {fmt_bytes(v)}"
