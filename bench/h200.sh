@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything the H200 measures for memaudit (see README "Overhead" and docs/bench.md).
+# Everything the H200 measures for memaudit (see README "Overhead" and docs/investigations/bench.md).
 # Usage (device machine, repo root; TE importable, or TE wheels in .device/te):
 #   bash bench/h200.sh OUTDIR                       # doctor, gpu tests, matrix, allocator checks, scenario, expected
 #   bash bench/h200.sh OUTDIR --bench               # issue 15's overhead bench (~7 min): OUTDIR/reports/bench/h200.{json,md}

@@ -51,7 +51,7 @@ def render(r: dict[str, Any]) -> str:
     lines = [
         f"`bash bench/h200.sh OUT --bench` on {where} ({r.get('created')}): {how}, each "
         f"{(r.get('settings') or {}).get('run_pairs') or (r.get('settings') or {}).get('pairs')} alternating rounds of "
-        f"bare / `capture()` / floor, {clock} (see [docs/bench.md](docs/bench.md) and `reports/bench/h200.md`). "
+        f"bare / `capture()` / floor, {clock} (see [docs/investigations/bench.md](docs/investigations/bench.md) and `reports/bench/h200.md`). "
         "The floor is a minimal metadata-only hook pair in the same runs; memaudit is judged over it.",
         "",
         "| | bf16 | fp8-current | goal |",
