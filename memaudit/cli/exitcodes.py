@@ -1,4 +1,4 @@
-"""Exit codes: part of the CLI contract (README, --help)."""
+"""Exit codes: part of the CLI contract (docs/reference/exit-codes.md, --help)."""
 
 OK = 0
 """Every budget passed (or is xfail); no regression; some case was measured or emulated (others may
