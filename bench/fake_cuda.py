@@ -122,7 +122,7 @@ def whole_matrix(shape: dict[str, int], runs: int) -> dict[str, Any]:
                                   capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
             walls.append(time.perf_counter() - t0)
             cpus.append(_children_cpu() - c0)
-            if done.returncode not in (0, 3):  # 3: NVFP4 with one group errs (docs/te-nvfp4-weight-scale-view.md)
+            if done.returncode not in (0, 3):  # 3: NVFP4 with one group errs (docs/investigations/te-nvfp4-weight-scale-view.md)
                 raise SystemExit(f"memaudit run exited {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
         cases = json.loads((Path(tmp) / "r.json").read_text(encoding="utf-8"))["cases"]
     start = subprocess.run([sys.executable, "-c", "import time; t = time.perf_counter(); import torch; a = time.perf_counter(); "
@@ -272,7 +272,7 @@ def replay(args: argparse.Namespace) -> None:
         "options, totals, every row (operand, kind, orientation, shape, dtype, bytes, storage and its offset, op, slot, ...), "
         "the stand-ins called and the fusions. Today's memaudit adds two things the committed files predate: each row's "
         "`module` and `emulation.machine.host` (`no GPU (fake CUDA)`); and the five errors at TE 2.20.2's NVFP4 weight-scale "
-        "view keep their message and gain the suspected-TE-bug note (docs/te-nvfp4-weight-scale-view.md).",
+        "view keep their message and gain the suspected-TE-bug note (docs/investigations/te-nvfp4-weight-scale-view.md).",
         "",
         "Against the H200's real kernels: the sm90 all-stand-in cases, every row in order byte for byte in its JSON, and "
         "every case field but the emulated case's own label and its forward-only warning.",

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything the H200 measures for memaudit (see README "Overhead" and docs/bench.md).
+# Everything the H200 measures for memaudit (see docs/investigations/overhead.md and docs/investigations/bench.md).
 # Usage (device machine, repo root; TE importable, or TE wheels in .device/te):
 #   bash bench/h200.sh OUTDIR                       # doctor, gpu tests, matrix, allocator checks, scenario, expected
 #   bash bench/h200.sh OUTDIR --bench               # issue 15's overhead bench (~7 min): OUTDIR/reports/bench/h200.{json,md}
@@ -22,7 +22,7 @@ if [ "${2:-}" = "--bench" ]; then
   fi
   "$PY" bench/run.py --out "$OUT/reports/bench/h200.json" "${ARGS[@]}" > "$OUT/bench.log" 2>&1
   echo "bench rc=$?" >> "$OUT/bench.log"
-  cp README.md "$OUT/README.md" && "$PY" bench/readme_table.py --json "$OUT/reports/bench/h200.json" --readme "$OUT/README.md" >> "$OUT/bench.log" 2>&1
+  cp docs/investigations/overhead.md "$OUT/overhead.md" && "$PY" bench/readme_table.py --json "$OUT/reports/bench/h200.json" --readme "$OUT/overhead.md" >> "$OUT/bench.log" 2>&1
   echo "readme_table rc=$?" >> "$OUT/bench.log"
   tail -40 "$OUT/bench.log"
   exit 0

@@ -1,4 +1,4 @@
-"""What naming rows by module costs, and what ``stack=True`` costs on top (CPU; docs/bench.md).
+"""What naming rows by module costs, and what ``stack=True`` costs on top (CPU; docs/investigations/bench.md).
 
     python bench/module_names.py [--rounds 31] [--depth 24] [--json OUT]
 

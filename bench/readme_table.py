@@ -1,8 +1,8 @@
 #!/usr/bin/env python
-"""Regenerate README.md's overhead table from a bench JSON (``bench/run.py`` output).
+"""Regenerate the overhead table of docs/investigations/overhead.md from a bench JSON (``bench/run.py`` output).
 
-    python bench/readme_table.py                                   # reports/bench/h200.json -> README.md
-    python bench/readme_table.py --json OUT/bench/h200.json --check   # exit 1 if README is stale
+    python bench/readme_table.py                                   # reports/bench/h200.json -> docs/investigations/overhead.md
+    python bench/readme_table.py --json OUT/bench/h200.json --check   # exit 1 if the page is stale
 
 Rewrites only the text between ``<!-- overhead-table:start -->`` and ``<!-- overhead-table:end -->``.
 Reads JSON from before and after issue 15 (without ``runs``, a single run is assumed).
@@ -51,7 +51,7 @@ def render(r: dict[str, Any]) -> str:
     lines = [
         f"`bash bench/h200.sh OUT --bench` on {where} ({r.get('created')}): {how}, each "
         f"{(r.get('settings') or {}).get('run_pairs') or (r.get('settings') or {}).get('pairs')} alternating rounds of "
-        f"bare / `capture()` / floor, {clock} (see [docs/bench.md](docs/bench.md) and `reports/bench/h200.md`). "
+        f"bare / `capture()` / floor, {clock} (see [bench.md](bench.md) and `reports/bench/h200.md`). "
         "The floor is a minimal metadata-only hook pair in the same runs; memaudit is judged over it.",
         "",
         "| | bf16 | fp8-current | goal |",
@@ -116,7 +116,7 @@ def render(r: dict[str, Any]) -> str:
 
 def rewrite(readme: str, table: str) -> str:
     if START not in readme or END not in readme:
-        raise SystemExit(f"README has no {START} … {END} markers")
+        raise SystemExit(f"the page has no {START} … {END} markers")
     head, rest = readme.split(START, 1)
     _, tail = rest.split(END, 1)
     return f"{head}{START}\n{table}\n{END}{tail}"
@@ -125,8 +125,8 @@ def rewrite(readme: str, table: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", default=str(ROOT / "reports" / "bench" / "h200.json"))
-    ap.add_argument("--readme", default=str(ROOT / "README.md"))
-    ap.add_argument("--check", action="store_true", help="do not write; exit 1 if the README table differs")
+    ap.add_argument("--readme", default=str(ROOT / "docs" / "investigations" / "overhead.md"))
+    ap.add_argument("--check", action="store_true", help="do not write; exit 1 if the page's table differs")
     args = ap.parse_args(argv)
     r = json.loads(Path(args.json).read_text())
     path = Path(args.readme)

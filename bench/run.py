@@ -8,7 +8,7 @@ MemTracker as the anchor, measured in one process.
 
 Writes the JSON atomically after every section (so a killed run still leaves what it measured)
 and a markdown summary beside it (``--md``, default: the JSON path with ``.md``). Every
-measurement is wrapped: a failure becomes an entry in ``errors`` and the run goes on. docs/bench.md
+measurement is wrapped: a failure becomes an entry in ``errors`` and the run goes on. docs/investigations/bench.md
 says what each number means.
 """
 

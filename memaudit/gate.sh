@@ -4,7 +4,7 @@
 # The GitHub Action (action.yml) runs this script. It ships inside memaudit (package data), so GitLab
 # CI and a plain shell run the same one, found with
 #   python -c 'import importlib.resources as r; print(r.files("memaudit") / "gate.sh")'
-# (docs/ci.md). Configured by environment variables:
+# (docs/guides/ci.md). Configured by environment variables:
 #
 #   MEMAUDIT_BASELINE      the committed baseline report (required)
 #   MEMAUDIT_SCENARIO      a shipped scenario's name or a .toml path: `run --scenario` (or `check`)
@@ -24,7 +24,7 @@
 #   MEMAUDIT_DEFER_EXIT    true: exit 0 and leave the verdict in GITHUB_OUTPUT (`exit`), so that later
 #                          steps (an artifact upload) run before the job fails
 #
-# The verdict (docs/ci.md has the table): the job fails when
+# The verdict (docs/guides/ci.md has the table): the job fails when
 #   run or check exits 1 (a budget failed or XPASSed, or nothing was judged), 2 (bad input),
 #     4 (run: nothing was measured or emulated), or anything else but 0 and 3;
 #   compare exits 1 (a regression) or 2 (bad input, a missing baseline included), or could not run
@@ -117,7 +117,7 @@ if [ -f "$REPORT" ]; then
   "$MEMAUDIT" "${args[@]}"; compare_rc=$?
   output compare-rc "$compare_rc"
   if [ "$compare_rc" = 2 ] && [ ! -e "$BASELINE" ]; then
-    say "no baseline at $BASELINE yet: create it from this run's report (docs/ci.md, the first baseline):"
+    say "no baseline at $BASELINE yet: create it from this run's report (docs/guides/ci.md, the first baseline):"
     say "  memaudit baseline update $REPORT --into $BASELINE"
   fi
 else

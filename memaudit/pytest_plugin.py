@@ -75,7 +75,7 @@ MARKER_HELP = (
     "(with no GPU, the test body runs on fake CUDA in a child process); ranks=[0, 1]: under torchrun, judge on these "
     "ranks only (default: every rank judges what it saved, and a failure names the rank); unread='observed': a read verdict "
     "for every saved buffer, from the backward the test runs through saved_tensors.backward(loss); max_unread_bytes: "
-    "bytes saved for backward and never read. See docs/budgets.md."
+    "bytes saved for backward and never read. See docs/guides/budgets.md."
 )
 
 _rules_key = pytest.StashKey[list]()

@@ -1,4 +1,4 @@
-"""Synthetic cases for the budget tests, shaped after docs/te-internals.md §2.1-§2.4 (no torch run).
+"""Synthetic cases for the budget tests, shaped after docs/internals/te-internals.md §2.1-§2.4 (no torch run).
 
 Each builder returns a CaseReport whose rows are what TE 2.20.2 saves on that path, so the shipped
 scenario can be tested against every recipe without a GPU.

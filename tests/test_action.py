@@ -4,7 +4,7 @@ exit-code matrix) a fake ``memaudit`` that exits with the code a test gives it. 
 
 Checked: the sticky comment is updated when a comment with the marker exists (on any page, so the
 lookup must paginate) and created when none does; the verdict for each exit code of ``run``,
-``check`` and ``compare`` is the one docs/ci.md's table gives; the real memaudit end to end (the
+``check`` and ``compare`` is the one docs/guides/ci.md's table gives; the real memaudit end to end (the
 comment posted is ``compare --markdown``'s file); ``action.yml`` passes its inputs to the script,
 installs the published name pinned to this version, and memaudit's own workflow uses the action.
 """
@@ -198,7 +198,7 @@ def test_a_comment_that_cannot_be_posted_warns_and_keeps_the_verdict(tmp_path: P
 
 
 # ---- the verdict for each exit code -------------------------------------------------------------------
-# (first command's exit code, compare's exit code) -> the job's exit code, as docs/ci.md's table says
+# (first command's exit code, compare's exit code) -> the job's exit code, as docs/guides/ci.md's table says
 RUN_MATRIX = [
     (0, 0, 0), (0, 1, 1), (0, 2, 2),
     (1, 0, 1), (1, 1, 1), (2, None, 2),
@@ -323,11 +323,11 @@ def test_the_projects_workflow_uses_the_action() -> None:
 
 
 def test_the_docs_yaml_uses_the_action_with_its_inputs() -> None:
-    tokens = MarkdownIt().parse((ROOT / "docs" / "ci.md").read_text(encoding="utf-8"))
+    tokens = MarkdownIt().parse((ROOT / "docs" / "guides" / "ci.md").read_text(encoding="utf-8"))
     blocks = [yaml.safe_load(t.content) for t in tokens if t.type == "fence" and t.info.strip() == "yaml"]
     steps = [s for b in blocks if isinstance(b, dict) for job in (b.get("jobs") or {}).values() for s in job.get("steps", [])]
     used = [s for s in steps if re.fullmatch(r"[\w.-]+/[\w.-]+@\S+", s.get("uses", "")) and "with" in s and "baseline" in s["with"]]
-    assert used, "docs/ci.md should show the action in use"
+    assert used, "docs/guides/ci.md should show the action in use"
     for s in used:
         assert set(s["with"]) <= set(ACTION["inputs"]), s["with"]
 
@@ -364,7 +364,7 @@ def test_the_default_artifact_name_is_unique_per_matrix_cell_and_gate(tmp_path: 
 # ---- workflow hygiene in the YAML people copy ------------------------------------------------------------
 def _yaml_blocks() -> list[str]:
     out = []
-    for doc in (ROOT / "docs" / "ci.md", ROOT / "README.md"):
+    for doc in (ROOT / "docs" / "guides" / "ci.md", ROOT / "README.md"):
         out += [t.content for t in MarkdownIt().parse(doc.read_text(encoding="utf-8")) if t.type == "fence" and t.info.strip() == "yaml"]
     return [*out, (ROOT / ".github" / "workflows" / "memaudit.yml").read_text(encoding="utf-8")]
 

@@ -129,7 +129,7 @@ def test_nothing_is_written_on_bad_input(tmp_path: Path) -> None:
 def test_the_example_in_docs_ci_is_what_compare_writes() -> None:
     from markdown_it import MarkdownIt
 
-    text = (ROOT / "docs" / "ci.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "guides" / "ci.md").read_text(encoding="utf-8")
     (block,) = [t.content for t in MarkdownIt().parse(text) if t.type == "fence" and t.info.strip() == "json"]
     documented = json.loads(block)
     entries = benchmark_entries(load_report(H200), compare_reports(load_report(H200_BASE), load_report(H200)))
@@ -140,7 +140,7 @@ def test_the_workflow_history_job_is_the_one_docs_ci_shows() -> None:
     yaml = pytest.importorskip("yaml")
     from markdown_it import MarkdownIt
 
-    text = (ROOT / "docs" / "ci.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "guides" / "ci.md").read_text(encoding="utf-8")
     (block,) = [t.content for t in MarkdownIt().parse(text)
                 if t.type == "fence" and t.info.strip() == "yaml" and t.content.startswith("  history:")]
     workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "memaudit.yml").read_text(encoding="utf-8"))

@@ -361,7 +361,7 @@ def test_the_pytest_plugin_emulates_a_tests_te_forward_with_no_gpu(pytester: pyt
     assert fakecuda.active() is None
 
 
-# ---- the NVFP4 single-group failure (docs/te-nvfp4-weight-scale-view.md) ------------------------
+# ---- the NVFP4 single-group failure (docs/investigations/te-nvfp4-weight-scale-view.md) ------------------------
 FIX = ("ceil_div(fc1_weight_shape[1], k_sf_divisor)", "ceil_div(fc1_weight_k, k_sf_divisor)")
 """grouped_mlp.py:1629 and 1666, as the input path computes it (1479): the packed K."""
 
@@ -394,7 +394,7 @@ def test_nvfp4_single_grouped_weight_fails_at_the_suspected_te_bug(groups: int, 
     assert (case.reason or "").startswith(f"RuntimeError: shape '[{groups}, 2, 4, 32, 4, 4]' is invalid for input of size "
                                           f"{groups * 256 * 8} (")
     assert "(suspected TE bug: NVFP4 FC1 weight scales viewed with the unpacked K" in case.reason
-    assert "docs/te-nvfp4-weight-scale-view.md" in case.reason
+    assert "docs/investigations/te-nvfp4-weight-scale-view.md" in case.reason
     mxfp8 = run_case(*_emulated("mxfp8", groups, fused=True, single_grouped_weight=True))
     assert mxfp8.status == "ok" and mxfp8.fused, mxfp8.reason
 
@@ -421,7 +421,7 @@ def test_nvfp4_one_group_fails_on_the_dense_branch_and_the_packed_k_fixes_both(m
 
 
 def test_every_patch_is_documented_with_the_line_it_serves() -> None:
-    text = (Path(__file__).resolve().parent.parent / "docs" / "fake-cuda.md").read_text(encoding="utf-8")
+    text = (Path(__file__).resolve().parent.parent / "docs" / "internals" / "fake-cuda.md").read_text(encoding="utf-8")
     for patch in fakecuda.PATCHES:
         assert f"| `{patch.name}` |" in text, patch.name
         assert ".py:" in patch.serves, patch.name  # each names the TE or torch line it is for

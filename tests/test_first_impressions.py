@@ -77,10 +77,10 @@ def test_regressions_count_the_buffers_not_the_rollups() -> None:
 
 
 def test_the_docs_way_to_make_a_test_variant_of_a_baseline_fails_the_gate(tmp_path: Path) -> None:
-    """docs/ci.md's model.py and commands, run as written: the compare exits 1 on the grown buffer."""
+    """docs/guides/ci.md's model.py and commands, run as written: the compare exits 1 on the grown buffer."""
     from markdown_it import MarkdownIt
 
-    text = (ROOT / "docs" / "ci.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "guides" / "ci.md").read_text(encoding="utf-8")
     section = text.split("## A test variant of a baseline")[1].split("\n## ")[0]
     fences = [t for t in MarkdownIt().parse(section) if t.type == "fence"]
     model = next(t.content for t in fences if t.info.strip() == "python")

@@ -49,7 +49,7 @@ def test_nvfp4_without_a_gpu_runs_tes_code_emulated_said_first_and_labelled(tmp_
     assert g4.status == "ok" and g4.execution == "emulated" and g4.fused
     assert g4.emulation is not None and g4.emulation.machine["host"] == "no GPU (fake CUDA)"
     # G=1 takes TE's dense single-group branch, which fails in TE's own Python (a suspected TE bug,
-    # docs/te-nvfp4-weight-scale-view.md): the next best answer, the estimate, says so
+    # docs/investigations/te-nvfp4-weight-scale-view.md): the next best answer, the estimate, says so
     assert g1.execution == "estimated" and any("suspected TE bug" in w for w in g1.warnings), g1.warnings
     assert f"note: {g1.id}: TE's real forward with emulated kernels failed (RuntimeError: shape" in err
     assert both.index("emulated kernels failed") < both.index("summary")

@@ -160,7 +160,7 @@ STAGES = (
     ("memaudit.cli", "memaudit.pytest_plugin", "memaudit.__main__"),
     ("memaudit.te",),
 )
-"""The pipeline, lowest first (docs/architecture.md): a module imports its own stage or lower ones.
+"""The pipeline, lowest first (docs/internals/architecture.md): a module imports its own stage or lower ones.
 ``memaudit`` is the package's ``__init__`` (its version; its attributes load lazily). TE is a wing
 above every stage, entered through its door (``memaudit.te:EXTENSION``): its targets, its fallbacks
 (the runner), its tables and figures (render), its commands (the CLI's helpers)."""
@@ -168,7 +168,7 @@ above every stage, entered through its door (``memaudit.te:EXTENSION``): its tar
 
 def _stage(module: str) -> int:
     best = [(len(s), i) for i, group in enumerate(STAGES) for s in group if module == s or module.startswith(s + ".")]
-    assert best, f"{module} is in no stage: add it to STAGES (and docs/architecture.md)"
+    assert best, f"{module} is in no stage: add it to STAGES (and docs/internals/architecture.md)"
     return max(best)[1]
 
 

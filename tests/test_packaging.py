@@ -1,8 +1,8 @@
 """memaudit outside a clone: shipped scenarios by name, the wheel's contents, and the wheel in a
 fresh venv (the ``wheel`` test: built from this checkout, installed outside the repo, then
 ``memaudit --help``, ``run``, ``check --scenario reference``, ``compare --benchmark-json`` and the
-README's Python snippet run from a folder outside the repo; and every shell command of README.md
-and docs/ci.md that runs memaudit, read from their ``bash``/``sh``/``console`` blocks).
+README's Python snippet run from a folder outside the repo; and every shell command of README.md,
+docs/guides/ci.md and docs/guides/distributed.md that runs memaudit, read from their ``bash``/``sh``/``console`` blocks).
 
 The fresh venv gets only the wheel (``--no-deps``); torch, TransformerEngine, rich, typer and
 pydantic come from the test interpreter's site-packages through a ``.pth`` file that lists those
@@ -379,7 +379,7 @@ def test_the_wheel_works_in_a_fresh_venv_outside_the_repo(fresh_venv: Venv) -> N
 
 
 # ---- the docs' commands, against the installed wheel ---------------------------------------------------
-DOCS = ("README.md", "docs/ci.md")
+DOCS = ("README.md", "docs/guides/ci.md", "docs/guides/distributed.md")
 SHELLS = ("bash", "sh", "shell", "console")
 NOT_RUN = {
     "bash .ci/setup && .venv/bin/memaudit run": "a clone's setup: .ci/setup builds .venv from the package index",
@@ -474,8 +474,8 @@ def test_the_docs_shell_blocks_are_found_and_every_exception_is_still_in_them() 
 
 @pytest.mark.wheel
 def test_the_docs_commands_run_against_the_wheel(fresh_venv: Venv, tmp_path: Path) -> None:
-    """Each README.md and docs/ci.md shell block that runs memaudit runs as a bash script, in document
-    order in one folder outside the repo (a user's project: its reports/baseline/ holds the committed
+    """Each README.md, docs/guides/ci.md and docs/guides/distributed.md shell block that runs memaudit
+    runs as a bash script, in document order in one folder outside the repo (a user's project: its reports/baseline/ holds the committed
     baselines the docs compare against), with the fresh venv's memaudit first on PATH. Every memaudit
     invocation (also those of gate.sh) and every block exits 0 or a code its doc states."""
     start = time.perf_counter()

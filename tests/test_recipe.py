@@ -1,6 +1,6 @@
-"""The no-GPU CI recipe (docs/ci/no-gpu.yml) as a new user would follow it.
+"""The no-GPU CI recipe (docs/guides/ci/no-gpu.yml) as a new user would follow it.
 
-Always: docs/ci.md shows that very file (byte for byte, so the two cannot drift), its ``run:``
+Always: docs/guides/ci.md shows that very file (byte for byte, so the two cannot drift), its ``run:``
 steps take every GitHub expression through ``env:`` (so they run as plain shell), and each step's
 ``if:`` is one this test knows how to decide.
 
@@ -102,7 +102,7 @@ def run_steps(workflow: dict) -> list[Step]:
 def test_docs_show_the_recipe_file_itself() -> None:
     text = RECIPE.read_text(encoding="utf-8")
     assert f"```yaml\n{text}```\n" in DOCS.read_text(encoding="utf-8"), (
-        "docs/ci.md must show docs/ci/no-gpu.yml byte for byte in a ```yaml block: copy the file into it")
+        "docs/guides/ci.md must show docs/guides/ci/no-gpu.yml byte for byte in a ```yaml block: copy the file into it")
 
 
 def test_the_run_steps_are_plain_shell() -> None:

@@ -276,7 +276,7 @@ def test_committed_readme_table_is_current() -> None:
 
 
 def _totals_by_definition(rows: list[Row], freed: list[Row]) -> dict[str, int]:
-    """The totals as docs/budgets define them, one rule at a time (the reference for compute_totals)."""
+    """The totals as docs/guides/budgets define them, one rule at a time (the reference for compute_totals)."""
     device = {r.storage: r.storage_bytes for r in rows if r.resides == "device" and r.storage is not None}
     params = {r.storage for r in rows if r.resides == "device" and r.storage is not None and r.is_parameter}
     outputs = {r.storage for r in rows if r.resides == "device" and r.storage is not None and r.aliases_output}

@@ -1,4 +1,4 @@
-"""``memaudit te-history``: TE's saved state across its history (docs/te-history.md).
+"""``memaudit te-history``: TE's saved state across its history (docs/investigations/te-history.md).
 
 Offline: TE 2.20.2's own Python (installed) against a copy patched at test time with PR #3545's
 change (../shared/docs/pr-3545.txt: NVFP4 fused inputs saved columnwise only), in a temporary git

@@ -1,4 +1,4 @@
-"""Every ``te-internals §N.M`` citation resolves: docs/te-internals.md has that section.
+"""Every ``te-internals §N.M`` citation resolves: docs/internals/te-internals.md has that section.
 
 A file that mentions te-internals anywhere cites it with each ``§`` it holds (code, tests, bench,
 scenarios, docs, the README); ``§1.1-1.2`` and ``§2.1-§2.4`` cite both ends."""
@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DOC = ROOT / "docs" / "te-internals.md"
+DOC = ROOT / "docs" / "internals" / "te-internals.md"
 SECTION = re.compile(r"^#{2,3} (\d+(?:\.\d+)?)\.? ", re.M)
 CITED = re.compile(r"§(\d+(?:\.\d+)?)(?:\s*-\s*§?(\d+(?:\.\d+)?))?")
 
@@ -20,7 +20,7 @@ def sections() -> set[str]:
 
 def citing_files() -> list[Path]:
     files = [*ROOT.glob("memaudit/**/*.py"), *ROOT.glob("tests/**/*.py"), *ROOT.glob("bench/**/*.py"),
-             *ROOT.glob("scenarios/*.toml"), *ROOT.glob("docs/*.md"), ROOT / "README.md"]
+             *ROOT.glob("scenarios/*.toml"), *ROOT.glob("docs/**/*.md"), ROOT / "README.md", ROOT / "CHANGELOG.md"]
     me = Path(__file__).resolve()
     return sorted(p for p in files if p != DOC and p.resolve() != me and "te-internals" in p.read_text(encoding="utf-8"))
 

@@ -3,7 +3,7 @@
 The seed's finding with no prior knowledge: on TE 2.20.2's fused NVFP4 path (emulated sm100), the
 rowwise data and ``scale_inv`` of FC1's and FC2's inputs are saved and never read, at PR #3545's
 shape 127,401,984 + 15,925,248 + 63,700,992 + 7,962,624 B. Nothing is ``unknown``; the other
-unread rows are named here and explained in docs/te-unread.md. Each case runs in a child process
+unread rows are named here and explained in docs/internals/te-unread.md. Each case runs in a child process
 (``bench/te_unread.py``).
 """
 
@@ -54,7 +54,7 @@ def test_fused_nvfp4_saves_the_inputs_rowwise_halves_for_nothing(pr_cases: dict[
     unread = _unread(case)
     inputs = {k: v for k, v in unread.items() if k[0] in ("fc1.input", "fc2.input") and k[1] in ("rowwise_data", "scale_inv")}
     assert inputs == PR_BYTES
-    # The rest of what backward never reads, each explained in docs/te-unread.md: the inputs'
+    # The rest of what backward never reads, each explained in docs/internals/te-unread.md: the inputs'
     # rowwise amax (PR #3545 keeps it), every weight's rowwise buffers, two offset tensors.
     rest = {k for k in unread if k not in PR_BYTES}
     weights = {k for k in rest if ".weight[" in k[0]}
@@ -101,7 +101,7 @@ def test_after_pr_3545_the_inputs_rowwise_halves_are_neither_saved_nor_unread(tm
     """TE 2.20.2's Python with PR #3545's change (the ``if not use_nvfp4:`` exception removed,
     as tests/test_te_history.py applies it), loaded as ``te-history --te-tree`` loads a tree: the
     inputs' rowwise data and scale_inv are not saved, and unread bytes drop by exactly their
-    bytes; what stays unread is what PR #3545 leaves (docs/te-unread.md)."""
+    bytes; what stays unread is what PR #3545 leaves (docs/internals/te-unread.md)."""
     from memaudit.te.history import compat
 
     tree = tmp_path / "te"

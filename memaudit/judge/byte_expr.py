@@ -1,7 +1,7 @@
 """Byte expressions: the values of ``max_bytes`` and ``exact_bytes``.
 
 ``4096``, ``"136 MiB"``, ``"tokens * hidden * elt"``, ``"(tokens - 64) * hidden * elt / 2"``. The
-grammar (docs/budgets.md, "Byte expressions") is a small subset of Python's, parsed with
+grammar (docs/guides/budgets.md, "Byte expressions") is a small subset of Python's, parsed with
 :func:`ast.parse` and checked against an allow-list:
 
 - a quantity: a whole number, or a number with a unit (``136 MiB``, ``1.5 GiB``, ``64B``; the units

@@ -1,4 +1,5 @@
-"""Exit codes: part of the CLI contract (README, --help); the judge's outcome (:func:`memaudit.judge.outcome.conclude`) picks one."""
+"""Exit codes: part of the CLI contract (docs/reference/exit-codes.md, --help); the judge's outcome
+(:func:`memaudit.judge.outcome.conclude`) picks one."""
 
 OK = 0
 """Every budget passed (or is xfail); no regression; some case was measured or emulated (others may

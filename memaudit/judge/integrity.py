@@ -6,7 +6,7 @@ unique ids, duplicate keys). This module adds what needs the targets' declaratio
 dimensions are its target's, its recipe one the target knows, its id the one its fields make,
 and its splits add up to the dimension they split. Every command that draws a verdict from a
 report it reads (``compare``, ``check``, ``baseline update``, ``plot``) reads it through
-:func:`read_report`. docs/ci.md states the whole promise, and what it does not cover.
+:func:`read_report`. docs/guides/ci.md states the whole promise, and what it does not cover.
 """
 
 from __future__ import annotations

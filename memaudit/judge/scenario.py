@@ -5,7 +5,7 @@
 file, the key path and the bad value (exit 2, nothing written). :meth:`Scenario.specs` gives
 the CaseSpecs to run; :func:`evaluate` applies the budgets to a report (filling each case's
 ``budgets``) and :func:`outcome` sums the verdicts up (the CLI turns it into the exit status).
-The rule language is documented in docs/budgets.md.
+The rule language is documented in docs/guides/budgets.md.
 
 The file's schema is pydantic models made for the scenario's target
 (:mod:`memaudit.judge.scenario_schema`); what types cannot say (one check per budget, a ratio's

@@ -1,6 +1,6 @@
 """TransformerEngine storage classification: the one module that knows TE internals.
 
-Every TE fact used here is in docs/te-internals.md (TE 2.20.2), by section:
+Every TE fact used here is in docs/internals/te-internals.md (TE 2.20.2), by section:
 
 * §2.0 / §5.4: TE's ``prepare_for_saving`` is the one place a storage object
   (``Float8TensorStorage``, ``MXFP8TensorStorage``, ``NVFP4TensorStorage``,

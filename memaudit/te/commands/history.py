@@ -1,4 +1,4 @@
-"""``memaudit te-history``: TE's saved state across TE's own history (docs/te-history.md).
+"""``memaudit te-history``: TE's saved state across TE's own history (docs/investigations/te-history.md).
 
 Audits the grouped-MLP case list across TE versions: releases (``--te 2.15,2.17.1``), git
 revisions of a TE checkout (``--te-repo PATH --rev A..B``), local trees (``--te-tree PATH``) and

@@ -6,7 +6,7 @@ The estimate is a list of :class:`~memaudit.report.Row` s in the format ``memaud
 so budgets and ``compare`` work on estimates too. Pure arithmetic: no torch, no TE.
 
 Every rule cites TE 2.20.2 source (paths relative to ``transformer_engine/pytorch/``; C++ from the
-``transformer_engine_torch`` sdist ``csrc/``) and docs/te-internals.md sections.
+``transformer_engine_torch`` sdist ``csrc/``) and docs/internals/te-internals.md sections.
 Where TE and this package disagree, TE is right: ``tests/test_estimate_te.py`` checks the shape
 rules against TE's own classes on CPU.
 

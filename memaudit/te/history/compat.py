@@ -23,7 +23,7 @@ the compiled parts is small, and this module provides it:
    value TE compares against; used as an argument of a stand-in it is carried, never interpreted).
    Every placeholder is listed in the version's report (``environment.te_source.placeholders``).
 
-Limits (what this cannot do, stated in docs/te-history.md): classes and enums are the installed
+Limits (what this cannot do, stated in docs/investigations/te-history.md): classes and enums are the installed
 extension's (a version whose Python constructs a class the extension no longer has, or passes a
 removed enum member to a real kernel, fails, naming it); a placeholder answers ``hasattr`` with
 True; real kernels never run for a version other than the installed one (emulated kernels only);
