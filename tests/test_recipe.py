@@ -48,8 +48,8 @@ import pytest
 yaml = pytest.importorskip("yaml")
 
 ROOT = Path(__file__).resolve().parent.parent
-RECIPE = ROOT / "docs" / "ci" / "no-gpu.yml"
-DOCS = ROOT / "docs" / "ci.md"
+RECIPE = ROOT / "docs" / "guides" / "ci" / "no-gpu.yml"
+DOCS = ROOT / "docs" / "guides" / "ci.md"
 BASELINE = "reports/baseline/cpu-te-emulated.json"
 
 EXPRESSIONS = {"github.token": ""}
