@@ -1,6 +1,6 @@
 """Emulated TE cases, run-time patches of TE's save path, and the injected regressions.
 
-Shared by ``tests/test_emulated.py`` and ``bench/mutation_score.py``. Every patch wraps
+Shared by ``tests/te/test_emulated.py`` and ``bench/mutation/mutation_score.py``. Every patch wraps
 ``OperationContext.save_for_backward`` (``ops/op.py:50``), the one place every op of the grouped
 MLP hands TE's real saved set to autograd, and changes that set as a TE change would.
 """

@@ -143,7 +143,7 @@ def _grouping(case: CaseReport) -> list[tuple[int, int, int]]:
 
 
 def row_for_row(measured: CaseReport, emulated: CaseReport) -> list[str]:
-    """Rows in order as ``bench/equivalence.py`` compares a measured and an emulated case: operand,
+    """Rows in order as ``bench/verify/equivalence.py`` compares a measured and an emulated case: operand,
     kind, orientation, shape, dtype, bytes and storage grouping (the first row of each storage,
     its bytes and the offset), then the totals."""
     def fields(case: CaseReport) -> list[tuple[Any, ...]]:

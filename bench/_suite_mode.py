@@ -1,4 +1,4 @@
-"""pytest plugin for bench/pytorch_suites.py: run every test bare, inside ``capture()``, or under a
+"""pytest plugin for bench/verify/pytorch_suites.py: run every test bare, inside ``capture()``, or under a
 plain pass-through hook pair (``MEMAUDIT_SUITE_MODE`` = ``bare`` | ``capture`` | ``control``).
 
 In ``capture`` mode each test body runs inside ``memaudit.capture()``; before every backward

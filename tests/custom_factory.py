@@ -1,4 +1,4 @@
-"""Factories for the ``PKG.MOD:FACTORY`` target in tests/test_cli_run.py (imported as ``custom_factory``)."""
+"""Factories for the ``PKG.MOD:FACTORY`` target in tests/cli/test_cli_run.py (imported as ``custom_factory``)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A target of another shape (sequence x heads x head size, no FFN), registered by tests only:
 it shows that a target owns its dimensions, case-id letters, scenario keys and byte variables.
-``tests/test_third_party_target.py`` ships it as a package that is not memaudit (an entry point)."""
+``tests/house/test_third_party_target.py`` ships it as a package that is not memaudit (an entry point)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ claims "not read" only where PyTorch's kernel source shows it (each cites the fu
 in ``aten/src/ATen/native/``), only for the devices and backends whose kernels were read, and
 returns every tensor argument anywhere else. "Read" means the values feed the op's outputs: a kernel
 that copies an argument to a contiguous layout for its shape only (``expect_contiguous``) is not
-counted as reading it. Every entry has a ground-truth test (``tests/test_aten_reads.py``): poisoning
+counted as reading it. Every entry has a ground-truth test (``tests/capture/test_aten_reads.py``): poisoning
 an argument the entry leaves out leaves the op's outputs bit for bit the same.
 
 Ops checked and deliberately left out (each argument they receive then counts as read):

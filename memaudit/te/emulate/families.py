@@ -11,7 +11,7 @@ number, so that a git revision between releases gets what it has):
   same buffers with memaudit's own copy of those rules (:mod:`.allocation`, TE 2.20.2's
   ``inner_tensor_specs`` of the MXFP8, NVFP4 and FP8 quantizers) through the storage and tensor
   classes' constructors, which take the same arguments from 2.14 to 2.20.2 (checked by
-  ``tests/test_te_history.py`` against ``TensorSpec`` on the installed TE).
+  ``tests/te/test_te_history.py`` against ``TensorSpec`` on the installed TE).
 - **Entry points by name**: ``tex.splits_to_offsets(first_dims, logical_last_dim)`` (GroupedLinear
   up to 2.18; csrc/extensions/misc.cpp) next to 2.19's ``splits_to_offsets_multi``.
 - **Fused-op modules and their registration** (``forward_grouped_mlp`` / ``backward_grouped_mlp``
@@ -19,7 +19,7 @@ number, so that a git revision between releases gets what it has):
   import-time registrations.
 
 Each entry point's call sites in a TE tree are checked against its stand-in's signature by
-``tests/test_te_history.py`` (:func:`call_sites`): the signature drift test.
+``tests/te/test_te_history.py`` (:func:`call_sites`): the signature drift test.
 """
 
 from __future__ import annotations

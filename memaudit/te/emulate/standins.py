@@ -8,8 +8,8 @@ Where TE's Python has a constructor that mirrors the C++ allocation, it is used:
 ``quantized_tensor.py:503-560``, "Mirror the C++ quantizer allocation (csrc/quantizer.cpp)").
 The rest cite the C++ (``transformer_engine/pytorch/csrc``, v2.20.2).
 
-Which entry points the forward reaches was measured on the H200 (``bench/trace_te_kernels.py``);
-``bench/standin_diff.py`` checks every stand-in against the real kernel where it runs.
+Which entry points the forward reaches was measured on the H200 (``bench/device/trace_te_kernels.py``);
+``bench/verify/standin_diff.py`` checks every stand-in against the real kernel where it runs.
 """
 
 from __future__ import annotations

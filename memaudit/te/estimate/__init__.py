@@ -7,7 +7,7 @@ so budgets and ``compare`` work on estimates too. Pure arithmetic: no torch, no 
 
 Every rule cites TE 2.20.2 source (paths relative to ``transformer_engine/pytorch/``; C++ from the
 ``transformer_engine_torch`` sdist ``csrc/``) and docs/internals/te-internals.md sections.
-Where TE and this package disagree, TE is right: ``tests/test_estimate_te.py`` checks the shape
+Where TE and this package disagree, TE is right: ``tests/te/test_estimate_te.py`` checks the shape
 rules against TE's own classes on CPU.
 
 Modules: ``config`` (inputs, paths, variants, validation), ``shapes`` (TE's shape, padding and

@@ -1,6 +1,6 @@
 """The totals of an estimate in closed form, no rows built: for sweeps, plots and the bench.
 
-The same rules as :mod:`.model` and :mod:`.buffers`; ``tests/test_estimate.py`` checks that
+The same rules as :mod:`.model` and :mod:`.buffers`; ``tests/te/test_estimate.py`` checks that
 :func:`estimate_totals` equals ``compute_totals`` of the rows over a grid of configurations.
 
 Why it stays beside :mod:`.compiled` (which replays the model and restates nothing): measured over

@@ -27,7 +27,7 @@ Nothing here restates a rule of TE: the rules stay in :mod:`.model`, :mod:`.shap
 comparison, ``bool``, ``int`` or hashing of a dimension), tracing stops and that structure keeps
 the direct path (:func:`compiled` returns None). The things the direct path decides from values
 are computed from values here too: which views are duplicates of an earlier one (same storage,
-offset and shape), and which rows are padded (ideal bytes differ). ``tests/test_estimate_compiled.py``
+offset and shape), and which rows are padded (ideal bytes differ). ``tests/te/test_estimate_compiled.py``
 checks the compiled path against the direct one, field by field.
 """
 

@@ -2,7 +2,7 @@
 
 Dtype sizes and formats, ``prepare_for_saving`` slot orders, scale-inverse shapes with and without
 TE's tile padding, the buffers of one quantized tensor, the C++ grouped allocation and the layout
-of ``bulk_allocate``. ``tests/test_estimate_te.py`` checks them against TE's own classes on CPU.
+of ``bulk_allocate``. ``tests/te/test_estimate_te.py`` checks them against TE's own classes on CPU.
 """
 
 from __future__ import annotations

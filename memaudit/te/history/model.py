@@ -169,7 +169,7 @@ class History:
     memaudit: str
     bisects: list[dict[str, Any]] = field(default_factory=list)
     branch_points: list[dict[str, Any]] = field(default_factory=list)
-    """Where a git checkout placed each release on main (``bench/te_history.py``): its branch
+    """Where a git checkout placed each release on main (``bench/make/te_history.py``): its branch
     point, and the cases whose state there differs from the release's."""
 
     def to_dict(self) -> dict[str, Any]:

@@ -38,7 +38,7 @@ MINIMUM_CAPABILITY = {
 """The compute capability TE 2.20.2's own gate asks for each recipe (``utils.py:746-766``
 ``is_bf16_available``; ``quantization.py:149-185`` ``_compute_*_support``; FP8 on 8.9 also needs
 cuBLASLt 12.1.3 and CUDA 12.1, FP8 block scaling CUDA 12.9, MXFP8 is refused on 12.0+).
-``tests/test_te_fallback.py`` checks it against TE's gates."""
+``tests/cli/test_headline.py`` checks it against TE's gates."""
 
 
 def needs(recipe: str) -> str:
