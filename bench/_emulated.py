@@ -217,7 +217,7 @@ MUTATIONS = (
     Mutation("MXFP8 fused: a columnwise scale is dropped (a decrease)", "mxfp8", 4, True, _drops_scale, "scale_inv", "columnwise", grows=False),
     Mutation("FP8 delayed on Blackwell: the quantized inputs keep a transpose", "fp8-delayed", 4, False, _keeps_transpose, "data", "columnwise"),
     Mutation("bf16: the activation input is saved in fp32", "bf16", 4, False, _fp32_activation, "tensor", None),
-    # added with fake CUDA (issue 27): every one runs on CPU as well
+    # added with fake CUDA: every one runs on CPU as well
     Mutation("FP8 delayed: every quantized tensor keeps its transpose instead of its rowwise data (equal total)",
              "fp8-delayed", 4, False, _transpose_instead, None, "columnwise", equal_total=True),
     Mutation("NVFP4 fused: the inputs' columnwise amax is dropped (a decrease)", "nvfp4", 4, True, _drops_columnwise_amax,

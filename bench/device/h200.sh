@@ -2,7 +2,7 @@
 # Everything the H200 measures for memaudit (see docs/investigations/overhead.md and docs/investigations/bench.md).
 # Usage (device machine, repo root; TE importable, or TE wheels in .device/te):
 #   bash bench/device/h200.sh OUTDIR                       # doctor, gpu tests, matrix, allocator checks, scenario, expected
-#   bash bench/device/h200.sh OUTDIR --bench               # issue 15's overhead bench (~7 min): OUTDIR/reports/bench/h200.{json,md}
+#   bash bench/device/h200.sh OUTDIR --bench               # the overhead bench (~7 min): OUTDIR/reports/bench/h200.{json,md}
 #   bash bench/device/h200.sh OUTDIR --bench --cpu-smoke   # the same harness on CPU (proves it end to end; no GPU)
 # After --bench: cp OUTDIR/reports/bench/h200.* reports/bench/ && python bench/perf/readme_table.py
 set -u

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 35: per-rank audits on two H200s, NCCL, a real expert-parallel all-to-all dispatch, TE's
+# Per-rank audits on two H200s, NCCL, a real expert-parallel all-to-all dispatch, TE's
 # GroupedLinear ops as each rank's experts (bf16 and fp8-current measured, mxfp8 and nvfp4 emulated),
 # uniform and skewed routing. See docs/investigations/bench.md ("Per-rank audits") for what each file shows.
 # Usage (repo root; TE importable, or TE wheels in .device/te):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Mutation testing of the modules that decide verdicts and bytes: do the tests guard them?
 
-A small AST mutator (issue 29). Each mutant changes one thing in one function:
+A small AST mutator. Each mutant changes one thing in one function:
 
 * ``cmp``   a comparison (``<`` / ``<=``, ``>`` / ``>=``, ``==`` / ``!=``, ``in`` / ``not in``, ``is`` / ``is not``)
 * ``bool``  a boolean operator (``and`` / ``or``)
@@ -646,7 +646,7 @@ def markdown(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines = [
         "# Mutation score: do the tests guard the verdicts?",
         "",
-        f"`python bench/mutation/mutate.py --per-module {meta['per_module']} --seed {meta['seed']}` (issue 29): "
+        f"`python bench/mutation/mutate.py --per-module {meta['per_module']} --seed {meta['seed']}`: "
         f"{meta['per_module']} mutants sampled per module from {meta['candidates']} candidates in all, each run against the tests "
         "that execute its function (traced from the whole suite). Operators: comparisons, boolean operators, arithmetic, "
         "integer constants +1 and booleans flipped, negated conditions, dropped return values, dropped calls. "

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Per rank, what ``capture()`` adds to the expert-parallel forward, and what the gather and merge take (issue 35).
+"""Per rank, what ``capture()`` adds to the expert-parallel forward, and what the gather and merge take.
 
 Run under torchrun; every rank builds its case of ``ep-grouped-mlp`` (its routing, the all-to-all
 dispatch, its local experts) and times, alternating, ``--rounds`` forwards without any hook

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Per-rank audits on CPU: wall time and merge time for 2, 4 and 8 processes (issue 33).
+"""Per-rank audits on CPU: wall time and merge time for 2, 4 and 8 processes.
 
 For each world size N, ``--repeat`` times, in fresh processes:
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""What ``capture()`` costs on TE's emulated sm100 forward (issue 15, goal 2: "the same for
+"""What ``capture()`` costs on TE's emulated sm100 forward ("the same for
 emulated runs"), judged over the floor hook of the same run (GPU, TE importable).
 
     python bench/perf/emulated_overhead.py --out reports/bench/h200-emulated.json [--runs 3]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""What ``capture()`` adds to one step over the floor hook pair, on CPU (issue 15, goals 2 and 3).
+"""What ``capture()`` adds to one step over the floor hook pair, on CPU.
 
 The GPU bench (``bench/perf/run.py``) judges memaudit at the H200's shapes; this one isolates the
 CPU work the capture adds per step, where a small GPU step is bound by it. Two steps whose

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""How long ``compare`` and ``baseline update`` take on a large report (issue 29's goal).
+"""How long ``compare`` and ``baseline update`` take on a large report.
 
 Makes a report of about ``--mb`` megabytes from a committed one (its ok cases repeated at other
 FFN sizes, so every case id is new and every case is self-consistent: totals from its rows), then

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Audits on the ``meta`` device (issue #15): production shape on CPU, nothing allocated.
+"""Audits on the ``meta`` device: production shape on CPU, nothing allocated.
 
     python bench/perf/meta.py --json reports/bench/cpu-meta.json   # also writes the .md beside it
 

@@ -12,7 +12,7 @@ Times (best of 5 batches, µs per call):
   (a metadata-only pack that appends shape, dtype and bytes).
 
 TE's ``prepare_for_saving`` is pure Python and runs no kernel, so these numbers are the CPU cost
-the H200 run pays per call (issue 15, goal 3).
+the H200 run pays per call.
 """
 
 from __future__ import annotations

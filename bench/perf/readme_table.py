@@ -5,7 +5,7 @@
     python bench/perf/readme_table.py --json OUT/bench/h200.json --check   # exit 1 if the page is stale
 
 Rewrites only the text between ``<!-- overhead-table:start -->`` and ``<!-- overhead-table:end -->``.
-Reads JSON from before and after issue 15 (without ``runs``, a single run is assumed).
+Reads JSON from before and after the runs were repeated (without ``runs``, a single run is assumed).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""memaudit benchmarks (issue #7): audit overhead, memory neutrality, matrix time, estimator
+"""memaudit benchmarks: audit overhead, memory neutrality, matrix time, estimator
 throughput, meta audits at production shape (bench/perf/meta.py, CPU, in a subprocess), and PyTorch's
 MemTracker as the anchor, measured in one process.
 
@@ -39,7 +39,7 @@ import torch  # noqa: E402
 SCHEMA = "memaudit.bench/1"
 RECIPES = ("bf16", "fp8-current")
 
-# Issue #7 targets.
+# The first benchmark round's targets.
 TARGETS = {
     "overhead_ratio_production": 1.02,
     "overhead_ratio_small": 1.10,
@@ -48,7 +48,7 @@ TARGETS = {
     "estimate_configs_per_second": 10_000.0,
 }
 
-# Issue 15: memaudit over the floor hook of the same run.
+# memaudit over the floor hook of the same run.
 OVER_FLOOR_GOALS = {"production": 1.01, "small": 1.05}
 
 # Measured earlier on the same H200 (TE 2.20.2, unfused path, median of 10 pairs); quoted beside
@@ -548,7 +548,7 @@ class Bench:
         log(f"[{self.elapsed():6.1f}s] done: wrote {self.out} and {self.md}")
         log(summary_lines(self.r))
 
-    # -- independent runs (issue 15, goal 1) -------------------------------------------------
+    # -- independent runs (medians over fresh processes) -------------------------------------------------
     def run_child(self) -> None:
         """One independent invocation: alternating bare / capture() / floor rounds per shape and recipe."""
         self.section("setup_target", self.setup_target)
@@ -615,7 +615,7 @@ class Bench:
         self.r["ratio_source"] = (f"median of {self.r['runs']} independent invocations (fresh processes), "
                                   f"each {warmup} warm-up + {pairs} alternating rounds of bare / capture() / floor")
 
-    # -- whole-model scaling (issue 15, goal 4) -------------------------------------------------
+    # -- whole-model scaling -------------------------------------------------
     def _stack(self, depth: int, recipe: str) -> tuple[Callable[[], torch.Tensor], list[Any]]:
         """A model of ``depth`` grouped-MLP layers (TE on CUDA; Linear-GELU-Linear in the smoke)."""
         shape = self.shapes["model"]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Cost per saved tensor as a whole model grows (issue 15, goal 4), on CPU.
+"""Cost per saved tensor as a whole model grows, on CPU.
 
 A deep PyTorch Transformer (``torch.nn.TransformerEncoder`` layers, tiny width so the model's own
 compute stays small) at 1×, 4× and 16× depth. For each depth, in one process, medians of

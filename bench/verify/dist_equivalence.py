@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Each rank of a merged report against one process at its split sizes (issue 35: "0 rows differ").
+"""Each rank of a merged report against one process at its split sizes ("0 rows differ").
 
 For every rank's case of ``REPORT`` (from ``memaudit run`` under torchrun, target
 ``ep-grouped-mlp``), runs the rank's local experts alone in this process (the ``reference`` target,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The gate on the worst rank (issue 35): a per-rank budget set between the ranks' saved bytes fails
+"""The gate on the worst rank: a per-rank budget set between the ranks' saved bytes fails
 on the worst rank, and only there.
 
 For each planned case of the merged ``REPORT`` whose ranks save different bytes, writes a scenario

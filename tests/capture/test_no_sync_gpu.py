@@ -1,4 +1,4 @@
-"""memaudit's hooks add no device synchronization (issue #7, item 3).
+"""memaudit's hooks add no device synchronization.
 
 The pack hook records only metadata (shape, dtype, storage pointer and size) and ``report()`` only
 walks the autograd graph, so neither may synchronize the GPU. ``torch.cuda.set_sync_debug_mode``

@@ -1,4 +1,4 @@
-"""capture() internals that decide rows and bytes, where the mutation run (bench/mutation/mutate.py, issue 29)
+"""capture() internals that decide rows and bytes, where the mutation run (bench/mutation/mutate.py)
 found no test: per-thread counters, the warnings of a report whose rows were all released or kept
 out of sight, and parameters found through a shared storage on the labelled path."""
 

@@ -1,4 +1,4 @@
-"""The fast paths of report() (issue 15, goal 4) give exactly the rows the general paths give."""
+"""The fast paths of report() give exactly the rows the general paths give."""
 
 from __future__ import annotations
 

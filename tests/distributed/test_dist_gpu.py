@@ -1,4 +1,4 @@
-"""Per-rank audits on two GPUs: NCCL, TE's grouped MLP as each rank's experts (issue 35's check in CI form).
+"""Per-rank audits on two GPUs: NCCL, TE's grouped MLP as each rank's experts (the two-GPU check in CI form).
 
 Skipped without two CUDA devices and TransformerEngine. ``bench/device/h200x2.sh`` makes the committed
 files; this is the same check at a small shape: every rank's rows equal one GPU's run at its split

@@ -61,9 +61,18 @@ def unindexed_pages(root: Path) -> list[str]:
             if p != index and p.resolve() not in linked]
 
 
+def cited_files(root: Path) -> list[Path]:
+    """Every file a reader outside the project sees: the markdown, and the code, tests, benchmarks,
+    scenarios and CI files (this test's own examples aside)."""
+    code = [p for folder in ("memaudit", "tests", "bench", "scenarios", ".ci") if (root / folder).exists()
+            for p in sorted((root / folder).rglob("*")) if p.is_file() and p.suffix in (".py", ".sh", ".toml", ".yml", ".md", "")
+            and p.resolve() != Path(__file__).resolve() and "__pycache__" not in p.parts]
+    return [*markdown_files(root), *code, *(p for p in (root / "action.yml", root / "pyproject.toml") if p.exists())]
+
+
 def own_issue_citations(root: Path) -> list[str]:
     out = []
-    for p in markdown_files(root):
+    for p in cited_files(root):
         if not p.exists():
             continue
         for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):

@@ -1,4 +1,4 @@
-"""A case memaudit marks incomplete never passes a gate by default (issue 10, item 6).
+"""A case memaudit marks incomplete never passes a gate by default.
 
 Its saved bytes are a partial count: a budget or a compare that passed on it would be vacuous.
 """

@@ -1,4 +1,4 @@
-"""Tests that guard verdicts and bytes where the mutation run (bench/mutation/mutate.py, issue 29) found no
+"""Tests that guard verdicts and bytes where the mutation run (bench/mutation/mutate.py) found no
 test: selections without an operand, a container filter that excludes, uneven per-operand,group
 counts, rows without a storage, boundaries (a ratio exactly at its maximum, the tolerance's
 percent limit, counts and bytes at 2**63-1, nesting at the depth limit), a saved row sharing a

@@ -1,4 +1,4 @@
-"""TE classification paths the mutation run (bench/mutation/mutate.py, issue 29) found unguarded, against REAL
+"""TE classification paths the mutation run (bench/mutation/mutate.py) found unguarded, against REAL
 TransformerEngine 2.20.2 storage objects on CPU (as tests/te/test_te_classify.py): a shared FP8 scale in a
 GroupedTensor saved whole, unknown declared buffers warned on every call, one tensor returned by two
 objects, a wrapper that forwards what TE's method takes, TE's CPU offload hook, and the fuser's roles

@@ -4,7 +4,7 @@ What a rank of the expert-parallel target saves is its local experts' state, plu
 dispatch keeps. :func:`one_process` runs the experts' own single-process target (``reference``,
 or ``te-grouped-mlp`` for ``--experts te``, with the same kernels) at the rank's split sizes;
 :func:`row_differences` says which rows differ (storages compared by grouping, not by name).
-``bench/verify/dist_equivalence.py`` applies it to every rank of a merged report (issue 35 on two GPUs).
+``bench/verify/dist_equivalence.py`` applies it to every rank of a merged report (on two GPUs).
 """
 
 from __future__ import annotations
