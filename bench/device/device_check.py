@@ -19,7 +19,7 @@ def main() -> int:
     if Path(memaudit.__file__).resolve().parent != ROOT / "memaudit":
         problems.append(f"memaudit is imported from {memaudit.__file__}, not from this tree")
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["entry-points"]
-    for group in ("memaudit.targets", "memaudit.plugins"):
+    for group in ("memaudit.extensions",):
         want = dict(declared.get(group, {}))
         have = {ep.name: ep.value for ep in metadata.entry_points(group=group) if ep.value.startswith("memaudit")}
         if have != want:
