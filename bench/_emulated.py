@@ -23,13 +23,23 @@ Mutate = Callable[[list[Any]], list[Any]]
 PRODUCTION = {"tokens": 82944, "hidden": 3072, "ffn": 1536}
 
 
-def emulated_case(recipe: str, groups: int, *, tokens: int = 4096, hidden: int = 1024, ffn: int = 2048,
-                  fused: bool = True, cudnn_frontend: str = "1.28.0", kernels: str = "emulated") -> CaseReport:
+def emulated_case(
+    recipe: str,
+    groups: int,
+    *,
+    tokens: int = 4096,
+    hidden: int = 1024,
+    ffn: int = 2048,
+    fused: bool = True,
+    cudnn_frontend: str = "1.28.0",
+    kernels: str = "emulated",
+) -> CaseReport:
     """One case of the TE target on an emulated sm100, forward only."""
     from memaudit.te.targets.grouped_mlp import TEGroupedMLPTarget
 
-    target = TEGroupedMLPTarget().configure({"kernels": kernels, "arch": "sm100", "fused": fused,
-                                             "cudnn_frontend": cudnn_frontend})
+    target = TEGroupedMLPTarget().configure(
+        {"kernels": kernels, "arch": "sm100", "fused": fused, "cudnn_frontend": cudnn_frontend}
+    )
     options = dict(target.options)
     spec = CaseSpec.make(target, recipe, groups, tokens=tokens, hidden=hidden, ffn=ffn, device="cuda", options=options)
     return run_case(target, spec, backward=False)
@@ -80,6 +90,7 @@ def pr3545(tensors: list[Any]) -> list[Any]:
 def _keeps_rowwise(quantizer: str) -> Mutate:
     """A regression: grouped inputs of ``quantizer`` keep rowwise data and scales (as large as the
     columnwise ones) where TE saves columnwise only."""
+
     def mutate(tensors: list[Any]) -> list[Any]:
         for t in tensors:
             if _grouped(t) and _is(t, quantizer) and t.rowwise_data is None and t.columnwise_data is not None:
@@ -121,11 +132,29 @@ def _grouped_whole(tensors: list[Any]) -> list[Any]:
     out = []
     for t in tensors:
         if _grouped(t) and not isinstance(t, GroupedTensor) and t.quantizer is not None:
-            kw = {k: getattr(t, k) for k in ("columnwise_data", "scale_inv", "columnwise_scale_inv", "amax",
-                                             "columnwise_amax", "scale", "first_dims", "last_dims", "tensor_offsets")}
+            kw = {
+                k: getattr(t, k)
+                for k in (
+                    "columnwise_data",
+                    "scale_inv",
+                    "columnwise_scale_inv",
+                    "amax",
+                    "columnwise_amax",
+                    "scale",
+                    "first_dims",
+                    "last_dims",
+                    "tensor_offsets",
+                )
+            }
             kw["data"] = t.rowwise_data
-            t = GroupedTensor(shape=tuple(t.logical_shape), dtype=torch.bfloat16, num_tensors=t.num_tensors,
-                              quantizer=t.quantizer, with_gemm_swizzled_scales=t._with_gemm_swizzled_scales, **kw)
+            t = GroupedTensor(
+                shape=tuple(t.logical_shape),
+                dtype=torch.bfloat16,
+                num_tensors=t.num_tensors,
+                quantizer=t.quantizer,
+                with_gemm_swizzled_scales=t._with_gemm_swizzled_scales,
+                **kw,
+            )
         out.append(t)
     return out
 
@@ -146,8 +175,12 @@ def _drops_scale(tensors: list[Any]) -> list[Any]:
 
 
 def _fp32_activation(tensors: list[Any]) -> list[Any]:
-    return [torch.empty_like(t, dtype=torch.float32) if i == 0 and _plain(t) and t.dtype == torch.bfloat16
-            and t.dim() == 2 else t for i, t in enumerate(tensors)]
+    return [
+        torch.empty_like(t, dtype=torch.float32)
+        if i == 0 and _plain(t) and t.dtype == torch.bfloat16 and t.dim() == 2
+        else t
+        for i, t in enumerate(tensors)
+    ]
 
 
 def _keeps_transpose(tensors: list[Any]) -> list[Any]:
@@ -178,7 +211,12 @@ def _drops_columnwise_amax(tensors: list[Any]) -> list[Any]:
 
 def _fp8_grouped_keeps_columnwise(tensors: list[Any]) -> list[Any]:
     for t in tensors:
-        if _grouped(t) and _is(t, "Float8CurrentScalingQuantizer") and t.rowwise_data is not None and t.columnwise_data is None:
+        if (
+            _grouped(t)
+            and _is(t, "Float8CurrentScalingQuantizer")
+            and t.rowwise_data is not None
+            and t.columnwise_data is None
+        ):
             t.columnwise_data = torch.empty_like(t.rowwise_data)
     return tensors
 
@@ -186,8 +224,9 @@ def _fp8_grouped_keeps_columnwise(tensors: list[Any]) -> list[Any]:
 def _fp32_columnwise_scales(tensors: list[Any]) -> list[Any]:
     for t in tensors:
         if _grouped(t) and _is(t, "MXFP8Quantizer") and t.columnwise_scale_inv is not None:
-            t.columnwise_scale_inv = torch.empty(t.columnwise_scale_inv.numel(), dtype=torch.float32,
-                                                 device=t.columnwise_scale_inv.device)
+            t.columnwise_scale_inv = torch.empty(
+                t.columnwise_scale_inv.numel(), dtype=torch.float32, device=t.columnwise_scale_inv.device
+            )
     return tensors
 
 
@@ -209,25 +248,103 @@ class Mutation:
 
 
 MUTATIONS = (
-    Mutation("MXFP8 fused: the inputs keep rowwise data and scales", "mxfp8", 4, True, _keeps_rowwise("MXFP8Quantizer"), "data", "rowwise"),
+    Mutation(
+        "MXFP8 fused: the inputs keep rowwise data and scales",
+        "mxfp8",
+        4,
+        True,
+        _keeps_rowwise("MXFP8Quantizer"),
+        "data",
+        "rowwise",
+    ),
     Mutation("bf16: an extra fp32 copy of an input is saved", "bf16", 4, False, _extra_input_copy, "tensor", None),
-    Mutation("FP8 delayed: a weight is saved twice (a second quantized copy)", "fp8-delayed", 4, False, _weight_twice, "data", "rowwise"),
-    Mutation("MXFP8 unfused: a GroupedTensor is saved whole instead of as buffers", "mxfp8", 4, False, _grouped_whole, "container", None),
+    Mutation(
+        "FP8 delayed: a weight is saved twice (a second quantized copy)",
+        "fp8-delayed",
+        4,
+        False,
+        _weight_twice,
+        "data",
+        "rowwise",
+    ),
+    Mutation(
+        "MXFP8 unfused: a GroupedTensor is saved whole instead of as buffers",
+        "mxfp8",
+        4,
+        False,
+        _grouped_whole,
+        "container",
+        None,
+    ),
     Mutation("MXFP8 unfused: an amax is kept", "mxfp8", 4, False, _keeps_amax, "amax", "columnwise"),
-    Mutation("MXFP8 fused: a columnwise scale is dropped (a decrease)", "mxfp8", 4, True, _drops_scale, "scale_inv", "columnwise", grows=False),
-    Mutation("FP8 delayed on Blackwell: the quantized inputs keep a transpose", "fp8-delayed", 4, False, _keeps_transpose, "data", "columnwise"),
+    Mutation(
+        "MXFP8 fused: a columnwise scale is dropped (a decrease)",
+        "mxfp8",
+        4,
+        True,
+        _drops_scale,
+        "scale_inv",
+        "columnwise",
+        grows=False,
+    ),
+    Mutation(
+        "FP8 delayed on Blackwell: the quantized inputs keep a transpose",
+        "fp8-delayed",
+        4,
+        False,
+        _keeps_transpose,
+        "data",
+        "columnwise",
+    ),
     Mutation("bf16: the activation input is saved in fp32", "bf16", 4, False, _fp32_activation, "tensor", None),
     # added with fake CUDA: every one runs on CPU as well
-    Mutation("FP8 delayed: every quantized tensor keeps its transpose instead of its rowwise data (equal total)",
-             "fp8-delayed", 4, False, _transpose_instead, None, "columnwise", equal_total=True),
-    Mutation("NVFP4 fused: the inputs' columnwise amax is dropped (a decrease)", "nvfp4", 4, True, _drops_columnwise_amax,
-             "amax", "columnwise", grows=False),
-    Mutation("FP8 current, grouped path: the inputs keep a columnwise copy too", "fp8-current", 4, False,
-             _fp8_grouped_keeps_columnwise, "data", "columnwise"),
-    Mutation("MXFP8 fused: the inputs' columnwise scales are saved in fp32", "mxfp8", 4, True, _fp32_columnwise_scales,
-             "scale_inv", "columnwise"),
-    Mutation("NVFP4 unfused: the inputs keep rowwise data and scales (PR #3545's buffers, unfused)", "nvfp4", 4, False,
-             _keeps_rowwise("NVFP4Quantizer"), "data", "rowwise"),
+    Mutation(
+        "FP8 delayed: every quantized tensor keeps its transpose instead of its rowwise data (equal total)",
+        "fp8-delayed",
+        4,
+        False,
+        _transpose_instead,
+        None,
+        "columnwise",
+        equal_total=True,
+    ),
+    Mutation(
+        "NVFP4 fused: the inputs' columnwise amax is dropped (a decrease)",
+        "nvfp4",
+        4,
+        True,
+        _drops_columnwise_amax,
+        "amax",
+        "columnwise",
+        grows=False,
+    ),
+    Mutation(
+        "FP8 current, grouped path: the inputs keep a columnwise copy too",
+        "fp8-current",
+        4,
+        False,
+        _fp8_grouped_keeps_columnwise,
+        "data",
+        "columnwise",
+    ),
+    Mutation(
+        "MXFP8 fused: the inputs' columnwise scales are saved in fp32",
+        "mxfp8",
+        4,
+        True,
+        _fp32_columnwise_scales,
+        "scale_inv",
+        "columnwise",
+    ),
+    Mutation(
+        "NVFP4 unfused: the inputs keep rowwise data and scales (PR #3545's buffers, unfused)",
+        "nvfp4",
+        4,
+        False,
+        _keeps_rowwise("NVFP4Quantizer"),
+        "data",
+        "rowwise",
+    ),
 )
 
 
@@ -243,11 +360,17 @@ def caught(m: Mutation, base: CaseReport, mutated: CaseReport) -> tuple[bool, li
     named = set(labels)
     buffers = sorted({rd.key.split(" #")[0] for d in cmp.cases for rd in d.row_diffs})
     operand = any(x.startswith("operand ") for x in labels) or (m.equal_total and bool(buffers))
-    ok = (cmp.regressed and operand
-          and (m.kind is None or bool({f"kind {m.kind}", f"kind {m.kind} rows"} & named))
-          and (m.orientation is None or bool({f"orientation {m.orientation}", f"orientation {m.orientation} rows"} & named))
-          and (not m.equal_total or (mutated.totals.saved_bytes == base.totals.saved_bytes and "saved_bytes" not in named)))
+    ok = (
+        cmp.regressed
+        and operand
+        and (m.kind is None or bool({f"kind {m.kind}", f"kind {m.kind} rows"} & named))
+        and (
+            m.orientation is None or bool({f"orientation {m.orientation}", f"orientation {m.orientation} rows"} & named)
+        )
+        and (
+            not m.equal_total or (mutated.totals.saved_bytes == base.totals.saved_bytes and "saved_bytes" not in named)
+        )
+    )
     if m.equal_total:
         labels += [f"buffer {b}" for b in buffers]
     return ok, labels
-

@@ -70,13 +70,25 @@ def replay_case(case: CaseReport) -> CaseReport:
 
     assert case.emulation is not None
     m = case.emulation.machine
-    flags: dict[str, Any] = {"kernels": m["kernels"], "arch": m["arch"], "fused": case.options.get("fused_env") == "1",
-                             "cublaslt": m["cublaslt"], "cudnn_frontend": m["cudnn_frontend"]}
+    flags: dict[str, Any] = {
+        "kernels": m["kernels"],
+        "arch": m["arch"],
+        "fused": case.options.get("fused_env") == "1",
+        "cublaslt": m["cublaslt"],
+        "cudnn_frontend": m["cudnn_frontend"],
+    }
     if case.options.get("single_grouped_weight"):
         flags["single_grouped_weight"] = True
     target = TEGroupedMLPTarget().configure(flags)
-    spec = CaseSpec.make(target, case.recipe, case.groups, dtype=case.dtype, device=case.device,
-                         options=dict(target.options), **case.dims)
+    spec = CaseSpec.make(
+        target,
+        case.recipe,
+        case.groups,
+        dtype=case.dtype,
+        device=case.device,
+        options=dict(target.options),
+        **case.dims,
+    )
     return run_case_here(target, spec, backward=False)
 
 
@@ -94,7 +106,9 @@ def case_json(case: CaseReport, *, keys_of: CaseReport | None = None) -> dict[st
     if keys_of is not None:
         ref = keys_of.to_dict()
         for part in ("rows", "freed"):
-            d[part] = [{k: v for k, v in row.items() if k in ref_row} for row, ref_row in zip(d[part], ref[part], strict=False)]
+            d[part] = [
+                {k: v for k, v in row.items() if k in ref_row} for row, ref_row in zip(d[part], ref[part], strict=False)
+            ]
     return d
 
 
@@ -132,23 +146,32 @@ def differences(committed: CaseReport, fresh: CaseReport, *, host: str) -> list[
         if key in ADDED_CASE_KEYS and key not in a:
             continue
         if json.dumps(a.get(key), sort_keys=True) != json.dumps(b.get(key), sort_keys=True):
-            out.append(f"{key}: {json.dumps(a.get(key), sort_keys=True)[:300]} -> {json.dumps(b.get(key), sort_keys=True)[:300]}")
+            out.append(
+                f"{key}: {json.dumps(a.get(key), sort_keys=True)[:300]} -> {json.dumps(b.get(key), sort_keys=True)[:300]}"
+            )
     return out
 
 
 def _grouping(case: CaseReport) -> list[tuple[int, int, int]]:
     first: dict[str, int] = {}
-    return [(-1, 0, 0) if r.storage is None else (first.setdefault(r.storage, i), r.storage_bytes or 0, r.storage_offset or 0)
-            for i, r in enumerate(case.rows)]
+    return [
+        (-1, 0, 0)
+        if r.storage is None
+        else (first.setdefault(r.storage, i), r.storage_bytes or 0, r.storage_offset or 0)
+        for i, r in enumerate(case.rows)
+    ]
 
 
 def row_for_row(measured: CaseReport, emulated: CaseReport) -> list[str]:
     """Rows in order as ``bench/verify/equivalence.py`` compares a measured and an emulated case: operand,
     kind, orientation, shape, dtype, bytes and storage grouping (the first row of each storage,
     its bytes and the offset), then the totals."""
+
     def fields(case: CaseReport) -> list[tuple[Any, ...]]:
-        return [(r.operand, r.kind, r.orientation, tuple(r.shape), r.dtype, r.bytes, *g)
-                for r, g in zip(case.rows, _grouping(case), strict=True)]
+        return [
+            (r.operand, r.kind, r.orientation, tuple(r.shape), r.dtype, r.bytes, *g)
+            for r, g in zip(case.rows, _grouping(case), strict=True)
+        ]
 
     a, b = fields(measured), fields(emulated)
     out = [f"row {i}: {x} -> {y}" for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y]
@@ -177,6 +200,7 @@ def against_measured(measured: CaseReport, emulated: CaseReport) -> list[str]:
         if key in ADDED_CASE_KEYS and key not in a:
             continue
         if json.dumps(a.get(key), sort_keys=True) != json.dumps(b.get(key), sort_keys=True):
-            out.append(f"{key}: {json.dumps(a.get(key), sort_keys=True)[:200]} -> {json.dumps(b.get(key), sort_keys=True)[:200]}")
+            out.append(
+                f"{key}: {json.dumps(a.get(key), sort_keys=True)[:200]} -> {json.dumps(b.get(key), sort_keys=True)[:200]}"
+            )
     return out
-

@@ -28,7 +28,9 @@ def forward(recipe_name: str, groups: int, tokens: int, hidden: int, ffn: int) -
     from memaudit.targets.registry import get_target
     from memaudit.te.targets.grouped_mlp import make_recipe
 
-    spec = CaseSpec.make(get_target("te-grouped-mlp"), recipe_name, groups, tokens=tokens, hidden=hidden, ffn=ffn, device="cuda")
+    spec = CaseSpec.make(
+        get_target("te-grouped-mlp"), recipe_name, groups, tokens=tokens, hidden=hidden, ffn=ffn, device="cuda"
+    )
     recipe = make_recipe(recipe_name)
     fc1 = te.ops.GroupedLinear(groups, hidden, 2 * ffn, bias=False, device="cuda", dtype=torch.bfloat16)
     fc2 = te.ops.GroupedLinear(groups, ffn, hidden, bias=False, device="cuda", dtype=torch.bfloat16)

@@ -27,7 +27,9 @@ REPORT_ERROR = "memaudit report() raised"
 def pytest_configure(config: pytest.Config) -> None:
     import torch.autograd._functions.utils as fu
 
-    if not hasattr(fu, "check_onnx_broadcast"):  # older test_utils.py imports it (removed since); unused by TestCheckpoint
+    if not hasattr(
+        fu, "check_onnx_broadcast"
+    ):  # older test_utils.py imports it (removed since); unused by TestCheckpoint
         fu.check_onnx_broadcast = lambda *a, **k: None  # type: ignore[attr-defined]
 
 
@@ -84,7 +86,9 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
         elapsed = time.perf_counter() - start
     if TIMES:
         with open(TIMES, "a") as f:
-            f.write(json.dumps({"test": item.nodeid, "report_s": elapsed, "rows": len(case.rows) if case else None}) + "\n")
+            f.write(
+                json.dumps({"test": item.nodeid, "report_s": elapsed, "rows": len(case.rows) if case else None}) + "\n"
+            )
     if reporting.errors:
         pytest.fail(f"{REPORT_ERROR}: {reporting.errors[0]}", pytrace=False)
     return result

@@ -53,11 +53,23 @@ class Plan:
         return plan_fallbacks(self.target, list(self.specs), self.fallback, backward=self.backward)
 
 
-def plan(*, target: str | None = None, recipe: str | None = None, groups: Sequence[int] | None = None,
-         dims: Mapping[str, int | None] | None = None, flags: Mapping[str, Any] | None = None, dtype: str | None = None,
-         device: str | None = None, splits: str | None = None, scenario: str | Path | None = None,
-         allow_targets: Sequence[str] = (), fallback: str | None = None, backward: bool = True,
-         unread: str | None = None, distributed: bool = False) -> Plan:
+def plan(
+    *,
+    target: str | None = None,
+    recipe: str | None = None,
+    groups: Sequence[int] | None = None,
+    dims: Mapping[str, int | None] | None = None,
+    flags: Mapping[str, Any] | None = None,
+    dtype: str | None = None,
+    device: str | None = None,
+    splits: str | None = None,
+    scenario: str | Path | None = None,
+    allow_targets: Sequence[str] = (),
+    fallback: str | None = None,
+    backward: bool = True,
+    unread: str | None = None,
+    distributed: bool = False,
+) -> Plan:
     """Validate what to run: a target by name (the default where None) and its matrix, or a
     scenario file (its cases and flags; ``flags`` given here win where they differ from the
     target's defaults; a name that is no target's flag is a dimension, as the command line gives
@@ -81,15 +93,24 @@ def plan(*, target: str | None = None, recipe: str | None = None, groups: Sequen
     if loaded is not None:
         specs = loaded.specs(device=dev, options=options, target=tgt)  # the target's options from the [flags] too
     else:
-        specs = build_specs(tgt, recipe=recipe, groups=list(groups) if groups is not None else None, dims=dict(dims or {}),
-                            dtype=dtype, device=dev, options=options, splits=splits,
-                            all_recipes=tgt.fallback_recipes if mode != "none" else None)
+        specs = build_specs(
+            tgt,
+            recipe=recipe,
+            groups=list(groups) if groups is not None else None,
+            dims=dict(dims or {}),
+            dtype=dtype,
+            device=dev,
+            options=options,
+            splits=splits,
+            all_recipes=tgt.fallback_recipes if mode != "none" else None,
+        )
     methods = _unread_plan(specs, loaded, unread, backward=backward, distributed=distributed)
     return Plan(tgt, name, loaded, dev, mode, tuple(specs), tuple(methods), backward)
 
 
-def _unread_plan(specs: list[CaseSpec], loaded: Scenario | None, given: str | None, *, backward: bool,
-                 distributed: bool) -> list[str | None]:
+def _unread_plan(
+    specs: list[CaseSpec], loaded: Scenario | None, given: str | None, *, backward: bool, distributed: bool
+) -> list[str | None]:
     """The read analysis of each spec (``given`` wins over the scenario's ``unread``), checked
     before anything runs: it needs backward and a plain (not distributed) run."""
     scenario_methods = loaded.unread_methods() if loaded is not None else [None] * len(specs)
@@ -104,9 +125,16 @@ def _unread_plan(specs: list[CaseSpec], loaded: Scenario | None, given: str | No
     return methods
 
 
-def run(p: Plan, *, on_case: Callable[[CaseReport], None] | None = None,
-        on_start: Callable[[CaseSpec, int, int], None] | None = None, fallbacks: Sequence[Fallback | None] | None = None,
-        verify_allocator: bool = False, stack: bool = False, snapshot: str | None = None) -> Report:
+def run(
+    p: Plan,
+    *,
+    on_case: Callable[[CaseReport], None] | None = None,
+    on_start: Callable[[CaseSpec, int, int], None] | None = None,
+    fallbacks: Sequence[Fallback | None] | None = None,
+    verify_allocator: bool = False,
+    stack: bool = False,
+    snapshot: str | None = None,
+) -> Report:
     """Run the plan's specs in this process (``on_start(spec, i, n)`` before each, ``on_case(case)``
     after each); one report. Consecutive specs with the same read analysis run as one matrix."""
     fbs = list(fallbacks) if fallbacks is not None else p.fallbacks()
@@ -120,14 +148,26 @@ def run(p: Plan, *, on_case: Callable[[CaseReport], None] | None = None,
     specs = list(p.specs)
     reports = []
     for start, end, method in chunks:
+
         def started(spec: CaseSpec, i: int, n: int, start: int = start) -> None:
             if on_start is not None:
                 on_start(spec, start + i, len(specs))
 
         extra: dict[str, Any] = {"unread": method} if method is not None else {}
-        reports.append(run_matrix(p.target, specs[start:end], backward=p.backward, verify_allocator=verify_allocator,
-                                  on_case=on_case, on_start=started, fallbacks=fbs[start:end], stack=stack,
-                                  snapshot=snapshot, **extra))
+        reports.append(
+            run_matrix(
+                p.target,
+                specs[start:end],
+                backward=p.backward,
+                verify_allocator=verify_allocator,
+                on_case=on_case,
+                on_start=started,
+                fallbacks=fbs[start:end],
+                stack=stack,
+                snapshot=snapshot,
+                **extra,
+            )
+        )
     report = reports[0]
     for other in reports[1:]:
         report.cases.extend(other.cases)

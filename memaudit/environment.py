@@ -53,8 +53,11 @@ def library_versions(*, imported_only: bool = False) -> dict[Library, str | None
 
 def rule_versions(*, imported_only: bool = False) -> dict[str, str]:
     """The versions budget ``known_failure`` entries match, by their key (``{"te": "2.20.2"}``)."""
-    return {lib.rule_key: v for lib, v in library_versions(imported_only=imported_only).items()
-            if lib.rule_key is not None and v is not None}
+    return {
+        lib.rule_key: v
+        for lib, v in library_versions(imported_only=imported_only).items()
+        if lib.rule_key is not None and v is not None
+    }
 
 
 def device_class(device: str) -> str:

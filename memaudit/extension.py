@@ -121,19 +121,20 @@ def _load(ref: str, where: str) -> Any:
     except Terminated:
         raise
     except SystemExit as exc:  # an extension's sys.exit is its failure, never memaudit's exit status
-        raise UsageError(f"the extension {where}: {ref} called sys.exit({exc.code!r}) while loading",
-                         key="extensions") from None
+        raise UsageError(
+            f"the extension {where}: {ref} called sys.exit({exc.code!r}) while loading", key="extensions"
+        ) from None
     except Exception as exc:  # noqa: BLE001 - a broken extension package is bad input, named
-        raise UsageError(f"the extension {where}: {ref} does not load: {type(exc).__name__}: {exc}",
-                         key="extensions") from None
+        raise UsageError(
+            f"the extension {where}: {ref} does not load: {type(exc).__name__}: {exc}", key="extensions"
+        ) from None
     return obj
 
 
 @functools.cache
 def _scan(path: tuple[str, ...]) -> tuple[Extension, ...]:
     """The extensions installed on ``path``: memaudit's own first, then by entry point name."""
-    eps = sorted(metadata.entry_points(group=GROUP),
-                 key=lambda ep: (ep.module.split(".")[0] != "memaudit", ep.name))
+    eps = sorted(metadata.entry_points(group=GROUP), key=lambda ep: (ep.module.split(".")[0] != "memaudit", ep.name))
     out = []
     for ep in eps:
         where = f"{ep.name} = {ep.value}" + (f" (package {ep.dist.name})" if ep.dist else "")
@@ -143,12 +144,17 @@ def _scan(path: tuple[str, ...]) -> tuple[Extension, ...]:
         except Terminated:
             raise
         except SystemExit as exc:
-            raise UsageError(f"the extension {where} called sys.exit({exc.code!r}) while loading", key="extensions") from None
+            raise UsageError(
+                f"the extension {where} called sys.exit({exc.code!r}) while loading", key="extensions"
+            ) from None
         except Exception as exc:  # noqa: BLE001 - a broken extension package is bad input, named
-            raise UsageError(f"the extension {where} does not load: {type(exc).__name__}: {exc}", key="extensions") from None
+            raise UsageError(
+                f"the extension {where} does not load: {type(exc).__name__}: {exc}", key="extensions"
+            ) from None
         if not _is_extension(ext):
-            raise UsageError(f"the extension {where} is a {type(ext).__name__}, not a memaudit.extension.Extension",
-                             key="extensions")
+            raise UsageError(
+                f"the extension {where} is a {type(ext).__name__}, not a memaudit.extension.Extension", key="extensions"
+            )
         out.append(_stamped(ext, where, ep.module.split(".")[0] == "memaudit"))
     return tuple(out)
 
@@ -156,12 +162,26 @@ def _scan(path: tuple[str, ...]) -> tuple[Extension, ...]:
 def _is_extension(obj: Any) -> bool:
     """An Extension, by identity or (the module was imported twice) by its class's module and name."""
     return isinstance(obj, Extension) or any(
-        c.__module__ == Extension.__module__ and c.__qualname__ == Extension.__qualname__ for c in type(obj).__mro__)
+        c.__module__ == Extension.__module__ and c.__qualname__ == Extension.__qualname__ for c in type(obj).__mro__
+    )
 
 
 def _stamped(ext: Any, where: str, builtin: bool) -> Extension:
-    fields = {k: getattr(ext, k) for k in ("name", "targets", "library", "classifier", "formats", "environment",
-                                           "reads", "commands", "doctor", "emulator")}
+    fields = {
+        k: getattr(ext, k)
+        for k in (
+            "name",
+            "targets",
+            "library",
+            "classifier",
+            "formats",
+            "environment",
+            "reads",
+            "commands",
+            "doctor",
+            "emulator",
+        )
+    }
     return Extension(**fields, entry_point=where, builtin=builtin)
 
 

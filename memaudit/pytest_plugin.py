@@ -45,8 +45,21 @@ import pytest
 
 MARKER = "saved_budget"
 FIXTURE = "saved_tensors"
-MARKER_KEYS = ("max_bytes", "exact_bytes", "max_total_bytes", "max_unread_bytes", "count", "forbid", "rules", "allow_incomplete",
-               "stack", "device", "emulate", "ranks", "unread")
+MARKER_KEYS = (
+    "max_bytes",
+    "exact_bytes",
+    "max_total_bytes",
+    "max_unread_bytes",
+    "count",
+    "forbid",
+    "rules",
+    "allow_incomplete",
+    "stack",
+    "device",
+    "emulate",
+    "ranks",
+    "unread",
+)
 UNREAD = ("observed",)
 """``unread`` values a test can run (``True`` is observed): see the module's docstring."""
 
@@ -64,6 +77,8 @@ def emulator(arch: str) -> Any:
 
     ext, ref = emulators()[arch]
     return ext.load(ref)
+
+
 MARKER_HELP = (
     f"{MARKER}(max_bytes=None, exact_bytes=None, max_total_bytes=None, count=None, forbid=None, rules=None): budgets on the "
     f"tensors autograd saved during the test (captured by the {FIXTURE} fixture, requested automatically). "
@@ -121,8 +136,12 @@ def _saved_tensors_class() -> type:
                 torch.autograd.backward(tensors, grad_tensors, **kwargs)
                 return
             if self.analysed is not None:
-                raise RuntimeError("saved_tensors.backward() with unread runs once per test (its verdicts are of one backward)")
-            self.analysed = observed_verdicts(self, self.case_id, lambda: torch.autograd.backward(tensors, grad_tensors, **kwargs))
+                raise RuntimeError(
+                    "saved_tensors.backward() with unread runs once per test (its verdicts are of one backward)"
+                )
+            self.analysed = observed_verdicts(
+                self, self.case_id, lambda: torch.autograd.backward(tensors, grad_tensors, **kwargs)
+            )
 
     return SavedTensors
 
@@ -217,7 +236,9 @@ def marker_rules(marks: list[pytest.Mark], *, source: str) -> list[Any]:
     rules = []
     for m in marks:
         if m.args:
-            raise UsageError(f"takes keyword arguments only ({', '.join(MARKER_KEYS)}), got {m.args!r}", source=source, key=MARKER)
+            raise UsageError(
+                f"takes keyword arguments only ({', '.join(MARKER_KEYS)}), got {m.args!r}", source=source, key=MARKER
+            )
         for k, v in m.kwargs.items():
             key = f"{MARKER}.{k}"
             if k in ("max_bytes", "exact_bytes", "max_unread_bytes"):
@@ -239,8 +260,18 @@ def marker_rules(marks: list[pytest.Mark], *, source: str) -> list[Any]:
                 items = v if isinstance(v, list | tuple) else [v]
                 for i, sel in enumerate(items):
                     select = {"operand": sel} if isinstance(sel, str) else sel
-                    label = sel if isinstance(sel, str) else ", ".join(f"{a}={b}" for a, b in (sel.items() if isinstance(sel, dict) else ()))
-                    rules.append(parse_rule({"name": f"forbid {label}", "select": select, "forbid": True}, source=source, key=f"{key}[{i}]"))
+                    label = (
+                        sel
+                        if isinstance(sel, str)
+                        else ", ".join(f"{a}={b}" for a, b in (sel.items() if isinstance(sel, dict) else ()))
+                    )
+                    rules.append(
+                        parse_rule(
+                            {"name": f"forbid {label}", "select": select, "forbid": True},
+                            source=source,
+                            key=f"{key}[{i}]",
+                        )
+                    )
             elif k in ("allow_incomplete", "stack"):
                 if not isinstance(v, bool):
                     raise UsageError(f"expected true or false, got {v!r}", source=source, key=key)
@@ -248,34 +279,52 @@ def marker_rules(marks: list[pytest.Mark], *, source: str) -> list[Any]:
                 if not (v is True or v is False or v in UNREAD):
                     from memaudit.report import UNREAD_CHOICES
 
-                    more = (f" ({v!r} re-runs backward, which only memaudit run --unread-method does)"
-                            if v in UNREAD_CHOICES else "")
-                    raise UsageError(f"expected True or {', '.join(map(repr, UNREAD))}, got {v!r}{more}", source=source, key=key)
+                    more = (
+                        f" ({v!r} re-runs backward, which only memaudit run --unread-method does)"
+                        if v in UNREAD_CHOICES
+                        else ""
+                    )
+                    raise UsageError(
+                        f"expected True or {', '.join(map(repr, UNREAD))}, got {v!r}{more}", source=source, key=key
+                    )
             elif k == "emulate":
                 if not (v is True or v in (choices := emulate_choices())):
-                    raise UsageError(f"expected True or one of {', '.join(map(repr, choices))}, got {v!r}", source=source, key=key)
+                    raise UsageError(
+                        f"expected True or one of {', '.join(map(repr, choices))}, got {v!r}", source=source, key=key
+                    )
             elif k == "ranks":
                 if not isinstance(v, list | tuple) or not v or not all(type(r) is int and r >= 0 for r in v):
                     raise UsageError(f"expected a list of ranks (integers >= 0), got {v!r}", source=source, key=key)
             elif k == "device":
                 if v != "meta":
-                    raise UsageError(f"expected 'meta' (the only device the fixture makes the default), got {v!r}",
-                                     source=source, key=key)
+                    raise UsageError(
+                        f"expected 'meta' (the only device the fixture makes the default), got {v!r}",
+                        source=source,
+                        key=key,
+                    )
             elif k == "rules":
                 if not isinstance(v, list | tuple):
                     raise UsageError(f"expected a list of budget tables, got {v!r}", source=source, key=key)
                 for i, d in enumerate(v):
                     rule = parse_rule(d, source=source, key=f"{key}[{i}]")
                     if rule.kind == "ratio":
-                        raise UsageError("ratio compares two cases; a test captures one", source=source, key=f"{key}[{i}].ratio")
+                        raise UsageError(
+                            "ratio compares two cases; a test captures one", source=source, key=f"{key}[{i}].ratio"
+                        )
                     rules.append(rule)
             else:
                 raise UsageError(
-                    f"unknown argument {k!r}{did_you_mean(k, MARKER_KEYS)}; use {', '.join(MARKER_KEYS)}", source=source, key=key
+                    f"unknown argument {k!r}{did_you_mean(k, MARKER_KEYS)}; use {', '.join(MARKER_KEYS)}",
+                    source=source,
+                    key=key,
                 )
     if any(r.kind == "max_unread_bytes" for r in rules) and marker_unread(marks) is None:
-        raise UsageError("a max_unread_bytes budget needs the read analysis: add unread='observed' and run backward "
-                         f"through {FIXTURE}.backward(loss)", source=source, key=f"{MARKER}.unread")
+        raise UsageError(
+            "a max_unread_bytes budget needs the read analysis: add unread='observed' and run backward "
+            f"through {FIXTURE}.backward(loss)",
+            source=source,
+            key=f"{MARKER}.unread",
+        )
     return rules
 
 
@@ -321,10 +370,13 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
         if cap is None:
             return {}
         nodeid = pyfuncitem.nodeid
-        return {"history": cap.report(case_id=nodeid, include_freed=True).to_dict(),
-                "peak": peak_case(cap, nodeid).to_dict(), "labels": cap.label_names(),
-                "modules": sorted(cap.module_names()),
-                "analysed": cap.analysed.to_dict() if getattr(cap, "analysed", None) is not None else None}
+        return {
+            "history": cap.report(case_id=nodeid, include_freed=True).to_dict(),
+            "peak": peak_case(cap, nodeid).to_dict(),
+            "labels": cap.label_names(),
+            "modules": sorted(cap.module_names()),
+            "analysed": cap.analysed.to_dict() if getattr(cap, "analysed", None) is not None else None,
+        }
 
     try:
         case = emu.call_in_child(arch, body)
@@ -370,8 +422,11 @@ def _judge(item: pytest.Item, rules: list[Any]) -> None:
         world = where[1] if where is not None else 1
         absent = [r for r in ranks if r >= world]
         if absent:
-            pytest.fail(f"bad @pytest.mark.{MARKER}: ranks={list(ranks)} names rank(s) {absent} in a world of {world} "
-                        f"process(es){'' if where else ' (not under torchrun)'}", pytrace=False)
+            pytest.fail(
+                f"bad @pytest.mark.{MARKER}: ranks={list(ranks)} names rank(s) {absent} in a world of {world} "
+                f"process(es){'' if where else ' (not under torchrun)'}",
+                pytrace=False,
+            )
         if (where[0] if where is not None else 0) not in ranks:
             return  # another rank judges it
     on = f" on rank {where[0]} of {where[1]}" if where is not None else ""
@@ -388,14 +443,20 @@ def _judge(item: pytest.Item, rules: list[Any]) -> None:
         history = cap.report(case_id=case_id, include_freed=True)  # every row saved during the test
         peak, labels, modules = None, cap.label_names(), cap.module_names()
     if not history.rows:
-        pytest.fail(f"@pytest.mark.{MARKER}: the test saved no tensor for backward inside {FIXTURE}{on}, so the "
-                    "budget checked nothing (run the forward inside the fixture's capture)", pytrace=False)
+        pytest.fail(
+            f"@pytest.mark.{MARKER}: the test saved no tensor for backward inside {FIXTURE}{on}, so the "
+            "budget checked nothing (run the forward inside the fixture's capture)",
+            pytrace=False,
+        )
     if peak is None:
         peak = peak_case(cap, case_id)
     wanted = marker_unread(list(item.iter_markers(MARKER)))
     if wanted is not None and analysed is None:
-        pytest.fail(f"@pytest.mark.{MARKER}(unread={wanted!r}): the test ran no backward through {FIXTURE}.backward(loss), "
-                    "so no buffer got a read verdict (a plain loss.backward() runs without the analysis)", pytrace=False)
+        pytest.fail(
+            f"@pytest.mark.{MARKER}(unread={wanted!r}): the test ran no backward through {FIXTURE}.backward(loss), "
+            "so no buffer got a read verdict (a plain loss.backward() runs without the analysis)",
+            pytrace=False,
+        )
     try:
         unnamed = [p for rule in rules for p in unnameable(rule, history, labels, modules)]
         if unnamed:
@@ -404,7 +465,9 @@ def _judge(item: pytest.Item, rules: list[Any]) -> None:
         context = Context(te_version=rule_versions(imported_only=True).get("te"), allow_incomplete=allow)
         verdicts = []
         for rule in rules:
-            on_peak = rule.kind in ("max_bytes", "exact_bytes") and rule.select is None and rule.name != "max_total_bytes"
+            on_peak = (
+                rule.kind in ("max_bytes", "exact_bytes") and rule.select is None and rule.name != "max_total_bytes"
+            )
             judged = (analysed or history) if rule.kind == "max_unread_bytes" else peak if on_peak else history
             verdicts += evaluate_case(judged, [rule], context)
     except UsageError as exc:
@@ -418,11 +481,15 @@ def _judge(item: pytest.Item, rules: list[Any]) -> None:
         lines = [f"saved-tensor budget failed{on} ({len(bad)} of {len(verdicts)}):"]
         for v in bad:
             lines.append("  " + v.message.replace("\n", "\n  "))
-        lines.append(f"at the peak, {len(peak.rows)} saved rows alive at once ({fmt_bytes(peak.totals.saved_bytes)} saved, "
-                     "parameters excluded):")
+        lines.append(
+            f"at the peak, {len(peak.rows)} saved rows alive at once ({fmt_bytes(peak.totals.saved_bytes)} saved, "
+            "parameters excluded):"
+        )
         lines.extend("    " + line for line in format_rows(peak.rows, limit=40))  # type: ignore[arg-type]  # frozen rows: read only
         if analysed is not None and (unread := [r for r in analysed.rows if r.read == "unread"]):
-            lines.append(f"saved for backward, never read ({len(unread)} rows, {fmt_bytes(analysed.totals.unread_bytes or 0)}):")
+            lines.append(
+                f"saved for backward, never read ({len(unread)} rows, {fmt_bytes(analysed.totals.unread_bytes or 0)}):"
+            )
             lines.extend("    " + line for line in format_rows(unread, limit=40))  # type: ignore[arg-type]  # frozen rows: read only
         pytest.fail("\n".join(lines), pytrace=False)
     xfails = [v for v in verdicts if v.verdict == "xfail"]
@@ -456,8 +523,13 @@ def unnameable(rule: Any, case: Any, labels: list[str], modules: set[str]) -> li
     rows = case.rows + case.freed
     operands = [r.operand for r in rows]
     # a classifier (TE's) named rows of this test with names of its own: a pattern may be one of its
-    classified = any(r.operand and ":" not in r.operand and r.operand not in labels
-                     and not (r.op and r.operand.startswith(r.op + ".")) for r in rows)
+    classified = any(
+        r.operand
+        and ":" not in r.operand
+        and r.operand not in labels
+        and not (r.op and r.operand.startswith(r.op + "."))
+        for r in rows
+    )
     bad = []
     for pattern in select.operand:
         if any(operand_matches(pattern, o) for o in operands) or any(fnmatchcase(n, pattern) for n in labels):

@@ -55,8 +55,13 @@ class RankInfo:
         return f"rank {self.rank} ({self.key})"
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"rank": self.rank, "world_size": self.world_size, "layout": dict(self.layout),
-                               "coords": dict(self.coords), "backend": self.backend}
+        out: dict[str, Any] = {
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "layout": dict(self.layout),
+            "coords": dict(self.coords),
+            "backend": self.backend,
+        }
         if self.send_splits is not None:
             out["send_splits"] = list(self.send_splits)
         if self.recv_splits is not None:
@@ -107,15 +112,20 @@ def info_problem(info: RankInfo) -> tuple[str, str] | None:
         sizes = " x ".join(f"{a}{n}" for a, n in info.layout.items())
         return "layout", f"{sizes} is {math.prod(info.layout.values())} ranks, not the world size {info.world_size}"
     if set(info.coords) != set(info.layout):
-        return "coords", f"coordinates on {', '.join(sorted(info.coords)) or 'no axis'} in a layout of {', '.join(sorted(info.layout))}"
+        return (
+            "coords",
+            f"coordinates on {', '.join(sorted(info.coords)) or 'no axis'} in a layout of {', '.join(sorted(info.layout))}",
+        )
     out = [a for a in info.coords if not 0 <= info.coords[a] < info.layout[a]]
     if out:
         return f"coords.{out[0]}", f"coordinate {info.coords[out[0]]} outside 0..{info.layout[out[0]] - 1}"
     if info.rank >= info.world_size:
         return "rank", f"rank {info.rank} in a world of {info.world_size}"
     if rank_of(info.coords, info.layout) != info.rank:
-        return "rank", (f"rank {info.rank} is at {coords_key(coords_of(info.rank, info.layout))} in this layout, "
-                        f"not {info.key} (rank = tp + TP * (ep + EP * dp))")
+        return "rank", (
+            f"rank {info.rank} is at {coords_key(coords_of(info.rank, info.layout))} in this layout, "
+            f"not {info.key} (rank = tp + TP * (ep + EP * dp))"
+        )
     ep = info.layout.get("ep")
     for name in ("send_splits", "recv_splits"):
         splits = getattr(info, name)
@@ -155,8 +165,14 @@ class Spread:
         return cls(list(values), min(values), top, mean, top / mean if total else None, ranks[values.index(top)])
 
     def to_dict(self) -> dict[str, Any]:
-        return {"per_rank": list(self.per_rank), "min": self.min, "max": self.max, "mean": self.mean,
-                "imbalance": self.imbalance, "worst_rank": self.worst_rank}
+        return {
+            "per_rank": list(self.per_rank),
+            "min": self.min,
+            "max": self.max,
+            "mean": self.mean,
+            "imbalance": self.imbalance,
+            "worst_rank": self.worst_rank,
+        }
 
 
 @dataclass(frozen=True)
@@ -183,7 +199,12 @@ class ReplicaCheck:
     difference: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"group": self.group, "ranks": list(self.ranks), "identical": self.identical, "difference": self.difference}
+        return {
+            "group": self.group,
+            "ranks": list(self.ranks),
+            "identical": self.identical,
+            "difference": self.difference,
+        }
 
 
 @dataclass(frozen=True)
@@ -205,9 +226,15 @@ class RankSummary:
         return self.saved.worst_rank if self.saved is not None else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"case": self.case, "ranks": list(self.ranks), "not_ok": list(self.not_ok), "missing": list(self.missing),
-                "saved": self.saved.to_dict() if self.saved is not None else None,
-                "by": [b.to_dict() for b in self.by], "replicas": [r.to_dict() for r in self.replicas]}
+        return {
+            "case": self.case,
+            "ranks": list(self.ranks),
+            "not_ok": list(self.not_ok),
+            "missing": list(self.missing),
+            "saved": self.saved.to_dict() if self.saved is not None else None,
+            "by": [b.to_dict() for b in self.by],
+            "replicas": [r.to_dict() for r in self.replicas],
+        }
 
 
 @dataclass
@@ -234,8 +261,12 @@ class DistRun:
         return self.rank is None
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"world_size": self.world_size, "planned": list(self.planned), "finished": self.finished,
-                               "warnings": list(self.warnings)}
+        out: dict[str, Any] = {
+            "world_size": self.world_size,
+            "planned": list(self.planned),
+            "finished": self.finished,
+            "warnings": list(self.warnings),
+        }
         if self.rank is not None:
             out["rank"] = self.rank
         if self.run_id is not None:
@@ -332,7 +363,10 @@ def summarize(cases: Iterable[Any], planned: Sequence[str], world_size: int) -> 
             saved = Spread.of(ranks, [placed[r].case.totals.saved_bytes for r in ranks])
             per = {r: _counted(placed[r].case.rows) for r in ranks}
             keys = sorted({k for d in per.values() for k in d})
-            by = [OperandSpread(op, kind, Spread.of(ranks, [per[r].get((op, kind), 0) for r in ranks])) for op, kind in keys]
+            by = [
+                OperandSpread(op, kind, Spread.of(ranks, [per[r].get((op, kind), 0) for r in ranks]))
+                for op, kind in keys
+            ]
         out.append(RankSummary(base, ranks, not_ok, missing, saved, by, _replicas([placed[r] for r in ok])))
     return out
 
@@ -378,7 +412,10 @@ def run_problem(run: DistRun, cases: Sequence[Any]) -> tuple[str, str] | None:
             return f"{where}.world_size", f"{info.world_size}, but the run's world size is {run.world_size}"
         base = base_id(c.id, info)
         if base is None or base not in run.planned:
-            return f"cases[{c.id}]", f"not one of the planned cases ({', '.join(run.planned[:3])}{', ...' if len(run.planned) > 3 else ''}) on its coordinates {info.key}"
+            return (
+                f"cases[{c.id}]",
+                f"not one of the planned cases ({', '.join(run.planned[:3])}{', ...' if len(run.planned) > 3 else ''}) on its coordinates {info.key}",
+            )
         if run.rank is not None and info.rank != run.rank:
             return f"{where}.rank", f"rank {info.rank} in rank {run.rank}'s file"
         if (base, info.rank) in seen:
@@ -396,8 +433,10 @@ def run_problem(run: DistRun, cases: Sequence[Any]) -> tuple[str, str] | None:
     for base in run.planned:
         absent = [r for r in range(run.world_size) if (base, r) not in seen]
         if absent:
-            return "cases", (f"case {base!r} has no case for rank(s) {', '.join(map(str, absent))}: a merged report has one "
-                             "per rank (a rank that wrote nothing is an error case, never left out)")
+            return "cases", (
+                f"case {base!r} has no case for rank(s) {', '.join(map(str, absent))}: a merged report has one "
+                "per rank (a rank that wrote nothing is an error case, never left out)"
+            )
     if not run.finished:
         return "dist.finished", "a merged report is finished"
     if run.summary is None:
@@ -407,8 +446,10 @@ def run_problem(run: DistRun, cases: Sequence[Any]) -> tuple[str, str] | None:
     for i, (a, b) in enumerate(zip(said, (t.to_dict() for t in truth), strict=False)):
         if a != b:
             key = next((k for k in b if a.get(k) != b[k]), "case")
-            return f"dist.summary[{i}].{key}", (f"says {_short(a.get(key))} but the ranks' cases give {_short(b[key])} "
-                                                 "(a summary that disagrees with its cases is refused)")
+            return f"dist.summary[{i}].{key}", (
+                f"says {_short(a.get(key))} but the ranks' cases give {_short(b[key])} "
+                "(a summary that disagrees with its cases is refused)"
+            )
     if len(said) != len(truth):
         return "dist.summary", f"{len(said)} entries for {len(truth)} planned case(s)"
     return None
@@ -426,7 +467,10 @@ def spread_from(d: dict[str, Any]) -> Spread:
 def summary_from(d: dict[str, Any]) -> RankSummary:
     """A :class:`RankSummary` from its validated JSON object."""
     return RankSummary(
-        d["case"], list(d["ranks"]), list(d["not_ok"]), list(d["missing"]),
+        d["case"],
+        list(d["ranks"]),
+        list(d["not_ok"]),
+        list(d["missing"]),
         spread_from(d["saved"]) if d["saved"] is not None else None,
         [OperandSpread(b["operand"], b["kind"], spread_from(b)) for b in d["by"]],
         [ReplicaCheck(r["group"], list(r["ranks"]), r["identical"], r["difference"]) for r in d["replicas"]],
@@ -436,8 +480,15 @@ def summary_from(d: dict[str, Any]) -> RankSummary:
 def run_from(d: dict[str, Any]) -> DistRun:
     """A :class:`DistRun` from its validated JSON object."""
     summary = d.get("summary")
-    return DistRun(d["world_size"], list(d["planned"]), d.get("rank"), d.get("run_id"), d.get("finished", True),
-                   [summary_from(s) for s in summary] if summary is not None else None, list(d.get("warnings", [])))
+    return DistRun(
+        d["world_size"],
+        list(d["planned"]),
+        d.get("rank"),
+        d.get("run_id"),
+        d.get("finished", True),
+        [summary_from(s) for s in summary] if summary is not None else None,
+        list(d.get("warnings", [])),
+    )
 
 
 def pydantic_types(config: Any, count: Any, text: Any) -> dict[str, Any]:
@@ -456,20 +507,52 @@ def pydantic_types(config: Any, count: Any, text: Any) -> dict[str, Any]:
 
     size = Annotated[int, Field(ge=1, le=2**20)]
     axis = Literal[AXES]
-    rank_info = td("RankInfo", {
-        "rank": count, "world_size": size, "layout": dict[axis, size], "coords": dict[axis, count],  # type: ignore[valid-type]
-        "backend": text, "send_splits": NotRequired[list[count]], "recv_splits": NotRequired[list[count]],  # type: ignore[valid-type]
-    })
+    rank_info = td(
+        "RankInfo",
+        {
+            "rank": count,
+            "world_size": size,
+            "layout": dict[axis, size],
+            "coords": dict[axis, count],  # type: ignore[valid-type]
+            "backend": text,
+            "send_splits": NotRequired[list[count]],
+            "recv_splits": NotRequired[list[count]],  # type: ignore[valid-type]
+        },
+    )
     number = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-    spread = {"per_rank": list[count], "min": count, "max": count, "mean": number, "imbalance": number | None,  # type: ignore[valid-type]
-              "worst_rank": count}
+    spread = {
+        "per_rank": list[count],
+        "min": count,
+        "max": count,
+        "mean": number,
+        "imbalance": number | None,  # type: ignore[valid-type]
+        "worst_rank": count,
+    }
     saved = td("Spread", spread)
     operand = td("OperandSpread", {"operand": text, "kind": text, **spread})
     replica = td("ReplicaCheck", {"group": text, "ranks": list[count], "identical": bool, "difference": str | None})  # type: ignore[valid-type]
-    summary = td("RankSummary", {"case": text, "ranks": list[count], "not_ok": list[count], "missing": list[count],  # type: ignore[valid-type]
-                                 "saved": saved | None, "by": list[operand], "replicas": list[replica]})
-    run = td("DistRun", {
-        "world_size": size, "planned": list[text], "finished": bool, "warnings": list[str],  # type: ignore[valid-type]
-        "rank": NotRequired[count], "run_id": NotRequired[text], "summary": NotRequired[list[summary]],  # type: ignore[valid-type]
-    })
+    summary = td(
+        "RankSummary",
+        {
+            "case": text,
+            "ranks": list[count],
+            "not_ok": list[count],
+            "missing": list[count],  # type: ignore[valid-type]
+            "saved": saved | None,
+            "by": list[operand],
+            "replicas": list[replica],
+        },
+    )
+    run = td(
+        "DistRun",
+        {
+            "world_size": size,
+            "planned": list[text],
+            "finished": bool,
+            "warnings": list[str],  # type: ignore[valid-type]
+            "rank": NotRequired[count],
+            "run_id": NotRequired[text],
+            "summary": NotRequired[list[summary]],  # type: ignore[valid-type]
+        },
+    )
     return {"RankInfo": rank_info, "DistRun": run}

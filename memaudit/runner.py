@@ -46,8 +46,16 @@ def empty_case(spec: CaseSpec) -> CaseReport:
     return CaseReport(dataclasses.replace(spec, options=dict(spec.options), splits=tuple(spec.split_sizes())))
 
 
-def run_case(target: Target, spec: CaseSpec, *, backward: bool = True, verify_allocator: bool = False,
-             stack: bool = False, snapshot: str | None = None, unread: str | None = None) -> CaseReport:
+def run_case(
+    target: Target,
+    spec: CaseSpec,
+    *,
+    backward: bool = True,
+    verify_allocator: bool = False,
+    stack: bool = False,
+    snapshot: str | None = None,
+    unread: str | None = None,
+) -> CaseReport:
     """Run one case under ``capture()``; errors and OOM become an ``error`` cell.
 
     ``stack`` records the user source line of each save (``Row.source``). ``snapshot`` (CUDA)
@@ -68,13 +76,23 @@ def run_case(target: Target, spec: CaseSpec, *, backward: bool = True, verify_al
         raise ValueError(f"unread must be one of {', '.join(METHODS)} and needs backward, got {unread!r}")
     elsewhere = target.case_host(spec)
     if elsewhere is None:
-        return run_case_here(target, spec, backward=backward, verify_allocator=verify_allocator, stack=stack, snapshot=snapshot,
-                             unread=unread)
+        return run_case_here(
+            target,
+            spec,
+            backward=backward,
+            verify_allocator=verify_allocator,
+            stack=stack,
+            snapshot=snapshot,
+            unread=unread,
+        )
     if snapshot is not None:
         raise ValueError("an allocator snapshot is recorded in this process: a case run elsewhere cannot write one")
     try:
-        return elsewhere(lambda: run_case_here(target, spec, backward=backward, verify_allocator=verify_allocator, stack=stack,
-                                               unread=unread))
+        return elsewhere(
+            lambda: run_case_here(
+                target, spec, backward=backward, verify_allocator=verify_allocator, stack=stack, unread=unread
+            )
+        )
     except Terminated:
         raise
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - one cell's fault is that cell's error
@@ -83,8 +101,16 @@ def run_case(target: Target, spec: CaseSpec, *, backward: bool = True, verify_al
         return case
 
 
-def run_case_here(target: Target, spec: CaseSpec, *, backward: bool = True, verify_allocator: bool = False,
-                  stack: bool = False, snapshot: str | None = None, unread: str | None = None) -> CaseReport:
+def run_case_here(
+    target: Target,
+    spec: CaseSpec,
+    *,
+    backward: bool = True,
+    verify_allocator: bool = False,
+    stack: bool = False,
+    snapshot: str | None = None,
+    unread: str | None = None,
+) -> CaseReport:
     """:func:`run_case` in this process, whatever host the target names."""
     case = empty_case(spec)
     reason = target.skip_reason(spec)
@@ -151,15 +177,18 @@ def _failed(case: CaseReport, reason: str) -> None:
     case.totals, case.allocator, case.unread = Totals(), None, None
 
 
-def _verdicts(case: CaseReport, target: Target, spec: CaseSpec, method: str, observed: Verdicts | None,
-              emulated: bool) -> None:
+def _verdicts(
+    case: CaseReport, target: Target, spec: CaseSpec, method: str, observed: Verdicts | None, emulated: bool
+) -> None:
     """Put the ``--unread`` verdicts on ``case``'s rows (:mod:`memaudit.unread`)."""
     methods = ["observed"] if observed is not None else []
     notes: list[str] = []
     second: Verdicts | None = None
     if method in ("poisoned", "both"):
         if emulated:
-            notes.append("poisoned buffers not run: emulated kernels compute no values (the poisoned method needs real kernels)")
+            notes.append(
+                "poisoned buffers not run: emulated kernels compute no values (the poisoned method needs real kernels)"
+            )
         else:
             second, note = _poison(case, target, spec, observed)
             if second is None:
@@ -170,8 +199,11 @@ def _verdicts(case: CaseReport, target: Target, spec: CaseSpec, method: str, obs
     if observed is not None and second is not None:
         verdicts, disagree = combine(observed, second, case.rows)
         if disagree:
-            raise Disagreement(f"observed reads and poisoned buffers disagree on {len(disagree)} row(s): "
-                               + "; ".join(disagree[:3]) + (" ..." if len(disagree) > 3 else ""))
+            raise Disagreement(
+                f"observed reads and poisoned buffers disagree on {len(disagree)} row(s): "
+                + "; ".join(disagree[:3])
+                + (" ..." if len(disagree) > 3 else "")
+            )
     elif observed is not None or second is not None:
         verdicts = observed if observed is not None else second  # type: ignore[assignment]
     else:  # no method could run: the case has no verdicts (unread_bytes stays null) and says why
@@ -195,7 +227,10 @@ def _poison(case: CaseReport, target: Target, spec: CaseSpec, observed: Verdicts
     if not same(first, again):
         return None, "poisoned buffers not run: two clean runs gave different gradients (backward is not deterministic)"
     if not first:
-        return None, "poisoned buffers not run: the case has no gradients to compare (no parameter or input requires grad)"
+        return (
+            None,
+            "poisoned buffers not run: the case has no gradients to compare (no parameter or input requires grad)",
+        )
     prior = None
     if observed is not None:
         by_storage: dict[str, str] = {}
@@ -205,7 +240,9 @@ def _poison(case: CaseReport, target: Target, spec: CaseSpec, observed: Verdicts
                 by_storage[row.storage] = v if by_storage.get(row.storage) in (None, v) else UNKNOWN
         prior = by_storage
     read, trials = poisoned(trial, storages, prior, reference=first)
-    return poisoned_verdicts(read, case.rows), f"poisoned buffers: {len(storages)} storage(s) in {trials + 2} runs, two fills (0xFF, random bytes)"
+    return poisoned_verdicts(
+        read, case.rows
+    ), f"poisoned buffers: {len(storages)} storage(s) in {trials + 2} runs, two fills (0xFF, random bytes)"
 
 
 def _layout(rows: list[Any]) -> list[tuple[Any, ...]]:
@@ -224,7 +261,12 @@ def _trial(target: Target, spec: CaseSpec, layout: list[tuple[Any, ...]]) -> Tri
         if _layout(rerun.rows) != layout:
             return RuntimeError("the rebuilt case saved other buffers than the measured run")
         refs = cap.row_storages()
-        restore = [poison_storage(st, fill) for name in sorted(group) for ref in refs.get(name, ()) if (st := ref()) is not None]
+        restore = [
+            poison_storage(st, fill)
+            for name in sorted(group)
+            for ref in refs.get(name, ())
+            if (st := ref()) is not None
+        ]
         try:
             built.backward(outputs)
             return gradients(built.model, built.inputs)
@@ -238,7 +280,9 @@ def _trial(target: Target, spec: CaseSpec, layout: list[tuple[Any, ...]]) -> Tri
     return trial
 
 
-def plan_fallbacks(target: Target, specs: Sequence[CaseSpec], mode: str, *, backward: bool = True) -> list[Fallback | None]:
+def plan_fallbacks(
+    target: Target, specs: Sequence[CaseSpec], mode: str, *, backward: bool = True
+) -> list[Fallback | None]:
     """For each spec the target cannot run on real kernels here, its best available answer
     (:class:`~memaudit.targets.base.Fallback`: emulated or estimated), else None. ``mode`` is one
     of :data:`~memaudit.targets.base.FALLBACKS`; ``none`` (or a target that offers none)
@@ -300,8 +344,15 @@ def run_matrix(
         if fallback is not None:
             case = _run_fallback(fallback, spec)
         else:
-            case = run_case(target, spec, backward=backward, verify_allocator=verify_allocator, stack=stack, snapshot=snapshot,
-                            unread=unread)
+            case = run_case(
+                target,
+                spec,
+                backward=backward,
+                verify_allocator=verify_allocator,
+                stack=stack,
+                snapshot=snapshot,
+                unread=unread,
+            )
         if backend is not None:
             case.dist = dataclasses.replace(info, backend=backend)
             case.id = f"{case.id}/{info.key}"

@@ -88,23 +88,36 @@ class CaseSpec:
     owner: SpecOwner | None = field(default=None, hash=False, compare=False, repr=False)
 
     @classmethod
-    def make(cls, owner: SpecOwner, recipe: str, groups: int, *, dtype: str = "bf16", device: str = "cpu",
-             options: dict[str, Any] | None = None, splits: tuple[int, ...] | None = None, **dims: int) -> CaseSpec:
+    def make(
+        cls,
+        owner: SpecOwner,
+        recipe: str,
+        groups: int,
+        *,
+        dtype: str = "bf16",
+        device: str = "cpu",
+        options: dict[str, Any] | None = None,
+        splits: tuple[int, ...] | None = None,
+        **dims: int,
+    ) -> CaseSpec:
         """A spec of ``owner`` with ``dims`` in the order it declares them (a dimension it does
         not declare, or one missing, is a UsageError)."""
         names = [p.name for p in owner.shape]
         unknown = sorted(set(dims) - set(names))
         missing = [n for n in names if n not in dims]
         if unknown or missing:
-            raise UsageError(f"target {owner.name!r} has dimensions {', '.join(names) or 'none'}; "
-                             f"got {', '.join(dims) or 'none'}")
+            raise UsageError(
+                f"target {owner.name!r} has dimensions {', '.join(names) or 'none'}; got {', '.join(dims) or 'none'}"
+            )
         shape = tuple((n, dims[n]) for n in names)
         return cls(owner.name, recipe, groups, shape, dtype, device, dict(options or {}), splits, owner)
 
     def _owner(self, what: str) -> SpecOwner:
         if self.owner is None:
-            raise ValueError(f"{what} of case {self.target}/{self.recipe}/g{self.groups} needs its target, "
-                             "and this spec has none (it was read from a report)")
+            raise ValueError(
+                f"{what} of case {self.target}/{self.recipe}/g{self.groups} needs its target, "
+                "and this spec has none (it was read from a report)"
+            )
         return self.owner
 
     @property
@@ -179,8 +192,7 @@ def default_splits(tokens: int, groups: int, align: int, *, key: str = "--tokens
     live = groups if zero is None else groups - 1  # the groups with a weight
     if units < live:
         raise UsageError(
-            f"{tokens} {what} are too few for {groups} groups at alignment {align} "
-            f"(need at least {live * align})",
+            f"{tokens} {what} are too few for {groups} groups at alignment {align} (need at least {live * align})",
             key=key,
         )
     # Every live group gets one unit, the rest is shared by weight (largest remainder, stable).
@@ -195,7 +207,9 @@ def default_splits(tokens: int, groups: int, align: int, *, key: str = "--tokens
     return [(s + 1) * align if w else s * align for s, w in zip(shares, weights, strict=True)]
 
 
-def validate_splits(splits: list[int], tokens: int, groups: int, align: int, *, source: str | None = None, key: str | None = None) -> None:
+def validate_splits(
+    splits: list[int], tokens: int, groups: int, align: int, *, source: str | None = None, key: str | None = None
+) -> None:
     """Check explicit splits: count, sum and alignment."""
     if len(splits) != groups:
         raise UsageError(f"{len(splits)} splits given for {groups} groups: {splits}", source=source, key=key)

@@ -49,8 +49,10 @@ def unit_problem(unit: str) -> str | None:
         if not prefix:
             return f"ambiguous unit {unit!r} (a lowercase b can mean bits): write B for bytes"
         decimal, binary = f"{prefix}B", f"{prefix}iB"
-        return (f"ambiguous unit {unit!r} (a lowercase b can mean bits): write {decimal} "
-                f"({UNITS[decimal]} bytes) or {binary} ({UNITS[binary]} bytes)")
+        return (
+            f"ambiguous unit {unit!r} (a lowercase b can mean bits): write {decimal} "
+            f"({UNITS[decimal]} bytes) or {binary} ({UNITS[binary]} bytes)"
+        )
     canonical = {u.lower(): u for u in UNITS if u != "kB"}.get(unit.lower())
     if canonical is not None:
         return f"unit {unit!r} is spelled {canonical!r} (units are {UNIT_LIST})"
@@ -66,8 +68,10 @@ def quantity_bytes(number: str, unit: str, text: str, where: str = "") -> int:
         raise ValueError(f"malformed byte quantity {text!r}{where}: {unit_problem(unit)}")
     digits = number.replace("_", "") if "_" in number else number
     if len(digits) > MAX_DIGITS:
-        raise ValueError(f"byte quantity {text[:40]!r}{'...' if len(text) > 40 else ''}{where} has {len(digits)} digits; "
-                         f"at most 2**63-1 bytes")
+        raise ValueError(
+            f"byte quantity {text[:40]!r}{'...' if len(text) > 40 else ''}{where} has {len(digits)} digits; "
+            f"at most 2**63-1 bytes"
+        )
     exact = int(digits) * scale if "." not in digits else Fraction(digits) * scale
     if isinstance(exact, Fraction) and exact.denominator != 1:
         with localcontext() as ctx:
@@ -87,7 +91,11 @@ def parse_bytes(value: str | int, *, source: str | None = None, key: str | None 
         if value < 0:
             raise UsageError(f"byte quantity must be >= 0, got {value}", source=source, key=key)
         if value > MAX_BYTES:
-            raise UsageError(f"byte quantity must be at most 2**63-1, got an integer of {value.bit_length()} bits", source=source, key=key)
+            raise UsageError(
+                f"byte quantity must be at most 2**63-1, got an integer of {value.bit_length()} bits",
+                source=source,
+                key=key,
+            )
         return value
     if not isinstance(value, str):
         raise UsageError(f"expected a byte quantity, got {value!r}", source=source, key=key)

@@ -102,7 +102,11 @@ def poisonable(rows: Sequence[Row]) -> list[str]:
     for row in rows:
         if row.storage is None:
             continue
-        ok = row.kind in PAYLOAD_KINDS and row.resides == "device" and not row.dtype.startswith(("int", "uint16", "bool"))
+        ok = (
+            row.kind in PAYLOAD_KINDS
+            and row.resides == "device"
+            and not row.dtype.startswith(("int", "uint16", "bool"))
+        )
         if row.kind == "data" or row.kind in ("scale_inv", "amax", "scale"):
             ok = row.resides == "device"  # FP8/FP4 bytes and scales: uint8 is their container dtype
         kinds[row.storage] = kinds.get(row.storage, True) and ok
@@ -128,8 +132,9 @@ def same(a: list[torch.Tensor] | BaseException, b: list[torch.Tensor] | BaseExce
     return True
 
 
-def poisoned(trial: Trial, storages: Sequence[str], prior: Mapping[str, str] | None,
-             reference: list[torch.Tensor]) -> tuple[dict[str, bool], int]:
+def poisoned(
+    trial: Trial, storages: Sequence[str], prior: Mapping[str, str] | None, reference: list[torch.Tensor]
+) -> tuple[dict[str, bool], int]:
     """Which of ``storages`` backward reads (True) by poisoning, and the number of trials run.
 
     ``prior`` (storage -> an observed verdict) orders the search: the storages it does not call
@@ -211,7 +216,9 @@ def poisoned_verdicts(read: Mapping[str, bool], rows: Sequence[Row]) -> Verdicts
         if row.kind == "container":
             continue
         if row.storage is not None and row.storage in read:
-            out[row.index] = (READ, "gradients changed when its contents were poisoned") if read[row.storage] else (UNREAD, None)
+            out[row.index] = (
+                (READ, "gradients changed when its contents were poisoned") if read[row.storage] else (UNREAD, None)
+            )
         elif row.kind not in PAYLOAD_KINDS:
             out[row.index] = (UNKNOWN, "integer metadata is never poisoned")
         else:
@@ -229,8 +236,10 @@ def combine(first: Verdicts, second: Verdicts, rows: Sequence[Row]) -> tuple[Ver
         v2, why2 = second.get(index, (UNKNOWN, None))
         if {v1, v2} == {READ, UNREAD}:
             row = by_index[index]
-            disagree.append(f"row {index} ({row.operand or row.op}, storage {row.storage}): observed {v1}"
-                            f"{f' ({why1})' if why1 else ''}, poisoned {v2}{f' ({why2})' if why2 else ''}")
+            disagree.append(
+                f"row {index} ({row.operand or row.op}, storage {row.storage}): observed {v1}"
+                f"{f' ({why1})' if why1 else ''}, poisoned {v2}{f' ({why2})' if why2 else ''}"
+            )
             out[index] = (UNKNOWN, "the two methods disagree")
         elif v1 == UNKNOWN and v2 != UNKNOWN:
             out[index] = (v2, why2)

@@ -77,7 +77,9 @@ def make_case(
     reason: str | None = None,
     path: dict[str, Any] | None = None,
 ) -> CaseReport:
-    case = empty_case(CaseSpec.make(get_target(target), recipe, groups, tokens=tokens, hidden=hidden, ffn=ffn, dtype=dtype))
+    case = empty_case(
+        CaseSpec.make(get_target(target), recipe, groups, tokens=tokens, hidden=hidden, ffn=ffn, dtype=dtype)
+    )
     case.status, case.reason = status, reason
     case.path = PathInfo(path) if path is not None else None
     case.rows, case.totals = rows, compute_totals(rows)
@@ -107,13 +109,31 @@ def bf16_case(groups: int, *, copy_input: bool = False, weight_copy: bool = Fals
         offset = 0
         for g, m in enumerate(splits):
             own = b.storage() if copy_input and prefix == "fc1" else x
-            b.add(f"{prefix}.input", "tensor", "bf16", [m, k], "bfloat16", m * k * 2, group=g, storage=own,
-                  storage_bytes=m * k * 2 if own != x else T * k * 2, storage_offset=offset)
+            b.add(
+                f"{prefix}.input",
+                "tensor",
+                "bf16",
+                [m, k],
+                "bfloat16",
+                m * k * 2,
+                group=g,
+                storage=own,
+                storage_bytes=m * k * 2 if own != x else T * k * 2,
+                storage_offset=offset,
+            )
             offset += m * k * 2
         out = 2 * F if prefix == "fc1" else H
         for g in range(groups):
-            b.add(f"{prefix}.weight[{g}]", "tensor", "bf16", [out, k], "bfloat16", out * k * 2, group=g,
-                  is_parameter=not (weight_copy and g == 0))
+            b.add(
+                f"{prefix}.weight[{g}]",
+                "tensor",
+                "bf16",
+                [out, k],
+                "bfloat16",
+                out * k * 2,
+                group=g,
+                is_parameter=not (weight_copy and g == 0),
+            )
         if prefix == "fc1":
             _activation(b, T, F)
     return make_case("bf16", groups, b.rows, path=_unfused_path())
@@ -145,14 +165,64 @@ def fp8_case(
                 continue
             common = {"group": g, "container": "Float8TensorStorage"}
             if keep_rowwise:
-                b.add(f"{prefix}.input", "data", "fp8", [m, k], "uint8", m * k, orientation="rowwise", slot="_data", **common)
+                b.add(
+                    f"{prefix}.input",
+                    "data",
+                    "fp8",
+                    [m, k],
+                    "uint8",
+                    m * k,
+                    orientation="rowwise",
+                    slot="_data",
+                    **common,
+                )
             if drop_transpose_group != g:
-                b.add(f"{prefix}.input", "data", "fp8", [k, m], "uint8", m * k, orientation="columnwise", slot="_transpose", **common)
-            b.add(f"{prefix}.input", "scale_inv", "fp32", [1], "float32", 4, orientation="both", slot="_scale_inv", **common)
+                b.add(
+                    f"{prefix}.input",
+                    "data",
+                    "fp8",
+                    [k, m],
+                    "uint8",
+                    m * k,
+                    orientation="columnwise",
+                    slot="_transpose",
+                    **common,
+                )
+            b.add(
+                f"{prefix}.input",
+                "scale_inv",
+                "fp32",
+                [1],
+                "float32",
+                4,
+                orientation="both",
+                slot="_scale_inv",
+                **common,
+            )
         for g in range(groups):
             common = {"group": g, "container": "Float8TensorStorage"}
-            b.add(f"{prefix}.weight[{g}]", "data", "fp8", [k, out], "uint8", k * out, orientation="columnwise", slot="_transpose", **common)
-            b.add(f"{prefix}.weight[{g}]", "scale_inv", "fp32", [1], "float32", 4, orientation="both", slot="_scale_inv", **common)
+            b.add(
+                f"{prefix}.weight[{g}]",
+                "data",
+                "fp8",
+                [k, out],
+                "uint8",
+                k * out,
+                orientation="columnwise",
+                slot="_transpose",
+                **common,
+            )
+            b.add(
+                f"{prefix}.weight[{g}]",
+                "scale_inv",
+                "fp32",
+                [1],
+                "float32",
+                4,
+                orientation="both",
+                slot="_scale_inv",
+                **common,
+            )
         if prefix == "fc1":
             _activation(b, T, F)
     return make_case(recipe, groups, b.rows, path=_unfused_path())
@@ -175,18 +245,92 @@ def fused_case(recipe: str, groups: int, *, pruned: bool) -> CaseReport:
         scale = T * k // 16 if nvfp4 else T * k // 32
         op = f"{prefix}.input"
         if nvfp4 and not pruned:
-            b.add(op, "data", recipe, [data], "uint8", data, orientation="rowwise", container=container, slot="rowwise_data", **extra)
-        b.add(op, "data", recipe, [data], "uint8", data, orientation="columnwise", container=container, slot="columnwise_data", **extra)
+            b.add(
+                op,
+                "data",
+                recipe,
+                [data],
+                "uint8",
+                data,
+                orientation="rowwise",
+                container=container,
+                slot="rowwise_data",
+                **extra,
+            )
+        b.add(
+            op,
+            "data",
+            recipe,
+            [data],
+            "uint8",
+            data,
+            orientation="columnwise",
+            container=container,
+            slot="columnwise_data",
+            **extra,
+        )
         if nvfp4 and not pruned:
-            b.add(op, "scale_inv", recipe, [scale], "uint8", scale, orientation="rowwise", container=container, slot="scale_inv", **extra)
-        b.add(op, "scale_inv", recipe, [scale], "uint8", scale, orientation="columnwise", container=container,
-              slot="columnwise_scale_inv", **extra)
+            b.add(
+                op,
+                "scale_inv",
+                recipe,
+                [scale],
+                "uint8",
+                scale,
+                orientation="rowwise",
+                container=container,
+                slot="scale_inv",
+                **extra,
+            )
+        b.add(
+            op,
+            "scale_inv",
+            recipe,
+            [scale],
+            "uint8",
+            scale,
+            orientation="columnwise",
+            container=container,
+            slot="columnwise_scale_inv",
+            **extra,
+        )
         if nvfp4:
-            b.add(op, "amax", "fp32", [groups], "float32", 4 * groups, orientation="rowwise", container=container, slot="amax", **extra)
-            b.add(op, "amax", "fp32", [groups], "float32", 4 * groups, orientation="columnwise", container=container,
-                  slot="columnwise_amax", **extra)
+            b.add(
+                op,
+                "amax",
+                "fp32",
+                [groups],
+                "float32",
+                4 * groups,
+                orientation="rowwise",
+                container=container,
+                slot="amax",
+                **extra,
+            )
+            b.add(
+                op,
+                "amax",
+                "fp32",
+                [groups],
+                "float32",
+                4 * groups,
+                orientation="columnwise",
+                container=container,
+                slot="columnwise_amax",
+                **extra,
+            )
         b.add(op, "metadata", "int64", [groups], "int64", 8 * groups, container=container, slot="first_dims", **extra)
-        b.add(op, "metadata", "int64", [groups + 1], "int64", 8 * (groups + 1), container=container, slot="tensor_offsets", **extra)
+        b.add(
+            op,
+            "metadata",
+            "int64",
+            [groups + 1],
+            "int64",
+            8 * (groups + 1),
+            container=container,
+            slot="tensor_offsets",
+            **extra,
+        )
         if prefix == "fc1":
             _activation(b, T, F)
     path = {"fused": True, "forward_ops": ["GroupedMLP_CuTeGEMMGLU"]}

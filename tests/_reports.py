@@ -79,18 +79,58 @@ class RowBuilder:
 def fp8_rows() -> list[Row]:
     """A TE-like FP8 grouped MLP forward: columnwise inputs + scale_inv, a parameter, a bf16 activation."""
     b = RowBuilder()
-    b.add("fc1.input", "data", nbytes=4096 * 1024, orientation="columnwise", fmt="fp8", shape=(1024, 4096), dtype="uint8",
-          container="Float8Tensor")
-    b.add("fc1.input", "scale_inv", nbytes=4, orientation="columnwise", fmt="fp8", shape=(1,), dtype="float32",
-          container="Float8Tensor")
+    b.add(
+        "fc1.input",
+        "data",
+        nbytes=4096 * 1024,
+        orientation="columnwise",
+        fmt="fp8",
+        shape=(1024, 4096),
+        dtype="uint8",
+        container="Float8Tensor",
+    )
+    b.add(
+        "fc1.input",
+        "scale_inv",
+        nbytes=4,
+        orientation="columnwise",
+        fmt="fp8",
+        shape=(1,),
+        dtype="float32",
+        container="Float8Tensor",
+    )
     b.add("fc1.weight[0]", "tensor", nbytes=2 * 4096 * 1024, fmt="bf16", shape=(4096, 1024), is_parameter=True)
     b.add("activation.input", "tensor", nbytes=2 * 4096 * 4096, fmt="bf16", shape=(4096, 4096))
-    b.add("fc2.input", "data", nbytes=4096 * 2048, orientation="columnwise", fmt="fp8", shape=(2048, 4096), dtype="uint8",
-          container="Float8Tensor")
-    b.add("fc2.input", "scale_inv", nbytes=4, orientation="columnwise", fmt="fp8", shape=(1,), dtype="float32",
-          container="Float8Tensor")
-    b.add("fc1.input", "data", nbytes=4096 * 1024, orientation="columnwise", fmt="fp8", shape=(1024, 4096), dtype="uint8",
-          duplicate_of=0)
+    b.add(
+        "fc2.input",
+        "data",
+        nbytes=4096 * 2048,
+        orientation="columnwise",
+        fmt="fp8",
+        shape=(2048, 4096),
+        dtype="uint8",
+        container="Float8Tensor",
+    )
+    b.add(
+        "fc2.input",
+        "scale_inv",
+        nbytes=4,
+        orientation="columnwise",
+        fmt="fp8",
+        shape=(1,),
+        dtype="float32",
+        container="Float8Tensor",
+    )
+    b.add(
+        "fc1.input",
+        "data",
+        nbytes=4096 * 1024,
+        orientation="columnwise",
+        fmt="fp8",
+        shape=(1024, 4096),
+        dtype="uint8",
+        duplicate_of=0,
+    )
     return b.rows
 
 
@@ -103,8 +143,14 @@ def bf16_rows(tokens: int = 4096, hidden: int = 1024, ffn: int = 2048) -> list[R
     return b.rows
 
 
-def make_case(case_id: str, rows: list[Row] | None = None, *, status: str = "ok", reason: str | None = None,
-              path: dict[str, Any] | None = None) -> CaseReport:
+def make_case(
+    case_id: str,
+    rows: list[Row] | None = None,
+    *,
+    status: str = "ok",
+    reason: str | None = None,
+    path: dict[str, Any] | None = None,
+) -> CaseReport:
     """A CaseReport whose fields are parsed from a CaseSpec-style id, totals computed from rows."""
     target, recipe, g, shape, dtype = case_id.split("/")[:5]
     t, h, f = (int(x[1:]) for x in shape.split("-"))
@@ -128,7 +174,9 @@ def sample_report() -> Report:
     """Two targets, three recipes: an FP8 TE case (unfused), a BF16 TE case, a skipped NVFP4 cell, a CPU reference case."""
     return make_report(
         [
-            make_case(TE_FP8, fp8_rows(), path={"fused": False, "forward_ops": ["GroupedLinear", "SwiGLU", "GroupedLinear"]}),
+            make_case(
+                TE_FP8, fp8_rows(), path={"fused": False, "forward_ops": ["GroupedLinear", "SwiGLU", "GroupedLinear"]}
+            ),
             make_case(TE_BF16, bf16_rows(), path={"fused": False}),
             make_case(TE_NVFP4, status="skipped", reason="Device compute capability 10.0 or higher required for NVFP4"),
             make_case(REF_BF16, bf16_rows(256, 64, 128)),

@@ -23,8 +23,10 @@ def main() -> int:
         want = dict(declared.get(group, {}))
         have = {ep.name: ep.value for ep in metadata.entry_points(group=group) if ep.value.startswith("memaudit")}
         if have != want:
-            problems.append(f"{group}: installed {have}, pyproject.toml declares {want}"
-                            " (make the wheel again: python -m pip wheel --no-deps --no-build-isolation -w .device/dist .)")
+            problems.append(
+                f"{group}: installed {have}, pyproject.toml declares {want}"
+                " (make the wheel again: python -m pip wheel --no-deps --no-build-isolation -w .device/dist .)"
+            )
     for p in problems:
         print(f"device_check: {p}", file=sys.stderr)
     if not problems:

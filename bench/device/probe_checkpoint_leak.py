@@ -125,14 +125,20 @@ def probe(device: torch.device) -> dict[str, Any]:
             "kept_after_gc": None if before is None else after_gc - before,
             "new_live_tensors": len(kept),
             "kept": [
-                {"shape": list(t.shape), "dtype": str(t.dtype), "device": str(t.device),
-                 "referrers": chain(t, 5, {id(kept)})}
+                {
+                    "shape": list(t.shape),
+                    "dtype": str(t.dtype),
+                    "device": str(t.device),
+                    "referrers": chain(t, 5, {id(kept)}),
+                }
                 for t in kept[:6]
             ],
         }
         del kept
         results.append(entry)
-        print(f"{name:<42} kept_after_del={entry['kept_after_del']} kept_after_gc={entry['kept_after_gc']} new_live_tensors={entry['new_live_tensors']}")
+        print(
+            f"{name:<42} kept_after_del={entry['kept_after_del']} kept_after_gc={entry['kept_after_gc']} new_live_tensors={entry['new_live_tensors']}"
+        )
     return {"torch": torch.__version__, "device": str(device), "results": results}
 
 

@@ -43,8 +43,14 @@ def summarize(x: Any, storages: dict[int, int], depth: int = 0) -> Any:
             return {"tensor": list(x.shape), "dtype": str(x.dtype)}
         ptr = x.untyped_storage().data_ptr()
         sid = storages.setdefault(ptr, len(storages)) if ptr else None
-        return {"tensor": list(x.shape), "dtype": str(x.dtype).removeprefix("torch."), "device": x.device.type,
-                "storage": sid, "storage_bytes": x.untyped_storage().nbytes(), "offset": x.storage_offset()}
+        return {
+            "tensor": list(x.shape),
+            "dtype": str(x.dtype).removeprefix("torch."),
+            "device": x.device.type,
+            "storage": sid,
+            "storage_bytes": x.untyped_storage().nbytes(),
+            "offset": x.storage_offset(),
+        }
     if isinstance(x, list | tuple) and depth < 3:
         return [summarize(v, storages, depth + 1) for v in x]
     if x is None or isinstance(x, bool | int | float | str):
@@ -52,9 +58,22 @@ def summarize(x: Any, storages: dict[int, int], depth: int = 0) -> Any:
     name = type(x).__name__
     out: dict[str, Any] = {"type": name}
     if "Quantizer" in name:
-        out.update({k: getattr(x, k, None) for k in ("rowwise_usage", "columnwise_usage", "internal", "optimize_for_gemm",
-                                                    "with_rht", "with_post_rht_amax", "with_2d_quantization", "stochastic_rounding")
-                    if isinstance(getattr(x, k, None), bool)})
+        out.update(
+            {
+                k: getattr(x, k, None)
+                for k in (
+                    "rowwise_usage",
+                    "columnwise_usage",
+                    "internal",
+                    "optimize_for_gemm",
+                    "with_rht",
+                    "with_post_rht_amax",
+                    "with_2d_quantization",
+                    "stochastic_rounding",
+                )
+                if isinstance(getattr(x, k, None), bool)
+            }
+        )
         return out
     try:
         bufs = inner_buffers(x)
@@ -73,7 +92,9 @@ def summarize(x: Any, storages: dict[int, int], depth: int = 0) -> Any:
     return {"type": name, "repr": repr(x)[:80]}
 
 
-def run_cell(recipe_name: str, arch: str, cublaslt: int, fused: bool, groups: int, tokens: int, hidden: int, ffn: int) -> dict[str, Any]:
+def run_cell(
+    recipe_name: str, arch: str, cublaslt: int, fused: bool, groups: int, tokens: int, hidden: int, ffn: int
+) -> dict[str, Any]:
 
     from memaudit.spec import CaseSpec
     from memaudit.targets.registry import get_target
@@ -86,11 +107,16 @@ def run_cell(recipe_name: str, arch: str, cublaslt: int, fused: bool, groups: in
 
     def recorder(name: str, fn: Any) -> Any:
         def call(*args: Any, **kwargs: Any) -> Any:
-            entry: dict[str, Any] = {"name": name, "args": summarize(list(args), storages), "kwargs": summarize(dict(kwargs), storages) if kwargs else {}}
+            entry: dict[str, Any] = {
+                "name": name,
+                "args": summarize(list(args), storages),
+                "kwargs": summarize(dict(kwargs), storages) if kwargs else {},
+            }
             calls.append(entry)
             result = fn(*args, **kwargs)
             entry["result"] = summarize(result, storages)
             return result
+
         return call
 
     standins = {n: recorder(n, GEMM_NOOPS.get(n, f)) for n, f in originals.items()}
@@ -100,20 +126,42 @@ def run_cell(recipe_name: str, arch: str, cublaslt: int, fused: bool, groups: in
         def call(*args: Any, **kwargs: Any) -> Any:
             cudnn_calls.append({"name": name, "kwargs": {k: summarize(v, storages) for k, v in kwargs.items()}})
             raise NotImplementedError(f"cudnn.{name}: trace stops here")
+
         return call
 
-    cudnn = {n: cudnn_standin(n) for n in (
-        "grouped_gemm_glu_wrapper_sm100", "grouped_gemm_dglu_wrapper_sm100", "grouped_gemm_quant_wrapper_sm100",
-        "grouped_gemm_wgrad_wrapper_sm100", "grouped_gemm_srelu_wrapper_sm100", "grouped_gemm_dsrelu_wrapper_sm100")}
-    spec = CaseSpec.make(get_target("te-grouped-mlp"), recipe_name, groups, tokens=tokens, hidden=hidden, ffn=ffn, device="cuda")
-    out: dict[str, Any] = {"recipe": recipe_name, "arch": arch, "cublaslt": cublaslt, "fused": fused, "groups": groups, "splits": spec.split_sizes()}
+    cudnn = {
+        n: cudnn_standin(n)
+        for n in (
+            "grouped_gemm_glu_wrapper_sm100",
+            "grouped_gemm_dglu_wrapper_sm100",
+            "grouped_gemm_quant_wrapper_sm100",
+            "grouped_gemm_wgrad_wrapper_sm100",
+            "grouped_gemm_srelu_wrapper_sm100",
+            "grouped_gemm_dsrelu_wrapper_sm100",
+        )
+    }
+    spec = CaseSpec.make(
+        get_target("te-grouped-mlp"), recipe_name, groups, tokens=tokens, hidden=hidden, ffn=ffn, device="cuda"
+    )
+    out: dict[str, Any] = {
+        "recipe": recipe_name,
+        "arch": arch,
+        "cublaslt": cublaslt,
+        "fused": fused,
+        "groups": groups,
+        "splits": spec.split_sizes(),
+    }
     os.environ["NVTE_CUTEDSL_FUSED_GROUPED_MLP"] = "1" if fused else "0"
     try:
         with emulation(Machine(arch, cublaslt), standins, cudnn) as log:
             model = forward(recipe_name, groups, tokens, hidden, ffn)
             out["status"] = "completed"
             out["fusions"] = log.fusions
-            out["forward_ops"] = [type(op).__name__ for g in getattr(model, "_module_groups", ()) for op, _ in getattr(g, "_forward_ops", ())]
+            out["forward_ops"] = [
+                type(op).__name__
+                for g in getattr(model, "_module_groups", ())
+                for op, _ in getattr(g, "_forward_ops", ())
+            ]
     except Exception as exc:  # noqa: BLE001 - a probe reports every failure
         tb = traceback.extract_tb(exc.__traceback__)
         out["status"] = f"{type(exc).__name__}: {str(exc)[:400]}"
@@ -131,7 +179,7 @@ def main() -> None:
     cells = []
     for arch, lt in (("sm90", 130100), ("sm90", 130600), ("sm100", 130600)):
         for recipe in ("bf16", "fp8-delayed", "fp8-current", "fp8-block", "mxfp8", "nvfp4"):
-            for fused in ((False, True) if arch == "sm100" and recipe in ("mxfp8", "nvfp4") else (False,)):
+            for fused in (False, True) if arch == "sm100" and recipe in ("mxfp8", "nvfp4") else (False,):
                 for groups in (1, 4):
                     cell = run_cell(recipe, arch, lt, fused, groups, 1024, 256, 256)
                     print(arch, lt, recipe, "fused" if fused else "unfused", groups, cell["status"][:160], flush=True)

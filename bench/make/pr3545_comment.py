@@ -24,7 +24,10 @@ from memaudit.render.markdown import render_markdown  # noqa: E402
 from memaudit.report import Report, atomic_write_text  # noqa: E402
 
 CASES = [("nvfp4", 1, "1.26.0"), ("nvfp4", 8, "1.28.0"), ("mxfp8", 8, "1.28.0"), ("fp8-current", 8, "1.28.0")]
-ENVIRONMENT = {"device_class": "cpu", "transformer_engine": "2.20.2"}  # fixed, so that the file regenerates byte for byte
+ENVIRONMENT = {
+    "device_class": "cpu",
+    "transformer_engine": "2.20.2",
+}  # fixed, so that the file regenerates byte for byte
 
 
 def reports() -> tuple[Report, Report]:
@@ -32,8 +35,10 @@ def reports() -> tuple[Report, Report]:
     current = [emulated_case(r, g, cudnn_frontend=fe, **PRODUCTION) for r, g, fe in CASES]
     with saving(pr3545):
         fixed = [emulated_case(r, g, cudnn_frontend=fe, **PRODUCTION) for r, g, fe in CASES]
-    return (Report(cases=fixed, environment=ENVIRONMENT, memaudit="example"),
-            Report(cases=current, environment=ENVIRONMENT, memaudit="example"))
+    return (
+        Report(cases=fixed, environment=ENVIRONMENT, memaudit="example"),
+        Report(cases=current, environment=ENVIRONMENT, memaudit="example"),
+    )
 
 
 def main() -> None:

@@ -49,9 +49,21 @@ def main() -> None:
         chromium = shutil.which("chromium") or shutil.which("chromium-browser")
         if chromium is None:
             raise SystemExit("no chromium on PATH")
-        subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                        f"--window-size={args.width},{args.height}", f"--screenshot={args.png.resolve()}",
-                        html.as_uri()], check=True, capture_output=True, timeout=120)
+        subprocess.run(
+            [
+                chromium,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+                f"--window-size={args.width},{args.height}",
+                f"--screenshot={args.png.resolve()}",
+                html.as_uri(),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
     print(f"wrote {args.png}")
 
 

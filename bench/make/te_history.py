@@ -51,7 +51,11 @@ def _branch_point(repo: Path, main: str, version: str) -> str | None:
     from memaudit.te.history.sources import GitError, git
 
     major_minor = ".".join(version.split(".")[:2])
-    for ref in (f"release_v{major_minor}", f"origin/release_v{major_minor}", f"refs/remotes/origin/release_v{major_minor}"):
+    for ref in (
+        f"release_v{major_minor}",
+        f"origin/release_v{major_minor}",
+        f"refs/remotes/origin/release_v{major_minor}",
+    ):
         try:
             return str(git(repo, "merge-base", main, ref)).strip()
         except GitError:
@@ -94,8 +98,11 @@ def history(args: argparse.Namespace) -> int:
 
     def progress(run: Any, i: int, n: int) -> None:
         ok = sum(c.status == "ok" for c in run.report.cases)
-        print(f"[{i}/{n}] TE {run.info.label}: {ok}/{len(run.report.cases)} cases ran ({run.seconds:.1f} s)"
-              + (f"; {run.info.error}" if run.info.error else ""), flush=True)
+        print(
+            f"[{i}/{n}] TE {run.info.label}: {ok}/{len(run.report.cases)} cases ran ({run.seconds:.1f} s)"
+            + (f"; {run.info.error}" if run.info.error else ""),
+            flush=True,
+        )
 
     runs = run_versions(specs, cases, cache, on_version=progress)
     h = history_of(runs, cases)
@@ -107,8 +114,13 @@ def history(args: argparse.Namespace) -> int:
     at_point = {v: _state_at(repo, c, cases, cache) for v, c in points.items() if c is not None}
     version_state = {r.info.label: {c.id: saved_state(r.report.case(c.id)) for c in cases} for r in runs}
     h.branch_points = [
-        {"version": v, "commit": points[v], "cases_differing_from_the_release":
-         sorted(cid for cid, st in at_point[v].items() if v in version_state and st != version_state[v][cid])}
+        {
+            "version": v,
+            "commit": points[v],
+            "cases_differing_from_the_release": sorted(
+                cid for cid, st in at_point[v].items() if v in version_state and st != version_state[v][cid]
+            ),
+        }
         for v in sorted(at_point, key=lambda x: [r.info.label for r in runs].index(x) if x in version_state else 99)
     ]
     groups: dict[tuple[Any, ...], list[Any]] = {}
@@ -120,11 +132,27 @@ def history(args: argparse.Namespace) -> int:
         good, bad = points.get(before), points.get(after)
         ids = [m.id for m in members]
         if good is None or bad is None or good == bad:
-            why = (f"{after} is not on the checkout's main line (its release branch is not in the checkout)" if bad is None
-                   else f"{before} has no branch point in the checkout" if good is None
-                   else "both versions branch from the same main commit (the change came with a release-branch cherry-pick)")
-            bisects.append({"case": ids[0], "cases": ids, "pair": [before, after], "good": good or "", "bad": bad or "",
-                            "commits": 0, "first": None, "candidates": [], "probes": [], "not_bisected": why})
+            why = (
+                f"{after} is not on the checkout's main line (its release branch is not in the checkout)"
+                if bad is None
+                else f"{before} has no branch point in the checkout"
+                if good is None
+                else "both versions branch from the same main commit (the change came with a release-branch cherry-pick)"
+            )
+            bisects.append(
+                {
+                    "case": ids[0],
+                    "cases": ids,
+                    "pair": [before, after],
+                    "good": good or "",
+                    "bad": bad or "",
+                    "commits": 0,
+                    "first": None,
+                    "candidates": [],
+                    "probes": [],
+                    "not_bisected": why,
+                }
+            )
             print(f"{before} -> {after}: {len(ids)} cases not bisected: {why}", flush=True)
             continue
         todo = sorted(members, key=lambda m: (m.shape.get("tokens", 0), -m.groups, m.id))
@@ -137,9 +165,20 @@ def history(args: argparse.Namespace) -> int:
                 try:
                     result = bisect(repo, lo, bad, by_id[rep.id], cache)
                 except Exception as exc:  # noqa: BLE001 - recorded as the group's answer
-                    bisects.append({"case": rep.id, "cases": [rep.id], "pair": [before, after], "good": lo, "bad": bad,
-                                    "commits": 0, "first": None, "candidates": [], "probes": [],
-                                    "not_bisected": f"{type(exc).__name__}: {exc}"})
+                    bisects.append(
+                        {
+                            "case": rep.id,
+                            "cases": [rep.id],
+                            "pair": [before, after],
+                            "good": lo,
+                            "bad": bad,
+                            "commits": 0,
+                            "first": None,
+                            "candidates": [],
+                            "probes": [],
+                            "not_bisected": f"{type(exc).__name__}: {exc}",
+                        }
+                    )
                     print(f"{before} -> {after}: {rep.id}: {exc}", flush=True)
                     break
                 d = result.to_dict()
@@ -154,8 +193,11 @@ def history(args: argparse.Namespace) -> int:
                 confirmed_any.update(confirmed)
                 d["cases"] = confirmed
                 bisects.append(d)
-                print(f"{before} -> {after}: {len(confirmed)} cases: {result.summary()} ({seconds} s)"
-                      + ("; changed again later" if result.changed_again else ""), flush=True)
+                print(
+                    f"{before} -> {after}: {len(confirmed)} cases: {result.summary()} ({seconds} s)"
+                    + ("; changed again later" if result.changed_again else ""),
+                    flush=True,
+                )
                 if result.first is None or not result.changed_again:
                     break
                 lo = result.first
@@ -214,30 +256,47 @@ def timing(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     result = bisect(repo, args.good, args.bad, case, cache)
     bisect_s = time.perf_counter() - t0
-    memaudit_commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                     text=True, check=False).stdout.strip()
+    memaudit_commit = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
     data = {
-        "machine": {"cpu": platform.processor() or platform.machine(), "python": platform.python_version(),
-                    "load_average": [round(x, 2) for x in __import__("os").getloadavg()]},
+        "machine": {
+            "cpu": platform.processor() or platform.machine(),
+            "python": platform.python_version(),
+            "load_average": [round(x, 2) for x in __import__("os").getloadavg()],
+        },
         "memaudit_commit": memaudit_commit,
-        "version_x_cases": {"version": "2.19.0", "cases": len(cases), "ok": ok, "runs_s": [round(w, 2) for w in walls],
-                            "median_s": round(statistics.median(walls), 2)},
-        "bisect": {"case": case.id, "commits": result.commits, "probes": len(result.probes), "seconds": round(bisect_s, 1),
-                   "first": result.first, "subject": result.subject,
-                   "probe_s": [round(p.seconds, 2) for p in result.probes]},
+        "version_x_cases": {
+            "version": "2.19.0",
+            "cases": len(cases),
+            "ok": ok,
+            "runs_s": [round(w, 2) for w in walls],
+            "median_s": round(statistics.median(walls), 2),
+        },
+        "bisect": {
+            "case": case.id,
+            "commits": result.commits,
+            "probes": len(result.probes),
+            "seconds": round(bisect_s, 1),
+            "first": result.first,
+            "subject": result.subject,
+            "probe_s": [round(p.seconds, 2) for p in result.probes],
+        },
     }
     out = Path(args.out)
     atomic_write_text(out.with_suffix(".json"), json.dumps(data, indent=1, sort_keys=True) + "\n")
     v, b = data["version_x_cases"], data["bisect"]
-    md = (f"# TE history timing (`python bench/make/te_history.py timing`)\n\n"
-          f"memaudit {memaudit_commit}, Python {data['machine']['python']}, load average "
-          f"{', '.join(map(str, data['machine']['load_average']))} (this machine's 2 cores are shared).\n\n"
-          f"| what | wall |\n|---|---:|\n"
-          f"| one version (TE {v['version']}) x {v['cases']} cases ({v['ok']} ran), one worker process incl. TE's import, "
-          f"median of 3 ({', '.join(f'{x} s' for x in v['runs_s'])}) | {v['median_s']} s |\n"
-          f"| bisect of {b['case']} over {b['commits']} first-parent commits: {b['probes']} probes, each a git archive "
-          f"and a worker (median probe {statistics.median(b['probe_s']):.1f} s); found {str(b['first'])[:12]} "
-          f"{b['subject']} | {b['seconds']} s |\n")
+    md = (
+        f"# TE history timing (`python bench/make/te_history.py timing`)\n\n"
+        f"memaudit {memaudit_commit}, Python {data['machine']['python']}, load average "
+        f"{', '.join(map(str, data['machine']['load_average']))} (this machine's 2 cores are shared).\n\n"
+        f"| what | wall |\n|---|---:|\n"
+        f"| one version (TE {v['version']}) x {v['cases']} cases ({v['ok']} ran), one worker process incl. TE's import, "
+        f"median of 3 ({', '.join(f'{x} s' for x in v['runs_s'])}) | {v['median_s']} s |\n"
+        f"| bisect of {b['case']} over {b['commits']} first-parent commits: {b['probes']} probes, each a git archive "
+        f"and a worker (median probe {statistics.median(b['probe_s']):.1f} s); found {str(b['first'])[:12]} "
+        f"{b['subject']} | {b['seconds']} s |\n"
+    )
     atomic_write_text(out.with_suffix(".md"), md)
     print(md)
     return 0

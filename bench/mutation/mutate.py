@@ -67,10 +67,26 @@ NOTES = ROOT / "bench" / "mutation" / "mutation_notes.toml"
 GOAL = 0.90
 """At least this share of the non-equivalent mutants of each module is killed."""
 
-CMP_SWAP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq,
-            ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is}
-ARITH_SWAP = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.FloorDiv, ast.FloorDiv: ast.Mult, ast.Div: ast.Mult,
-              ast.Mod: ast.FloorDiv}
+CMP_SWAP = {
+    ast.Lt: ast.LtE,
+    ast.LtE: ast.Lt,
+    ast.Gt: ast.GtE,
+    ast.GtE: ast.Gt,
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+    ast.In: ast.NotIn,
+    ast.NotIn: ast.In,
+    ast.Is: ast.IsNot,
+    ast.IsNot: ast.Is,
+}
+ARITH_SWAP = {
+    ast.Add: ast.Sub,
+    ast.Sub: ast.Add,
+    ast.Mult: ast.FloorDiv,
+    ast.FloorDiv: ast.Mult,
+    ast.Div: ast.Mult,
+    ast.Mod: ast.FloorDiv,
+}
 
 
 @dataclass(frozen=True)
@@ -103,6 +119,7 @@ class Mutant:
         def short(s: str) -> str:
             s = " ".join(s.split())
             return s if len(s) <= 70 else s[:67] + "..."
+
         return f"`{short(self.original)}` -> `{short(self.replacement)}`"
 
 
@@ -125,9 +142,16 @@ class _Finder(ast.NodeVisitor):
         line = node.decorator_list[0].lineno if node.decorator_list else node.lineno
         self.stack.append((node.name, line))
         self.kinds.append(kind)
-        if kind == "def":  # arguments' defaults are evaluated at def time, in the enclosing scope: skip; annotations too
+        if (
+            kind == "def"
+        ):  # arguments' defaults are evaluated at def time, in the enclosing scope: skip; annotations too
             body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            if (
+                body
+                and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)
+            ):
                 body = body[1:]  # the docstring
             for stmt in body:
                 self.visit(stmt)
@@ -179,8 +203,20 @@ class _Finder(ast.NodeVisitor):
             return
         func, line = self._function()
         outer, outer_line = self._outer()
-        self.out.append(Mutant(self.module, func, line, op, outer, outer_line, (node.lineno, node.col_offset),
-                               (node.end_lineno, node.end_col_offset), original, replacement))  # type: ignore[attr-defined]
+        self.out.append(
+            Mutant(
+                self.module,
+                func,
+                line,
+                op,
+                outer,
+                outer_line,
+                (node.lineno, node.col_offset),
+                (node.end_lineno, node.end_col_offset),
+                original,
+                replacement,
+            )
+        )  # type: ignore[attr-defined]
 
     def _expr(self, node: ast.expr) -> str:
         return f"({ast.unparse(node)})"
@@ -335,11 +371,18 @@ def trace(cache: Path) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     (cache / "mutate_trace.py").write_text(TRACER, encoding="utf-8")
     out = cache / "map.json"
-    env = {**os.environ, "MUTATE_FILES": json.dumps([str(ROOT / m) for m in MODULES]), "MUTATE_MAP": str(out),
-           "PYTHONPATH": os.pathsep.join([str(cache), str(ROOT)])}
+    env = {
+        **os.environ,
+        "MUTATE_FILES": json.dumps([str(ROOT / m) for m in MODULES]),
+        "MUTATE_MAP": str(out),
+        "PYTHONPATH": os.pathsep.join([str(cache), str(ROOT)]),
+    }
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "mutate_trace", "tests"],
-                          cwd=ROOT, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "mutate_trace", "tests"],
+        cwd=ROOT,
+        env=env,
+    )
     print(f"traced the suite in {time.perf_counter() - start:.0f} s (pytest exit {proc.returncode})", flush=True)
     return out
 
@@ -359,7 +402,18 @@ def tests_of(mapping: dict[str, Any], m: Mutant) -> list[str]:
 
 
 # ---- running one mutant -------------------------------------------------------------------------------
-SNAPSHOT = ("memaudit", "tests", "bench", "reports", "scenarios", "pyproject.toml", "README.md", "docs", ".github", "action.yml")
+SNAPSHOT = (
+    "memaudit",
+    "tests",
+    "bench",
+    "reports",
+    "scenarios",
+    "pyproject.toml",
+    "README.md",
+    "docs",
+    ".github",
+    "action.yml",
+)
 """What a mutant's tests run in: a copy of the checkout made when the run starts, so that editing
 the working tree during a run changes nothing (the mutated module is a file of this copy). Every
 file a test reads must be here: a test that cannot be collected is an error, not a kill."""
@@ -387,8 +441,13 @@ CONTROL = {"collects": False}
 
 def control_collects(tree: Path) -> bool:
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "tests"],
-                          cwd=tree, env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "tests"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     return proc.returncode == 0
 
 
@@ -412,7 +471,10 @@ def run_mutant(m: Mutant, tests: list[str], tree: Path, timeout: float) -> dict[
     finally:
         target.write_text(original, encoding="utf-8")
     took = time.perf_counter() - start
-    killer = next((line.split(" ")[1] for line in tail.splitlines() if line.startswith("FAILED ") or line.startswith("ERROR ")), None)
+    killer = next(
+        (line.split(" ")[1] for line in tail.splitlines() if line.startswith("FAILED ") or line.startswith("ERROR ")),
+        None,
+    )
     if code == 0:
         status = "survived"
     elif code == 5:
@@ -426,8 +488,13 @@ def run_mutant(m: Mutant, tests: list[str], tree: Path, timeout: float) -> dict[
         killer = killer or f"collection (pytest exit {code}; the unmutated snapshot collects)"
     else:  # the tests did not judge the mutant (the snapshot itself fails to collect, an internal error)
         status = "error"
-    return {"status": status, "exit": code, "seconds": round(took, 1), "killed_by": killer if status == "killed" else None,
-            "tests": len(tests)}
+    return {
+        "status": status,
+        "exit": code,
+        "seconds": round(took, 1),
+        "killed_by": killer if status == "killed" else None,
+        "tests": len(tests),
+    }
 
 
 # ---- running mutants in a warm process: fork, swap one function's code, run its tests in-process ------------
@@ -489,7 +556,11 @@ def _swap(m: Mutant, tree: Path) -> bool:
     module = importlib.import_module(name)
     source = (tree / m.module).read_text(encoding="utf-8")
     new = _code_of(compile(apply(source, m), str(tree / m.module), "exec"), m.outer, m.outer_line)
-    live = [f for f in _function_objects(module) if f.__code__.co_qualname == m.outer and f.__code__.co_firstlineno == m.outer_line]
+    live = [
+        f
+        for f in _function_objects(module)
+        if f.__code__.co_qualname == m.outer and f.__code__.co_firstlineno == m.outer_line
+    ]
     if new is None or not live:
         return False
     for f in live:
@@ -556,7 +627,10 @@ def serve(plan_path: Path) -> int:
             else:
                 time.sleep(0.02)
         tail = log.read_text(encoding="utf-8", errors="replace")[-3000:] if log.exists() else ""
-        print(json.dumps({"key": m.key, "exit": status, "seconds": round(time.perf_counter() - start, 1), "tail": tail}), flush=True)
+        print(
+            json.dumps({"key": m.key, "exit": status, "seconds": round(time.perf_counter() - start, 1), "tail": tail}),
+            flush=True,
+        )
     return 0
 
 
@@ -571,10 +645,22 @@ def _result(exit_code: int, tail: str, seconds: float, tests: int) -> dict[str, 
         killer = killer or ("timeout" if exit_code in (-9, -1) else None)
     else:
         status = "error"
-    summary = next((line.strip("= ") for line in reversed(tail.splitlines()) if " in " in line and ("passed" in line or "failed" in line
-                                                                                                      or "skipped" in line)), "")
-    return {"status": status, "exit": exit_code, "seconds": seconds, "killed_by": killer if status == "killed" else None, "tests": tests,
-            "summary": summary}
+    summary = next(
+        (
+            line.strip("= ")
+            for line in reversed(tail.splitlines())
+            if " in " in line and ("passed" in line or "failed" in line or "skipped" in line)
+        ),
+        "",
+    )
+    return {
+        "status": status,
+        "exit": exit_code,
+        "seconds": seconds,
+        "killed_by": killer if status == "killed" else None,
+        "tests": tests,
+        "summary": summary,
+    }
 
 
 def run_forked(sample: list[Mutant], mapping: dict[str, Any], tree: Path, work: Path, timeout: float) -> Any:
@@ -588,12 +674,24 @@ def run_forked(sample: list[Mutant], mapping: dict[str, Any], tree: Path, work: 
     plan.write_text(json.dumps({"tree": str(tree), "mutants": [i for i in items if i["tests"]]}), encoding="utf-8")
     for item in items:
         if not item["tests"]:
-            yield Mutant(**{**item["mutant"], "start": tuple(item["mutant"]["start"]), "end": tuple(item["mutant"]["end"])}), [], \
-                {"status": "no tests", "tests": 0}
-    by_key = {Mutant(**{**i["mutant"], "start": tuple(i["mutant"]["start"]), "end": tuple(i["mutant"]["end"])}).key: i for i in items}
-    proc = subprocess.Popen([sys.executable, str(tree / "bench" / "mutation" / "mutate.py"), "--serve", str(plan)], cwd=tree,
-                            env={**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"},
-                            stdout=subprocess.PIPE, text=True)
+            yield (
+                Mutant(
+                    **{**item["mutant"], "start": tuple(item["mutant"]["start"]), "end": tuple(item["mutant"]["end"])}
+                ),
+                [],
+                {"status": "no tests", "tests": 0},
+            )
+    by_key = {
+        Mutant(**{**i["mutant"], "start": tuple(i["mutant"]["start"]), "end": tuple(i["mutant"]["end"])}).key: i
+        for i in items
+    }
+    proc = subprocess.Popen(
+        [sys.executable, str(tree / "bench" / "mutation" / "mutate.py"), "--serve", str(plan)],
+        cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     for line in proc.stdout:
         r = json.loads(line)
@@ -617,8 +715,10 @@ def load_notes() -> dict[str, dict[str, str]]:
 def summarize(results: list[dict[str, Any]], notes: dict[str, dict[str, str]]) -> dict[str, dict[str, Any]]:
     per: dict[str, dict[str, Any]] = {}
     for r in results:
-        s = per.setdefault(r["module"], {"sampled": 0, "killed": 0, "survived": 0, "equivalent": 0, "no_tests": 0, "invalid": 0,
-                                             "error": 0})
+        s = per.setdefault(
+            r["module"],
+            {"sampled": 0, "killed": 0, "survived": 0, "equivalent": 0, "no_tests": 0, "invalid": 0, "error": 0},
+        )
         s["sampled"] += 1
         note = notes.get(r["key"], {})
         if r["status"] == "survived" and note.get("equivalent"):
@@ -654,7 +754,11 @@ def markdown(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         f"Goal: at least {GOAL:.0%} of the non-equivalent mutants of every module killed.",
         "",
         f"Run: {meta['when']}, {meta['seconds']:.0f} s on {meta['cpus']} cores"
-        + (f" ({meta['rerun']} survivors of the full run run again after new tests, with a fresh trace)." if meta.get("rerun") else "."),
+        + (
+            f" ({meta['rerun']} survivors of the full run run again after new tests, with a fresh trace)."
+            if meta.get("rerun")
+            else "."
+        ),
         "",
         "| module | sampled | killed | survived | equivalent | no test runs it | tests not run (error) | score | goal met |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---|",
@@ -668,24 +772,52 @@ def markdown(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         total["killed"] += s["killed"]
         total["counted"] += counted
         score = f"{s['score']:.0%}" if s["score"] is not None else "-"
-        lines.append(f"| `{mod.removeprefix('memaudit/')}` | {s['sampled']} | {s['killed']} | {s['survived']} | {s['equivalent']} | "
-                     f"{s['no_tests']} | {s.get('error', 0)} | {score} | {'yes' if s['met'] else '**no**'} |")
+        lines.append(
+            f"| `{mod.removeprefix('memaudit/')}` | {s['sampled']} | {s['killed']} | {s['survived']} | {s['equivalent']} | "
+            f"{s['no_tests']} | {s.get('error', 0)} | {score} | {'yes' if s['met'] else '**no**'} |"
+        )
     if total["counted"]:
-        lines += ["", f"Overall: {total['killed']} of {total['counted']} non-equivalent mutants killed "
-                      f"({total['killed'] / total['counted']:.1%})."]
+        lines += [
+            "",
+            f"Overall: {total['killed']} of {total['counted']} non-equivalent mutants killed "
+            f"({total['killed'] / total['counted']:.1%}).",
+        ]
     survivors = [r for r in results if r["status"] in ("survived", "no tests", "error")]
-    lines += ["", "## Survivors", "", "Each with why it is equivalent (counted out of the score) or the gap it shows.", "",
-              "| module | function | mutant | why |", "|---|---|---|---|"]
+    lines += [
+        "",
+        "## Survivors",
+        "",
+        "Each with why it is equivalent (counted out of the score) or the gap it shows.",
+        "",
+        "| module | function | mutant | why |",
+        "|---|---|---|---|",
+    ]
     for r in sorted(survivors, key=lambda r: (MODULES.index(r["module"]), r["line"])):
         note = notes.get(r["key"], {})
-        why = note.get("equivalent") and f"equivalent: {note['equivalent']}" or note.get("gap") or "**not yet explained**"
-        lines.append(f"| `{r['module'].removeprefix('memaudit/')}` | `{r['function']}` (line {r['line']}) | {r['op']}: "
-                     f"{r['describe'].replace('|', '&#124;')} | {why.replace('|', '&#124;')} |")
-    killed_by_new = [(r, notes[r["key"]]["killed_by"]) for r in results if r["status"] == "killed" and notes.get(r["key"], {}).get("killed_by")]
+        why = (
+            note.get("equivalent") and f"equivalent: {note['equivalent']}" or note.get("gap") or "**not yet explained**"
+        )
+        lines.append(
+            f"| `{r['module'].removeprefix('memaudit/')}` | `{r['function']}` (line {r['line']}) | {r['op']}: "
+            f"{r['describe'].replace('|', '&#124;')} | {why.replace('|', '&#124;')} |"
+        )
+    killed_by_new = [
+        (r, notes[r["key"]]["killed_by"])
+        for r in results
+        if r["status"] == "killed" and notes.get(r["key"], {}).get("killed_by")
+    ]
     if killed_by_new:
-        lines += ["", "## Survivors of earlier runs that new tests kill", "", "| module | mutant | killed by |", "|---|---|---|"]
+        lines += [
+            "",
+            "## Survivors of earlier runs that new tests kill",
+            "",
+            "| module | mutant | killed by |",
+            "|---|---|---|",
+        ]
         for r, test in killed_by_new:
-            lines.append(f"| `{r['module'].removeprefix('memaudit/')}` | {r['describe'].replace('|', '&#124;')} | `{test}` |")
+            lines.append(
+                f"| `{r['module'].removeprefix('memaudit/')}` | {r['describe'].replace('|', '&#124;')} | `{test}` |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -702,7 +834,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--md", type=Path, help="the summary (markdown)")
     ap.add_argument("--list", action="store_true", help="print the sampled mutants and exit")
     ap.add_argument("--merge", type=Path, help="an earlier run's JSON: its results stand, except the mutants run now")
-    ap.add_argument("--isolated", action="store_true", help="a fresh pytest process per mutant (slower; the default forks a warm one)")
+    ap.add_argument(
+        "--isolated",
+        action="store_true",
+        help="a fresh pytest process per mutant (slower; the default forks a warm one)",
+    )
     ap.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.serve:
@@ -732,28 +868,50 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     start = time.perf_counter()
     if args.isolated:
-        runs = ((m, t, run_mutant(m, t, tree, args.timeout) if t else {"status": "no tests", "tests": 0})
-                for m in sample for t in [tests_of(mapping, m)])
+        runs = (
+            (m, t, run_mutant(m, t, tree, args.timeout) if t else {"status": "no tests", "tests": 0})
+            for m in sample
+            for t in [tests_of(mapping, m)]
+        )
     else:
         runs = run_forked(sample, mapping, tree, args.cache, args.timeout)
     for i, (m, _tests, r) in enumerate(runs, 1):
-        row = {**{k: v for k, v in asdict(m).items() if k not in ("start", "end")}, "key": m.key, "line": m.start[0],
-               "describe": m.describe(), **r}
+        row = {
+            **{k: v for k, v in asdict(m).items() if k not in ("start", "end")},
+            "key": m.key,
+            "line": m.start[0],
+            "describe": m.describe(),
+            **r,
+        }
         results.append(row)
-        print(f"[{i}/{len(sample)}] {r['status']:9} {m.module}:{m.start[0]} {m.function} {m.op} {m.describe()}"
-              f" ({r.get('tests', 0)} tests, {r.get('seconds', 0)} s)", flush=True)
-    meta = {"per_module": args.per_module, "seed": args.seed, "candidates": candidates, "seconds": time.perf_counter() - start,
-            "cpus": os.cpu_count(), "when": time.strftime("%Y-%m-%d")}
+        print(
+            f"[{i}/{len(sample)}] {r['status']:9} {m.module}:{m.start[0]} {m.function} {m.op} {m.describe()}"
+            f" ({r.get('tests', 0)} tests, {r.get('seconds', 0)} s)",
+            flush=True,
+        )
+    meta = {
+        "per_module": args.per_module,
+        "seed": args.seed,
+        "candidates": candidates,
+        "seconds": time.perf_counter() - start,
+        "cpus": os.cpu_count(),
+        "when": time.strftime("%Y-%m-%d"),
+    }
     if args.merge:
         earlier = json.loads(args.merge.read_text(encoding="utf-8"))
         now = {r["key"]: r for r in results}
         results = [now.pop(r["key"], r) for r in earlier["mutants"]] + list(now.values())
-        meta = {**earlier["meta"], "seconds": earlier["meta"]["seconds"] + meta["seconds"],
-                "rerun": earlier["meta"].get("rerun", 0) + len(sample)}
+        meta = {
+            **earlier["meta"],
+            "seconds": earlier["meta"]["seconds"] + meta["seconds"],
+            "rerun": earlier["meta"].get("rerun", 0) + len(sample),
+        }
     notes = load_notes()
     if args.out:
-        args.out.write_text(json.dumps({"meta": meta, "summary": summarize(results, notes), "mutants": results}, indent=1) + "\n",
-                            encoding="utf-8")
+        args.out.write_text(
+            json.dumps({"meta": meta, "summary": summarize(results, notes), "mutants": results}, indent=1) + "\n",
+            encoding="utf-8",
+        )
     if args.md:
         args.md.write_text(markdown(results, meta), encoding="utf-8")
     for mod, s in summarize(results, notes).items():

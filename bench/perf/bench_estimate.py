@@ -231,19 +231,33 @@ def environment() -> dict[str, Any]:
 
 def compare(old: Path, rounds: int, seconds: float, windows: int) -> dict[str, Any]:
     """This checkout and ``old`` in turn, each in a fresh process, ``rounds`` times."""
-    keys = ("estimate_full_configs_per_second", "rows_configs_per_second", "rows_new_tokens_configs_per_second",
-            "configs_per_second")
+    keys = (
+        "estimate_full_configs_per_second",
+        "rows_configs_per_second",
+        "rows_new_tokens_configs_per_second",
+        "configs_per_second",
+    )
     sides: dict[str, list[dict[str, Any]]] = {"after": [], "before": []}
     for _ in range(rounds):
         for side, tree in (("after", ROOT), ("before", old)):
-            argv = [sys.executable, str(Path(__file__).resolve()), "--tree", str(tree), "--seconds", str(seconds),
-                    "--windows", str(windows)]
+            argv = [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--tree",
+                str(tree),
+                "--seconds",
+                str(seconds),
+                "--windows",
+                str(windows),
+            ]
             out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
             sides[side].append(json.loads(out))
     result: dict[str, Any] = {"rounds": rounds}
     for side, runs in sides.items():
-        result[side] = {k: [r[k] for r in runs] for k in (*keys, "estimate_full_first_pass_configs_per_second",
-                                                          "rows_first_pass_configs_per_second")}
+        result[side] = {
+            k: [r[k] for r in runs]
+            for k in (*keys, "estimate_full_first_pass_configs_per_second", "rows_first_pass_configs_per_second")
+        }
         result[side]["compiled_path"] = runs[0]["compiled_path"]
         for k in keys:
             result[side][k + "_median"] = _median(result[side][k])
@@ -269,11 +283,16 @@ def main() -> None:
         except OSError:
             pass
     if args.compare_with is not None:
-        result: dict[str, Any] = {"benchmark": "memaudit estimate, before/after",
-                                  "compare": compare(args.compare_with, args.rounds, args.seconds, args.windows)}
+        result: dict[str, Any] = {
+            "benchmark": "memaudit estimate, before/after",
+            "compare": compare(args.compare_with, args.rounds, args.seconds, args.windows),
+        }
     else:
         result = {"benchmark": "memaudit estimate", **measure(args.seconds, args.windows)}
-    result["command"] = ["bench/perf/bench_estimate.py", *(a if not Path(a).is_absolute() else Path(a).name for a in sys.argv[1:])]
+    result["command"] = [
+        "bench/perf/bench_estimate.py",
+        *(a if not Path(a).is_absolute() else Path(a).name for a in sys.argv[1:]),
+    ]
     result["settings"] = {"seconds": args.seconds, "windows": args.windows}
     result["environment"] = environment()
     text = json.dumps(result, indent=1)

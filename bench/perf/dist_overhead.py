@@ -71,11 +71,21 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("run me under torchrun (see --help)")
     world = join(env, args.backend or default_backend(args.device), args.device)
     try:
-        target = EPGroupedMLPTarget().configure({"experts": args.experts, "routing": args.routing, "kernels": args.kernels,
-                                                 "arch": args.arch})
+        target = EPGroupedMLPTarget().configure(
+            {"experts": args.experts, "routing": args.routing, "kernels": args.kernels, "arch": args.arch}
+        )
         options = dict(target.options)
-        spec = CaseSpec.make(target, args.recipe, args.groups, dtype="bf16", device=args.device, options=options,
-                             tokens=args.tokens, hidden=args.hidden, ffn=args.ffn)
+        spec = CaseSpec.make(
+            target,
+            args.recipe,
+            args.groups,
+            dtype="bf16",
+            device=args.device,
+            options=options,
+            tokens=args.tokens,
+            hidden=args.hidden,
+            ffn=args.ffn,
+        )
         placed, info = place(target, spec, world.rank, world.world_size)
         reason = target.skip_reason(placed)
         if reason:
@@ -116,27 +126,45 @@ def main(argv: list[str] | None = None) -> int:
             if result.merged is not None:  # rank 0: the merge alone, on the reports as gathered
                 payload = [json.loads(json.dumps(result.own.to_dict()))]
                 start = time.perf_counter()
-                reports = [(f"rank {r}", validate_report(d, source=f"rank {r}"))
-                           for r, d in enumerate(world.gather(payload[0]) or [])]
+                reports = [
+                    (f"rank {r}", validate_report(d, source=f"rank {r}"))
+                    for r, d in enumerate(world.gather(payload[0]) or [])
+                ]
                 merge_reports(reports)
                 merge_s = time.perf_counter() - start
             else:
                 world.gather(result.own.to_dict())
-        mine = {"rank": world.rank, "coords": info.key, "splits": list(placed.splits or ()),
-                "bare_s": {"median": statistics.median(bare), "min": min(bare), "max": max(bare)},
-                "capture_s": {"median": statistics.median(audited), "min": min(audited), "max": max(audited)},
-                "capture_over_bare": statistics.median(audited) / statistics.median(bare), "rank_run_s": whole,
-                "rows": len(result.own.cases[0].rows), "saved_bytes": result.own.cases[0].totals.saved_bytes}
+        mine = {
+            "rank": world.rank,
+            "coords": info.key,
+            "splits": list(placed.splits or ()),
+            "bare_s": {"median": statistics.median(bare), "min": min(bare), "max": max(bare)},
+            "capture_s": {"median": statistics.median(audited), "min": min(audited), "max": max(audited)},
+            "capture_over_bare": statistics.median(audited) / statistics.median(bare),
+            "rank_run_s": whole,
+            "rows": len(result.own.cases[0].rows),
+            "saved_bytes": result.own.cases[0].totals.saved_bytes,
+        }
         everyone = world.gather(mine)
         if everyone is not None:
-            out = {"args": vars(args) | {"out": str(args.out)}, "merge_s": merge_s, "world_size": world.world_size,
-                   "backend": world.backend, "environment": environment(args.device), "ranks": everyone}
+            out = {
+                "args": vars(args) | {"out": str(args.out)},
+                "merge_s": merge_s,
+                "world_size": world.world_size,
+                "backend": world.backend,
+                "environment": environment(args.device),
+                "ranks": everyone,
+            }
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(out, indent=1, sort_keys=True, default=str) + "\n", encoding="utf-8")
             for r in everyone:
-                print(f"rank {r['rank']} ({r['coords']}): capture / bare forward {r['capture_over_bare']:.3f}x "
-                      f"(medians of {args.rounds}: {r['capture_s']['median'] * 1e3:.2f} / {r['bare_s']['median'] * 1e3:.2f} ms)")
-            print(f"merge of {world.world_size} ranks on rank 0 (validate + merge): {merge_s * 1e3:.1f} ms; wrote {args.out}")
+                print(
+                    f"rank {r['rank']} ({r['coords']}): capture / bare forward {r['capture_over_bare']:.3f}x "
+                    f"(medians of {args.rounds}: {r['capture_s']['median'] * 1e3:.2f} / {r['bare_s']['median'] * 1e3:.2f} ms)"
+                )
+            print(
+                f"merge of {world.world_size} ranks on rank 0 (validate + merge): {merge_s * 1e3:.1f} ms; wrote {args.out}"
+            )
     finally:
         leave()
     return 0

@@ -42,8 +42,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def memaudit(args: list[str], cwd: Path) -> tuple[float, subprocess.CompletedProcess[str]]:
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "memaudit", *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "COLUMNS": "200", "OMP_NUM_THREADS": "1"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "memaudit", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200", "OMP_NUM_THREADS": "1"},
+    )
     return time.perf_counter() - start, proc
 
 
@@ -56,16 +61,35 @@ def environment() -> dict[str, Any]:
 
     import memaudit
 
-    return {"memaudit": memaudit.__version__, "python": platform.python_version(), "torch": torch.__version__,
-            "cpu_count": os.cpu_count(), "machine": platform.machine(), "system": platform.system(), "backend": "gloo"}
+    return {
+        "memaudit": memaudit.__version__,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cpu_count": os.cpu_count(),
+        "machine": platform.machine(),
+        "system": platform.system(),
+        "backend": "gloo",
+    }
 
 
 def measure(n: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from memaudit.distributed.merge import merge_reports, rank_files
     from memaudit.report import validate_report
 
-    shape = ["--target", "ep-grouped-mlp", "--groups", str(args.groups), "--tokens", str(args.tokens), "--hidden",
-             str(args.hidden), "--ffn", str(args.ffn), "--routing", args.routing]
+    shape = [
+        "--target",
+        "ep-grouped-mlp",
+        "--groups",
+        str(args.groups),
+        "--tokens",
+        str(args.tokens),
+        "--hidden",
+        str(args.hidden),
+        "--ffn",
+        str(args.ffn),
+        "--routing",
+        args.routing,
+    ]
     runs, merges_cli, inner = [], [], []
     rows = saved_max = 0
     for i in range(args.repeat):
@@ -82,14 +106,23 @@ def measure(n: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:
         gathered = [json.loads(f.read_text(encoding="utf-8")) for f in rank_files(folder)]
         for _ in range(args.inner):
             start = time.perf_counter()
-            merged = merge_reports([(f"rank {r}", validate_report(d, source=f"rank {r}")) for r, d in enumerate(gathered)])
+            merged = merge_reports(
+                [(f"rank {r}", validate_report(d, source=f"rank {r}")) for r, d in enumerate(gathered)]
+            )
             merged.to_json()
             inner.append(time.perf_counter() - start)
         rows = sum(len(c.rows) for c in merged.cases)
         saved_max = max(c.totals.saved_bytes for c in merged.cases)
         bytes_json = out.stat().st_size
-    return {"ranks": n, "run_s": stats(runs), "merge_cli_s": stats(merges_cli), "merge_s": stats(inner), "rows": rows,
-            "worst_rank_saved_bytes": saved_max, "merged_json_bytes": bytes_json}
+    return {
+        "ranks": n,
+        "run_s": stats(runs),
+        "merge_cli_s": stats(merges_cli),
+        "merge_s": stats(inner),
+        "rows": rows,
+        "worst_rank_saved_bytes": saved_max,
+        "merged_json_bytes": bytes_json,
+    }
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -106,13 +139,19 @@ def markdown(result: dict[str, Any]) -> str:
         "|---:|---:|---:|---:|---:|---:|",
     ]
     for r in result["results"]:
-        lines.append(f"| {r['ranks']} | {r['run_s']['median']:.2f} ({r['run_s']['min']:.2f}-{r['run_s']['max']:.2f}) | "
-                     f"{r['merge_cli_s']['median']:.2f} ({r['merge_cli_s']['min']:.2f}-{r['merge_cli_s']['max']:.2f}) | "
-                     f"{1000 * r['merge_s']['median']:.1f} ({1000 * r['merge_s']['min']:.1f}-{1000 * r['merge_s']['max']:.1f}) | "
-                     f"{r['rows']:,} | {r['merged_json_bytes']:,} B |")
+        lines.append(
+            f"| {r['ranks']} | {r['run_s']['median']:.2f} ({r['run_s']['min']:.2f}-{r['run_s']['max']:.2f}) | "
+            f"{r['merge_cli_s']['median']:.2f} ({r['merge_cli_s']['min']:.2f}-{r['merge_cli_s']['max']:.2f}) | "
+            f"{1000 * r['merge_s']['median']:.1f} ({1000 * r['merge_s']['min']:.1f}-{1000 * r['merge_s']['max']:.1f}) | "
+            f"{r['rows']:,} | {r['merged_json_bytes']:,} B |"
+        )
     env = result["environment"]
-    lines += ["", f"Environment: memaudit {env['memaudit']}, torch {env['torch']}, Python {env['python']}, "
-                  f"{env['system']} {env['machine']}, {env['cpu_count']} cores.", ""]
+    lines += [
+        "",
+        f"Environment: memaudit {env['memaudit']}, torch {env['torch']}, Python {env['python']}, "
+        f"{env['system']} {env['machine']}, {env['cpu_count']} cores.",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -132,7 +171,9 @@ def plot(result: dict[str, Any], path: Path) -> None:
     left.set_ylabel("seconds")
     left.xaxis.set_major_locator(FixedLocator(ranks))
     right = left.twinx()
-    right.plot(ranks, [1000 * r["merge_s"]["median"] for r in rs], "^--", color="tab:green", label="merge in process (ms)")
+    right.plot(
+        ranks, [1000 * r["merge_s"]["median"] for r in rs], "^--", color="tab:green", label="merge in process (ms)"
+    )
     right.set_ylabel("merge in process, ms")
     left.set_ylim(bottom=0)
     right.set_ylim(bottom=0)
@@ -167,9 +208,16 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out
     shown = os.path.relpath(out, ROOT) if out.is_absolute() and out.resolve().is_relative_to(ROOT) else str(out)
     given = list(sys.argv[1:] if argv is None else argv)
-    result = {"created": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "out": shown, "argv": " ".join(given),
-              "args": {k: getattr(args, k) for k in ("ranks", "repeat", "inner", "groups", "tokens", "hidden", "ffn", "routing")},
-              "environment": environment(), "results": results}
+    result = {
+        "created": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "out": shown,
+        "argv": " ".join(given),
+        "args": {
+            k: getattr(args, k) for k in ("ranks", "repeat", "inner", "groups", "tokens", "hidden", "ffn", "routing")
+        },
+        "environment": environment(),
+        "results": results,
+    }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     out.with_suffix(".md").write_text(markdown(result), encoding="utf-8")

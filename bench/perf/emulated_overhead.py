@@ -73,7 +73,7 @@ def measure(built: Any, rounds: int, warmup: int) -> dict[str, Any]:
     names = list(variants)
     times: dict[str, list[float]] = {k: [] for k in names}
     for r in range(warmup + rounds):
-        order = names[r % 3:] + names[: r % 3]
+        order = names[r % 3 :] + names[: r % 3]
         for name in order:
             torch.cuda.synchronize()
             t0 = time.perf_counter()
@@ -119,8 +119,11 @@ def summarize(runs: list[dict[str, Any]], errors: list[str], args: argparse.Name
     for key in sorted({k for r in runs for k in r["cells"]}):
         cells = [r["cells"][key] for r in runs if key in r["cells"]]
         summary[key] = {
-            name: {"median": round(statistics.median(c[name] for c in cells), 4),
-                   "min": round(min(c[name] for c in cells), 4), "max": round(max(c[name] for c in cells), 4)}
+            name: {
+                "median": round(statistics.median(c[name] for c in cells), 4),
+                "min": round(min(c[name] for c in cells), 4),
+                "max": round(max(c[name] for c in cells), 4),
+            }
             for name in ("over_floor", "capture_over_bare", "floor_over_bare")
         }
         summary[key]["runs"] = len(cells)
@@ -129,8 +132,16 @@ def summarize(runs: list[dict[str, Any]], errors: list[str], args: argparse.Name
     return {
         "created": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "command": f"python bench/perf/emulated_overhead.py --runs {args.runs} --rounds {args.rounds} --warmup {args.warmup}",
-        "settings": {"runs": args.runs, "rounds": args.rounds, "warmup": args.warmup, "shapes": SHAPES,
-                     "recipes": list(RECIPES), "kernels": "emulated", "arch": "sm100", "fused": True},
+        "settings": {
+            "runs": args.runs,
+            "rounds": args.rounds,
+            "warmup": args.warmup,
+            "shapes": SHAPES,
+            "recipes": list(RECIPES),
+            "kernels": "emulated",
+            "arch": "sm100",
+            "fused": True,
+        },
         "over_floor": summary,
         "cell_errors": {k: v for r in runs for k, v in r["errors"].items()},
         "errors": errors,
@@ -153,21 +164,38 @@ def main(argv: list[str] | None = None) -> int:
     errors: list[str] = []
     result: dict[str, Any] = {}
     for i in range(args.runs):
-        proc = subprocess.run([sys.executable, __file__, "--out", args.out, "--child", "--rounds", str(args.rounds),
-                               "--warmup", str(args.warmup)], capture_output=True, text=True)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--out",
+                args.out,
+                "--child",
+                "--rounds",
+                str(args.rounds),
+                "--warmup",
+                str(args.warmup),
+            ],
+            capture_output=True,
+            text=True,
+        )
         line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
         if line is None:
             errors.append(f"run {i}: exit {proc.returncode}: {proc.stderr[-800:]}")
         else:
-            runs.append(json.loads(line[len("RESULT "):]))
-            print(f"run {i}: " + ", ".join(f"{k} {v['over_floor']:.4f}" for k, v in runs[-1]["cells"].items()), flush=True)
+            runs.append(json.loads(line[len("RESULT ") :]))
+            print(
+                f"run {i}: " + ", ".join(f"{k} {v['over_floor']:.4f}" for k, v in runs[-1]["cells"].items()), flush=True
+            )
         result = summarize(runs, errors, args)
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")  # after every run: a cut-off call keeps them
     summary = result.get("over_floor", {})
     for key, s in summary.items():
         o = s["over_floor"]
-        print(f"{key}: over the floor {o['median']:.4f} ({o['min']:.4f}-{o['max']:.4f}), {s['runs']} runs, "
-              f"{s['saved_tensors']} saved tensors, bare {s['bare_ms_median']} ms")
+        print(
+            f"{key}: over the floor {o['median']:.4f} ({o['min']:.4f}-{o['max']:.4f}), {s['runs']} runs, "
+            f"{s['saved_tensors']} saved tensors, bare {s['bare_ms_median']} ms"
+        )
     for k, v in result.get("cell_errors", {}).items():
         print(f"{k}: {v}")
     return 0 if runs else 1

@@ -32,14 +32,25 @@ def main() -> None:
     for fused in (True, False):
         target = TEGroupedMLPTarget().configure({"kernels": "emulated", "arch": "sm100", "fused": fused})
         options = dict(target.options)
-        specs = [CaseSpec.make(target, r, g, tokens=args.tokens, hidden=args.hidden, ffn=args.ffn,
-                               device="cuda", options=options) for r in RECIPES for g in (1, 4, 8)]
+        specs = [
+            CaseSpec.make(
+                target, r, g, tokens=args.tokens, hidden=args.hidden, ffn=args.ffn, device="cuda", options=options
+            )
+            for r in RECIPES
+            for g in (1, 4, 8)
+        ]
         t1 = time.perf_counter()
         report = run_matrix(target, specs, backward=False)
         dt = time.perf_counter() - t1
         total += dt
-        out["matrices"].append({"fused": fused, "cases": len(specs), "wall_s": round(dt, 2),
-                                "status": {s: sum(c.status == s for c in report.cases) for s in ("ok", "skipped", "error")}})
+        out["matrices"].append(
+            {
+                "fused": fused,
+                "cases": len(specs),
+                "wall_s": round(dt, 2),
+                "status": {s: sum(c.status == s for c in report.cases) for s in ("ok", "skipped", "error")},
+            }
+        )
     out["both_s"] = round(total, 2)
     print(json.dumps(out))
 

@@ -36,7 +36,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-SHAPES = {"default": {"tokens": 4096, "hidden": 1024, "ffn": 2048}, "production": {"tokens": 82944, "hidden": 3072, "ffn": 1536}}
+SHAPES = {
+    "default": {"tokens": 4096, "hidden": 1024, "ffn": 2048},
+    "production": {"tokens": 82944, "hidden": 3072, "ffn": 1536},
+}
 GROUPS = (1, 4, 8)
 GOAL_CASE_S = 0.15
 GOAL_MATRIX_S = 15.0
@@ -46,9 +49,11 @@ def _scenario(shape: dict[str, int]) -> str:
     """The 36-case matrix as a scenario file (one budget: a scenario needs one)."""
     dims = "".join(f"{k} = {v}\n" for k, v in shape.items())
     block = f'target = "te-grouped-mlp"\nrecipes = "all"\ngroups = [1, 4, 8]\n{dims}'
-    return ('on_error = "warn"\n[flags]\nkernels = "emulated"\narch = "sm100"\n\n'
-            f"[[cases]]\n{block}\n[[cases]]\n{block}options = {{ fused = false }}\n\n"
-            '[[budget]]\nname = "everything-under-a-tebibyte"\nmax_bytes = "1 TiB"\n')
+    return (
+        'on_error = "warn"\n[flags]\nkernels = "emulated"\narch = "sm100"\n\n'
+        f"[[cases]]\n{block}\n[[cases]]\n{block}options = {{ fused = false }}\n\n"
+        '[[budget]]\nname = "everything-under-a-tebibyte"\nmax_bytes = "1 TiB"\n'
+    )
 
 
 def _load() -> list[float]:
@@ -60,12 +65,27 @@ def environment() -> dict[str, Any]:
 
     from memaudit.te.machine.environment import te_version
 
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    return {"python": platform.python_version(), "torch": torch.__version__, "transformer_engine": te_version(),
-            "cpu": cpu, "cpus": os.cpu_count(), "gpu": torch.cuda.is_available(), "memaudit_commit": commit,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformer_engine": te_version(),
+        "cpu": cpu,
+        "cpus": os.cpu_count(),
+        "gpu": torch.cuda.is_available(),
+        "memaudit_commit": commit,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
 
 
 def per_case(shape: dict[str, int], rounds: int) -> dict[str, Any]:
@@ -77,8 +97,12 @@ def per_case(shape: dict[str, int], rounds: int) -> dict[str, Any]:
 
     target = TEGroupedMLPTarget().configure({"kernels": "emulated", "arch": "sm100"})
     options = dict(target.options)
-    specs = [CaseSpec.make(target, r, g, device="cuda", options={**options, **({} if fused else {"fused": False})},
-                           **shape) for fused in (True, False) for r in RECIPES for g in GROUPS]
+    specs = [
+        CaseSpec.make(target, r, g, device="cuda", options={**options, **({} if fused else {"fused": False})}, **shape)
+        for fused in (True, False)
+        for r in RECIPES
+        for g in GROUPS
+    ]
     times: dict[str, list[float]] = {s.id: [] for s in specs}
     cpu: dict[str, list[float]] = {s.id: [] for s in specs}
     status: dict[str, str] = {}
@@ -91,12 +115,25 @@ def per_case(shape: dict[str, int], rounds: int) -> dict[str, Any]:
             status[spec.id] = case.status
     medians = {k: statistics.median(v) for k, v in times.items()}
     cpu_medians = {k: statistics.median(v) for k, v in cpu.items()}
-    return {"cases": len(specs), "rounds": rounds, "median_s": round(statistics.median(medians.values()), 4),
-            "max_median_s": round(max(medians.values()), 4), "min_median_s": round(min(medians.values()), 4),
-            "sum_of_medians_s": round(sum(medians.values()), 2),
-            "cpu_median_s": round(statistics.median(cpu_medians.values()), 4),
-            "per_case": {k: {"median_s": round(m, 4), "min_s": round(min(times[k]), 4), "max_s": round(max(times[k]), 4),
-                             "cpu_median_s": round(cpu_medians[k], 4), "status": status[k]} for k, m in medians.items()}}
+    return {
+        "cases": len(specs),
+        "rounds": rounds,
+        "median_s": round(statistics.median(medians.values()), 4),
+        "max_median_s": round(max(medians.values()), 4),
+        "min_median_s": round(min(medians.values()), 4),
+        "sum_of_medians_s": round(sum(medians.values()), 2),
+        "cpu_median_s": round(statistics.median(cpu_medians.values()), 4),
+        "per_case": {
+            k: {
+                "median_s": round(m, 4),
+                "min_s": round(min(times[k]), 4),
+                "max_s": round(max(times[k]), 4),
+                "cpu_median_s": round(cpu_medians[k], 4),
+                "status": status[k],
+            }
+            for k, m in medians.items()
+        },
+    }
 
 
 def _children_cpu() -> float:
@@ -118,20 +155,45 @@ def whole_matrix(shape: dict[str, int], runs: int) -> dict[str, Any]:
         for _ in range(runs):
             loads.append(_load())
             c0, t0 = _children_cpu(), time.perf_counter()
-            done = subprocess.run([str(exe), "run", "--scenario", str(path), "--quiet", "--json", str(Path(tmp) / "r.json")],
-                                  capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+            done = subprocess.run(
+                [str(exe), "run", "--scenario", str(path), "--quiet", "--json", str(Path(tmp) / "r.json")],
+                capture_output=True,
+                text=True,
+                env={**os.environ, "COLUMNS": "200"},
+            )
             walls.append(time.perf_counter() - t0)
             cpus.append(_children_cpu() - c0)
-            if done.returncode not in (0, 3):  # 3: NVFP4 with one group errs (docs/investigations/te-nvfp4-weight-scale-view.md)
-                raise SystemExit(f"memaudit run exited {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+            if done.returncode not in (
+                0,
+                3,
+            ):  # 3: NVFP4 with one group errs (docs/investigations/te-nvfp4-weight-scale-view.md)
+                raise SystemExit(
+                    f"memaudit run exited {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+                )
         cases = json.loads((Path(tmp) / "r.json").read_text(encoding="utf-8"))["cases"]
-    start = subprocess.run([sys.executable, "-c", "import time; t = time.perf_counter(); import torch; a = time.perf_counter(); "
-                            "import transformer_engine.pytorch; print(a - t, time.perf_counter() - a)"],
-                           capture_output=True, text=True, check=True).stdout.split()
-    return {"runs": runs, "wall_s": [round(w, 2) for w in walls], "median_s": round(statistics.median(walls), 2),
-            "cpu_s": [round(c, 2) for c in cpus], "cpu_median_s": round(statistics.median(cpus), 2),
-            "cases": len(cases), "status": {s: sum(c["status"] == s for c in cases) for s in ("ok", "skipped", "error")},
-            "torch_import_s": round(float(start[0]), 2), "te_import_s": round(float(start[1]), 2), "load_before_runs": loads}
+    start = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import time; t = time.perf_counter(); import torch; a = time.perf_counter(); "
+            "import transformer_engine.pytorch; print(a - t, time.perf_counter() - a)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    return {
+        "runs": runs,
+        "wall_s": [round(w, 2) for w in walls],
+        "median_s": round(statistics.median(walls), 2),
+        "cpu_s": [round(c, 2) for c in cpus],
+        "cpu_median_s": round(statistics.median(cpus), 2),
+        "cases": len(cases),
+        "status": {s: sum(c["status"] == s for c in cases) for s in ("ok", "skipped", "error")},
+        "torch_import_s": round(float(start[0]), 2),
+        "te_import_s": round(float(start[1]), 2),
+        "load_before_runs": loads,
+    }
 
 
 def profile_one(shape: dict[str, int], recipe: str, groups: int) -> str:
@@ -154,7 +216,12 @@ def profile_one(shape: dict[str, int], recipe: str, groups: int) -> str:
         stats = pstats.Stats(prof, stream=out)
         stats.sort_stats("cumulative").print_stats(25)
         stats.sort_stats("tottime").print_stats(15)
-        return out.getvalue().replace(str(ROOT) + "/", "").replace(sys.prefix + "/", "").replace(sys.base_prefix + "/", "<python>/")
+        return (
+            out.getvalue()
+            .replace(str(ROOT) + "/", "")
+            .replace(sys.prefix + "/", "")
+            .replace(sys.base_prefix + "/", "<python>/")
+        )
 
     return call_in_child("sm100", run)
 
@@ -168,12 +235,21 @@ def speed(args: argparse.Namespace) -> None:
 
     import_te()
     import_te_modules()
-    out: dict[str, Any] = {"bench": "fake-cuda-speed", "environment": environment(), "te_import_in_bench_s": round(time.perf_counter() - t0, 2),
-                           "goals": {"median_case_s": GOAL_CASE_S, "whole_matrix_s": GOAL_MATRIX_S}, "shapes": {}}
+    out: dict[str, Any] = {
+        "bench": "fake-cuda-speed",
+        "environment": environment(),
+        "te_import_in_bench_s": round(time.perf_counter() - t0, 2),
+        "goals": {"median_case_s": GOAL_CASE_S, "whole_matrix_s": GOAL_MATRIX_S},
+        "shapes": {},
+    }
     for name, shape in SHAPES.items():
         load = _load()
-        res = {"shape": shape, "load_before": load, "per_case": per_case(shape, args.rounds),
-               "whole_matrix": whole_matrix(shape, args.runs)}
+        res = {
+            "shape": shape,
+            "load_before": load,
+            "per_case": per_case(shape, args.rounds),
+            "whole_matrix": whole_matrix(shape, args.runs),
+        }
         res["profile"] = profile_one(shape, "nvfp4", 8)
         out["shapes"][name] = res
         print(name, res["per_case"]["median_s"], res["whole_matrix"]["median_s"], flush=True)
@@ -203,21 +279,41 @@ def speed_markdown(out: dict[str, Any], path: str) -> str:
     for name, res in out["shapes"].items():
         pc, wm = res["per_case"], res["whole_matrix"]
         s = res["shape"]
-        lines.append(f"| {name} (T={s['tokens']:,}, H={s['hidden']:,}, F={s['ffn']:,}) | {pc['cases']} | **{pc['median_s']:.3f} s** "
-                     f"({pc['cpu_median_s']:.3f} s) | {pc['min_median_s']:.3f} / {pc['max_median_s']:.3f} s | {pc['sum_of_medians_s']:.2f} s | "
-                     f"**{wm['median_s']:.2f} s** ({wm['cpu_median_s']:.2f} s); runs {', '.join(f'{w:.2f}' for w in wm['wall_s'])} | {wm['runs']} | "
-                     f"{wm['torch_import_s']:.2f} + {wm['te_import_s']:.2f} s | {', '.join(map(str, res['load_before']))} |")
+        lines.append(
+            f"| {name} (T={s['tokens']:,}, H={s['hidden']:,}, F={s['ffn']:,}) | {pc['cases']} | **{pc['median_s']:.3f} s** "
+            f"({pc['cpu_median_s']:.3f} s) | {pc['min_median_s']:.3f} / {pc['max_median_s']:.3f} s | {pc['sum_of_medians_s']:.2f} s | "
+            f"**{wm['median_s']:.2f} s** ({wm['cpu_median_s']:.2f} s); runs {', '.join(f'{w:.2f}' for w in wm['wall_s'])} | {wm['runs']} | "
+            f"{wm['torch_import_s']:.2f} + {wm['te_import_s']:.2f} s | {', '.join(map(str, res['load_before']))} |"
+        )
     worst_case = max(r["per_case"]["median_s"] for r in out["shapes"].values())
     worst_matrix = max(r["whole_matrix"]["median_s"] for r in out["shapes"].values())
-    lines += ["", f"Goals: median case <= {GOAL_CASE_S} s: **{'met' if worst_case <= GOAL_CASE_S else 'not met'}** "
-              f"(worst shape {worst_case:.3f} s); whole matrix < {GOAL_MATRIX_S:.0f} s: "
-              f"**{'met' if worst_matrix < GOAL_MATRIX_S else 'not met'}** (worst shape {worst_matrix:.2f} s).", ""]
+    lines += [
+        "",
+        f"Goals: median case <= {GOAL_CASE_S} s: **{'met' if worst_case <= GOAL_CASE_S else 'not met'}** "
+        f"(worst shape {worst_case:.3f} s); whole matrix < {GOAL_MATRIX_S:.0f} s: "
+        f"**{'met' if worst_matrix < GOAL_MATRIX_S else 'not met'}** (worst shape {worst_matrix:.2f} s).",
+        "",
+    ]
     for name, res in out["shapes"].items():
-        lines += [f"## Per case, {name} shape", "", "| case | median | min | max | CPU (median) | status |", "|---|---|---|---|---|---|"]
+        lines += [
+            f"## Per case, {name} shape",
+            "",
+            "| case | median | min | max | CPU (median) | status |",
+            "|---|---|---|---|---|---|",
+        ]
         for cid, v in res["per_case"]["per_case"].items():
-            lines.append(f"| {cid} | {v['median_s']:.3f} s | {v['min_s']:.3f} | {v['max_s']:.3f} | {v['cpu_median_s']:.3f} s | {v['status']} |")
-        lines += ["", f"### Profile: te-grouped-mlp/nvfp4/g8 fused, {name} shape, in its child (cProfile)", "", "```",
-                  res["profile"].strip(), "```", ""]
+            lines.append(
+                f"| {cid} | {v['median_s']:.3f} s | {v['min_s']:.3f} | {v['max_s']:.3f} | {v['cpu_median_s']:.3f} s | {v['status']} |"
+            )
+        lines += [
+            "",
+            f"### Profile: te-grouped-mlp/nvfp4/g8 fused, {name} shape, in its child (cProfile)",
+            "",
+            "```",
+            res["profile"].strip(),
+            "```",
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -254,8 +350,10 @@ def replay(args: argparse.Namespace) -> None:
             vs_measured[1] += len(fresh)
             measured = f"{ok}/{len(fresh)} ({MEASURED[group.file]})"
         errors = [f"{c.id}: {c.reason}" for c in fresh if c.status == "error"]
-        rows.append(f"| {group.file}.json | {group.shape} | {len(fresh)} | {sum(c.status == 'ok' for c in fresh)} / {len(errors)} | "
-                    f"**{n_same}/{len(fresh)}** | {measured or '-'} | {dt:.2f} s |")
+        rows.append(
+            f"| {group.file}.json | {group.shape} | {len(fresh)} | {sum(c.status == 'ok' for c in fresh)} / {len(errors)} | "
+            f"**{n_same}/{len(fresh)}** | {measured or '-'} | {dt:.2f} s |"
+        )
         for d in diffs:
             if d:
                 rows.append(f"| | differs: {'; '.join(d)[:400]} | | | | | |")

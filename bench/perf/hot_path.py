@@ -83,7 +83,9 @@ def fp8_step() -> Callable[[], None] | None:
 
     def storage(i: int) -> Any:
         t, s = bufs[i]
-        return Float8TensorStorage(data=None, fp8_scale_inv=s, fp8_dtype=e4m3, fake_dtype=torch.bfloat16, data_transpose=t)
+        return Float8TensorStorage(
+            data=None, fp8_scale_inv=s, fp8_dtype=e4m3, fake_dtype=torch.bfloat16, data_transpose=t
+        )
 
     class Fuser(torch.autograd.Function):
         @staticmethod
@@ -144,7 +146,7 @@ def measure(step: Callable[[], None], rounds: int) -> dict[str, Any]:
     times: dict[str, list[float]] = {k: [] for k in vs}
     names = list(vs)
     for r in range(rounds + 20):
-        order = names[r % len(names):] + names[: r % len(names)]
+        order = names[r % len(names) :] + names[: r % len(names)]
         for name in order:
             c0 = clock()
             vs[name]()
@@ -215,8 +217,18 @@ def count_instructions(steps: int) -> dict[str, Any]:
             f.write(SHIM)
         subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", lib, src], check=True)
         out = os.path.join(tmp, "cg.out")
-        cmd = [valgrind, "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
-               sys.executable, os.path.abspath(__file__), "--count-child", lib, "--steps", str(steps)]
+        cmd = [
+            valgrind,
+            "--tool=callgrind",
+            "--instr-atstart=no",
+            f"--callgrind-out-file={out}",
+            sys.executable,
+            os.path.abspath(__file__),
+            "--count-child",
+            lib,
+            "--steps",
+            str(steps),
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         per_step: dict[str, float] = {}
         dumps = [n for n in os.listdir(tmp) if re.fullmatch(r"cg\.out\.\d+", n)]
@@ -235,8 +247,10 @@ def count_instructions(steps: int) -> dict[str, Any]:
     for step, counts in res.items():
         floor = counts.get("floor")
         if floor is not None:
-            res[step] = {"instructions_per_step": counts,
-                         "over_floor_per_step": {k: v - floor for k, v in counts.items() if k not in ("bare", "floor")}}
+            res[step] = {
+                "instructions_per_step": counts,
+                "over_floor_per_step": {k: v - floor for k, v in counts.items() if k not in ("bare", "floor")},
+            }
     return res
 
 
@@ -254,7 +268,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.instructions:
         res = count_instructions(args.steps)
-        out: dict[str, Any] = {"steps": args.steps, "measure": "instructions (callgrind)", "torch": torch.__version__, **res}
+        out: dict[str, Any] = {
+            "steps": args.steps,
+            "measure": "instructions (callgrind)",
+            "torch": torch.__version__,
+            **res,
+        }
         for step, r in res.items():
             print(f"{step}: instructions per step")
             for k, v in r["instructions_per_step"].items():
@@ -273,7 +292,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: {res['saved_tensors']} saved tensors per step")
             for k, v in res["median_us"].items():
                 extra = res["over_floor_us_per_step"].get(k)
-                tail = f"  over the floor {extra:+8.1f} us/step {res['over_floor_us_per_saved'][k]:+6.2f} us/saved" if extra is not None else ""
+                tail = (
+                    f"  over the floor {extra:+8.1f} us/step {res['over_floor_us_per_saved'][k]:+6.2f} us/saved"
+                    if extra is not None
+                    else ""
+                )
                 print(f"  {k:36s} {v:9.1f} us{tail}")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")

@@ -55,8 +55,13 @@ def make_report(mb: float, source: Path = SOURCE) -> dict[str, Any]:
 def timed(argv: list[str], cwd: Path, checkout: Path = ROOT) -> tuple[float, int, str]:
     """Seconds for one ``memaudit ARGV`` in a fresh process, with ``checkout``'s memaudit."""
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", "from memaudit.cli import main; main()", *argv], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "COLUMNS": "200", "PYTHONPATH": str(checkout)})
+    proc = subprocess.run(
+        [sys.executable, "-c", "from memaudit.cli import main; main()", *argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200", "PYTHONPATH": str(checkout)},
+    )
     return time.perf_counter() - start, proc.returncode, (proc.stderr or proc.stdout)[-300:]
 
 
@@ -65,7 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mb", type=float, default=100.0)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out", help="write the measurement here (JSON)")
-    ap.add_argument("--before", type=Path, help="another checkout (e.g. an extracted older commit) timed in turn with this one")
+    ap.add_argument(
+        "--before", type=Path, help="another checkout (e.g. an extracted older commit) timed in turn with this one"
+    )
     ap.add_argument("--before-label", default="before")
     args = ap.parse_args(argv)
     checkouts = {"this": ROOT, **({args.before_label: args.before.resolve()} if args.before else {})}

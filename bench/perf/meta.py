@@ -53,7 +53,10 @@ from memaudit.targets.registry import get_target  # noqa: E402
 from memaudit.te.targets.reference import ReferenceTarget  # noqa: E402
 
 PRODUCTION = {"tokens": 82944, "hidden": 3072, "ffn": 1536, "groups": 8}
-SMALL = ({"tokens": 2048, "hidden": 256, "ffn": 512, "groups": 8}, {"tokens": 8192, "hidden": 1024, "ffn": 512, "groups": 4})
+SMALL = (
+    {"tokens": 2048, "hidden": 256, "ffn": 512, "groups": 8},
+    {"tokens": 8192, "hidden": 1024, "ffn": 512, "groups": 4},
+)
 TARGETS = {"meta_production_seconds": 1.0, "meta_production_devices": ["meta"]}
 MIB = 1 << 20
 
@@ -85,8 +88,15 @@ class DeviceLog(TorchDispatchMode):
 
 
 def spec(shape: dict[str, int], device: str) -> CaseSpec:
-    return CaseSpec.make(get_target("reference"), "bf16", shape["groups"], tokens=shape["tokens"], hidden=shape["hidden"],
-                         ffn=shape["ffn"], device=device)
+    return CaseSpec.make(
+        get_target("reference"),
+        "bf16",
+        shape["groups"],
+        tokens=shape["tokens"],
+        hidden=shape["hidden"],
+        ffn=shape["ffn"],
+        device=device,
+    )
 
 
 def _pieces(s: CaseSpec) -> dict[str, float]:
@@ -173,14 +183,33 @@ def same_rows(shape: dict[str, int]) -> dict[str, Any]:
 
 
 def cli_seconds(shape: dict[str, int]) -> dict[str, Any]:
-    argv = [sys.executable, "-c", "import sys; from memaudit.cli import main; sys.argv[0] = 'memaudit'; main()", "run", "--target", "reference", "--device", "meta", "--quiet",
-            "--groups", str(shape["groups"]), "--tokens", str(shape["tokens"]), "--hidden", str(shape["hidden"]),
-            "--ffn", str(shape["ffn"])]
+    argv = [
+        sys.executable,
+        "-c",
+        "import sys; from memaudit.cli import main; sys.argv[0] = 'memaudit'; main()",
+        "run",
+        "--target",
+        "reference",
+        "--device",
+        "meta",
+        "--quiet",
+        "--groups",
+        str(shape["groups"]),
+        "--tokens",
+        str(shape["tokens"]),
+        "--hidden",
+        str(shape["hidden"]),
+        "--ffn",
+        str(shape["ffn"]),
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     t0 = time.perf_counter()
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=False)
-    return {"command": "memaudit run --target reference --device meta --quiet --groups 8 --tokens 82944 --hidden 3072 --ffn 1536",
-            "seconds": round(time.perf_counter() - t0, 3), "exit_code": proc.returncode}
+    return {
+        "command": "memaudit run --target reference --device meta --quiet --groups 8 --tokens 82944 --hidden 3072 --ffn 1536",
+        "seconds": round(time.perf_counter() - t0, 3),
+        "exit_code": proc.returncode,
+    }
 
 
 def measure(repeats: int = 7, *, with_cli: bool = True) -> dict[str, Any]:
@@ -197,7 +226,9 @@ def measure(repeats: int = 7, *, with_cli: bool = True) -> dict[str, Any]:
     out["meta_production_seconds"] = p["cell_seconds"]["median"]
     out["meta_production_audit_seconds"] = p["audit_seconds"]["median"]
     out["meta_production_devices"] = p["devices"]
-    out["meta_rows_equal_cpu"] = all(c["rows_equal_except_device"] and c["totals_equal"] for c in out["small_cpu_vs_meta"])
+    out["meta_rows_equal_cpu"] = all(
+        c["rows_equal_except_device"] and c["totals_equal"] for c in out["small_cpu_vs_meta"]
+    )
     return out
 
 
@@ -221,11 +252,19 @@ def verdict_rows(m: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
     shape = m["production_shape"]
     label = f"T={shape['tokens']:,}, H={shape['hidden']:,}, F={shape['ffn']:,}, G={shape['groups']}"
     return [
-        (f"meta audit, production shape ({label}), one `run` cell", f"{t:.3f} s (audit alone {m['meta_production_audit_seconds']:.4f} s)",
-         f"< {TARGETS['meta_production_seconds']:.0f} s", t < TARGETS["meta_production_seconds"]),
+        (
+            f"meta audit, production shape ({label}), one `run` cell",
+            f"{t:.3f} s (audit alone {m['meta_production_audit_seconds']:.4f} s)",
+            f"< {TARGETS['meta_production_seconds']:.0f} s",
+            t < TARGETS["meta_production_seconds"],
+        ),
         ("meta audit, devices its ops touched", ", ".join(p["devices"]), "meta only", p["devices"] == ["meta"]),
-        ("meta audit, resident memory growth (max over runs)", f"{p['rss_growth_bytes_max'] / MIB:.2f} MiB "
-         f"(saves {p['saved_bytes'] / MIB:,.0f} MiB on a device)", "—", None),
+        (
+            "meta audit, resident memory growth (max over runs)",
+            f"{p['rss_growth_bytes_max'] / MIB:.2f} MiB (saves {p['saved_bytes'] / MIB:,.0f} MiB on a device)",
+            "—",
+            None,
+        ),
         ("meta rows equal CPU rows (small shapes)", str(m["meta_rows_equal_cpu"]), "True", m["meta_rows_equal_cpu"]),
     ]
 
@@ -233,33 +272,51 @@ def verdict_rows(m: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
 def render_markdown(r: dict[str, Any]) -> str:
     m = r["meta"]
     env = r["environment"]
-    lines = ["# memaudit on meta (CPU)", "",
-             f"Created {r['created']} · torch `{env['torch']}` · Python `{env['python']}` · {env['machine']}, "
-             f"{env['cpus_available']} CPUs available, 1 torch thread · `{' '.join(r['command'])}`", "",
-             "| metric | value | target | |", "|---|---|---|---|"]
+    lines = [
+        "# memaudit on meta (CPU)",
+        "",
+        f"Created {r['created']} · torch `{env['torch']}` · Python `{env['python']}` · {env['machine']}, "
+        f"{env['cpus_available']} CPUs available, 1 torch thread · `{' '.join(r['command'])}`",
+        "",
+        "| metric | value | target | |",
+        "|---|---|---|---|",
+    ]
     for metric, value, target, ok in verdict_rows(m):
         lines.append(f"| {metric} | {value} | {target} | {'—' if ok is None else ('✅' if ok else '❌')} |")
     p = m["production"]
-    lines += ["", "## Production shape on meta", "",
-              f"{p['repeats']} runs after a warm-up; {p['rows']} rows, {p['saved_bytes']:,} saved bytes, "
-              f"{p['parameter_bytes']:,} parameter bytes; {p['ops']} ops, all on {', '.join(p['devices'])}.", "",
-              f"- one `run` cell (`run_case`, with the runner's `gc.collect()`): median {p['cell_seconds']['median']} s "
-              f"(min {p['cell_seconds']['min']}, max {p['cell_seconds']['max']})",
-              f"- the audit alone (build, forward under `capture()`, `report()`, backward): median "
-              f"{p['audit_seconds']['median']} s (min {p['audit_seconds']['min']}, max {p['audit_seconds']['max']}); pieces: "
-              + ", ".join(f"{k} {v}" for k, v in p["pieces_seconds_median"].items()),
-              f"- memory: resident set growth {p['rss_growth_bytes_max']:,} B (max over runs), peak resident set growth "
-              f"{p['maxrss_growth_bytes']:,} B, Python allocation peak {p['python_alloc_peak_bytes_max']:,} B"]
+    lines += [
+        "",
+        "## Production shape on meta",
+        "",
+        f"{p['repeats']} runs after a warm-up; {p['rows']} rows, {p['saved_bytes']:,} saved bytes, "
+        f"{p['parameter_bytes']:,} parameter bytes; {p['ops']} ops, all on {', '.join(p['devices'])}.",
+        "",
+        f"- one `run` cell (`run_case`, with the runner's `gc.collect()`): median {p['cell_seconds']['median']} s "
+        f"(min {p['cell_seconds']['min']}, max {p['cell_seconds']['max']})",
+        f"- the audit alone (build, forward under `capture()`, `report()`, backward): median "
+        f"{p['audit_seconds']['median']} s (min {p['audit_seconds']['min']}, max {p['audit_seconds']['max']}); pieces: "
+        + ", ".join(f"{k} {v}" for k, v in p["pieces_seconds_median"].items()),
+        f"- memory: resident set growth {p['rss_growth_bytes_max']:,} B (max over runs), peak resident set growth "
+        f"{p['maxrss_growth_bytes']:,} B, Python allocation peak {p['python_alloc_peak_bytes_max']:,} B",
+    ]
     if "cli" in m:
-        lines.append(f"- `{m['cli']['command']}` in a fresh process: {m['cli']['seconds']} s (exit {m['cli']['exit_code']}; "
-                     "Python start-up and torch import included)")
-    lines += ["", "## CPU and meta at small shapes", "",
-              "| T | H | F | G | rows | rows equal (except device) | totals equal | CPU cell s (median) | meta cell s (median) |",
-              "|---|---|---|---|---|---|---|---|---|"]
+        lines.append(
+            f"- `{m['cli']['command']}` in a fresh process: {m['cli']['seconds']} s (exit {m['cli']['exit_code']}; "
+            "Python start-up and torch import included)"
+        )
+    lines += [
+        "",
+        "## CPU and meta at small shapes",
+        "",
+        "| T | H | F | G | rows | rows equal (except device) | totals equal | CPU cell s (median) | meta cell s (median) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for c in m["small_cpu_vs_meta"]:
         s = c["shape"]
-        lines.append(f"| {s['tokens']} | {s['hidden']} | {s['ffn']} | {s['groups']} | {c['rows']} | {c['rows_equal_except_device']} "
-                     f"| {c['totals_equal']} | {c['cpu_cell_seconds']['median']} | {c['meta_cell_seconds']['median']} |")
+        lines.append(
+            f"| {s['tokens']} | {s['hidden']} | {s['ffn']} | {s['groups']} | {c['rows']} | {c['rows_equal_except_device']} "
+            f"| {c['totals_equal']} | {c['cpu_cell_seconds']['median']} | {c['meta_cell_seconds']['median']} |"
+        )
     return "\n".join(lines) + "\n"
 
 

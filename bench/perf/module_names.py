@@ -78,6 +78,7 @@ def main() -> None:
             with ctx():
                 y = model(x)
             y.sum().backward()
+
         return run
 
     has_modules = "modules" in inspect.signature(capture).parameters
@@ -102,8 +103,10 @@ def main() -> None:
                     register_module_forward_pre_hook,
                 )
 
-                self.h = (register_module_forward_pre_hook(lambda m, a: None),
-                          register_module_forward_hook(lambda m, a, o: None, always_call=True))
+                self.h = (
+                    register_module_forward_pre_hook(lambda m, a: None),
+                    register_module_forward_hook(lambda m, a, o: None, always_call=True),
+                )
                 self.c = capture(modules=False)
                 self.c.__enter__()
 
@@ -124,7 +127,7 @@ def main() -> None:
     names = list(variants)
     times: dict[str, list[float]] = {k: [] for k in names}
     for r in range(args.warmup + args.rounds):
-        order = names[r % len(names):] + names[: r % len(names)]
+        order = names[r % len(names) :] + names[: r % len(names)]
         for name in order:
             t0 = time.perf_counter()
             variants[name]()
@@ -134,10 +137,14 @@ def main() -> None:
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
     bare = med["bare"]
     out: dict[str, Any] = {
-        "depth": args.depth, "module_calls": module_calls, "saved_tensors": saved, "rounds": args.rounds,
+        "depth": args.depth,
+        "module_calls": module_calls,
+        "saved_tensors": saved,
+        "rounds": args.rounds,
         "median_ms": {k: round(v, 3) for k, v in med.items()},
         "ratio_vs_bare": {k: round(v / bare, 3) for k, v in med.items()},
     }
+
     def pair(a: str, b: str) -> float:
         return round(statistics.median(x / y for x, y in zip(times[a], times[b], strict=True)), 3)
 
@@ -163,6 +170,7 @@ def pack_us(has_modules: bool) -> dict[str, float]:
     kinds = {"capture()": {}}
     if has_modules:
         kinds = {"capture(modules=False)": {"modules": False}, "capture()": {}, "capture(stack=True)": {"stack": True}}
+
     class Probe(nn.Module):
         def __init__(self, kw: dict[str, Any], samples: list[float]) -> None:
             super().__init__()

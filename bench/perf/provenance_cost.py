@@ -57,9 +57,16 @@ def main(argv: list[str] | None = None) -> int:
     wrapped = vars(Float8TensorStorage)["prepare_for_saving"]
     # One set of buffers per object, as in a step (each buffer noted once; reused buffers would
     # queue up under one id and measure the queue, not the call).
-    bufs = [(torch.empty(64, 96, dtype=torch.uint8), torch.empty(96, 64, dtype=torch.uint8), torch.empty(1)) for _ in range(64)]
-    objs = [Float8TensorStorage(data=d, fp8_scale_inv=s, fp8_dtype=tex.DType.kFloat8E4M3, fake_dtype=torch.bfloat16,
-                                data_transpose=t) for d, t, s in bufs]
+    bufs = [
+        (torch.empty(64, 96, dtype=torch.uint8), torch.empty(96, 64, dtype=torch.uint8), torch.empty(1))
+        for _ in range(64)
+    ]
+    objs = [
+        Float8TensorStorage(
+            data=d, fp8_scale_inv=s, fp8_dtype=tex.DType.kFloat8E4M3, fake_dtype=torch.bfloat16, data_transpose=t
+        )
+        for d, t, s in bufs
+    ]
     data = bufs[0][0]
 
     def refill() -> None:
@@ -77,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                 if i & 63 == 63:  # a step's packs take what was noted: keep the queues step-sized
                     st.provenance.clear()
                     st.decomposed.clear()
+
         return go
 
     out: dict[str, Any] = {"n": args.n}
@@ -99,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         def go(n: int) -> None:
             for i in range(n):
                 pack(xs[i & 255])
+
         return go
 
     out["floor_pack_us"] = best_us(packs(floor_pack), args.n)

@@ -45,9 +45,13 @@ def render(r: dict[str, Any]) -> str:
         "production": f"production (T={prod.get('tokens')}, H={prod.get('hidden')}, F={prod.get('ffn')}, G={prod.get('groups')})",
         "small": f"small (T={small.get('tokens')})",
     }
-    how = (f"median (min–max) of {runs} independent invocations" if runs > 1 else "one invocation")
+    how = f"median (min–max) of {runs} independent invocations" if runs > 1 else "one invocation"
     smoke = r.get("mode") == "cpu-smoke"
-    where, clock = ("a CPU smoke run (proves the harness, not the targets)", "perf_counter") if smoke else ("the H200", "CUDA events")
+    where, clock = (
+        ("a CPU smoke run (proves the harness, not the targets)", "perf_counter")
+        if smoke
+        else ("the H200", "CUDA events")
+    )
     lines = [
         f"`bash bench/device/h200.sh OUT --bench` on {where} ({r.get('created')}): {how}, each "
         f"{(r.get('settings') or {}).get('run_pairs') or (r.get('settings') or {}).get('pairs')} alternating rounds of "
@@ -81,7 +85,11 @@ def render(r: dict[str, Any]) -> str:
         cells.append(f"{_num(p.get('direct'))} / {_num(s.get('direct'))}")
     lines.append("| pack hook, µs per saved tensor (production / small) | " + " | ".join(cells) + " | |")
     anchor = r.get("anchor_overhead_ratio_production") or {}
-    lines.append("| MemTracker (anchor), production, one invocation | " + " | ".join(_x(anchor.get(rc)) for rc in RECIPES) + " | |")
+    lines.append(
+        "| MemTracker (anchor), production, one invocation | "
+        + " | ".join(_x(anchor.get(rc)) for rc in RECIPES)
+        + " | |"
+    )
     extra = r.get("extra_peak_bytes") or {}
     if isinstance(extra, dict):
         cells = []
@@ -91,22 +99,32 @@ def render(r: dict[str, Any]) -> str:
         lines.append("| extra peak bytes | " + " | ".join(cells) + " | 0 |")
     sc = r.get("scaling")
     if isinstance(sc, dict) and sc.get("points"):
-        lines += ["", f"Whole model ({sc.get('model')}, T={sc['shape'].get('tokens')}, H={sc['shape'].get('hidden')}, "
-                  f"G={sc['shape'].get('groups')}): cost per saved tensor as it grows.", "",
-                  "| recipe | layers | saved tensors | capture() / bare | capture µs/saved | report(outputs) µs/row | report() µs/row | JSON µs/row |",
-                  "|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            f"Whole model ({sc.get('model')}, T={sc['shape'].get('tokens')}, H={sc['shape'].get('hidden')}, "
+            f"G={sc['shape'].get('groups')}): cost per saved tensor as it grows.",
+            "",
+            "| recipe | layers | saved tensors | capture() / bare | capture µs/saved | report(outputs) µs/row | report() µs/row | JSON µs/row |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for p in sc["points"]:
-            lines.append(f"| {p['recipe']} | {p['depth']} | {p['saved_tensors']:,} | {_x(p.get('ratio'))} | {_num(p.get('capture_extra_us_per_saved'), 2)} "
-                         f"| {_num(p.get('report_outputs_us_per_row'), 2)} | {_num(p.get('report_no_outputs_us_per_row'), 2)} "
-                         f"| {_num(p.get('json_us_per_row'), 2)} |")
+            lines.append(
+                f"| {p['recipe']} | {p['depth']} | {p['saved_tensors']:,} | {_x(p.get('ratio'))} | {_num(p.get('capture_extra_us_per_saved'), 2)} "
+                f"| {_num(p.get('report_outputs_us_per_row'), 2)} | {_num(p.get('report_no_outputs_us_per_row'), 2)} "
+                f"| {_num(p.get('json_us_per_row'), 2)} |"
+            )
     lines.append("")
     tail = []
     if r.get("matrix_seconds") is not None:
-        tail.append(f"`memaudit run --recipe all --groups 1,4,8` takes {r['matrix_seconds']:.1f} s including Python start and TE import.")
+        tail.append(
+            f"`memaudit run --recipe all --groups 1,4,8` takes {r['matrix_seconds']:.1f} s including Python start and TE import."
+        )
     if r.get("estimate_configs_per_second") is not None:
         full = r.get("estimate_full_configs_per_second")
-        tail.append(f"The estimator computes {r['estimate_configs_per_second']:,.0f} configurations/s (totals)"
-                    + (f" and {full:,.0f}/s with full rows." if full is not None else "."))
+        tail.append(
+            f"The estimator computes {r['estimate_configs_per_second']:,.0f} configurations/s (totals)"
+            + (f" and {full:,.0f}/s with full rows." if full is not None else ".")
+        )
     if r.get("meta") is None:
         tail.append(f"Meta-device timings: {r.get('meta_note') or 'not in this run'}.")
     tail.append("The hook never syncs the device (`tests/capture/test_no_sync_gpu.py`).")

@@ -53,8 +53,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     base = times["outputs"][3:]
     for name, ts in times.items():
         ts = ts[3:]
-        out[name] = {"median_ms": round(statistics.median(ts) * 1e3, 3),
-                     "ratio_to_outputs": round(statistics.median(a / b for a, b in zip(ts, base, strict=True)), 2)}
+        out[name] = {
+            "median_ms": round(statistics.median(ts) * 1e3, 3),
+            "ratio_to_outputs": round(statistics.median(a / b for a, b in zip(ts, base, strict=True)), 2),
+        }
     print(json.dumps(out, indent=1))
     if args.json:
         with open(args.json, "w") as f:

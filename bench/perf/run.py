@@ -56,7 +56,10 @@ OVER_FLOOR_GOALS = {"production": 1.01, "small": 1.05}
 EARLIER_H200 = {
     "bare_ms": {"production": {"bf16": 16.6, "fp8-current": 12.3}, "small": {"bf16": 3.5, "fp8-current": 5.4}},
     "floor_ratio": {"production": 1.00, "small": 1.03},
-    "memtracker_ratio": {"production": {"bf16": 1.10, "fp8-current": 3.31}, "small": {"bf16": 3.51, "fp8-current": 5.64}},
+    "memtracker_ratio": {
+        "production": {"bf16": 1.10, "fp8-current": 3.31},
+        "small": {"bf16": 3.51, "fp8-current": 5.64},
+    },
 }
 
 SHAPES = {
@@ -236,7 +239,7 @@ def measure_config(
     gc.collect()
     try:
         for rnd in range(warmup + pairs):
-            order = live[rnd % len(live):] + live[: rnd % len(live)] if live else []
+            order = live[rnd % len(live) :] + live[: rnd % len(live)] if live else []
             for v in order:
                 if v not in live:
                     continue
@@ -432,8 +435,13 @@ class Bench:
                 if self.smoke
                 else "CUDA events around forward+backward after a device sync; wall ms beside them"
             ),
-            "settings": {"warmup": self.warmup, "pairs": self.pairs, "shapes": self.shapes,
-                         "run_warmup": args.run_warmup, "run_pairs": args.run_pairs},
+            "settings": {
+                "warmup": self.warmup,
+                "pairs": self.pairs,
+                "shapes": self.shapes,
+                "run_warmup": args.run_warmup,
+                "run_pairs": args.run_pairs,
+            },
             "runs": 1,
             "ratio_source": "this process (one invocation)",
             "overhead_over_floor_production": {},
@@ -519,8 +527,10 @@ class Bench:
         dog = threading.Timer(self.budget + float(self.args.grace_s), self._watchdog)
         dog.daemon = True
         dog.start()
-        log(f"memaudit bench: mode={self.r['mode']} out={self.out} budget={self.budget:.0f}s "
-            f"warmup={self.warmup} pairs={self.pairs}")
+        log(
+            f"memaudit bench: mode={self.r['mode']} out={self.out} budget={self.budget:.0f}s "
+            f"warmup={self.warmup} pairs={self.pairs}"
+        )
         if self.args.child_overhead:
             self.run_child()
             dog.cancel()
@@ -562,8 +572,17 @@ class Bench:
 
     def _child_overhead(self, shape_name: str, recipe: str) -> None:
         spec = self._spec(recipe, **self.shapes[shape_name])
-        res = measure_config(self.target, spec, cuda=self.cuda, warmup=self.warmup, pairs=self.pairs,
-                             variants=("bare", "hooked", "floor"), memory=False, report_reps=0, pack_timing=False)
+        res = measure_config(
+            self.target,
+            spec,
+            cuda=self.cuda,
+            warmup=self.warmup,
+            pairs=self.pairs,
+            variants=("bare", "hooked", "floor"),
+            memory=False,
+            report_reps=0,
+            pack_timing=False,
+        )
         self.r["details"].setdefault("overhead", {})[f"{shape_name}/{recipe}"] = res
         t = res.get("timing", {})
         hooked, floor = t.get("hooked", {}).get("ratio"), t.get("floor", {}).get("ratio")
@@ -586,34 +605,64 @@ class Bench:
                     log(f"    {msg}")
                     break
                 js = Path(tmp) / f"run{i}.json"
-                argv = [sys.executable, str(script), "--child-overhead", "--out", str(js), "--warmup", str(warmup),
-                        "--pairs", str(pairs), "--budget-s", str(self.args.run_timeout_s), "--grace-s", "10"]
+                argv = [
+                    sys.executable,
+                    str(script),
+                    "--child-overhead",
+                    "--out",
+                    str(js),
+                    "--warmup",
+                    str(warmup),
+                    "--pairs",
+                    str(pairs),
+                    "--budget-s",
+                    str(self.args.run_timeout_s),
+                    "--grace-s",
+                    "10",
+                ]
                 if self.smoke:
                     argv.append("--cpu-smoke")
-                res = self._timed_subprocess(argv, self.args.run_timeout_s + 20, None if self.smoke else self._fused_env())
+                res = self._timed_subprocess(
+                    argv, self.args.run_timeout_s + 20, None if self.smoke else self._fused_env()
+                )
                 entry: dict[str, Any] = {"run": i, "seconds": res.get("seconds"), "rc": res.get("rc")}
                 if res.get("error") or res.get("rc"):
                     entry["error"] = res.get("error") or (res.get("stderr_tail") or "")[-600:]
                 if js.exists():
                     child = json.loads(js.read_text())
                     for shape in ("production", "small"):
-                        entry[shape] = {rc: {"ratio": (child.get(f"overhead_ratio_{shape}") or {}).get(rc),
-                                             "floor": (child.get(f"floor_ratio_{shape}") or {}).get(rc)}
-                                        for rc in RECIPES}
-                    entry["n_saved"] = {k: v.get("n_saved") for k, v in (child.get("details", {}).get("overhead") or {}).items()}
-                    entry["bare_ms"] = {k: ((v.get("timing") or {}).get("bare") or {}).get("device_ms" if self.cuda else "cpu_ms")
-                                        for k, v in (child.get("details", {}).get("overhead") or {}).items()}
+                        entry[shape] = {
+                            rc: {
+                                "ratio": (child.get(f"overhead_ratio_{shape}") or {}).get(rc),
+                                "floor": (child.get(f"floor_ratio_{shape}") or {}).get(rc),
+                            }
+                            for rc in RECIPES
+                        }
+                    entry["n_saved"] = {
+                        k: v.get("n_saved") for k, v in (child.get("details", {}).get("overhead") or {}).items()
+                    }
+                    entry["bare_ms"] = {
+                        k: ((v.get("timing") or {}).get("bare") or {}).get("device_ms" if self.cuda else "cpu_ms")
+                        for k, v in (child.get("details", {}).get("overhead") or {}).items()
+                    }
                     if child.get("errors"):
                         entry["child_errors"] = child["errors"][:4]
                 per_run.append(entry)
-                log(f"    run {i}: {res.get('seconds')} s rc={res.get('rc')} "
-                    + " ".join(f"{s}/{rc} x{(entry.get(s) or {}).get(rc, {}).get('ratio')}/floor x{(entry.get(s) or {}).get(rc, {}).get('floor')}"
-                               for s in ("production", "small") for rc in RECIPES))
+                log(
+                    f"    run {i}: {res.get('seconds')} s rc={res.get('rc')} "
+                    + " ".join(
+                        f"{s}/{rc} x{(entry.get(s) or {}).get(rc, {}).get('ratio')}/floor x{(entry.get(s) or {}).get(rc, {}).get('floor')}"
+                        for s in ("production", "small")
+                        for rc in RECIPES
+                    )
+                )
                 self.r["details"]["independent_runs"] = per_run
                 self.checkpoint()
         self.r.update(aggregate_runs(per_run))
-        self.r["ratio_source"] = (f"median of {self.r['runs']} independent invocations (fresh processes), "
-                                  f"each {warmup} warm-up + {pairs} alternating rounds of bare / capture() / floor")
+        self.r["ratio_source"] = (
+            f"median of {self.r['runs']} independent invocations (fresh processes), "
+            f"each {warmup} warm-up + {pairs} alternating rounds of bare / capture() / floor"
+        )
 
     # -- whole-model scaling -------------------------------------------------
     def _stack(self, depth: int, recipe: str) -> tuple[Callable[[], torch.Tensor], list[Any]]:
@@ -627,8 +676,14 @@ class Bench:
             rcp = make_recipe(recipe)
             g, h, f, tokens = shape["groups"], shape["hidden"], shape["ffn"], shape["tokens"]
             common = {"bias": False, "device": "cuda", "dtype": torch.bfloat16}
-            layers = [te.ops.Sequential(te.ops.GroupedLinear(g, h, 2 * f, **common), te.ops.ScaledSwiGLU(glu_interleave_size=32),
-                                        te.ops.GroupedLinear(g, f, h, **common)) for _ in range(depth)]
+            layers = [
+                te.ops.Sequential(
+                    te.ops.GroupedLinear(g, h, 2 * f, **common),
+                    te.ops.ScaledSwiGLU(glu_interleave_size=32),
+                    te.ops.GroupedLinear(g, f, h, **common),
+                )
+                for _ in range(depth)
+            ]
             x = torch.randn(tokens, h, device="cuda", dtype=torch.bfloat16, requires_grad=True)
             base = tokens // g
             splits = torch.tensor([base] * (g - 1) + [tokens - base * (g - 1)], dtype=torch.int64, device="cuda")
@@ -643,8 +698,10 @@ class Bench:
 
             return fwd, [*layers, x, probs]
         h, tokens = shape["hidden"], shape["tokens"]
-        mods = [torch.nn.Sequential(torch.nn.Linear(h, 2 * h), torch.nn.GELU(), torch.nn.Linear(2 * h, h)).to(self.device)
-                for _ in range(depth)]
+        mods = [
+            torch.nn.Sequential(torch.nn.Linear(h, 2 * h), torch.nn.GELU(), torch.nn.Linear(2 * h, h)).to(self.device)
+            for _ in range(depth)
+        ]
         x = torch.randn(tokens, h, device=self.device, requires_grad=True)
 
         def fwd_torch() -> torch.Tensor:
@@ -678,15 +735,20 @@ class Bench:
                         torch.cuda.empty_cache()
                 if points:
                     p = points[-1]
-                    log(f"    {recipe} depth {depth}: saved {p['saved_tensors']} x{p['ratio']} "
+                    log(
+                        f"    {recipe} depth {depth}: saved {p['saved_tensors']} x{p['ratio']} "
                         f"capture +{p['capture_extra_us_per_saved']} us/saved, report {p['report_outputs_us_per_row']} us/row, "
-                        f"report() {p['report_no_outputs_us_per_row']} us/row, json {p['json_us_per_row']} us/row")
+                        f"report() {p['report_no_outputs_us_per_row']} us/row, json {p['json_us_per_row']} us/row"
+                    )
         base = depths[0]
         for p in points:
             p["scale"] = round(p["depth"] / base, 3)
         self.r["scaling"] = {
-            "model": ("stack of TE grouped-MLP layers (GroupedLinear-ScaledSwiGLU-GroupedLinear)" if self.cuda
-                      else "stack of Linear-GELU-Linear layers (CPU smoke)"),
+            "model": (
+                "stack of TE grouped-MLP layers (GroupedLinear-ScaledSwiGLU-GroupedLinear)"
+                if self.cuda
+                else "stack of Linear-GELU-Linear layers (CPU smoke)"
+            ),
             "shape": self.shapes["model"],
             "depths": depths,
             "reps": reps,
@@ -749,8 +811,13 @@ class Bench:
         med = statistics.median
         bm, cm = med(bare_ms), med(cap_ms)
         return {
-            "recipe": recipe, "depth": depth, "saved_tensors": n_saved, "rows": rows,
-            "bare_ms": round(bm, 3), "captured_ms": round(cm, 3), "ratio": round(cm / bm, 4) if bm else None,
+            "recipe": recipe,
+            "depth": depth,
+            "saved_tensors": n_saved,
+            "rows": rows,
+            "bare_ms": round(bm, 3),
+            "captured_ms": round(cm, 3),
+            "ratio": round(cm / bm, 4) if bm else None,
             "capture_extra_us_per_saved": round((cm - bm) * 1e3 / max(n_saved, 1), 3),
             "report_outputs_ms": round(med(rep_out), 3),
             "report_no_outputs_ms": round(med(rep_all), 3) if rep_all else None,
@@ -803,7 +870,9 @@ class Bench:
         if fast is not None:
             det["totals_fn"] = "memaudit.te.estimate.resolve + estimate_totals (closed form, no rows)"
             det["totals_configs_per_second"] = round(rate(lambda c: fast(est.resolve(*c)), "totals"), 1)
-        det["full_fn"] = "memaudit.te.estimate.estimate(make_spec(...)) (builds every row, as `memaudit estimate` prints)"
+        det["full_fn"] = (
+            "memaudit.te.estimate.estimate(make_spec(...)) (builds every row, as `memaudit estimate` prints)"
+        )
         det["full_configs_per_second"] = round(rate(lambda c: est.estimate(est.make_spec(*c)), "full"), 1)
         self.r["estimate_configs_per_second"] = det.get("totals_configs_per_second", det["full_configs_per_second"])
         self.r["estimate_full_configs_per_second"] = det["full_configs_per_second"]
@@ -814,7 +883,14 @@ class Bench:
         """bench/perf/meta.py in a fresh process (CPU only; its resident-set numbers need a clean process)."""
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "meta.json"
-            argv = [sys.executable, str(ROOT / "bench" / "perf" / "meta.py"), "--json", str(out), "--repeats", "3" if self.smoke else "7"]
+            argv = [
+                sys.executable,
+                str(ROOT / "bench" / "perf" / "meta.py"),
+                "--json",
+                str(out),
+                "--repeats",
+                "3" if self.smoke else "7",
+            ]
             if self.smoke:
                 argv.append("--no-cli")
             res = self._timed_subprocess(argv, timeout=240)
@@ -823,18 +899,25 @@ class Bench:
             data = json.loads(out.read_text(encoding="utf-8"))
         self.r["meta"] = data["meta"]
         self.r["details"]["meta_environment"] = data["environment"]
-        log(f"    meta: {data['meta']['meta_production_seconds']} s per production-shape cell, "
-            f"devices {data['meta']['meta_production_devices']}")
+        log(
+            f"    meta: {data['meta']['meta_production_seconds']} s per production-shape cell, "
+            f"devices {data['meta']['meta_production_devices']}"
+        )
 
-    def _timed_subprocess(self, argv: list[str], timeout: float, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
+    def _timed_subprocess(
+        self, argv: list[str], timeout: float, extra_env: dict[str, str] | None = None
+    ) -> dict[str, Any]:
         env = _sub_env()
         env.update(extra_env or {})
         c0 = time.perf_counter()
         try:
             p = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired as exc:
-            return {"seconds": round(time.perf_counter() - c0, 3), "error": f"timed out after {timeout:.0f} s",
-                    "stdout_tail": str(exc.stdout or "")[-800:]}
+            return {
+                "seconds": round(time.perf_counter() - c0, 3),
+                "error": f"timed out after {timeout:.0f} s",
+                "stdout_tail": str(exc.stdout or "")[-800:],
+            }
         out = {"seconds": round(time.perf_counter() - c0, 3), "rc": p.returncode}
         if p.returncode != 0:
             out["stderr_tail"] = p.stderr[-1500:]
@@ -864,15 +947,30 @@ class Bench:
         target = "reference" if self.smoke else "te-grouped-mlp"
         with tempfile.TemporaryDirectory() as tmp:
             js = Path(tmp) / "matrix.json"
-            argv = [sys.executable, "-c", "import memaudit.cli as c; c.main()", "run", "--target", target,
-                    "--recipe", "all", "--groups", "1,4,8", "--quiet", "--json", str(js)]
+            argv = [
+                sys.executable,
+                "-c",
+                "import memaudit.cli as c; c.main()",
+                "run",
+                "--target",
+                target,
+                "--recipe",
+                "all",
+                "--groups",
+                "1,4,8",
+                "--quiet",
+                "--json",
+                str(js),
+            ]
             res = self._timed_subprocess(argv, 240, self._fused_env() if not self.smoke else None)
             res["command"] = "memaudit " + " ".join(argv[3:-2])
             if js.exists():
                 try:
                     rep = json.loads(js.read_text())
                     cases = rep.get("cases", [])
-                    res["cases"] = {s: sum(1 for c in cases if c.get("status") == s) for s in ("ok", "skipped", "error")}
+                    res["cases"] = {
+                        s: sum(1 for c in cases if c.get("status") == s) for s in ("ok", "skipped", "error")
+                    }
                     res["case_status"] = {c.get("id"): c.get("status") for c in cases}
                 except Exception as exc:  # noqa: BLE001
                     res["json_error"] = _err(exc)
@@ -931,14 +1029,22 @@ class Bench:
         from memaudit.targets.matrix import build_specs
 
         assert self.target is not None
-        specs = build_specs(self.target, recipe="all", groups="1,4,8", dims={}, dtype=None, device=self.device, options={})
+        specs = build_specs(
+            self.target, recipe="all", groups="1,4,8", dims={}, dtype=None, device=self.device, options={}
+        )
         cells = []
         for spec in specs:
             c0 = time.perf_counter()
             case = run_case(self.target, spec)
             dt = time.perf_counter() - c0
-            cells.append({"id": spec.id, "status": case.status, "seconds": round(dt, 3),
-                          "reason": (case.reason or "")[:200] or None})
+            cells.append(
+                {
+                    "id": spec.id,
+                    "status": case.status,
+                    "seconds": round(dt, 3),
+                    "reason": (case.reason or "")[:200] or None,
+                }
+            )
             log(f"    {spec.id}: {case.status} {dt:.2f}s")
         total = sum(c["seconds"] for c in cells)
         det: dict[str, Any] = {"cells": cells, "cells_total_seconds": round(total, 3)}
@@ -952,9 +1058,11 @@ class Bench:
             breakdown = {
                 "python+torch import (subprocess)": torch_imp,
                 "TransformerEngine import on top of torch": round(te_imp - torch_imp, 3)
-                if te_imp is not None and torch_imp is not None else None,
+                if te_imp is not None and torch_imp is not None
+                else None,
                 "memaudit.cli import on top of torch (rich, typer)": round(cli_imp - torch_imp, 3)
-                if cli_imp is not None and torch_imp is not None else None,
+                if cli_imp is not None and torch_imp is not None
+                else None,
                 "cells (run_case, in process; includes CUDA/cuBLAS warm-up in the first cell)": round(total, 3),
             }
             known = (base or 0) + total + (breakdown["memaudit.cli import on top of torch (rich, typer)"] or 0)
@@ -965,7 +1073,9 @@ class Bench:
     def _spec(self, recipe: str, tokens: int, hidden: int, ffn: int, groups: int) -> Any:
         from memaudit.spec import CaseSpec
 
-        return CaseSpec.make(self.target, recipe, groups, tokens=tokens, hidden=hidden, ffn=ffn, dtype="bf16", device=self.device)
+        return CaseSpec.make(
+            self.target, recipe, groups, tokens=tokens, hidden=hidden, ffn=ffn, dtype="bf16", device=self.device
+        )
 
     def _measure(self, recipe: str, shape: dict[str, int], *, full: bool) -> dict[str, Any]:
         key = (recipe, shape["tokens"], shape["hidden"], shape["ffn"], shape["groups"])
@@ -973,13 +1083,29 @@ class Bench:
             return self.cache[key]
         spec = self._spec(recipe, **shape)
         if full:
-            res = measure_config(self.target, spec, cuda=self.cuda, warmup=self.warmup, pairs=self.pairs,
-                                 variants=("bare", "hooked", "floor", "memtracker"), memory=True,
-                                 report_reps=3 if shape["tokens"] >= 32768 else 5, pack_timing=True)
+            res = measure_config(
+                self.target,
+                spec,
+                cuda=self.cuda,
+                warmup=self.warmup,
+                pairs=self.pairs,
+                variants=("bare", "hooked", "floor", "memtracker"),
+                memory=True,
+                report_reps=3 if shape["tokens"] >= 32768 else 5,
+                pack_timing=True,
+            )
         else:
-            res = measure_config(self.target, spec, cuda=self.cuda, warmup=max(1, self.warmup - 1),
-                                 pairs=max(3, self.pairs // 3), variants=("bare", "hooked"), memory=False,
-                                 report_reps=3, pack_timing=False)
+            res = measure_config(
+                self.target,
+                spec,
+                cuda=self.cuda,
+                warmup=max(1, self.warmup - 1),
+                pairs=max(3, self.pairs // 3),
+                variants=("bare", "hooked"),
+                memory=False,
+                report_reps=3,
+                pack_timing=False,
+            )
         res["full"] = full
         self.cache[key] = res
         return res
@@ -1024,17 +1150,23 @@ class Bench:
             "direct": pack.get("us_per_tensor"),
             "wall_delta": res.get("cpu_delta_us_per_tensor"),
         }
-        log(f"    bare {bare_ms} ms | hooked x{ratio('hooked')} | floor x{ratio('floor')} | "
+        log(
+            f"    bare {bare_ms} ms | hooked x{ratio('hooked')} | floor x{ratio('floor')} | "
             f"MemTracker x{ratio('memtracker')} | report {rep_ms} ms | n_saved {res.get('n_saved')} | "
-            f"extra_peak {res.get('memory', {}).get('extra_peak_bytes')} | pack {pack.get('us_per_tensor')} us/tensor")
+            f"extra_peak {res.get('memory', {}).get('extra_peak_bytes')} | pack {pack.get('us_per_tensor')} us/tensor"
+        )
 
     def scaling(self) -> None:
         rows: list[dict[str, Any]] = []
         sg, st = self.shapes["scale_groups"], self.shapes["scale_tokens"]
-        points = [("groups", {"tokens": sg["tokens"], "hidden": sg["hidden"], "ffn": sg["ffn"], "groups": g})
-                  for g in sg["groups"]]
-        points += [("tokens", {"tokens": t, "hidden": st["hidden"], "ffn": st["ffn"], "groups": st["groups"]})
-                   for t in st["tokens"]]
+        points = [
+            ("groups", {"tokens": sg["tokens"], "hidden": sg["hidden"], "ffn": sg["ffn"], "groups": g})
+            for g in sg["groups"]
+        ]
+        points += [
+            ("tokens", {"tokens": t, "hidden": st["hidden"], "ffn": st["ffn"], "groups": st["groups"]})
+            for t in st["tokens"]
+        ]
         for axis, shape in points:
             if self.budget - self.elapsed() < 8:
                 self.r["skipped_sections"].append(f"scaling {shape}: time budget")
@@ -1062,8 +1194,10 @@ class Bench:
                 "skipped": res.get("skipped"),
             }
             rows.append(row)
-            log(f"    {axis} T={shape['tokens']} G={shape['groups']}: n_saved={row['n_saved']} "
-                f"x{row['ratio']} report {row['report_ms']} ms")
+            log(
+                f"    {axis} T={shape['tokens']} G={shape['groups']}: n_saved={row['n_saved']} "
+                f"x{row['ratio']} report {row['report_ms']} ms"
+            )
         self.r["details"]["scaling"] = rows
 
     def sync_debug(self) -> None:
@@ -1108,9 +1242,14 @@ class Bench:
                 hooked = count(captured)
                 pkg = str(ROOT / "memaudit")
                 in_memaudit = [s for s in hooked if s.startswith(pkg)]
-                out[recipe] = {"bare_syncs": len(bare), "captured_syncs": len(hooked), "bare_sites": sorted(set(bare)),
-                               "captured_sites": sorted(set(hooked)), "syncs_in_memaudit": in_memaudit,
-                               "hooks_add_no_sync": len(hooked) == len(bare) and not in_memaudit}
+                out[recipe] = {
+                    "bare_syncs": len(bare),
+                    "captured_syncs": len(hooked),
+                    "bare_sites": sorted(set(bare)),
+                    "captured_sites": sorted(set(hooked)),
+                    "syncs_in_memaudit": in_memaudit,
+                    "hooks_add_no_sync": len(hooked) == len(bare) and not in_memaudit,
+                }
             except Exception as exc:  # noqa: BLE001
                 out[recipe] = {"error": _err(exc)}
             finally:
@@ -1129,9 +1268,22 @@ class Bench:
             if self.budget - self.elapsed() < 15:
                 self.r["skipped_sections"].append(f"sac_estimator/{name}: time budget")
                 continue
-            argv = [sys.executable, str(probe), "--targets", name, "--device", self.device,
-                    "--tokens", str(shape["tokens"]), "--hidden", str(shape["hidden"]), "--ffn", str(shape["ffn"]),
-                    "--groups", str(shape["groups"])]
+            argv = [
+                sys.executable,
+                str(probe),
+                "--targets",
+                name,
+                "--device",
+                self.device,
+                "--tokens",
+                str(shape["tokens"]),
+                "--hidden",
+                str(shape["hidden"]),
+                "--ffn",
+                str(shape["ffn"]),
+                "--groups",
+                str(shape["groups"]),
+            ]
             res = self._timed_subprocess(argv, 60, None if self.smoke else self._fused_env())
             lines = []
             for line in (res.pop("stdout_tail", None) or "").splitlines():
@@ -1155,8 +1307,12 @@ def _spread(values: list[float]) -> dict[str, Any] | None:
     vals = [v for v in values if v is not None]
     if not vals:
         return None
-    return {"median": round(statistics.median(vals), 4), "min": round(min(vals), 4), "max": round(max(vals), 4),
-            "values": [round(v, 4) for v in vals]}
+    return {
+        "median": round(statistics.median(vals), 4),
+        "min": round(min(vals), 4),
+        "max": round(max(vals), 4),
+        "values": [round(v, 4) for v in vals],
+    }
 
 
 def aggregate_runs(per_run: list[dict[str, Any]]) -> dict[str, Any]:
@@ -1190,7 +1346,12 @@ def _flatness(points: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for rc in sorted({p["recipe"] for p in points}):
         pts = [p for p in points if p["recipe"] == rc]
-        for k in ("report_outputs_us_per_row", "report_no_outputs_us_per_row", "json_us_per_row", "capture_extra_us_per_saved"):
+        for k in (
+            "report_outputs_us_per_row",
+            "report_no_outputs_us_per_row",
+            "json_us_per_row",
+            "capture_extra_us_per_saved",
+        ):
             vals = [p[k] for p in pts if p.get(k) is not None and p[k] > 0]
             if len(vals) >= 2:
                 out.setdefault(rc, {})[k] = round(max(vals) / min(vals), 3)
@@ -1217,38 +1378,77 @@ def _fmt(v: Any, unit: str = "") -> str:
 def verdict_rows(r: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
     """(metric, value, target, met) rows for the summary."""
     rows: list[tuple[str, str, str, bool | None]] = []
-    for shape, limit in (("production", TARGETS["overhead_ratio_production"]), ("small", TARGETS["overhead_ratio_small"])):
+    for shape, limit in (
+        ("production", TARGETS["overhead_ratio_production"]),
+        ("small", TARGETS["overhead_ratio_small"]),
+    ):
         for recipe in RECIPES:
             v = (r.get(f"overhead_ratio_{shape}") or {}).get(recipe)
             skipped = recipe not in (r.get(f"overhead_ratio_{shape}") or {})
-            rows.append((f"overhead, {shape}, {recipe} (fwd+bwd under capture() / bare)",
-                         "skipped" if skipped else _fmt(v, "×"), f"≤ {limit}×", None if v is None else v <= limit))
+            rows.append(
+                (
+                    f"overhead, {shape}, {recipe} (fwd+bwd under capture() / bare)",
+                    "skipped" if skipped else _fmt(v, "×"),
+                    f"≤ {limit}×",
+                    None if v is None else v <= limit,
+                )
+            )
     runs = r.get("runs") or 1
     for shape, limit in (("production", OVER_FLOOR_GOALS["production"]), ("small", OVER_FLOOR_GOALS["small"])):
         for recipe in RECIPES:
             o = (r.get(f"overhead_over_floor_{shape}") or {}).get(recipe)
             if o is None:
                 continue
-            value = f"{o['median']:.3f}× ({o['min']:.3f}–{o['max']:.3f}, {runs} runs)" if runs > 1 else f"{o['median']:.3f}×"
-            rows.append((f"over the floor, {shape}, {recipe} ((capture/bare) ÷ (floor/bare), per run)", value,
-                         f"≤ {limit}×", o["median"] <= limit))
+            value = (
+                f"{o['median']:.3f}× ({o['min']:.3f}–{o['max']:.3f}, {runs} runs)"
+                if runs > 1
+                else f"{o['median']:.3f}×"
+            )
+            rows.append(
+                (
+                    f"over the floor, {shape}, {recipe} ((capture/bare) ÷ (floor/bare), per run)",
+                    value,
+                    f"≤ {limit}×",
+                    o["median"] <= limit,
+                )
+            )
     extra = r.get("extra_peak_bytes")
     if isinstance(extra, dict) and extra:
         for shape, per in extra.items():
             for recipe, v in per.items():
-                rows.append((f"extra peak bytes, {shape}, {recipe}", _fmt(v, " B"), "0 B", None if v is None else v == 0))
+                rows.append(
+                    (f"extra peak bytes, {shape}, {recipe}", _fmt(v, " B"), "0 B", None if v is None else v == 0)
+                )
     else:
         rows.append(("extra peak bytes", "n/a", "0 B", None))
     ms = r.get("matrix_seconds")
-    rows.append(("matrix wall time (`memaudit run --recipe all --groups 1,4,8`)", _fmt(ms, " s"),
-                 f"< {TARGETS['matrix_seconds']:.0f} s", None if ms is None else ms < TARGETS["matrix_seconds"]))
+    rows.append(
+        (
+            "matrix wall time (`memaudit run --recipe all --groups 1,4,8`)",
+            _fmt(ms, " s"),
+            f"< {TARGETS['matrix_seconds']:.0f} s",
+            None if ms is None else ms < TARGETS["matrix_seconds"],
+        )
+    )
     eps = r.get("estimate_configs_per_second")
     limit = TARGETS["estimate_configs_per_second"]
-    rows.append(("estimator throughput, closed-form totals", _fmt(eps, "/s"), f"≥ {limit:,.0f}/s",
-                 None if eps is None else eps >= limit))
+    rows.append(
+        (
+            "estimator throughput, closed-form totals",
+            _fmt(eps, "/s"),
+            f"≥ {limit:,.0f}/s",
+            None if eps is None else eps >= limit,
+        )
+    )
     full = r.get("estimate_full_configs_per_second")
-    rows.append(("estimator throughput, full estimate() with rows", _fmt(full, "/s"), f"≥ {limit:,.0f}/s",
-                 None if full is None else full >= limit))
+    rows.append(
+        (
+            "estimator throughput, full estimate() with rows",
+            _fmt(full, "/s"),
+            f"≥ {limit:,.0f}/s",
+            None if full is None else full >= limit,
+        )
+    )
     rows.extend(_bench_meta().verdict_rows(r.get("meta") or {}))
     return rows
 
@@ -1276,22 +1476,42 @@ def summary_lines(r: dict[str, Any]) -> str:
         floor = r.get(f"floor_ratio_{shape}") or {}
         for recipe in RECIPES:
             if recipe in anchor or recipe in floor:
-                lines.append(f"  {shape}/{recipe}: floor x{floor.get(recipe)} MemTracker x{anchor.get(recipe)} "
-                             f"report {((r.get('report_ms') or {}).get(shape) or {}).get(recipe)} ms")
+                lines.append(
+                    f"  {shape}/{recipe}: floor x{floor.get(recipe)} MemTracker x{anchor.get(recipe)} "
+                    f"report {((r.get('report_ms') or {}).get(shape) or {}).get(recipe)} ms"
+                )
     if r.get("errors"):
-        lines.append(f"  {len(r['errors'])} error(s): " + "; ".join(f"{e['where']}: {e['error']}" for e in r["errors"][:6]))
+        lines.append(
+            f"  {len(r['errors'])} error(s): " + "; ".join(f"{e['where']}: {e['error']}" for e in r["errors"][:6])
+        )
     return "\n".join(lines)
 
 
 def render_markdown(r: dict[str, Any]) -> str:
     env = r.get("environment") or {}
-    out = ["# memaudit benchmarks" + (" (CPU smoke: proves the harness, not the targets)" if r.get("mode") == "cpu-smoke" else ""), ""]
-    out.append(f"Created {r.get('created')} · target `{r.get('target_used')}` · {r.get('timing_method')} · "
-               f"{r['settings']['warmup']} warm-up rounds, {r['settings']['pairs']} alternating rounds · "
-               f"elapsed {_fmt(r.get('elapsed_seconds'), ' s')}" + ("" if r.get("complete") else " · **incomplete run**"))
+    out = [
+        "# memaudit benchmarks"
+        + (" (CPU smoke: proves the harness, not the targets)" if r.get("mode") == "cpu-smoke" else ""),
+        "",
+    ]
+    out.append(
+        f"Created {r.get('created')} · target `{r.get('target_used')}` · {r.get('timing_method')} · "
+        f"{r['settings']['warmup']} warm-up rounds, {r['settings']['pairs']} alternating rounds · "
+        f"elapsed {_fmt(r.get('elapsed_seconds'), ' s')}" + ("" if r.get("complete") else " · **incomplete run**")
+    )
     out.append("")
     if env:
-        keys = ("device", "device_class", "python", "torch", "cuda", "transformer_engine", "cublaslt", "cudnn_frontend", "memaudit")
+        keys = (
+            "device",
+            "device_class",
+            "python",
+            "torch",
+            "cuda",
+            "transformer_engine",
+            "cublaslt",
+            "cudnn_frontend",
+            "memaudit",
+        )
         out.append("Environment: " + ", ".join(f"{k} `{env.get(k)}`" for k in keys if k in env))
         out.append("")
     out += ["| metric | value | target | |", "|---|---|---|---|"]
@@ -1302,9 +1522,12 @@ def render_markdown(r: dict[str, Any]) -> str:
     out.append("")
     out.append("**Missed targets:** " + ("; ".join(missed) if missed else "none") + ".")
     out.append("")
-    out += ["## Overhead detail", "",
-            "| shape / recipe | bare ms | capture() | with report() | report ms | floor hook | MemTracker (anchor) | saved tensors | pack µs/tensor (direct / wall delta) |",
-            "|---|---|---|---|---|---|---|---|---|"]
+    out += [
+        "## Overhead detail",
+        "",
+        "| shape / recipe | bare ms | capture() | with report() | report ms | floor hook | MemTracker (anchor) | saved tensors | pack µs/tensor (direct / wall delta) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     details = (r.get("details") or {}).get("overhead") or {}
     for key, res in details.items():
         shape, recipe = key.split("/", 1)
@@ -1317,7 +1540,8 @@ def render_markdown(r: dict[str, Any]) -> str:
         pack = ((r.get("pack_us_per_tensor") or {}).get(shape) or {}).get(recipe) or {}
         earlier = EARLIER_H200["bare_ms"].get(shape, {}).get(recipe)
         out.append(
-            f"| {key} | {_fmt(bare_ms)}" + (f" (earlier {earlier})" if earlier and r.get("mode") != "cpu-smoke" else "")
+            f"| {key} | {_fmt(bare_ms)}"
+            + (f" (earlier {earlier})" if earlier and r.get("mode") != "cpu-smoke" else "")
             + f" | {_fmt((t.get('hooked') or {}).get('ratio'), '×')}"
             f" | {_fmt((r.get(f'overhead_ratio_with_report_{shape}') or {}).get(recipe), '×')}"
             f" | {_fmt((res.get('report') or {}).get('ms'))}"
@@ -1328,8 +1552,13 @@ def render_markdown(r: dict[str, Any]) -> str:
         )
     spread_keys = [k for k in ("production", "small") if r.get(f"overhead_ratio_spread_{k}")]
     if spread_keys:
-        out += ["", f"## Independent runs ({r.get('runs')} fresh processes; median (min–max) of per-run ratios)", "",
-                "| shape / recipe | capture() / bare | floor / bare | over the floor | goal |", "|---|---|---|---|---|"]
+        out += [
+            "",
+            f"## Independent runs ({r.get('runs')} fresh processes; median (min–max) of per-run ratios)",
+            "",
+            "| shape / recipe | capture() / bare | floor / bare | over the floor | goal |",
+            "|---|---|---|---|---|",
+        ]
 
         def sp(d: dict[str, Any] | None) -> str:
             return "n/a" if not d else f"{d['median']:.4f}× ({d['min']:.4f}–{d['max']:.4f})"
@@ -1339,25 +1568,41 @@ def render_markdown(r: dict[str, Any]) -> str:
                 c = (r.get(f"overhead_ratio_spread_{shape}") or {}).get(recipe)
                 if c is None:
                     continue
-                out.append(f"| {shape}/{recipe} | {sp(c)} | {sp((r.get(f'floor_ratio_spread_{shape}') or {}).get(recipe))} "
-                           f"| {sp((r.get(f'overhead_over_floor_{shape}') or {}).get(recipe))} | ≤ {OVER_FLOOR_GOALS[shape]}× |")
+                out.append(
+                    f"| {shape}/{recipe} | {sp(c)} | {sp((r.get(f'floor_ratio_spread_{shape}') or {}).get(recipe))} "
+                    f"| {sp((r.get(f'overhead_over_floor_{shape}') or {}).get(recipe))} | ≤ {OVER_FLOOR_GOALS[shape]}× |"
+                )
     model = r.get("scaling")
     if isinstance(model, dict) and model.get("points"):
-        out += ["", f"## Whole-model scaling ({model.get('model')}, {model.get('shape')}; medians of {model.get('reps')})", "",
-                "| recipe | layers | scale | saved tensors | bare ms | capture() / bare | capture µs/saved | report(outputs) µs/row "
-                "| report() µs/row | JSON µs/row |", "|---|---|---|---|---|---|---|---|---|---|"]
+        out += [
+            "",
+            f"## Whole-model scaling ({model.get('model')}, {model.get('shape')}; medians of {model.get('reps')})",
+            "",
+            "| recipe | layers | scale | saved tensors | bare ms | capture() / bare | capture µs/saved | report(outputs) µs/row "
+            "| report() µs/row | JSON µs/row |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for p in model["points"]:
-            out.append(f"| {p['recipe']} | {p['depth']} | {p.get('scale')}× | {_fmt(p['saved_tensors'])} | {_fmt(p['bare_ms'])} "
-                       f"| {_fmt(p.get('ratio'), '×')} | {_fmt(p.get('capture_extra_us_per_saved'))} | {_fmt(p.get('report_outputs_us_per_row'))} "
-                       f"| {_fmt(p.get('report_no_outputs_us_per_row'))} | {_fmt(p.get('json_us_per_row'))} |")
+            out.append(
+                f"| {p['recipe']} | {p['depth']} | {p.get('scale')}× | {_fmt(p['saved_tensors'])} | {_fmt(p['bare_ms'])} "
+                f"| {_fmt(p.get('ratio'), '×')} | {_fmt(p.get('capture_extra_us_per_saved'))} | {_fmt(p.get('report_outputs_us_per_row'))} "
+                f"| {_fmt(p.get('report_no_outputs_us_per_row'))} | {_fmt(p.get('json_us_per_row'))} |"
+            )
         out += ["", f"Flatness (max/min across depths): {model.get('flat')}"]
     scaling = (r.get("details") or {}).get("scaling") or []
     if scaling:
-        out += ["", "## Scaling (bf16)", "", "| axis | T | G | saved tensors | bare ms | capture() | report ms | report rows |",
-                "|---|---|---|---|---|---|---|---|"]
+        out += [
+            "",
+            "## Scaling (bf16)",
+            "",
+            "| axis | T | G | saved tensors | bare ms | capture() | report ms | report rows |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for s in scaling:
-            out.append(f"| {s['axis']} | {s['tokens']} | {s['groups']} | {_fmt(s.get('n_saved'))} | {_fmt(s.get('bare_ms'))} "
-                       f"| {_fmt(s.get('ratio'), '×')} | {_fmt(s.get('report_ms'))} | {_fmt(s.get('report_rows'))} |")
+            out.append(
+                f"| {s['axis']} | {s['tokens']} | {s['groups']} | {_fmt(s.get('n_saved'))} | {_fmt(s.get('bare_ms'))} "
+                f"| {_fmt(s.get('ratio'), '×')} | {_fmt(s.get('report_ms'))} | {_fmt(s.get('report_rows'))} |"
+            )
     mc = (r.get("details") or {}).get("matrix_cells") or {}
     if mc.get("where_the_time_goes"):
         out += ["", "## Where the matrix time goes", ""]
@@ -1367,15 +1612,22 @@ def render_markdown(r: dict[str, Any]) -> str:
     if sd:
         out += ["", "## Device syncs (`set_sync_debug_mode('warn')`, fwd+report+bwd)", ""]
         for recipe, v in sd.items():
-            out.append(f"- {recipe}: bare {v.get('bare_syncs')}, captured {v.get('captured_syncs')}, "
-                       f"in memaudit {v.get('syncs_in_memaudit')}" + (f" ({v['error']})" if v.get("error") else ""))
+            out.append(
+                f"- {recipe}: bare {v.get('bare_syncs')}, captured {v.get('captured_syncs')}, "
+                f"in memaudit {v.get('syncs_in_memaudit')}" + (f" ({v['error']})" if v.get("error") else "")
+            )
     sac = (r.get("details") or {}).get("sac_estimator")
     if sac:
         out += ["", "## SACEstimator (subprocess per target; fake tensors, so not an overhead ratio)", ""]
         for run in sac:
             last = (run.get("lines") or [{}])[-1]
-            what = run.get("died") or run.get("error") or last.get("error") or last.get("skipped") or {
-                k: v for k, v in last.items() if k.endswith("_ms")}
+            what = (
+                run.get("died")
+                or run.get("error")
+                or last.get("error")
+                or last.get("skipped")
+                or {k: v for k, v in last.items() if k.endswith("_ms")}
+            )
             out.append(f"- {run.get('target')}: {what}")
     if r.get("errors") or r.get("skipped_sections"):
         out += ["", "## Errors and skips", ""]
@@ -1394,17 +1646,36 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=None, help="warm-up rounds (default 3; smoke 1)")
     ap.add_argument("--pairs", type=int, default=None, help="timed alternating rounds (default 20; smoke 5)")
     ap.add_argument("--budget-s", type=float, default=270.0, help="skip later sections past this many seconds")
-    ap.add_argument("--grace-s", type=float, default=45.0,
-                    help="exit (status 3) this long after the budget even if a section hangs; results so far are kept")
-    ap.add_argument("--runs", type=int, default=1,
-                    help="independent invocations (fresh processes) of the overhead rounds; ratios are their medians")
-    ap.add_argument("--run-warmup", type=int, default=None, help="warm-up rounds in each independent run (default: --warmup)")
-    ap.add_argument("--run-pairs", type=int, default=None, help="alternating rounds in each independent run (default: --pairs)")
+    ap.add_argument(
+        "--grace-s",
+        type=float,
+        default=45.0,
+        help="exit (status 3) this long after the budget even if a section hangs; results so far are kept",
+    )
+    ap.add_argument(
+        "--runs",
+        type=int,
+        default=1,
+        help="independent invocations (fresh processes) of the overhead rounds; ratios are their medians",
+    )
+    ap.add_argument(
+        "--run-warmup", type=int, default=None, help="warm-up rounds in each independent run (default: --warmup)"
+    )
+    ap.add_argument(
+        "--run-pairs", type=int, default=None, help="alternating rounds in each independent run (default: --pairs)"
+    )
     ap.add_argument("--run-timeout-s", type=float, default=120.0, help="kill an independent run after this long")
-    ap.add_argument("--runs-share", type=float, default=0.45,
-                    help="start no further independent run (after two) once this share of --budget-s is used")
-    ap.add_argument("--model-depths", default=None,
-                    help="layer counts of the whole-model scaling case (default 3,12,48 on CUDA; 2,8,32 smoke)")
+    ap.add_argument(
+        "--runs-share",
+        type=float,
+        default=0.45,
+        help="start no further independent run (after two) once this share of --budget-s is used",
+    )
+    ap.add_argument(
+        "--model-depths",
+        default=None,
+        help="layer counts of the whole-model scaling case (default 3,12,48 on CUDA; 2,8,32 smoke)",
+    )
     ap.add_argument("--child-overhead", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     Bench(args).run()

@@ -165,34 +165,69 @@ def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def render_md(r: dict[str, Any]) -> str:
-    runs = f"medians of {r['runs']} runs (each the median of {r['reps']} repetitions)" if r.get("runs") else f"medians of {r['reps']} repetitions"
-    out = ["# memaudit on CPU: cost per saved tensor as the model grows", "",
-           f"Created {r['created']} · {r['model']} · {runs}, thread CPU time · "
-           + ", ".join(f"{k} `{v}`" for k, v in r["environment"].items()), "",
-           "| depth | layers | saved tensors | rows | capture extra µs/saved | report(outputs) µs/row | report() µs/row | to_dict+JSON µs/row |",
-           "|---|---|---|---|---|---|---|---|"]
+    runs = (
+        f"medians of {r['runs']} runs (each the median of {r['reps']} repetitions)"
+        if r.get("runs")
+        else f"medians of {r['reps']} repetitions"
+    )
+    out = [
+        "# memaudit on CPU: cost per saved tensor as the model grows",
+        "",
+        f"Created {r['created']} · {r['model']} · {runs}, thread CPU time · "
+        + ", ".join(f"{k} `{v}`" for k, v in r["environment"].items()),
+        "",
+        "| depth | layers | saved tensors | rows | capture extra µs/saved | report(outputs) µs/row | report() µs/row | to_dict+JSON µs/row |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for p in r["points"]:
-        out.append(f"| {p['scale']}× | {p['layers']} | {p['saved_tensors']:,} | {p['rows']:,} | {p['capture_extra_us_per_saved']} "
-                   f"| {p['report_outputs_us_per_row']} | {p['report_no_outputs_us_per_row']} | {p['json_us_per_row']} |")
+        out.append(
+            f"| {p['scale']}× | {p['layers']} | {p['saved_tensors']:,} | {p['rows']:,} | {p['capture_extra_us_per_saved']} "
+            f"| {p['report_outputs_us_per_row']} | {p['report_no_outputs_us_per_row']} | {p['json_us_per_row']} |"
+        )
     out += ["", "Goals: " + ", ".join(f"{k} ≤ {v} µs" for k, v in GOALS_US.items()) + "; flat across depths.", ""]
     met = r.get("goals_met", {})
     out.append("Met: " + ", ".join(f"{k} {'✅' if v else '❌'}" for k, v in met.items()))
     if r.get("runs"):
-        out += ["", "Spread over the runs (min–max, µs/row): " + "; ".join(
-            f"{p['scale']}× " + ", ".join(f"{short} {lo}–{hi}" for short, (lo, hi) in zip(
-                ("report(outputs)", "report()", "JSON"), (p["spread_runs"][k] for k in PER_ROW), strict=True))
-            for p in r["points"])]
+        out += [
+            "",
+            "Spread over the runs (min–max, µs/row): "
+            + "; ".join(
+                f"{p['scale']}× "
+                + ", ".join(
+                    f"{short} {lo}–{hi}"
+                    for short, (lo, hi) in zip(
+                        ("report(outputs)", "report()", "JSON"), (p["spread_runs"][k] for k in PER_ROW), strict=True
+                    )
+                )
+                for p in r["points"]
+            ),
+        ]
     before = r.get("before")
     if before:
         runs_b = f"medians of {before['runs']} runs" if before.get("runs") else "one run"
-        out += ["", f"Before ({before['label']}, same machine, {runs_b} alternating with the runs above; µs/row): " + "; ".join(
-            f"{p['scale']}× report(outputs) {p['report_outputs_us_per_row']}, report() {p['report_no_outputs_us_per_row']}, "
-            f"JSON {p['json_us_per_row']}" for p in before["points"]) + "."]
-        ratios = [f"{p['scale']}× " + ", ".join(f"{short} {q[k] / p[k]:.2f}×" for short, k in
-                  zip(("report(outputs)", "report()", "JSON"), PER_ROW, strict=True))
-                  for p, q in zip(r["points"], before["points"], strict=True)]
+        out += [
+            "",
+            f"Before ({before['label']}, same machine, {runs_b} alternating with the runs above; µs/row): "
+            + "; ".join(
+                f"{p['scale']}× report(outputs) {p['report_outputs_us_per_row']}, report() {p['report_no_outputs_us_per_row']}, "
+                f"JSON {p['json_us_per_row']}"
+                for p in before["points"]
+            )
+            + ".",
+        ]
+        ratios = [
+            f"{p['scale']}× "
+            + ", ".join(
+                f"{short} {q[k] / p[k]:.2f}×"
+                for short, k in zip(("report(outputs)", "report()", "JSON"), PER_ROW, strict=True)
+            )
+            for p, q in zip(r["points"], before["points"], strict=True)
+        ]
         out += ["", "Old over new: " + "; ".join(ratios) + "."]
-    out += ["", "On this shared 2-core machine single numbers move by ±30%; the ratios before/after are the stable part."]
+    out += [
+        "",
+        "On this shared 2-core machine single numbers move by ±30%; the ratios before/after are the stable part.",
+    ]
     return "\n".join(out) + "\n"
 
 
@@ -205,8 +240,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seq", type=int, default=8)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="base 4 layers, scales 1,2, 1 rep")
-    ap.add_argument("--combine", nargs="+", metavar="JSON", help="measure nothing: combine these runs (medians per point)")
-    ap.add_argument("--before", metavar="JSON", help="a run (or runs combined) of the old code, shown beside the result")
+    ap.add_argument(
+        "--combine", nargs="+", metavar="JSON", help="measure nothing: combine these runs (medians per point)"
+    )
+    ap.add_argument(
+        "--before", metavar="JSON", help="a run (or runs combined) of the old code, shown beside the result"
+    )
     ap.add_argument("--before-label", default="old code", help="what --before ran (a branch and commit)")
     args = ap.parse_args(argv)
     if args.combine:
@@ -229,8 +268,13 @@ def main(argv: list[str] | None = None) -> int:
         "model": f"torch.nn.TransformerEncoder, width {args.width}, seq {args.seq}, batch 2, base {args.base_layers} layers",
         "reps": args.reps,
         "clock": "time.thread_time (CPU time of the measuring thread; torch.set_num_threads(1))",
-        "environment": {"python": platform.python_version(), "torch": torch.__version__,
-                        "memaudit": getattr(memaudit, "__version__", "?"), "machine": platform.machine(), "threads": 1},
+        "environment": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "memaudit": getattr(memaudit, "__version__", "?"),
+            "machine": platform.machine(),
+            "threads": 1,
+        },
         "goals_us": GOALS_US,
         "points": points,
     }
@@ -245,8 +289,12 @@ def _write(r: dict[str, Any], args: argparse.Namespace) -> int:
         b = json.loads(Path(args.before).read_text())
         if [p["layers"] for p in b["points"]] != [p["layers"] for p in r["points"]]:
             raise SystemExit("--before ran other depths")
-        r["before"] = {"label": args.before_label, "runs": b.get("runs"), "created": b["created"],
-                       "points": [{k: p[k] for k in ("scale", "layers", "rows", *PER_ROW)} for p in b["points"]]}
+        r["before"] = {
+            "label": args.before_label,
+            "runs": b.get("runs"),
+            "created": b["created"],
+            "points": [{k: p[k] for k in ("scale", "layers", "rows", *PER_ROW)} for p in b["points"]],
+        }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(r, indent=2) + "\n")

@@ -47,10 +47,14 @@ def main() -> int:
     splits = torch.full((g,), t // g, dtype=torch.int64, device="cuda")
     points = []
     for depth in (int(d) for d in args.depths.split(",")):
-        layers = [te.ops.Sequential(te.ops.GroupedLinear(g, h, 2 * f, bias=False, device="cuda", dtype=torch.bfloat16),
-                                    te.ops.ScaledSwiGLU(glu_interleave_size=32),
-                                    te.ops.GroupedLinear(g, f, h, bias=False, device="cuda", dtype=torch.bfloat16))
-                  for _ in range(depth)]
+        layers = [
+            te.ops.Sequential(
+                te.ops.GroupedLinear(g, h, 2 * f, bias=False, device="cuda", dtype=torch.bfloat16),
+                te.ops.ScaledSwiGLU(glu_interleave_size=32),
+                te.ops.GroupedLinear(g, f, h, bias=False, device="cuda", dtype=torch.bfloat16),
+            )
+            for _ in range(depth)
+        ]
         x = torch.randn(t, h, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         probs = torch.rand(t, device="cuda", requires_grad=True)
         with memaudit.capture() as cap:
@@ -65,16 +69,31 @@ def main() -> int:
             times.append((time.perf_counter() - c0) * 1e3)
         assert report is not None
         ms = statistics.median(times)
-        named = collections.Counter(r.operand for r in report.rows if r.operand and "." in r.operand and ":" not in r.operand)
+        named = collections.Counter(
+            r.operand for r in report.rows if r.operand and "." in r.operand and ":" not in r.operand
+        )
         per_layer = {k: v // depth if v % depth == 0 else v / depth for k, v in sorted(named.items())}
-        points.append({"depth": depth, "rows": len(report.rows), "report_ms": round(ms, 3),
-                       "report_us_per_row": round(ms * 1e3 / max(len(report.rows), 1), 3),
-                       "named_rows": sum(named.values()), "named_per_layer": per_layer})
+        points.append(
+            {
+                "depth": depth,
+                "rows": len(report.rows),
+                "report_ms": round(ms, 3),
+                "report_us_per_row": round(ms * 1e3 / max(len(report.rows), 1), 3),
+                "named_rows": sum(named.values()),
+                "named_per_layer": per_layer,
+            }
+        )
         print(json.dumps(points[-1]), flush=True)
         del cap, report, y, x, layers
         torch.cuda.empty_cache()
-    Path(args.out).write_text(json.dumps({"recipe": args.recipe, "shape": {"tokens": t, "hidden": h, "ffn": f, "groups": g},
-                                          "points": points}, indent=1) + "\n", encoding="utf-8")
+    Path(args.out).write_text(
+        json.dumps(
+            {"recipe": args.recipe, "shape": {"tokens": t, "hidden": h, "ffn": f, "groups": g}, "points": points},
+            indent=1,
+        )
+        + "\n",
+        encoding="utf-8",
+    )
     return 0
 
 

@@ -32,13 +32,17 @@ MATRICES = {
 def one(args: list[str], out: Path) -> tuple[float, int]:
     cmd = [sys.executable, "-c", "import memaudit.cli as c; c.main()", "run", *args, "--quiet", "--json", str(out)]
     t0 = time.perf_counter()
-    rc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "COLUMNS": "120"}).returncode
+    rc = subprocess.run(
+        cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "COLUMNS": "120"}
+    ).returncode
     return time.perf_counter() - t0, rc
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, type=Path, help="OUT.json and OUT.md are written (give the path without suffix)")
+    ap.add_argument(
+        "--out", required=True, type=Path, help="OUT.json and OUT.md are written (give the path without suffix)"
+    )
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--method", choices=("observed", "poisoned"), default="observed")
     args = ap.parse_args()
@@ -52,7 +56,11 @@ def main() -> int:
                 seconds, rc = one(argv, Path(tmp) / f"{name}-{i}.json")
                 times[name].append(round(seconds, 3))
                 codes[name].append(rc)
-        report = json.loads((Path(tmp) / f"with-{args.rounds - 1}.json").read_text()) if codes["with"][-1] in (0, 1, 3) else None
+        report = (
+            json.loads((Path(tmp) / f"with-{args.rounds - 1}.json").read_text())
+            if codes["with"][-1] in (0, 1, 3)
+            else None
+        )
     med = {k: statistics.median(v) for k, v in times.items()}
     doc = {
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
@@ -69,12 +77,19 @@ def main() -> int:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(doc, indent=1) + "\n")
-    md = [f"# `--unread` cost ({args.method})", "", f"`{doc['command']}` with and without `--unread --unread-method {args.method}`, "
-          f"{args.rounds} alternating fresh processes each, on {doc['machine']} (Python {doc['python']}).", "",
-          "| | median s | runs (s) |", "|---|---:|---|",
-          f"| without | {med['without']:.2f} | {', '.join(map(str, times['without']))} |",
-          f"| with | {med['with']:.2f} | {', '.join(map(str, times['with']))} |", "",
-          f"Ratio with/without: **{doc['ratio']}×** over {doc['cases']} cases (exit codes {codes})."]
+    md = [
+        f"# `--unread` cost ({args.method})",
+        "",
+        f"`{doc['command']}` with and without `--unread --unread-method {args.method}`, "
+        f"{args.rounds} alternating fresh processes each, on {doc['machine']} (Python {doc['python']}).",
+        "",
+        "| | median s | runs (s) |",
+        "|---|---:|---|",
+        f"| without | {med['without']:.2f} | {', '.join(map(str, times['without']))} |",
+        f"| with | {med['with']:.2f} | {', '.join(map(str, times['with']))} |",
+        "",
+        f"Ratio with/without: **{doc['ratio']}×** over {doc['cases']} cases (exit codes {codes}).",
+    ]
     args.out.with_suffix(".md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
     return 0

@@ -36,18 +36,34 @@ def main(argv: list[str] | None = None) -> int:
             ranks.append({"case": case.id, "status": case.status, "reason": case.reason})
             continue
         single = one_process(case, args.device)
-        diffs = row_differences(case, single) if single.status == "ok" else [f"one process: {single.status}: {single.reason}"]
+        diffs = (
+            row_differences(case, single)
+            if single.status == "ok"
+            else [f"one process: {single.status}: {single.reason}"]
+        )
         differ += len(diffs)
-        ranks.append({
-            "case": case.id, "rank": case.dist.rank, "splits": list(case.splits), "single": single.id,
-            "rows_compared": len([r for r in case.rows if not (r.operand or "").startswith("dispatch.")]),
-            "rows_differ": len(diffs), "differences": diffs[:20],
-            "saved_bytes_rank": case.totals.saved_bytes, "saved_bytes_single": single.totals.saved_bytes,
-            "dispatch_bytes": dispatch_bytes(case),
-            "rank_equals_single_plus_dispatch": case.totals.saved_bytes == single.totals.saved_bytes + dispatch_bytes(case),
-        })
-    result = {"report": str(args.report), "rows_differ": differ, "ranks": ranks,
-              "environment": environment(args.device or (merged.cases[0].device if merged.cases else "cpu"))}
+        ranks.append(
+            {
+                "case": case.id,
+                "rank": case.dist.rank,
+                "splits": list(case.splits),
+                "single": single.id,
+                "rows_compared": len([r for r in case.rows if not (r.operand or "").startswith("dispatch.")]),
+                "rows_differ": len(diffs),
+                "differences": diffs[:20],
+                "saved_bytes_rank": case.totals.saved_bytes,
+                "saved_bytes_single": single.totals.saved_bytes,
+                "dispatch_bytes": dispatch_bytes(case),
+                "rank_equals_single_plus_dispatch": case.totals.saved_bytes
+                == single.totals.saved_bytes + dispatch_bytes(case),
+            }
+        )
+    result = {
+        "report": str(args.report),
+        "rows_differ": differ,
+        "ranks": ranks,
+        "environment": environment(args.device or (merged.cases[0].device if merged.cases else "cpu")),
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     print(f"{differ} rows differ over {len(ranks)} rank case(s); wrote {args.out}")

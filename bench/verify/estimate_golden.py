@@ -41,7 +41,16 @@ def configs(n_random: int, seed: int) -> list[dict[str, Any]]:
         for tokens in (1024 << i for i in range(8)):
             for groups in (1, 8, 64):
                 for path in (None, *PATHS):
-                    out.append({"recipe": recipe, "tokens": tokens, "hidden": 3072, "ffn": 1536, "groups": groups, "path": path})
+                    out.append(
+                        {
+                            "recipe": recipe,
+                            "tokens": tokens,
+                            "hidden": 3072,
+                            "ffn": 1536,
+                            "groups": groups,
+                            "path": path,
+                        }
+                    )
     for recipe in RECIPES:  # bench/perf/run.py's grid
         for tokens in (4096, 8192, 65536):
             for hidden in (1024, 4096, 7168):
@@ -56,10 +65,17 @@ def configs(n_random: int, seed: int) -> list[dict[str, Any]]:
         align = ALIGNMENT[recipe]
         tokens = align * rng.choice((1, 2, 3, 7, 8, 16, 33, 64, 128, 129, 1000, 5184, 8192))
         c: dict[str, Any] = {
-            "recipe": recipe, "tokens": tokens, "hidden": rng.choice(dims), "ffn": rng.choice(dims), "groups": groups,
-            "path": rng.choice((None, *PATHS)), "arch": rng.choice((None, "sm90", "sm100")),
-            "dtype": rng.choice(("bf16", "bf16", "fp32")), "dense_single_group": rng.random() < 0.7,
-            "probs_dtype": rng.choice(("float32", "bfloat16")), "split_sizes_dtype": rng.choice(("int64", "int32")),
+            "recipe": recipe,
+            "tokens": tokens,
+            "hidden": rng.choice(dims),
+            "ffn": rng.choice(dims),
+            "groups": groups,
+            "path": rng.choice((None, *PATHS)),
+            "arch": rng.choice((None, "sm90", "sm100")),
+            "dtype": rng.choice(("bf16", "bf16", "fp32")),
+            "dense_single_group": rng.random() < 0.7,
+            "probs_dtype": rng.choice(("float32", "bfloat16")),
+            "split_sizes_dtype": rng.choice(("int64", "int32")),
         }
         if groups > 1 and rng.random() < 0.4:  # explicit splits, some groups empty
             units = tokens // align
@@ -81,10 +97,20 @@ def lines(n_random: int, seed: int) -> list[str]:
         for variant in VARIANTS:
             case = estimate_config(cfg, variant)
             d = case.to_dict()
-            totals = {k: v for k, v in asdict(compute_totals(case.rows)).items() if v is not None}  # as the report writes them
+            totals = {
+                k: v for k, v in asdict(compute_totals(case.rows)).items() if v is not None
+            }  # as the report writes them
             rows.append(f"{key}\t{variant}\t{_sha(d)}\t{_sha(totals)}\t{len(case.rows)}")
-        spec = make_spec(cfg.recipe, cfg.tokens, cfg.hidden, cfg.ffn, cfg.groups, cfg.splits,
-                         probs_dtype=cfg.probs_dtype, split_sizes_dtype=cfg.split_sizes_dtype)
+        spec = make_spec(
+            cfg.recipe,
+            cfg.tokens,
+            cfg.hidden,
+            cfg.ffn,
+            cfg.groups,
+            cfg.splits,
+            probs_dtype=cfg.probs_dtype,
+            split_sizes_dtype=cfg.split_sizes_dtype,
+        )
         exp = expected_rows(spec)
         rows.append(f"{key}\texpected\t{_sha(None if exp is None else [asdict(r) for r in exp])}")
     return rows
@@ -95,8 +121,12 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--random", type=int, default=6000, help="random configurations on top of the bench grids")
     ap.add_argument("--seed", type=int, default=15)
-    ap.add_argument("--compile-after", type=int, default=None,
-                    help="compile each structure at this use (1: every estimate takes the compiled path), where the tree has one")
+    ap.add_argument(
+        "--compile-after",
+        type=int,
+        default=None,
+        help="compile each structure at this use (1: every estimate takes the compiled path), where the tree has one",
+    )
     args = ap.parse_args()
     if args.compile_after is not None:
         try:

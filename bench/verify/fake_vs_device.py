@@ -49,7 +49,9 @@ def compare(device: Path, fake: Path) -> tuple[int, int, list[str]]:
                 continue
             if k == "emulation" and fa[k] and fb[k]:
                 keys = sorted(x for x in set(fa[k]) | set(fb[k]) if fa[k].get(x) != fb[k].get(x))
-                diffs.append(f"{ca['id']}: emulation {', '.join(keys)}: {', '.join(_delta(fa[k], fb[k], x) for x in keys)}")
+                diffs.append(
+                    f"{ca['id']}: emulation {', '.join(keys)}: {', '.join(_delta(fa[k], fb[k], x) for x in keys)}"
+                )
             else:
                 diffs.append(f"{ca['id']}: {k}")
         ra, rb = ca.get("rows") or [], cb.get("rows") or []

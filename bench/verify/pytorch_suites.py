@@ -49,8 +49,19 @@ def run_mode(folder: Path, mode: str, out: Path, timeout: int) -> tuple[dict[str
             print(f"{name}: not in {folder}, skipped", file=sys.stderr)
             continue
         xml = out / f"junit-{mode}-{Path(name).stem}.xml"
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "_suite_mode", name,
-               f"--timeout={timeout}", f"--junitxml={xml}"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "_suite_mode",
+            name,
+            f"--timeout={timeout}",
+            f"--junitxml={xml}",
+        ]
         if select:
             cmd += ["-k", select]
         print(f"[{mode}] {' '.join(cmd[3:])}", file=sys.stderr)
@@ -84,8 +95,9 @@ def report_times(path: Path) -> list[float]:
     return [json.loads(line)["report_s"] for line in path.read_text().splitlines() if line.strip()]
 
 
-def table(results: dict[str, dict[str, tuple[str, str]]], seconds: dict[str, float], times: list[float],
-          source: str) -> tuple[str, dict[str, Any]]:
+def table(
+    results: dict[str, dict[str, tuple[str, str]]], seconds: dict[str, float], times: list[float], source: str
+) -> tuple[str, dict[str, Any]]:
     bare, cap, ctl = results["bare"], results["capture"], results["control"]
     tests = sorted(set(bare) | set(cap) | set(ctl))
     changed = [t for t in tests if cap.get(t, ("missing", ""))[0] != bare.get(t, ("missing", ""))[0]]
@@ -93,18 +105,41 @@ def table(results: dict[str, dict[str, tuple[str, str]]], seconds: dict[str, flo
     for t in changed:
         b, c, k = (m.get(t, ("missing", "")) for m in (bare, cap, ctl))
         same = k[0] == c[0] and k[0] != b[0]
-        rows.append({"test": t, "bare": b[0], "capture": c[0], "control": k[0], "why": c[1],
-                     "verdict": "control fails the same way (PyTorch forbids it under any hook pair)" if same
-                     else "memaudit only"})
-    counts = {mode: {o: sum(1 for v in results[mode].values() if v[0] == o)
-                     for o in ("passed", "failed", "error", "skipped", "xfailed")} for mode in MODES}
+        rows.append(
+            {
+                "test": t,
+                "bare": b[0],
+                "capture": c[0],
+                "control": k[0],
+                "why": c[1],
+                "verdict": "control fails the same way (PyTorch forbids it under any hook pair)"
+                if same
+                else "memaudit only",
+            }
+        )
+    counts = {
+        mode: {
+            o: sum(1 for v in results[mode].values() if v[0] == o)
+            for o in ("passed", "failed", "error", "skipped", "xfailed")
+        }
+        for mode in MODES
+    }
     ms = sorted(t * 1000 for t in times)
-    timing = {"tests": len(ms), "median_ms": round(statistics.median(ms), 1) if ms else None,
-              "p90_ms": round(ms[int(0.9 * (len(ms) - 1))], 1) if ms else None, "max_ms": round(ms[-1], 1) if ms else None,
-              "total_s": round(sum(ms) / 1000, 1)}
-    data = {"source": source, "counts": counts, "seconds": {m: round(s, 1) for m, s in seconds.items()},
-            "changed": rows, "memaudit_only": sum(1 for r in rows if r["verdict"] == "memaudit only"),
-            "report_without_outputs": timing}
+    timing = {
+        "tests": len(ms),
+        "median_ms": round(statistics.median(ms), 1) if ms else None,
+        "p90_ms": round(ms[int(0.9 * (len(ms) - 1))], 1) if ms else None,
+        "max_ms": round(ms[-1], 1) if ms else None,
+        "total_s": round(sum(ms) / 1000, 1),
+    }
+    data = {
+        "source": source,
+        "counts": counts,
+        "seconds": {m: round(s, 1) for m, s in seconds.items()},
+        "changed": rows,
+        "memaudit_only": sum(1 for r in rows if r["verdict"] == "memaudit only"),
+        "report_without_outputs": timing,
+    }
     lines = [
         "# PyTorch's autograd and checkpoint tests under capture()",
         "",
@@ -117,24 +152,42 @@ def table(results: dict[str, dict[str, tuple[str, str]]], seconds: dict[str, flo
     ]
     for mode in MODES:
         c = counts[mode]
-        lines.append(f"| {mode} | {c['passed']} | {c['failed']} | {c['error']} | {c['skipped']} | {c['xfailed']} | "
-                     f"{seconds.get(mode, 0):.1f} |")
-    lines += ["", f"**{len(rows)} tests change outcome under `capture()`; {data['memaudit_only']} of them not under the "
-              "control pair too.**", ""]
+        lines.append(
+            f"| {mode} | {c['passed']} | {c['failed']} | {c['error']} | {c['skipped']} | {c['xfailed']} | "
+            f"{seconds.get(mode, 0):.1f} |"
+        )
+    lines += [
+        "",
+        f"**{len(rows)} tests change outcome under `capture()`; {data['memaudit_only']} of them not under the "
+        "control pair too.**",
+        "",
+    ]
     if rows:
         lines += ["| test | bare | capture() | control | verdict | capture()'s message |", "|---|---|---|---|---|---|"]
         for r in rows:
             why = r["why"].replace("|", "\\|")
             lines.append(f"| `{r['test']}` | {r['bare']} | {r['capture']} | {r['control']} | {r['verdict']} | {why} |")
-    restored = [t for t in tests if ctl.get(t, ("missing", ""))[0] != bare.get(t, ("missing", ""))[0]
-                and cap.get(t, ("missing", ""))[0] == bare.get(t, ("missing", ""))[0]]
+    restored = [
+        t
+        for t in tests
+        if ctl.get(t, ("missing", ""))[0] != bare.get(t, ("missing", ""))[0]
+        and cap.get(t, ("missing", ""))[0] == bare.get(t, ("missing", ""))[0]
+    ]
     data["restored"] = restored
-    lines += ["", f"Under the plain pair {len(restored)} more tests change outcome that `capture()` runs as bare "
-              "(checks PyTorch skips under any pair and memaudit restores, or hooks that are now transparent):", ""]
+    lines += [
+        "",
+        f"Under the plain pair {len(restored)} more tests change outcome that `capture()` runs as bare "
+        "(checks PyTorch skips under any pair and memaudit restores, or hooks that are now transparent):",
+        "",
+    ]
     lines += [f"- `{t}`: bare {bare[t][0]}, control {ctl[t][0]}" for t in restored]
-    lines += ["", "End-of-test `report()` without outputs (the heap scan for live graphs), per test: "
-              f"median {timing['median_ms']} ms, p90 {timing['p90_ms']} ms, max {timing['max_ms']} ms over "
-              f"{timing['tests']} tests ({timing['total_s']} s in all).", ""]
+    lines += [
+        "",
+        "End-of-test `report()` without outputs (the heap scan for live graphs), per test: "
+        f"median {timing['median_ms']} ms, p90 {timing['p90_ms']} ms, max {timing['max_ms']} ms over "
+        f"{timing['tests']} tests ({timing['total_s']} s in all).",
+        "",
+    ]
     return "\n".join(lines), data
 
 
@@ -163,7 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         for mode in MODES:
             results[mode], seconds[mode] = run_mode(folder, mode, work, args.timeout)
-    text, data = table(results, seconds, report_times(work / "report-times-capture.jsonl"), args.source or str(folder.name))
+    text, data = table(
+        results, seconds, report_times(work / "report-times-capture.jsonl"), args.source or str(folder.name)
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".md").write_text(text)
     args.out.with_suffix(".json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")

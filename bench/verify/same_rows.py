@@ -27,7 +27,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("before")
     ap.add_argument("after")
     ap.add_argument("--fields", help="comma-separated row fields to compare (default: every field)")
-    ap.add_argument("--ignore", default="", help="comma-separated row fields to leave out (e.g. module, for a report made before rows had one)")
+    ap.add_argument(
+        "--ignore",
+        default="",
+        help="comma-separated row fields to leave out (e.g. module, for a report made before rows had one)",
+    )
     args = ap.parse_args(argv)
     a, b = rows_by_case(args.before), rows_by_case(args.after)
     fields = args.fields.split(",") if args.fields else None
@@ -50,7 +54,10 @@ def main(argv: list[str] | None = None) -> int:
                 bad.append(f"{case} row {x.get('index')}: {', '.join(diff)}")
     for line in bad[:50]:
         print(line)
-    print(f"{len(set(a) | set(b))} cases, {rows} rows compared, {differ} differ" + ("" if not bad else f", {len(bad)} findings"))
+    print(
+        f"{len(set(a) | set(b))} cases, {rows} rows compared, {differ} differ"
+        + ("" if not bad else f", {len(bad)} findings")
+    )
     return 1 if bad else 0
 
 

@@ -50,8 +50,11 @@ def main(argv: list[str] | None = None) -> int:
     ]
     lines += [f"| {name.replace('|', '/')} | {req:,} | {size:,} |" for name, req, size in sorted(named)]
     same = sorted(req for _, req, _ in named) == sorted(storages.values())
-    lines += ["", f"Named blocks' requested bytes equal the rows' storage bytes: {'yes' if same else 'NO'} "
-                  f"({sum(req for _, req, _ in named):,} B named, {sum(storages.values()):,} B in rows)."]
+    lines += [
+        "",
+        f"Named blocks' requested bytes equal the rows' storage bytes: {'yes' if same else 'NO'} "
+        f"({sum(req for _, req, _ in named):,} B named, {sum(storages.values()):,} B in rows).",
+    ]
     args.md.write_text("\n".join(lines) + "\n")
     if args.html is not None:
         from torch.cuda._memory_viz import trace_plot

@@ -24,8 +24,15 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: bench's helpers import as bench._x
 from bench._grouped_mlp import forward, start  # noqa: E402
 
-SKIP = {"te_general_grouped_gemm", "te_general_grouped_gemm_for_discrete_in", "te_general_grouped_gemm_for_grouped_tensor",
-        "generic_gemm", "swizzle_scales_for_gemm_", "grouped_swizzle_for_gemm", "fused_amax_and_scale_update_after_reduction"}
+SKIP = {
+    "te_general_grouped_gemm",
+    "te_general_grouped_gemm_for_discrete_in",
+    "te_general_grouped_gemm_for_grouped_tensor",
+    "generic_gemm",
+    "swizzle_scales_for_gemm_",
+    "grouped_swizzle_for_gemm",
+    "fused_amax_and_scale_update_after_reduction",
+}
 FLAGS = ("_with_gemm_swizzled_scales", "_dtype", "_is_2D_scaled", "num_tensors", "row_scaled_nvfp4")
 
 
@@ -35,7 +42,12 @@ def shape_of(x: Any, storages: dict[int, str], path: str = "$") -> Any:
     if isinstance(x, torch.Tensor) and type(x) in (torch.Tensor, torch.nn.Parameter):
         ptr = x.untyped_storage().data_ptr()
         first = storages.setdefault(ptr, path) if ptr else None
-        return {"shape": list(x.shape), "dtype": str(x.dtype), "stride": list(x.stride()), "shares": first if first != path else None}
+        return {
+            "shape": list(x.shape),
+            "dtype": str(x.dtype),
+            "stride": list(x.stride()),
+            "shares": first if first != path else None,
+        }
     if isinstance(x, list | tuple):
         return [shape_of(v, storages, f"{path}[{i}]") for i, v in enumerate(x)]
     if isinstance(x, dict):
@@ -69,7 +81,9 @@ def diff(a: Any, b: Any, path: str = "$") -> list[str]:
     return [] if a == b else [f"{path}: real {a!r} vs stand-in {b!r}"]
 
 
-def run_cell(recipe_name: str, arch: str, fused: bool, groups: int, tokens: int, hidden: int, ffn: int) -> dict[str, Any]:
+def run_cell(
+    recipe_name: str, arch: str, fused: bool, groups: int, tokens: int, hidden: int, ffn: int
+) -> dict[str, Any]:
 
     from memaudit.te.emulate.context import Machine, emulation
     from memaudit.te.emulate.cudnn import CUDNN_STANDINS
@@ -78,8 +92,15 @@ def run_cell(recipe_name: str, arch: str, fused: bool, groups: int, tokens: int,
     from memaudit.te.emulate.standins import STANDINS
 
     originals = tex_functions()
-    report: dict[str, Any] = {"recipe": recipe_name, "arch": arch, "fused": fused, "groups": groups,
-                              "compared": Counter(), "differences": [], "real_failed": Counter()}
+    report: dict[str, Any] = {
+        "recipe": recipe_name,
+        "arch": arch,
+        "fused": fused,
+        "groups": groups,
+        "compared": Counter(),
+        "differences": [],
+        "real_failed": Counter(),
+    }
 
     def checked(name: str, real: Any, standin: Any) -> Any:
         def call(*args: Any, **kwargs: Any) -> Any:
@@ -95,6 +116,7 @@ def run_cell(recipe_name: str, arch: str, fused: bool, groups: int, tokens: int,
             for d in diff(shape_of(got, {}), shape_of(mine, {})):
                 report["differences"].append(f"{name}: {d}")
             return got
+
         return call
 
     table = {n: checked(n, originals[n], f) for n, f in STANDINS.items()}
@@ -117,14 +139,26 @@ def main() -> None:
     args = start(__doc__)
 
     cells = []
-    for arch, recipes in (("sm90", ("bf16", "fp8-delayed", "fp8-current", "fp8-block")),
-                          ("sm100", ("bf16", "fp8-delayed", "fp8-current", "fp8-block", "mxfp8", "nvfp4"))):
+    for arch, recipes in (
+        ("sm90", ("bf16", "fp8-delayed", "fp8-current", "fp8-block")),
+        ("sm100", ("bf16", "fp8-delayed", "fp8-current", "fp8-block", "mxfp8", "nvfp4")),
+    ):
         for recipe in recipes:
             for fused in (False, True) if recipe in ("mxfp8", "nvfp4") else (False,):
                 for groups in (1, 4):
                     cell = run_cell(recipe, arch, fused, groups, 1024, 256, 256)
-                    print(arch, recipe, "fused" if fused else "unfused", groups, cell["status"][:100],
-                          "compared", sum(cell["compared"].values()), "differences", len(cell["differences"]), flush=True)
+                    print(
+                        arch,
+                        recipe,
+                        "fused" if fused else "unfused",
+                        groups,
+                        cell["status"][:100],
+                        "compared",
+                        sum(cell["compared"].values()),
+                        "differences",
+                        len(cell["differences"]),
+                        flush=True,
+                    )
                     for d in cell["differences"][:6]:
                         print("   ", d[:220])
                     cells.append(cell)

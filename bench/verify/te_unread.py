@@ -23,13 +23,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "reports" / "unread"
 RECIPES = ("bf16", "fp8-delayed", "fp8-current", "fp8-block", "mxfp8", "nvfp4")
-SHAPES = {"small": {"tokens": 4096, "hidden": 1024, "ffn": 2048},
-          "pr": {"tokens": 82944, "hidden": 3072, "ffn": 1536}}
+SHAPES = {"small": {"tokens": 4096, "hidden": 1024, "ffn": 2048}, "pr": {"tokens": 82944, "hidden": 3072, "ffn": 1536}}
 """``small``: the matrix's shape; ``pr``: PR #3545's (its description's T, H and F)."""
 
 
-def observe_case(recipe: str, groups: int, *, arch: str, fused: bool, tokens: int, hidden: int, ffn: int,
-                 kernels: str = "emulated") -> dict[str, Any]:
+def observe_case(
+    recipe: str, groups: int, *, arch: str, fused: bool, tokens: int, hidden: int, ffn: int, kernels: str = "emulated"
+) -> dict[str, Any]:
     """One case's verdicts, here (fake CUDA must be in force without a GPU): rows with their
     verdicts, the kernels backward called, and the error if backward failed. ``kernels="real"``
     runs TE's real kernels on this GPU (``arch`` is then only the label)."""
@@ -38,8 +38,9 @@ def observe_case(recipe: str, groups: int, *, arch: str, fused: bool, tokens: in
     from memaudit.te.targets.grouped_mlp import TEGroupedMLPTarget
     from memaudit.unread import observed_verdicts
 
-    t = TEGroupedMLPTarget().configure({"kernels": "emulated", "arch": arch, "fused": fused} if kernels == "emulated"
-                                       else {"fused": fused})
+    t = TEGroupedMLPTarget().configure(
+        {"kernels": "emulated", "arch": arch, "fused": fused} if kernels == "emulated" else {"fused": fused}
+    )
     spec = t.spec(recipe, groups, device="cuda", tokens=tokens, hidden=hidden, ffn=ffn)
     built = t.build(spec)
     with capture() as cap:
@@ -58,14 +59,32 @@ def observe_case(recipe: str, groups: int, *, arch: str, fused: bool, tokens: in
     verdicts = observed_verdicts(obs, rep.rows)  # as the runner gives them (a container: from its buffers)
     for r in rep.rows:
         verdict, why = verdicts[r.index] if error is None else ("unknown", f"backward failed: {error}")
-        rows.append({"index": r.index, "operand": r.operand, "slot": r.slot, "orientation": r.orientation,
-                     "storage": r.storage, "bytes": r.bytes, "verdict": verdict,
-                     "read_by" if verdict == "read" else "why": why})
+        rows.append(
+            {
+                "index": r.index,
+                "operand": r.operand,
+                "slot": r.slot,
+                "orientation": r.orientation,
+                "storage": r.storage,
+                "bytes": r.bytes,
+                "verdict": verdict,
+                "read_by" if verdict == "read" else "why": why,
+            }
+        )
     fused_ran = bool(path is not None and path.to_dict().get("fused"))
-    return {"recipe": recipe, "groups": groups, "arch": arch, "kernels": kernels, "fused_asked": fused, "fused": fused_ran,
-            "dims": {"tokens": tokens, "hidden": hidden, "ffn": ffn}, "error": error,
-            "forward_kernels": sorted(emulation.standins) if emulation is not None else [],
-            "opaque": dict(obs.opaque), "rows": rows}
+    return {
+        "recipe": recipe,
+        "groups": groups,
+        "arch": arch,
+        "kernels": kernels,
+        "fused_asked": fused,
+        "fused": fused_ran,
+        "dims": {"tokens": tokens, "hidden": hidden, "ffn": ffn},
+        "error": error,
+        "forward_kernels": sorted(emulation.standins) if emulation is not None else [],
+        "opaque": dict(obs.opaque),
+        "rows": rows,
+    }
 
 
 def run_case(recipe: str, groups: int, *, arch: str, fused: bool, shape: str = "small") -> dict[str, Any]:
@@ -80,8 +99,16 @@ def run_case(recipe: str, groups: int, *, arch: str, fused: bool, shape: str = "
     try:
         return call_in_child(arch, lambda: observe_case(recipe, groups, arch=arch, fused=fused, **dims))  # type: ignore[no-any-return]
     except Exception as exc:  # noqa: BLE001 - the cell's error
-        return {"recipe": recipe, "groups": groups, "arch": arch, "fused_asked": fused, "fused": None, "dims": dims,
-                "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", "rows": []}
+        return {
+            "recipe": recipe,
+            "groups": groups,
+            "arch": arch,
+            "fused_asked": fused,
+            "fused": None,
+            "dims": dims,
+            "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+            "rows": [],
+        }
 
 
 def unread_rows(case: dict[str, Any]) -> list[dict[str, Any]]:
@@ -98,20 +125,29 @@ def unread_bytes(case: dict[str, Any]) -> int:
 
 BLACKWELL_ONLY = ("mxfp8", "nvfp4")
 """Recipes TE refuses below compute capability 10.0 (te-internals §4), emulated or not."""
-MATRIX = [(recipe, fused, arch) for recipe in RECIPES for fused, arch in ((True, "sm100"), (False, "sm100"), (False, "sm90"))
-          if not (fused and recipe not in BLACKWELL_ONLY) and not (arch == "sm90" and recipe in BLACKWELL_ONLY)]
+MATRIX = [
+    (recipe, fused, arch)
+    for recipe in RECIPES
+    for fused, arch in ((True, "sm100"), (False, "sm100"), (False, "sm90"))
+    if not (fused and recipe not in BLACKWELL_ONLY) and not (arch == "sm90" and recipe in BLACKWELL_ONLY)
+]
 """The fused path exists for MXFP8 and NVFP4 on sm100 only (te-internals §1); every recipe runs
 unfused on sm100, and the four TE runs on Hopper also on sm90."""
 
 
 def markdown(cases: list[dict[str, Any]]) -> str:
-    lines = ["| recipe | path | arch | G | unread bytes | unread rows | unknown rows | error |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| recipe | path | arch | G | unread bytes | unread rows | unknown rows | error |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for c in cases:
         path = "fused" if c["fused_asked"] else "unfused"
         unknown = sum(r["verdict"] == "unknown" for r in c["rows"])
         names = ", ".join(sorted({f"{r['operand'].split('[')[0]} {r['slot']}" for r in unread_rows(c)})) or "-"
-        lines.append(f"| {c['recipe']} | {path} | {c['arch']} | {c['groups']} | {unread_bytes(c):,} | {names} | {unknown} | "
-                     f"{(c['error'] or '-')[:80]} |")
+        lines.append(
+            f"| {c['recipe']} | {path} | {c['arch']} | {c['groups']} | {unread_bytes(c):,} | {names} | {unknown} | "
+            f"{(c['error'] or '-')[:80]} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -136,10 +172,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--recipes", default=",".join(RECIPES))
     p.add_argument("--fused-only", action="store_true")
-    p.add_argument("--te-tree", type=Path, help="a local TE source tree: its Python over the installed compiled parts, "
-                   "loaded as `memaudit te-history --te-tree` loads it (before anything imports TE)")
+    p.add_argument(
+        "--te-tree",
+        type=Path,
+        help="a local TE source tree: its Python over the installed compiled parts, "
+        "loaded as `memaudit te-history --te-tree` loads it (before anything imports TE)",
+    )
     p.add_argument("--cache", type=Path, help="te-history's cache (for --te-tree)")
-    p.add_argument("--real", action="store_true", help="TE's real kernels on this GPU (unfused cases of its architecture)")
+    p.add_argument(
+        "--real", action="store_true", help="TE's real kernels on this GPU (unfused cases of its architecture)"
+    )
     a = p.parse_args(argv)
     if a.te_tree is not None:
         load_te_tree(a.te_tree, a.cache)
@@ -161,8 +203,11 @@ def main(argv: list[str] | None = None) -> None:
                 c = observe_case(recipe, g, arch=arch, fused=fused, kernels="real", **SHAPES[a.shape])
             else:
                 c = run_case(recipe, g, arch=arch, fused=fused, shape=a.shape)
-            print(f"{recipe:12} {'fused' if fused else 'unfused':8} {arch} G={g}: unread {unread_bytes(c):>12,} B"
-                  f"{' error: ' + c['error'] if c['error'] else ''}", flush=True)
+            print(
+                f"{recipe:12} {'fused' if fused else 'unfused':8} {arch} G={g}: unread {unread_bytes(c):>12,} B"
+                f"{' error: ' + c['error'] if c['error'] else ''}",
+                flush=True,
+            )
             cases.append(c)
     a.out.mkdir(parents=True, exist_ok=True)
     stem = f"{'real' if a.real else 'emulated'}-{a.shape}"

@@ -34,7 +34,10 @@ import torch  # noqa: E402
 from memaudit.runner import run_case  # noqa: E402
 from memaudit.targets.base import Built, Target  # noqa: E402
 
-SHAPES = {"default": {"tokens": 4096, "hidden": 1024, "ffn": 2048}, "production": {"tokens": 65536, "hidden": 4096, "ffn": 2048}}
+SHAPES = {
+    "default": {"tokens": 4096, "hidden": 1024, "ffn": 2048},
+    "production": {"tokens": 65536, "hidden": 4096, "ffn": 2048},
+}
 
 
 def compare(observed: Any, poisoned: Any) -> dict[str, Any]:
@@ -50,8 +53,10 @@ def compare(observed: Any, poisoned: Any) -> dict[str, Any]:
         "compared": True,
         "rows": len(both),
         "disagree": len(disagree),
-        "disagreements": [{"row": a.index, "operand": a.operand, "observed": [a.read, a.read_by], "poisoned": [b.read, b.read_by]}
-                          for a, b in disagree],
+        "disagreements": [
+            {"row": a.index, "operand": a.operand, "observed": [a.read, a.read_by], "poisoned": [b.read, b.read_by]}
+            for a, b in disagree
+        ],
         "unknown_observed": sorted({str(a.read_by) for a, _ in pairs if a.read == "unknown"}),
         "unknown_poisoned": sorted({str(b.read_by) for _, b in pairs if b.read == "unknown"}),
         "unread_bytes": [observed.totals.unread_bytes, poisoned.totals.unread_bytes],
@@ -66,12 +71,18 @@ def run_pair(target: Target, spec: Any) -> tuple[dict[str, Any], Any]:
     t1 = time.perf_counter()
     poisoned = run_case(target, spec, unread="poisoned")
     t2 = time.perf_counter()
-    return {"id": observed.id, **compare(observed, poisoned), "seconds": [round(t1 - t0, 2), round(t2 - t1, 2)]}, observed
+    return {
+        "id": observed.id,
+        **compare(observed, poisoned),
+        "seconds": [round(t1 - t0, 2), round(t2 - t1, 2)],
+    }, observed
 
 
 def te_cases(production: bool) -> list[tuple[str, dict[str, int], str, int]]:
     shapes = ["default", "production"] if production else ["default"]
-    return [(shape, SHAPES[shape], recipe, g) for shape in shapes for recipe in ("bf16", "fp8-current") for g in (1, 4, 8)]
+    return [
+        (shape, SHAPES[shape], recipe, g) for shape in shapes for recipe in ("bf16", "fp8-current") for g in (1, 4, 8)
+    ]
 
 
 def te(production: bool, emulated_sm90: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -96,9 +107,25 @@ def te(production: bool, emulated_sm90: bool) -> tuple[list[dict[str, Any]], lis
                         same += 1
                     else:
                         differ += 1
-                        diffs.append({"row": a.index, "operand": a.operand, "real": a.read, "emulated": [b.operand, b.read, b.read_by]})
-            against.append({"id": result["id"], "shape": shape, "status": [observed.status, em.status], "reason": em.reason,
-                            "rows": same + differ, "differ": differ, "differences": diffs})
+                        diffs.append(
+                            {
+                                "row": a.index,
+                                "operand": a.operand,
+                                "real": a.read,
+                                "emulated": [b.operand, b.read, b.read_by],
+                            }
+                        )
+            against.append(
+                {
+                    "id": result["id"],
+                    "shape": shape,
+                    "status": [observed.status, em.status],
+                    "reason": em.reason,
+                    "rows": same + differ,
+                    "differ": differ,
+                    "differences": diffs,
+                }
+            )
     return results, against
 
 
@@ -127,7 +154,12 @@ class TorchModel(Target):
 
         torch.manual_seed(0)
         model, inputs = self.case.build(torch.device(self.device), self.shrink)
-        return Built(forward=lambda cap: self.case.forward(model, inputs), backward=backward_sum, model=model, inputs=tuple(inputs))
+        return Built(
+            forward=lambda cap: self.case.forward(model, inputs),
+            backward=backward_sum,
+            model=model,
+            inputs=tuple(inputs),
+        )
 
 
 def torch_models(device: str, shrink: int) -> list[dict[str, Any]]:
@@ -143,15 +175,26 @@ def torch_models(device: str, shrink: int) -> list[dict[str, Any]]:
 
 
 def markdown(doc: dict[str, Any]) -> str:
-    lines = [f"# Observed reads against poisoned buffers ({doc['device']})", "",
-             f"torch {doc['torch']}, TE {doc['te']}. Rows compared: **{doc['rows']}**, disagreements: **{doc['disagree']}**.", "",
-             "| case | rows | disagree | unread bytes (observed, poisoned) | unknown (observed / poisoned) |", "|---|---:|---:|---|---|"]
+    lines = [
+        f"# Observed reads against poisoned buffers ({doc['device']})",
+        "",
+        f"torch {doc['torch']}, TE {doc['te']}. Rows compared: **{doc['rows']}**, disagreements: **{doc['disagree']}**.",
+        "",
+        "| case | rows | disagree | unread bytes (observed, poisoned) | unknown (observed / poisoned) |",
+        "|---|---:|---:|---|---|",
+    ]
     for c in doc["cases"]:
         unk = f"{len(c.get('unknown_observed', []))} / {len(c.get('unknown_poisoned', []))} reasons"
         lines.append(f"| {c['id']} | {c['rows']} | {c['disagree']} | {c.get('unread_bytes', c['status'])} | {unk} |")
     if doc.get("emulated_sm90"):
-        lines += ["", f"Emulated sm90 against real kernels (observed reads): {doc['emulated_rows']} rows, "
-                  f"{doc['emulated_differ']} differ.", "", "| case | rows | differ |", "|---|---:|---:|"]
+        lines += [
+            "",
+            f"Emulated sm90 against real kernels (observed reads): {doc['emulated_rows']} rows, "
+            f"{doc['emulated_differ']} differ.",
+            "",
+            "| case | rows | differ |",
+            "|---|---:|---:|",
+        ]
         lines += [f"| {c['id']} | {c['rows']} | {c['differ']} |" for c in doc["emulated_sm90"]]
     return "\n".join(lines) + "\n"
 

@@ -146,12 +146,32 @@ def build_compiled_mlp(device: torch.device, shrink: int = 1) -> tuple[nn.Module
 
 
 CASES = [
-    Case("transformer_encoder_layer", build_transformer, _plain_forward, "d_model=512 nhead=8 batch_first, dropout=0, fp32, (8,128,512)"),
+    Case(
+        "transformer_encoder_layer",
+        build_transformer,
+        _plain_forward,
+        "d_model=512 nhead=8 batch_first, dropout=0, fp32, (8,128,512)",
+    ),
     Case("lstm_cudnn", build_lstm, _plain_forward, "LSTM(256,512,num_layers=2), fp32, (64,16,256)"),
     Case("conv_bn_relu", build_conv_bn_relu, _plain_forward, "3x Conv2d-BatchNorm2d-ReLU, fp32, (16,3,64,64)"),
-    Case("linear_autocast_bf16", build_autocast_mlp, autocast_forward, "Linear-GELU-Linear 1024/4096 under autocast bf16, (512,1024)"),
-    Case("checkpoint_mlp", build_checkpoint_mlp, _plain_forward, "4 residual MLP blocks under checkpoint(use_reentrant=False), (512,1024)"),
-    Case("compiled_mlp", build_compiled_mlp, _plain_forward, "torch.compile(fullgraph=True) Linear-GELU-Linear 1024/4096, (512,1024)"),
+    Case(
+        "linear_autocast_bf16",
+        build_autocast_mlp,
+        autocast_forward,
+        "Linear-GELU-Linear 1024/4096 under autocast bf16, (512,1024)",
+    ),
+    Case(
+        "checkpoint_mlp",
+        build_checkpoint_mlp,
+        _plain_forward,
+        "4 residual MLP blocks under checkpoint(use_reentrant=False), (512,1024)",
+    ),
+    Case(
+        "compiled_mlp",
+        build_compiled_mlp,
+        _plain_forward,
+        "torch.compile(fullgraph=True) Linear-GELU-Linear 1024/4096, (512,1024)",
+    ),
 ]
 
 
@@ -257,7 +277,20 @@ def block_diff(before: dict[tuple[int, int], int], after: dict[tuple[int, int], 
 
 
 def row_details(rows: list[Any]) -> list[dict[str, Any]]:
-    keys = ("op", "saved_as", "bytes", "storage", "storage_bytes", "resides", "via", "aliases_output", "is_parameter", "shape", "dtype", "device")
+    keys = (
+        "op",
+        "saved_as",
+        "bytes",
+        "storage",
+        "storage_bytes",
+        "resides",
+        "via",
+        "aliases_output",
+        "is_parameter",
+        "shape",
+        "dtype",
+        "device",
+    )
     return [{k: getattr(r, k, None) for k in keys} for r in rows[:MAX_ROW_DETAILS]]
 
 
@@ -307,7 +340,12 @@ def dropped_graph(case: Case, model: nn.Module, inputs: list[torch.Tensor], cuda
         bare_during = allocated(cuda)
         del out
         bare_after = allocated(cuda)
-        res["bare"] = {"before": bare_before, "during": bare_during, "after_del": bare_after, "ok": bare_after == bare_before}
+        res["bare"] = {
+            "before": bare_before,
+            "during": bare_during,
+            "after_del": bare_after,
+            "ok": bare_after == bare_before,
+        }
 
         before = allocated(cuda)
         with capture(verify_allocator=True) as cap:
@@ -324,15 +362,17 @@ def dropped_graph(case: Case, model: nn.Module, inputs: list[torch.Tensor], cuda
     finally:
         if enabled:
             gc.enable()
-    res.update({
-        "before": before,
-        "during": during,
-        "after_del_outputs": after_del_outputs,
-        "after_del_capture": after_del_capture,
-        "after_gc": after_gc,
-        "ok_without_gc": after_del_outputs == before and after_del_capture == before,
-        "ok_after_gc": after_gc == before,
-    })
+    res.update(
+        {
+            "before": before,
+            "during": during,
+            "after_del_outputs": after_del_outputs,
+            "after_del_capture": after_del_capture,
+            "after_gc": after_gc,
+            "ok_without_gc": after_del_outputs == before and after_del_capture == before,
+            "ok_after_gc": after_gc == before,
+        }
+    )
     res["ok"] = res["ok_without_gc"] and res["ok_after_gc"]
     return res
 
@@ -380,23 +420,25 @@ def run_case(case: Case, device: torch.device, shrink: int = 1) -> dict[str, Any
 
     totals = report.totals
     alloc = dict(report.allocator or {})
-    entry.update({
-        "rows": len(report.rows),
-        "freed_rows": len(report.freed),
-        "saved_bytes": totals.saved_bytes,
-        "output_bytes": totals.output_bytes,
-        "ctx_bytes": totals.ctx_bytes,
-        "host_bytes": totals.host_bytes,
-        "unknown_bytes": totals.unknown_bytes,
-        "parameter_bytes": totals.parameter_bytes,
-        "complete": report.complete,
-        "warnings": len(report.warnings),
-        "warning_messages": report.warnings[:10],
-        "allocator": alloc,
-        "resides": _count(r.resides for r in report.rows),
-        "via": _count(r.via for r in report.rows),
-        "graphs_compiled_during_capture": _compiled_graphs() - graphs_before,  # a recompile would allocate
-    })
+    entry.update(
+        {
+            "rows": len(report.rows),
+            "freed_rows": len(report.freed),
+            "saved_bytes": totals.saved_bytes,
+            "output_bytes": totals.output_bytes,
+            "ctx_bytes": totals.ctx_bytes,
+            "host_bytes": totals.host_bytes,
+            "unknown_bytes": totals.unknown_bytes,
+            "parameter_bytes": totals.parameter_bytes,
+            "complete": report.complete,
+            "warnings": len(report.warnings),
+            "warning_messages": report.warnings[:10],
+            "allocator": alloc,
+            "resides": _count(r.resides for r in report.rows),
+            "via": _count(r.via for r in report.rows),
+            "graphs_compiled_during_capture": _compiled_graphs() - graphs_before,  # a recompile would allocate
+        }
+    )
     if blocks_before is not None and blocks_after is not None:
         blocks = block_diff(blocks_before, blocks_after)
         if alloc.get("available"):
@@ -420,11 +462,15 @@ def run_case(case: Case, device: torch.device, shrink: int = 1) -> dict[str, Any
     if cap_diff and bare_diff:
         grads["reason"] = "the bare run is not bitwise reproducible itself" + (f" ({nondet[0]})" if nondet else "")
     elif cap_diff:
-        grads["reason"] = "captured gradients differ from a bare run that is bitwise reproducible: capture changed the computation"
+        grads["reason"] = (
+            "captured gradients differ from a bare run that is bitwise reproducible: capture changed the computation"
+        )
     elif bare_diff:
         grads["reason"] = "captured run matched the first bare run although two bare runs differed"
     entry["grads"] = grads
-    entry["torch_warnings"] = _unique([m for m in warm.messages + bare_w.messages + cap_w.messages if m not in nondet])[:10]
+    entry["torch_warnings"] = _unique([m for m in warm.messages + bare_w.messages + cap_w.messages if m not in nondet])[
+        :10
+    ]
 
     entry["dropped_graph"] = dropped_graph(case, model, inputs, cuda)
     entry["wall_s"] = round(time.perf_counter() - t0, 3)
@@ -518,7 +564,9 @@ def print_table(entries: list[dict[str, Any]], fails: dict[str, list[str]]) -> N
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--out", type=Path, default=Path("verify_allocator.json"), help="JSON result path")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     ap.add_argument(
@@ -530,12 +578,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default="all", help=f"comma list of: {','.join(c.name for c in CASES)}")
     ap.add_argument("--no-deterministic", action="store_true", help="leave cuDNN/torch determinism settings alone")
     ap.add_argument("--allow-slack", action="store_true", help="pass when hidden bytes are all allocator block slack")
-    ap.add_argument("--strict", action="store_true", help="also fail on a dropped graph that kept memory or grads that differ")
+    ap.add_argument(
+        "--strict", action="store_true", help="also fail on a dropped graph that kept memory or grads that differ"
+    )
     args = ap.parse_args(argv)
 
     if args.device == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda: no CUDA device here (use --device cpu for the smoke test)")
-    names = [c.name for c in CASES] if args.models == "all" else [n.strip() for n in args.models.split(",") if n.strip()]
+    names = (
+        [c.name for c in CASES] if args.models == "all" else [n.strip() for n in args.models.split(",") if n.strip()]
+    )
     unknown = [n for n in names if n not in {c.name for c in CASES}]
     if unknown:
         ap.error(f"unknown model(s): {', '.join(unknown)}")

@@ -73,8 +73,7 @@ def _every(bound: Mapping[str, Any]) -> list[torch.Tensor]:
 
 def _dense_on(t: Any, devices: tuple[str, ...]) -> bool:
     """A plain strided tensor on one of ``devices`` (not nested, not mkldnn, not sparse)."""
-    return (isinstance(t, torch.Tensor) and t.layout == torch.strided and not t.is_nested
-            and t.device.type in devices)
+    return isinstance(t, torch.Tensor) and t.layout == torch.strided and not t.is_nested and t.device.type in devices
 
 
 def native_layer_norm_backward(*args: Any, **kwargs: Any) -> list[torch.Tensor | None]:
@@ -159,8 +158,17 @@ def convolution_backward(*args: Any, **kwargs: Any) -> list[torch.Tensor | None]
     if device not in ("cpu", "cuda") or not (_dense_on(inp, (device,)) and _dense_on(weight, (device,))):
         return list(_every(b))
     backend = torch._C._select_conv_backend(
-        inp, weight, None, list(b["stride"]), list(b["padding"]), list(b["dilation"]), bool(b["transposed"]),
-        list(b["output_padding"]), b["groups"], None if b["bias_sizes"] is None else list(b["bias_sizes"]))
+        inp,
+        weight,
+        None,
+        list(b["stride"]),
+        list(b["padding"]),
+        list(b["dilation"]),
+        bool(b["transposed"]),
+        list(b["output_padding"]),
+        b["groups"],
+        None if b["bias_sizes"] is None else list(b["bias_sizes"]),
+    )
     out: list[torch.Tensor | None] = [b["grad_output"]]
     if device == "cpu" and backend == _CONV_BACKEND.Mkldnn:
         needs_input = mask[1] or mask[2]

@@ -95,7 +95,12 @@ def _codes(module: Any) -> list[Any]:
             continue
         if isinstance(value, type):
             for attr in vars(value).values():
-                for fn in (attr, getattr(attr, "__func__", None), getattr(attr, "fget", None), getattr(attr, "fset", None)):
+                for fn in (
+                    attr,
+                    getattr(attr, "__func__", None),
+                    getattr(attr, "fget", None),
+                    getattr(attr, "fset", None),
+                ):
                     code = getattr(fn, "__code__", None)
                     if code is not None:
                         todo.append(code)
@@ -121,7 +126,8 @@ def enter() -> None:
         # if torch._dynamo.reset() dropped them, and only modules loaded since need skipping.
         callbacks = _callbacks
         if len(sys.modules) != _modules_seen or (
-                callbacks is not None and _started not in getattr(callbacks, "start_callbacks", ())):
+            callbacks is not None and _started not in getattr(callbacks, "start_callbacks", ())
+        ):
             with _lock:
                 _register()
                 _skip_memaudit()
@@ -221,10 +227,14 @@ def _has_any_global_hook() -> Any:
         ours_pre += getattr(hook, "__module__", None) == _OURS
     ours = {k for k, hook in _mm._global_forward_hooks.items() if getattr(hook, "__module__", None) == _OURS}
     with_kwargs = getattr(_mm, "_global_forward_hooks_with_kwargs", None) or {}
-    return (_mm._global_backward_pre_hooks or _mm._global_backward_hooks
-            or any(k not in ours for k in with_kwargs)
-            or len(_mm._global_forward_pre_hooks) > ours_pre or len(_mm._global_forward_hooks) > len(ours)
-            or len(_mm._global_forward_hooks_always_called) > len(ours))
+    return (
+        _mm._global_backward_pre_hooks
+        or _mm._global_backward_hooks
+        or any(k not in ours for k in with_kwargs)
+        or len(_mm._global_forward_pre_hooks) > ours_pre
+        or len(_mm._global_forward_hooks) > len(ours)
+        or len(_mm._global_forward_hooks_always_called) > len(ours)
+    )
 
 
 def _discount_our_hooks() -> None:

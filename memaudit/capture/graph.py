@@ -86,7 +86,10 @@ def _kind(tp: type) -> list[Any]:
     if issubclass(tp, BackwardCFunction):
         return [tp.__name__, None]
     raw = _RAW
-    return [tp.__name__, tuple((a, f"_raw{a}" if raw and hasattr(tp, f"_raw{a}") else None) for a in saved_attributes(tp))]  # type: ignore[arg-type]  # a class is hashable
+    return [
+        tp.__name__,
+        tuple((a, f"_raw{a}" if raw and hasattr(tp, f"_raw{a}") else None) for a in saved_attributes(tp)),  # type: ignore[arg-type]
+    ]
 
 
 def _packed(sv: Any) -> Record | None:

@@ -106,7 +106,9 @@ class Record(weakref.ref):
             shape, dtype, device, sref, nbytes, offset, is_param, fields = self.raw  # type: ignore[misc]
             elt = dtype.itemsize
             numel = math.prod(shape)
-            self.buffers = [(None, Buffer(tuple(shape), dtype, device, sref, nbytes, offset * elt, numel * elt, is_param, fields))]
+            self.buffers = [
+                (None, Buffer(tuple(shape), dtype, device, sref, nbytes, offset * elt, numel * elt, is_param, fields))
+            ]
         return self.buffers
 
     @property
@@ -165,7 +167,9 @@ class HookInfo:
         cached outputs there, outside any hook), or None."""
 
 
-TASK_CAPTURES: contextvars.ContextVar[tuple[Capture, ...]] = contextvars.ContextVar("memaudit_task_captures", default=())
+TASK_CAPTURES: contextvars.ContextVar[tuple[Capture, ...]] = contextvars.ContextVar(
+    "memaudit_task_captures", default=()
+)
 """The captures entered in the current asyncio task (and the tasks it started): a capture entered
 inside a task records only the saves of that context, not those of other tasks sharing the thread."""
 
@@ -422,7 +426,12 @@ class Layer:
                 st = t.untyped_storage()
                 base = t._base
                 rec.raw = (
-                    t.shape, t.dtype, t.device, _wref(st), st.nbytes(), t.storage_offset(),
+                    t.shape,
+                    t.dtype,
+                    t.device,
+                    _wref(st),
+                    st.nbytes(),
+                    t.storage_offset(),
                     tp is _Parameter or (base is not None and _is_parameter_base(base)),
                     fields,
                 )
@@ -501,7 +510,12 @@ class Layer:
                 base = t._base
                 prov = state.provenance
                 rec.raw = (
-                    t.shape, t.dtype, t.device, _wref(st), st.nbytes(), t.storage_offset(),
+                    t.shape,
+                    t.dtype,
+                    t.device,
+                    _wref(st),
+                    st.nbytes(),
+                    t.storage_offset(),
                     tp is _Parameter or (base is not None and _is_parameter_base(base)),
                     _take(prov, t) if prov else None,
                 )
@@ -528,11 +542,16 @@ class Layer:
         if expanded is not None:
             container, inner = expanded
             rec.container = container
-            rec.buffers = [(name, buffer_of(buf, fields, is_param=fields.get("is_parameter"))) for name, fields, buf in inner]
+            rec.buffers = [
+                (name, buffer_of(buf, fields, is_param=fields.get("is_parameter"))) for name, fields, buf in inner
+            ]
         elif isinstance(t, torch.Tensor) and is_wrapper_subclass(t):
             is_param = is_parameter(t)
             rec.container = container_fields(t, type(t).__name__, format_of(t.dtype), is_param)
-            rec.buffers = [(name, buffer_of(buf, {"container": type(t).__name__}, is_param=is_param)) for name, buf in inner_tensors(t)]
+            rec.buffers = [
+                (name, buffer_of(buf, {"container": type(t).__name__}, is_param=is_param))
+                for name, buf in inner_tensors(t)
+            ]
         elif isinstance(t, torch.Tensor):
             prov = state.provenance
             buf = buffer_of(t, _take(prov, t) if prov else None)
@@ -551,7 +570,9 @@ class Layer:
     def unpack(self, saved: Any) -> Any:
         if unpack_watch is not None:  # an --unread analysis follows this thread's calls from here on
             unpack_watch()
-        if _walks and _local.state.walking is not None:  # report() is naming rows: answer without running anyone's unpack
+        if (
+            _walks and _local.state.walking is not None
+        ):  # report() is naming rows: answer without running anyone's unpack
             _local.state.walking.append(saved.rec)
             return placeholder(saved)
         if self.delegate_unpack is not None:
@@ -670,8 +691,22 @@ def describe_nested(rec: Record, t: torch.Tensor) -> None:
     elt = t.element_size()
     n = t.numel()
     shape = (t.size(0),) + (-1,) * (t.dim() - 1)
-    rec.buffers = [(None, Buffer(shape, t.dtype, t.device, _wref(st), st.nbytes(), t.storage_offset() * elt, n * elt,  # type: ignore[arg-type]
-                                 False, {"container": "nested"}))]
+    rec.buffers = [
+        (
+            None,
+            Buffer(
+                shape,
+                t.dtype,
+                t.device,
+                _wref(st),
+                st.nbytes(),
+                t.storage_offset() * elt,  # type: ignore[arg-type]
+                n * elt,
+                False,
+                {"container": "nested"},
+            ),
+        )
+    ]
 
 
 _SKIPPED_DIRS = tuple(
@@ -729,7 +764,6 @@ def _unpacked_for_nobody() -> bool:
     name their node, and PyTorch uses that node instead of raising."""
     node = torch._C._current_autograd_node()
     return node is not None and not isinstance(node, _BackwardCFunction)
-
 
 
 def _node_name(node: Any) -> str:

@@ -55,8 +55,15 @@ class Frame:
 
     __slots__ = ("name", "module_id", "lo", "hi", "parent", "inputs", "module", "outputs")
 
-    def __init__(self, name: str, module_id: int, lo: int, parent: Frame | None = None, inputs: tuple[Any, ...] = (),
-                 module: Any = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        module_id: int,
+        lo: int,
+        parent: Frame | None = None,
+        inputs: tuple[Any, ...] = (),
+        module: Any = None,
+    ) -> None:
         self.name = name
         self.module_id = module_id
         self.module = module  # a weak reference to the module
@@ -111,9 +118,16 @@ def _register() -> None:
         always_d: Any = getattr(mm, "_global_forward_hooks_always_called", None)
         kwargs_d: Any = getattr(mm, "_global_forward_hooks_with_kwargs", None)
         extra = post.extra_dict_ref
-        if (pre_d is not None and post_d is not None and always_d is not None and kwargs_d is not None
-                and pre.hooks_dict_ref() is pre_d and post.hooks_dict_ref() is post_d and len(extra) == 1
-                and extra[0]() is always_d):
+        if (
+            pre_d is not None
+            and post_d is not None
+            and always_d is not None
+            and kwargs_d is not None
+            and pre.hooks_dict_ref() is pre_d
+            and post.hooks_dict_ref() is post_d
+            and len(extra) == 1
+            and extra[0]() is always_d
+        ):
             pre_d[pre.id] = _pre
             _handles.append(pre)
             post_d[post.id] = _post
@@ -275,7 +289,7 @@ def _resync() -> None:
             st.window = {}
             continue
         live = _calls_on(stacks.get(st.ident))
-        for gone in st.frames[_same_calls(st, live):]:
+        for gone in st.frames[_same_calls(st, live) :]:
             if gone.hi is None:  # when it returned is unknown: no node is placed in it by number
                 gone.hi = gone.lo
         lo = st.spans[-1].lo if st.spans else 0  # the thread's counter cannot be read from here

@@ -67,8 +67,21 @@ OVERWRITE_OPS = frozenset({
 """In-place ops whose written argument is overwritten, not read (``index_put_`` and
 ``masked_fill_`` write where their index says; the untouched part is not read either)."""
 
-TENSOR_READS = frozenset({"tolist", "numpy", "__array__", "__dlpack__", "item", "__bool__", "__float__", "__int__",
-                          "__index__", "__complex__", "__reduce_ex__"})
+TENSOR_READS = frozenset(
+    {
+        "tolist",
+        "numpy",
+        "__array__",
+        "__dlpack__",
+        "item",
+        "__bool__",
+        "__float__",
+        "__int__",
+        "__index__",
+        "__complex__",
+        "__reduce_ex__",
+    }
+)
 """Tensor methods that read contents without dispatching a read op to the mode."""
 
 STORAGE_METADATA = frozenset({
@@ -188,7 +201,10 @@ class Observer:
             calls = ", ".join(sorted(self.opaque)[:3]) + (" ..." if len(self.opaque) > 3 else "")
             return UNKNOWN, f"backward called {calls}, which memaudit does not observe"
         if self.profiled_elsewhere:
-            return UNKNOWN, f"another profiler was active in {self.profiled_elsewhere[0]}: its C calls were not observed"
+            return (
+                UNKNOWN,
+                f"another profiler was active in {self.profiled_elsewhere[0]}: its C calls were not observed",
+            )
         return UNREAD, None
 
 
@@ -245,7 +261,9 @@ class _ReadMode(TorchDispatchMode):
             return [], None
         schema = getattr(func, "_schema", None)
         written: set[int] = set()
-        if schema is not None and (name in OVERWRITE_OPS or any(a.kwarg_only and a.alias_info is not None for a in schema.arguments)):
+        if schema is not None and (
+            name in OVERWRITE_OPS or any(a.kwarg_only and a.alias_info is not None for a in schema.arguments)
+        ):
             positional = [a for a in schema.arguments if not a.kwarg_only]
             for i, a in enumerate(positional):
                 if a.alias_info is not None and a.alias_info.is_write and i < len(args):

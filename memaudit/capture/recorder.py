@@ -62,6 +62,7 @@ stack.before_backward = _name_early
 CAPTURE_SPEC = CaseSpec("capture", "-", 0, dtype="-", splits=())
 """The spec of a bare ``capture()`` report: no target, recipe or shape."""
 
+
 class Plugin(ABC):
     """A classifier that knows a library's tensor types (TE's is :class:`memaudit.te.capture.classify.TEClassifier`),
     declared by its package's extension (:mod:`memaudit.extension`). Abstract: :meth:`expand` and :meth:`annotate`;
@@ -145,13 +146,20 @@ def _refuse_interleaved(task: Any) -> None:
 class Capture:
     """The state of one capture. Use :func:`capture`, or enter one directly::
 
-        cap = Capture(plugins=[])
-        with cap: ...
+    cap = Capture(plugins=[])
+    with cap: ...
     """
 
     def __init__(
-        self, plugins: Iterable[Plugin] | None = None, *, verify_allocator: bool = False, modules: bool = True, stack: bool = False,
-        track_peak: bool = False, name_early: bool = False, snapshot: str | os.PathLike[str] | None = None,
+        self,
+        plugins: Iterable[Plugin] | None = None,
+        *,
+        verify_allocator: bool = False,
+        modules: bool = True,
+        stack: bool = False,
+        track_peak: bool = False,
+        name_early: bool = False,
+        snapshot: str | os.PathLike[str] | None = None,
     ) -> None:
         self.history = AllocatorHistory(snapshot) if snapshot is not None else None
         """The allocator history recorded for ``snapshot`` (CUDA; written by the first ``report()``)."""
@@ -438,7 +446,9 @@ class Capture:
                 self._name_late(target, index, sref, offset, shape, row_group)
         self._reports = alive
 
-    def _name_late(self, rows: list[Row], index: int, sref: Any, offset: int, shape: tuple[int, ...], row_group: int | None) -> None:
+    def _name_late(
+        self, rows: list[Row], index: int, sref: Any, offset: int, shape: tuple[int, ...], row_group: int | None
+    ) -> None:
         label = self._label_at(sref, offset, shape)
         if label is None:
             return
@@ -473,7 +483,7 @@ class Capture:
                 return lambda seq: True
             ranges.append((lo, hi if hi is not None else _probe_sequence_nr() or sys.maxsize))
         if len(ranges) == 1:  # the usual case: one region, one comparison per node
-            (lo1, hi1), = ranges
+            ((lo1, hi1),) = ranges
             return lambda seq: lo1 <= seq < hi1
         return lambda seq: any(lo <= seq < hi for lo, hi in ranges)
 
@@ -486,7 +496,9 @@ class Capture:
         last = max(hi for hi in ends if hi is not None)
         return lambda seq: seq < last
 
-    def report(self, outputs: Any = None, *, case_id: str = "capture", include_freed: bool = False, walk: bool = True) -> CaseReport:
+    def report(
+        self, outputs: Any = None, *, case_id: str = "capture", include_freed: bool = False, walk: bool = True
+    ) -> CaseReport:
         """Rows and totals of everything saved so far.
 
         ``outputs`` roots the graph walk that names each row's node (``op``) and attribute
@@ -638,7 +650,9 @@ class Capture:
         own: dict[str, int] = {}
         holders: dict[str, set[int]] = {}
         kept: list[tuple[str, int, bool] | None] = []  # per row: (storage, bytes, parameter) where it is device memory
-        chains: dict[str | None, list[list[int]] | None] = {}  # module name -> the member lists of its call and its ancestors
+        chains: dict[
+            str | None, list[list[int]] | None
+        ] = {}  # module name -> the member lists of its call and its ancestors
         fields = _GROUP_FIELDS
         for i, (module, storage, resides, nbytes_, is_param) in enumerate(map(fields, rows)):
             if storage is not None and resides == "device":
@@ -701,9 +715,18 @@ class Capture:
                         continue
                 frees.append(i)
             group = new(ModuleGroup)  # frozen: set whole, as make_row does for rows
-            set_dict(group, "__dict__", {"module": frame.name, "rows": inside, "own_rows": own.get(frame.name, 0),
-                                         "saved_bytes": nbytes(inside), "frees": frees,
-                                         "frees_bytes": nbytes(frees) if frees else 0})
+            set_dict(
+                group,
+                "__dict__",
+                {
+                    "module": frame.name,
+                    "rows": inside,
+                    "own_rows": own.get(frame.name, 0),
+                    "saved_bytes": nbytes(inside),
+                    "frees": frees,
+                    "frees_bytes": nbytes(frees) if frees else 0,
+                },
+            )
             out.append(group)
         out.sort(key=lambda g: (-g.saved_bytes, g.module))
         return out
@@ -739,8 +762,14 @@ class Capture:
                 if id(t) in seen:
                     continue
                 seen.add(id(t))
-                fields = {"op": "checkpoint", "saved_as": f"selective_cache.{name}", "slot": f"selective_cache.{name}",
-                          "via": "cache", "note": "cached by selective activation checkpointing", **buffer_of(t).row_fields()}
+                fields = {
+                    "op": "checkpoint",
+                    "saved_as": f"selective_cache.{name}",
+                    "slot": f"selective_cache.{name}",
+                    "via": "cache",
+                    "note": "cached by selective activation checkpointing",
+                    **buffer_of(t).row_fields(),
+                }
                 if module is not None:
                     fields["module"] = module
                 builder._row(fields, buffer_of(t), True)
@@ -783,7 +812,11 @@ class Capture:
                     now += nbytes
             if now > best:
                 best, best_at = now, i
-        alive = [rec for i, rec in enumerate(self.records) if i <= best_at and released.get(id(rec), len(self.records) + 1) > best_at]
+        alive = [
+            rec
+            for i, rec in enumerate(self.records)
+            if i <= best_at and released.get(id(rec), len(self.records) + 1) > best_at
+        ]
         return best, alive
 
     def report_of(self, records: list[Record], *, case_id: str = "capture") -> CaseReport:
@@ -864,6 +897,7 @@ class Capture:
 
 
 _GROUP_FIELDS = operator.attrgetter("module", "storage", "resides", "storage_bytes", "is_parameter")
+
 
 def _storages_by_name(rows: list[Row], srefs: list[Any]) -> dict[str, list[Any]]:
     """Storage name -> its storage references (one name may stand for two storage objects over
@@ -952,7 +986,11 @@ def default_plugins() -> list[Plugin]:
 
 
 def capture(
-    plugins: Iterable[Plugin] | None = None, *, verify_allocator: bool = False, modules: bool = True, stack: bool = False,
+    plugins: Iterable[Plugin] | None = None,
+    *,
+    verify_allocator: bool = False,
+    modules: bool = True,
+    stack: bool = False,
     snapshot: str | os.PathLike[str] | None = None,
 ) -> Capture:
     """Record every saved tensor of the autograd graphs built inside the block (this thread).

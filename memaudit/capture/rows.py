@@ -45,8 +45,21 @@ _PLAIN_NAMES: dict[tuple[torch.dtype, torch.device], tuple[dict[str, Any], int]]
 def _plain_template(dtype: torch.dtype, device: torch.device) -> dict[str, Any]:
     """The fields of a plain row that (dtype, device) fixes, the rest at Row's defaults, in
     declaration order (``make_row`` of them)."""
-    return dict(vars(make_row({"index": 0, "kind": kind_of(dtype), "format": format_of(dtype), "shape": [],
-                               "dtype": dtype_name(dtype), "bytes": 0, "device": str(device)})))
+    return dict(
+        vars(
+            make_row(
+                {
+                    "index": 0,
+                    "kind": kind_of(dtype),
+                    "format": format_of(dtype),
+                    "shape": [],
+                    "dtype": dtype_name(dtype),
+                    "bytes": 0,
+                    "device": str(device),
+                }
+            )
+        )
+    )
 
 
 _WHATS: dict[str, dict[str, str]] = {}
@@ -84,7 +97,9 @@ class RowBuilder:
         self._shared_storages: set[int] = set()  # storages of live rows not flagged as parameter
         self._labelled = bool(cap._labels)  # no labels given: no lookup per row
         self._nth: dict[tuple[bool, int], int] = {}  # (live, index) -> position among its module call's saves
-        self._bufs: dict[tuple[bool, int], tuple[Any, int, tuple[int, ...]]] = {}  # (live, index) -> (sref, offset, shape), for late labels
+        self._bufs: dict[
+            tuple[bool, int], tuple[Any, int, tuple[int, ...]]
+        ] = {}  # (live, index) -> (sref, offset, shape), for late labels
         self.named: list[int] = []  # live rows add_records gave memaudit's name (late labels may rename them)
         self._named_freed: list[Unlabelled] = []  # freed rows it named
         self._unnamed: list[tuple[bool, int]] = []  # rows name_rest must visit when no plugin annotates
@@ -191,7 +206,9 @@ class RowBuilder:
             base["_nth"] = nth
         if rec.source is not None and self.cap.stack:
             base["source"] = self._source(rec.source)
-        if rec.hook is not None and rec.hook.kind is None and resides == "unknown" and live:  # a released one keeps nothing
+        if (
+            rec.hook is not None and rec.hook.kind is None and resides == "unknown" and live
+        ):  # a released one keeps nothing
             self.warnings.append(
                 f"{op or '?'} {slot or '?'}: packed by {rec.hook.name}, which keeps no tensor memaudit can see; "
                 "where it lives is unknown (case incomplete)"
@@ -235,8 +252,14 @@ class RowBuilder:
         tuples, whats = (tuple, torch.Size), _WHATS
         for rec in records:
             raw = rec.raw
-            if (raw is None or raw[7] is not None or rec.buffers is not None or rec.hook is not None
-                    or rec.container is not None or rec.resides is not None):
+            if (
+                raw is None
+                or raw[7] is not None
+                or rec.buffers is not None
+                or rec.hook is not None
+                or rec.container is not None
+                or rec.resides is not None
+            ):
                 self.add_record(rec)
                 continue
             shape, dtype, device, sref, nbytes, offset, is_param, _ = raw
@@ -328,7 +351,9 @@ class RowBuilder:
             fields["note"] = f"{note} by {rec.hook.name}" if rec.hook else note
             fields["storage_bytes"], fields["storage_offset"] = copy.storage_bytes, copy.offset
             fields["is_parameter"] = False  # a copy of a parameter is new memory the graph keeps
-            return Buffer(buf.shape, buf.dtype, buf.device, copy.sref, copy.storage_bytes, copy.offset, buf.bytes, False)
+            return Buffer(
+                buf.shape, buf.dtype, buf.device, copy.sref, copy.storage_bytes, copy.offset, buf.bytes, False
+            )
         fields["note"] = f"kept by {rec.hook.name if rec.hook else '?'} as {len(kept)} tensor(s)"
         return Buffer(buf.shape, buf.dtype, buf.device, None, 0, 0, buf.bytes, buf.is_parameter)
 
@@ -354,7 +379,13 @@ class RowBuilder:
         return "unknown", None
 
     def add_found(self, found: graph.Found) -> None:
-        fields = {"op": found.op, "saved_as": found.slot, "slot": found.slot, "via": found.via, **found.buffer.row_fields()}
+        fields = {
+            "op": found.op,
+            "saved_as": found.slot,
+            "slot": found.slot,
+            "via": found.via,
+            **found.buffer.row_fields(),
+        }
         if found.inside and self.cap.modules:  # made in this thread: its sequence number places it in a module call
             fields["module"] = self.cap.module_of_node(found.seq)
         self._row(fields, found.buffer, True)

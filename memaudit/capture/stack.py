@@ -295,7 +295,10 @@ def _attached(mine: list[Capture], fn: Callable[..., Any], hold_module_hooks: bo
 
 def _is_pool_worker(thread: threading.Thread) -> bool:
     target = getattr(thread, "_target", None)
-    return getattr(target, "__module__", None) == "concurrent.futures.thread" and getattr(target, "__name__", "") == "_worker"
+    return (
+        getattr(target, "__module__", None) == "concurrent.futures.thread"
+        and getattr(target, "__name__", "") == "_worker"
+    )
 
 
 def _watch_thread_starts() -> None:

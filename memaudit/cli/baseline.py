@@ -23,10 +23,23 @@ BASELINE_DIR = Path("reports") / "baseline"
 
 
 def update(
-    current: Annotated[Path, typer.Argument(help="The report to accept (from memaudit run --json).", show_default=False)],
-    into: Annotated[Path | None, typer.Option(help="Baseline file to write or refresh. Default: reports/baseline/<CURRENT's name>.json.")] = None,
-    prune: Annotated[bool, typer.Option(help="Drop baseline cases that the current report lacks (default: keep them).")] = False,
-    force: Annotated[bool, typer.Option("--force", help="Merge a report from another environment (device class, TE or torch version) into the baseline.")] = False,
+    current: Annotated[
+        Path, typer.Argument(help="The report to accept (from memaudit run --json).", show_default=False)
+    ],
+    into: Annotated[
+        Path | None,
+        typer.Option(help="Baseline file to write or refresh. Default: reports/baseline/<CURRENT's name>.json."),
+    ] = None,
+    prune: Annotated[
+        bool, typer.Option(help="Drop baseline cases that the current report lacks (default: keep them).")
+    ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Merge a report from another environment (device class, TE or torch version) into the baseline.",
+        ),
+    ] = False,
 ) -> None:
     """Write or refresh a baseline from CURRENT and print what changed.
 
@@ -67,16 +80,23 @@ def _update(current: Path, target: Path, prune: bool, force: bool, out: Any, err
         try:
             existing = read_report(target)
         except UsageError as exc:
-            raise UsageError(f"{exc}; the existing baseline was left as it is: fix or remove it, then run again") from None
+            raise UsageError(
+                f"{exc}; the existing baseline was left as it is: fix or remove it, then run again"
+            ) from None
     env_diff = env_differences(existing.environment, cur.environment) if existing is not None else []
     if env_diff and existing is not None and existing.cases and not force:
-        raise UsageError(f"the current report comes from another environment than {target}: {'; '.join(env_diff)}; "
-                         "--force merges it anyway (or write another baseline with --into)", source=str(current))
+        raise UsageError(
+            f"the current report comes from another environment than {target}: {'; '.join(env_diff)}; "
+            "--force merges it anyway (or write another baseline with --into)",
+            source=str(current),
+        )
     merged, changes = update_baseline(cur, existing, prune=prune)
 
     kept = [c for c in changes if c.action == "kept"]
     for w in env_diff:
-        err.print(Text(f"warning: the current report comes from another environment: {w}", style="yellow"), soft_wrap=True)
+        err.print(
+            Text(f"warning: the current report comes from another environment: {w}", style="yellow"), soft_wrap=True
+        )
     if env_diff and kept:
         err.print(
             Text(f"  {len(kept)} kept case(s) were measured in the old environment; --prune drops them"),
@@ -104,7 +124,9 @@ def _update(current: Path, target: Path, prune: bool, force: bool, out: Any, err
         return
     write_report(merged, target)
     verb = "refreshed" if existing is not None else "wrote"
-    out.print(Text(f"{verb} {target} ({len(merged.cases)} case{'s' if len(merged.cases) != 1 else ''})"), soft_wrap=True)
+    out.print(
+        Text(f"{verb} {target} ({len(merged.cases)} case{'s' if len(merged.cases) != 1 else ''})"), soft_wrap=True
+    )
 
 
 def register(app: typer.Typer) -> None:

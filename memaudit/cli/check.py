@@ -21,22 +21,52 @@ from memaudit.report import check_outputs
 CHECK_HELP = (
     "Evaluate a scenario's budgets against an existing JSON report, without re-running.\n\n"
     "Exit codes: 0 every budget passes or is xfail; "
-    "1 a budget fails or XPASSes, a case errored and the scenario sets on_error = \"fail\", or the check judged "
+    '1 a budget fails or XPASSes, a case errored and the scenario sets on_error = "fail", or the check judged '
     "nothing (every case skipped) or a budget applies to no case (both pass with --allow-na); "
     "2 bad input: report, scenario or a budget that selects nothing (nothing is written); "
-    "3 a case errored (on_error = \"warn\") and no budget failed."
+    '3 a case errored (on_error = "warn") and no budget failed.'
 )
 
 
 def check(
     report: Annotated[Path, typer.Argument(help="A JSON report from memaudit run --json.", show_default=False)],
-    scenario: Annotated[Path, typer.Option("--scenario", help=f"The scenario TOML file whose budgets judge the report, or a shipped scenario by name ({SHIPPED_NAMES}).", show_default=False)],
-    allow_target: Annotated[list[str] | None, typer.Option("--allow-target", help="A PKG.MOD:FACTORY target the scenario may name (repeatable; also [tool.memaudit] allow-targets in pyproject.toml).")] = None,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the report with each case's budgets filled in here (atomically).")] = None,
+    scenario: Annotated[
+        Path,
+        typer.Option(
+            "--scenario",
+            help=f"The scenario TOML file whose budgets judge the report, or a shipped scenario by name ({SHIPPED_NAMES}).",
+            show_default=False,
+        ),
+    ],
+    allow_target: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-target",
+            help="A PKG.MOD:FACTORY target the scenario may name (repeatable; also [tool.memaudit] allow-targets in pyproject.toml).",
+        ),
+    ] = None,
+    json_path: Annotated[
+        Path | None,
+        typer.Option("--json", help="Write the report with each case's budgets filled in here (atomically)."),
+    ] = None,
     show_na: Annotated[bool, typer.Option("--show-na", help="Also list rules that do not apply to a case.")] = False,
-    allow_incomplete: Annotated[bool, typer.Option("--allow-incomplete", help="Judge cases memaudit marked incomplete instead of failing them.")] = False,
-    strict: Annotated[bool, typer.Option("--strict", help="Also fail (exit 1) when a budget judged no case because its cases did not run or took another path.")] = False,
-    allow_na: Annotated[bool, typer.Option("--allow-na", help="Pass a check that judged nothing (every budget n/a: every case skipped) and budgets that apply to no case (by default they fail).")] = False,
+    allow_incomplete: Annotated[
+        bool, typer.Option("--allow-incomplete", help="Judge cases memaudit marked incomplete instead of failing them.")
+    ] = False,
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict",
+            help="Also fail (exit 1) when a budget judged no case because its cases did not run or took another path.",
+        ),
+    ] = False,
+    allow_na: Annotated[
+        bool,
+        typer.Option(
+            "--allow-na",
+            help="Pass a check that judged nothing (every budget n/a: every case skipped) and budgets that apply to no case (by default they fail).",
+        ),
+    ] = False,
 ) -> None:
     """Judge REPORT against the budgets of --scenario; exit 1 if a budget fails."""
     from memaudit.judge.budgets import te_version_of
@@ -51,13 +81,23 @@ def check(
     check_outputs({"--json": json_path}, inputs=read_inputs(report=report, scenario=scenario))
     loaded = load_scenario(scenario, allowed_targets(tuple(allow_target or ())))
     rep = read_report(report)
-    result = conclude(rep, loaded, allow_incomplete=allow_incomplete, allow_na=allow_na, strict=strict,
-                      must_measure=False, source=str(report))
+    result = conclude(
+        rep,
+        loaded,
+        allow_incomplete=allow_incomplete,
+        allow_na=allow_na,
+        strict=strict,
+        must_measure=False,
+        source=str(report),
+    )
     verdicts = result.verdicts or []
 
     if te_version_of(rep.environment) is None and any(r.known_failure for r in loaded.rules):
         err.print(
-            Text("warning: the report records no TransformerEngine version, so known_failure entries do not apply", style="yellow"),
+            Text(
+                "warning: the report records no TransformerEngine version, so known_failure entries do not apply",
+                style="yellow",
+            ),
             soft_wrap=True,
         )
     from memaudit.render.unread import unread_block
@@ -71,8 +111,10 @@ def check(
     if errored:
         label = "error" if loaded.on_error == "fail" else "warning"
         err.print(
-            Text(f"{label}: {len(errored)} case(s) errored (on_error = {loaded.on_error!r}): {', '.join(errored)}",
-                 style="red" if label == "error" else "yellow"),
+            Text(
+                f"{label}: {len(errored)} case(s) errored (on_error = {loaded.on_error!r}): {', '.join(errored)}",
+                style="red" if label == "error" else "yellow",
+            ),
             soft_wrap=True,
         )
     if json_path is not None:

@@ -26,10 +26,11 @@ SHIPPED_NAMES = ", ".join(shipped_scenarios())
 """The shipped scenarios, as ``--help`` lists them (``run --scenario``, ``check --scenario``)."""
 
 clickx: Any = importlib.import_module(typer.BadParameter.__module__)
-get_current_context = importlib.import_module(typer.BadParameter.__module__.rsplit(".", 1)[0] + ".globals").get_current_context
+get_current_context = importlib.import_module(
+    typer.BadParameter.__module__.rsplit(".", 1)[0] + ".globals"
+).get_current_context
 Context = typer.Context
 _NO_ARGS_IS_HELP = getattr(clickx, "NoArgsIsHelpError", ())
-
 
 
 def error_line(message: str, hint: str | None = None) -> Text:
@@ -107,9 +108,13 @@ class Command(TyperCommand):
     """A typer command whose bad usage (typer's and memaudit's alike) prints in memaudit's one
     style, ``error: --flag: ...``, and exits 2, instead of typer's boxed panel."""
 
-    def make_context(self, info_name: str | None, args: list[str], parent: Context | None = None, **extra: Any) -> Context:  # type: ignore[override]
-        return _handled(lambda: super(Command, self).make_context(info_name, args, parent, **extra),
-                        bool(extra.get("resilient_parsing")) or bool(parent and parent.resilient_parsing))
+    def make_context(  # type: ignore[override]
+        self, info_name: str | None, args: list[str], parent: Context | None = None, **extra: Any
+    ) -> Context:
+        return _handled(
+            lambda: super(Command, self).make_context(info_name, args, parent, **extra),
+            bool(extra.get("resilient_parsing")) or bool(parent and parent.resilient_parsing),
+        )
 
     def invoke(self, ctx: Context) -> Any:  # type: ignore[override]
         return _handled(lambda: super(Command, self).invoke(ctx), ctx.resilient_parsing)
@@ -120,10 +125,14 @@ class Group(TyperGroup):
     Before anything is parsed, ``COLUMNS`` and ``LINES`` that are not plain numbers are dropped:
     rich and click read them (``--help`` too) and would fail on ``²`` or 5,000 digits."""
 
-    def make_context(self, info_name: str | None, args: list[str], parent: Context | None = None, **extra: Any) -> Context:  # type: ignore[override]
+    def make_context(  # type: ignore[override]
+        self, info_name: str | None, args: list[str], parent: Context | None = None, **extra: Any
+    ) -> Context:
         sane_terminal_environment()
-        return _handled(lambda: super(Group, self).make_context(info_name, args, parent, **extra),
-                        bool(extra.get("resilient_parsing")) or bool(parent and parent.resilient_parsing))
+        return _handled(
+            lambda: super(Group, self).make_context(info_name, args, parent, **extra),
+            bool(extra.get("resilient_parsing")) or bool(parent and parent.resilient_parsing),
+        )
 
     def invoke(self, ctx: Context) -> Any:  # type: ignore[override]
         return _handled(lambda: super(Group, self).invoke(ctx), ctx.resilient_parsing)
@@ -154,9 +163,17 @@ def exits(fn: Callable[..., int | None]) -> Callable[..., None]:
             raise
         except SystemExit as exc:  # a plugin's or factory's sys.exit is never memaudit's exit status
             where = _raised_at(exc)
-            raise typer.Exit(show_click_error(as_click(UsageError(
-                f"code memaudit ran (a plugin, target or factory) called sys.exit({exc.code!r}){where}: "
-                "the command stopped there, and nothing was judged", key="plugins")))) from None
+            raise typer.Exit(
+                show_click_error(
+                    as_click(
+                        UsageError(
+                            f"code memaudit ran (a plugin, target or factory) called sys.exit({exc.code!r}){where}: "
+                            "the command stopped there, and nothing was judged",
+                            key="plugins",
+                        )
+                    )
+                )
+            ) from None
         raise typer.Exit(code or exitcodes.OK)
 
     return command

@@ -61,31 +61,89 @@ def comment_notes(baseline: Path, current: Path, *, changed: bool, note: str | N
     from memaudit.render.markdown import md_code, md_escape
 
     where = baseline_provenance(baseline)
-    lines = [f"Baseline: {md_code(str(baseline))}" + (f" ({md_escape(where)})" if where else "")
-             + (f" · {md_escape(note)}" if note else "")]
+    lines = [
+        f"Baseline: {md_code(str(baseline))}"
+        + (f" ({md_escape(where)})" if where else "")
+        + (f" · {md_escape(note)}" if note else "")
+    ]
     if changed:
-        lines += ["", f"To accept these changes as the new baseline: {md_code(f'memaudit baseline update {current} --into {baseline}')} "
-                      f"(the current report is in this job's artifact), then commit {md_code(str(baseline))}."]
+        lines += [
+            "",
+            f"To accept these changes as the new baseline: {md_code(f'memaudit baseline update {current} --into {baseline}')} "
+            f"(the current report is in this job's artifact), then commit {md_code(str(baseline))}.",
+        ]
     return lines
 
 
 def compare(
-    baseline: Annotated[Path, typer.Argument(help="The baseline report (e.g. reports/baseline/NAME.json).", show_default=False)],
-    current: Annotated[Path, typer.Argument(help="The report to check (from memaudit run --json).", show_default=False)],
+    baseline: Annotated[
+        Path, typer.Argument(help="The baseline report (e.g. reports/baseline/NAME.json).", show_default=False)
+    ],
+    current: Annotated[
+        Path, typer.Argument(help="The report to check (from memaudit run --json).", show_default=False)
+    ],
     tolerance: Annotated[
         str,
-        typer.Option(help="Growth allowed per byte metric: bytes ('4096', '1 MiB') or a percent of the case's baseline saved bytes ('0.5%')."),
+        typer.Option(
+            help="Growth allowed per byte metric: bytes ('4096', '1 MiB') or a percent of the case's baseline saved bytes ('0.5%')."
+        ),
     ] = "0",
-    fail_on: Annotated[FailOn, typer.Option(help="increase: only growth fails; change: any change beyond the tolerance fails, missing cases too.")] = "increase",
-    strict_env: Annotated[bool, typer.Option("--strict-env", help="Fail when the environments differ (TE version, device class, torch version).")] = False,
-    allow_incomplete: Annotated[bool, typer.Option("--allow-incomplete", help="Compare cases memaudit marked incomplete instead of failing them.")] = False,
-    allow_missing: Annotated[bool, typer.Option("--allow-missing", help="Let baseline cases be missing from the current report (they fail the gate by default).")] = False,
-    allow_emulated: Annotated[bool, typer.Option("--allow-emulated", help="Compare emulated cases (--kernels emulated) with measured ones instead of refusing (exit 2).")] = False,
-    markdown: Annotated[Path | None, typer.Option(help="Write a PR comment (GitHub markdown) here, atomically.")] = None,
-    benchmark_json: Annotated[Path | None, typer.Option("--benchmark-json", help="Write saved bytes per case for github-action-benchmark (tool: customSmallerIsBetter) here, atomically.")] = None,
-    name: Annotated[str | None, typer.Option(help="Name in the comment's hidden marker <!-- memaudit:NAME -->. Default: the baseline file's stem.")] = None,
-    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Also show the rows (buffers) behind each change.")] = False,
-    baseline_note: Annotated[str | None, typer.Option("--baseline-note", help="More about where the baseline came from, for the comment (the gate says whether the pull request changed it).")] = None,
+    fail_on: Annotated[
+        FailOn,
+        typer.Option(
+            help="increase: only growth fails; change: any change beyond the tolerance fails, missing cases too."
+        ),
+    ] = "increase",
+    strict_env: Annotated[
+        bool,
+        typer.Option(
+            "--strict-env", help="Fail when the environments differ (TE version, device class, torch version)."
+        ),
+    ] = False,
+    allow_incomplete: Annotated[
+        bool,
+        typer.Option("--allow-incomplete", help="Compare cases memaudit marked incomplete instead of failing them."),
+    ] = False,
+    allow_missing: Annotated[
+        bool,
+        typer.Option(
+            "--allow-missing",
+            help="Let baseline cases be missing from the current report (they fail the gate by default).",
+        ),
+    ] = False,
+    allow_emulated: Annotated[
+        bool,
+        typer.Option(
+            "--allow-emulated",
+            help="Compare emulated cases (--kernels emulated) with measured ones instead of refusing (exit 2).",
+        ),
+    ] = False,
+    markdown: Annotated[
+        Path | None, typer.Option(help="Write a PR comment (GitHub markdown) here, atomically.")
+    ] = None,
+    benchmark_json: Annotated[
+        Path | None,
+        typer.Option(
+            "--benchmark-json",
+            help="Write saved bytes per case for github-action-benchmark (tool: customSmallerIsBetter) here, atomically.",
+        ),
+    ] = None,
+    name: Annotated[
+        str | None,
+        typer.Option(
+            help="Name in the comment's hidden marker <!-- memaudit:NAME -->. Default: the baseline file's stem."
+        ),
+    ] = None,
+    verbose: Annotated[
+        bool, typer.Option("-v", "--verbose", help="Also show the rows (buffers) behind each change.")
+    ] = False,
+    baseline_note: Annotated[
+        str | None,
+        typer.Option(
+            "--baseline-note",
+            help="More about where the baseline came from, for the comment (the gate says whether the pull request changed it).",
+        ),
+    ] = None,
 ) -> None:
     """Compare CURRENT against BASELINE; exit 1 on a regression."""
     from memaudit.judge.baseline import compare_reports, parse_tolerance
@@ -96,13 +154,24 @@ def compare(
 
     out, err = consoles()
     # bad input raises UsageError: exit 2 in the one error style (memaudit.cli.common.Command)
-    check_outputs({"--markdown": markdown, "--benchmark-json": benchmark_json}, inputs={"BASELINE": baseline, "CURRENT": current})
+    check_outputs(
+        {"--markdown": markdown, "--benchmark-json": benchmark_json}, inputs={"BASELINE": baseline, "CURRENT": current}
+    )
     tol = parse_tolerance(tolerance)
     comment_name = name if name is not None else default_comment_name(baseline)
     marker(comment_name)
     base_report = read_report(baseline)
     cur_report = read_report(current)
-    cmp = compare_reports(base_report, cur_report, tolerance=tol, fail_on=fail_on, strict_env=strict_env, allow_incomplete=allow_incomplete, allow_emulated=allow_emulated, allow_missing=allow_missing)
+    cmp = compare_reports(
+        base_report,
+        cur_report,
+        tolerance=tol,
+        fail_on=fail_on,
+        strict_env=strict_env,
+        allow_incomplete=allow_incomplete,
+        allow_emulated=allow_emulated,
+        allow_missing=allow_missing,
+    )
 
     for w in cmp.env_warnings:
         label = Text("error: " if strict_env else "warning: ", style="bold red" if strict_env else "bold yellow")

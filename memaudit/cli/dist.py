@@ -55,9 +55,12 @@ def check_rank_device(device: str, target_name: str, *, given: bool) -> None:
         return
     if given:
         raise UsageError(f"--device {device} in a distributed run, but CUDA is not available here", key="--device")
-    raise UsageError(f"the target {target_name} runs on {device} by default, and CUDA is not available here; a "
-                     "distributed run needs the device in every rank (TE's emulated kernels run in a single process): "
-                     "give --target reference (CPU), or run without --nproc", key="--nproc")
+    raise UsageError(
+        f"the target {target_name} runs on {device} by default, and CUDA is not available here; a "
+        "distributed run needs the device in every rank (TE's emulated kernels run in a single process): "
+        "give --target reference (CPU), or run without --nproc",
+        key="--nproc",
+    )
 
 
 @dataclass
@@ -137,8 +140,11 @@ def run_distributed(
             place(target, spec, 0, 1)
         return None
     if opts.nproc is not None and env is not None:
-        raise UsageError(f"this process already is rank {env.rank} of {env.world_size} under torchrun; "
-                         "give --nproc or torchrun, not both", key="--nproc")
+        raise UsageError(
+            f"this process already is rank {env.rank} of {env.world_size} under torchrun; "
+            "give --nproc or torchrun, not both",
+            key="--nproc",
+        )
     world_size = opts.nproc if opts.nproc is not None else env.world_size  # type: ignore[union-attr]
     if not 1 <= world_size <= MAX_NPROC:
         raise UsageError(f"must be from 1 to {MAX_NPROC}, got {world_size}", key="--nproc")
@@ -153,9 +159,25 @@ def run_distributed(
     if opts.nproc is not None:
         return _launch(opts.nproc, folder)
     assert env is not None
-    return _as_rank(env, opts, folder, target=target, target_name=target_name, specs=specs, scenario=scenario,
-                    device=device, backward=backward, verify_allocator=verify_allocator, stack=stack, expected=expected,
-                    allow_incomplete=allow_incomplete, allow_na=allow_na, json_path=json_path, markdown=markdown, quiet=quiet)
+    return _as_rank(
+        env,
+        opts,
+        folder,
+        target=target,
+        target_name=target_name,
+        specs=specs,
+        scenario=scenario,
+        device=device,
+        backward=backward,
+        verify_allocator=verify_allocator,
+        stack=stack,
+        expected=expected,
+        allow_incomplete=allow_incomplete,
+        allow_na=allow_na,
+        json_path=json_path,
+        markdown=markdown,
+        quiet=quiet,
+    )
 
 
 def _launch(nproc: int, folder: Path) -> int:
@@ -168,19 +190,49 @@ def _launch(nproc: int, folder: Path) -> int:
     if not failures:
         return exitcodes.OK
     codes = {f.exitcode for f in failures}
-    if len(failures) == nproc and len(codes) == 1 and codes <= {exitcodes.FAIL, exitcodes.CASE_ERROR, exitcodes.NOTHING_MEASURED}:
+    if (
+        len(failures) == nproc
+        and len(codes) == 1
+        and codes <= {exitcodes.FAIL, exitcodes.CASE_ERROR, exitcodes.NOTHING_MEASURED}
+    ):
         return codes.pop()  # every rank exited with rank 0's verdict, which rank 0 has printed
-    lines = [f"rank {f.rank}{f' (pid {f.pid})' if f.pid else ''} {f.how()}"
-             + (" (torchrun stops the others once one fails)" if f.stopped_by_torchrun else "") for f in failures]
-    err.print(error_line(f"the distributed run failed: {'; '.join(lines)}; no merged report was written",
-                         "the ranks' own files:\n  " + "\n  ".join(rank_files_state(folder, nproc))
-                         + f"\n  merge what is there: memaudit merge {folder} --allow-missing-ranks"), soft_wrap=True)
+    lines = [
+        f"rank {f.rank}{f' (pid {f.pid})' if f.pid else ''} {f.how()}"
+        + (" (torchrun stops the others once one fails)" if f.stopped_by_torchrun else "")
+        for f in failures
+    ]
+    err.print(
+        error_line(
+            f"the distributed run failed: {'; '.join(lines)}; no merged report was written",
+            "the ranks' own files:\n  "
+            + "\n  ".join(rank_files_state(folder, nproc))
+            + f"\n  merge what is there: memaudit merge {folder} --allow-missing-ranks",
+        ),
+        soft_wrap=True,
+    )
     return exitcodes.CASE_ERROR
 
 
-def _as_rank(env: Any, opts: DistOptions, folder: Path, *, target: Any, target_name: str, specs: list[Any], scenario: Any,
-             device: str, backward: bool, verify_allocator: bool, stack: bool, expected: bool, allow_incomplete: bool,
-             allow_na: bool, json_path: Path | None, markdown: Path | None, quiet: bool) -> int:
+def _as_rank(
+    env: Any,
+    opts: DistOptions,
+    folder: Path,
+    *,
+    target: Any,
+    target_name: str,
+    specs: list[Any],
+    scenario: Any,
+    device: str,
+    backward: bool,
+    verify_allocator: bool,
+    stack: bool,
+    expected: bool,
+    allow_incomplete: bool,
+    allow_na: bool,
+    json_path: Path | None,
+    markdown: Path | None,
+    quiet: bool,
+) -> int:
     from memaudit.distributed.rank import RankAborted, run_rank
     from memaudit.distributed.world import default_backend, join, leave
     from memaudit.render.progress import CaseProgress
@@ -191,24 +243,52 @@ def _as_rank(env: Any, opts: DistOptions, folder: Path, *, target: Any, target_n
     try:
         progress = CaseProgress(err, len(specs), live=False)
         try:
-            result = run_rank(target, specs, world, folder, backward=backward, verify_allocator=verify_allocator, stack=stack,
-                              on_start=progress.start, on_case=progress.finish)
+            result = run_rank(
+                target,
+                specs,
+                world,
+                folder,
+                backward=backward,
+                verify_allocator=verify_allocator,
+                stack=stack,
+                on_start=progress.start,
+                on_case=progress.finish,
+            )
         except RankAborted as exc:
             err.print(error_line(f"rank {world.rank}: {exc}", f"its file: {exc.rank_file}"), soft_wrap=True)
             return exitcodes.CASE_ERROR
         code = exitcodes.OK
         if result.merged is not None:
-            code = finish_merged(result.merged, scenario=scenario, target_name=target_name, expected=expected,
-                                 allow_incomplete=allow_incomplete, allow_na=allow_na, json_path=json_path,
-                                 markdown=markdown, quiet=quiet, rank_dir=folder)
+            code = finish_merged(
+                result.merged,
+                scenario=scenario,
+                target_name=target_name,
+                expected=expected,
+                allow_incomplete=allow_incomplete,
+                allow_na=allow_na,
+                json_path=json_path,
+                markdown=markdown,
+                quiet=quiet,
+                rank_dir=folder,
+            )
         return world.broadcast_long(code)
     finally:
         leave()
 
 
-def finish_merged(report: Report, *, scenario: Any = None, target_name: str, expected: bool = False,
-                  allow_incomplete: bool = False, allow_na: bool = False, json_path: Path | None = None,
-                  markdown: Path | None = None, quiet: bool = False, rank_dir: Path | None = None) -> int:
+def finish_merged(
+    report: Report,
+    *,
+    scenario: Any = None,
+    target_name: str,
+    expected: bool = False,
+    allow_incomplete: bool = False,
+    allow_na: bool = False,
+    json_path: Path | None = None,
+    markdown: Path | None = None,
+    quiet: bool = False,
+    rank_dir: Path | None = None,
+) -> int:
     """Show, judge and write a merged report; its exit status (as ``run`` would give it)."""
     from memaudit.cli.common import show_notes
     from memaudit.distributed.merge import differing_replicas
@@ -218,8 +298,14 @@ def finish_merged(report: Report, *, scenario: Any = None, target_name: str, exp
     from memaudit.report import atomic_write_text, write_report
 
     out, err = consoles()
-    result = conclude(report, scenario, allow_incomplete=allow_incomplete, allow_na=allow_na, expected=expected,
-                      replica_problems=differing_replicas(report))
+    result = conclude(
+        report,
+        scenario,
+        allow_incomplete=allow_incomplete,
+        allow_na=allow_na,
+        expected=expected,
+        replica_problems=differing_replicas(report),
+    )
     verdicts = result.verdicts
     if not quiet:
         for case in worst_cases(report):
@@ -235,7 +321,10 @@ def finish_merged(report: Report, *, scenario: Any = None, target_name: str, exp
         err.print(Text(f"warning: {w}", style="yellow"), soft_wrap=True)
     if json_path is not None:
         write_report(report, json_path)
-        out.print(Text(f"wrote {json_path}" + (f" (the ranks' own files are in {rank_dir})" if rank_dir else "")), soft_wrap=True)
+        out.print(
+            Text(f"wrote {json_path}" + (f" (the ranks' own files are in {rank_dir})" if rank_dir else "")),
+            soft_wrap=True,
+        )
     if markdown is not None:
         from memaudit.render.markdown import marker_name, render_markdown
 
@@ -257,10 +346,21 @@ MERGE_HELP = (
 
 
 def merge(
-    paths: Annotated[list[Path], typer.Argument(help="Rank files (rank<N>.json), or folders of them.", show_default=False, metavar="RANK_FILES_OR_FOLDER")],
+    paths: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Rank files (rank<N>.json), or folders of them.", show_default=False, metavar="RANK_FILES_OR_FOLDER"
+        ),
+    ],
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the merged report here (atomically).")] = None,
     markdown: Annotated[Path | None, typer.Option(help="Write a markdown summary (PR comment) here.")] = None,
-    allow_missing_ranks: Annotated[bool, typer.Option("--allow-missing-ranks", help="Merge what is there: a missing rank or case becomes an error case saying so (exit 3), never a zero.")] = False,
+    allow_missing_ranks: Annotated[
+        bool,
+        typer.Option(
+            "--allow-missing-ranks",
+            help="Merge what is there: a missing rank or case becomes an error case saying so (exit 3), never a zero.",
+        ),
+    ] = False,
     quiet: Annotated[bool, typer.Option(help="Only the summary and the ranks table.")] = False,
 ) -> int:
     """Merge rank files into one report: per-rank cases and the summary over ranks."""

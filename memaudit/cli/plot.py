@@ -38,10 +38,14 @@ def check_matplotlib(key: str) -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise UsageError(f"drawing a plot needs matplotlib, an optional extra: {pip_install('plot')}", key=key) from None
+        raise UsageError(
+            f"drawing a plot needs matplotlib, an optional extra: {pip_install('plot')}", key=key
+        ) from None
 
 
-def plot_paths(tokens: Path | None, kinds: Path | None, tokens_key: str, kinds_key: str) -> tuple[Path | None, Path | None]:
+def plot_paths(
+    tokens: Path | None, kinds: Path | None, tokens_key: str, kinds_key: str
+) -> tuple[Path | None, Path | None]:
     """Figure 1's and figure 2's paths (figure 2 defaults to figure 1's with ``.kinds``), their
     formats checked (a UsageError naming the flag and value)."""
     from memaudit.render.plots import kinds_path, plot_format
@@ -55,8 +59,14 @@ def plot_paths(tokens: Path | None, kinds: Path | None, tokens_key: str, kinds_k
     return tokens, kinds
 
 
-def draw_and_write(out: Console, tokens_data: TokensFigure | None, kinds_data: KindsFigure | None,
-                   tokens_path: Path | None, kinds_path: Path | None, why_no_tokens: str) -> None:
+def draw_and_write(
+    out: Console,
+    tokens_data: TokensFigure | None,
+    kinds_data: KindsFigure | None,
+    tokens_path: Path | None,
+    kinds_path: Path | None,
+    why_no_tokens: str,
+) -> None:
     """Render every figure asked for to bytes, then write them (atomically); print what was
     written and, when figure 1 was asked for but cannot be drawn, why."""
     from memaudit.render.plots import draw_kinds, draw_tokens, plot_format, render
@@ -78,11 +88,28 @@ def draw_and_write(out: Console, tokens_data: TokensFigure | None, kinds_data: K
 
 @exits
 def plot_cmd(
-    report_path: Annotated[Path, typer.Argument(metavar="REPORT", help="A report from memaudit run --json (or estimate --json).", show_default=False)],
-    groups: Annotated[int | None, typer.Option(help="The group count G to draw. Default: the largest in the report.")] = None,
-    tokens: Annotated[int | None, typer.Option(help="The token count of the kinds figure. Default: the largest at G.")] = None,
-    out_path: Annotated[Path | None, typer.Option("--out", help="Saved bytes vs tokens (.png or .svg). Default: REPORT's name with .png, in the current folder.")] = None,
-    kinds: Annotated[Path | None, typer.Option(help="What is saved, by kind. Default: --out with .kinds before the extension.")] = None,
+    report_path: Annotated[
+        Path,
+        typer.Argument(
+            metavar="REPORT", help="A report from memaudit run --json (or estimate --json).", show_default=False
+        ),
+    ],
+    groups: Annotated[
+        int | None, typer.Option(help="The group count G to draw. Default: the largest in the report.")
+    ] = None,
+    tokens: Annotated[
+        int | None, typer.Option(help="The token count of the kinds figure. Default: the largest at G.")
+    ] = None,
+    out_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Saved bytes vs tokens (.png or .svg). Default: REPORT's name with .png, in the current folder.",
+        ),
+    ] = None,
+    kinds: Annotated[
+        Path | None, typer.Option(help="What is saved, by kind. Default: --out with .kinds before the extension.")
+    ] = None,
 ) -> int:
     """Draw a report's saved bytes vs tokens and by kind."""
     from memaudit.judge.integrity import read_report
@@ -107,8 +134,14 @@ def plot_cmd(
         raise UsageError(f"no case has G = {g}; the report has G = {', '.join(map(str, present))}", key="--groups")
     tokens_data = tokens_from_report(report, g) if tokens_path is not None else None
     kinds_data = kinds_from_report(report, g, tokens) if kinds_out is not None else None
-    draw_and_write(out, tokens_data, kinds_data, tokens_path, kinds_out,
-                   f"the report's cases at G = {g} have fewer than two token counts of one shape")
+    draw_and_write(
+        out,
+        tokens_data,
+        kinds_data,
+        tokens_path,
+        kinds_out,
+        f"the report's cases at G = {g} have fewer than two token counts of one shape",
+    )
     return exitcodes.OK
 
 

@@ -93,8 +93,15 @@ def _show_version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
-                                          help="Print memaudit's, torch's and TransformerEngine's versions and exit.")] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_show_version,
+            is_eager=True,
+            help="Print memaudit's, torch's and TransformerEngine's versions and exit.",
+        ),
+    ] = False,
 ) -> None:
     """Saved-tensor memory auditor and regression gate for PyTorch and TransformerEngine."""
     if _extension_problem is not None:
@@ -115,8 +122,11 @@ def _complete_target(incomplete: str) -> list[tuple[str, str]]:
     from memaudit.targets import registry
 
     own = registry.builtin_names()
-    return [(name, "built-in target" if name in own else "target") for name in registry.target_names()
-            if name.startswith(incomplete)]
+    return [
+        (name, "built-in target" if name in own else "target")
+        for name in registry.target_names()
+        if name.startswith(incomplete)
+    ]
 
 
 def _complete_recipe(ctx: typer.Context, incomplete: str) -> list[str]:
@@ -134,32 +144,147 @@ def _complete_recipe(ctx: typer.Context, incomplete: str) -> list[str]:
 
 
 def run(
-    target: Annotated[str | None, typer.Option(autocompletion=_complete_target, help="A registered target | PKG.MOD:FACTORY (the names are added below).")] = None,
-    recipe: Annotated[str | None, typer.Option(autocompletion=_complete_recipe, help="A recipe the target knows | all; comma-separated for several.")] = None,
-    groups: Annotated[Ints | None, typer.Option(parser=INT_LIST, metavar=INT_LIST.metavar, help="Group (expert) counts, e.g. 1,4,8.")] = None,
+    target: Annotated[
+        str | None,
+        typer.Option(
+            autocompletion=_complete_target, help="A registered target | PKG.MOD:FACTORY (the names are added below)."
+        ),
+    ] = None,
+    recipe: Annotated[
+        str | None,
+        typer.Option(
+            autocompletion=_complete_recipe, help="A recipe the target knows | all; comma-separated for several."
+        ),
+    ] = None,
+    groups: Annotated[
+        Ints | None, typer.Option(parser=INT_LIST, metavar=INT_LIST.metavar, help="Group (expert) counts, e.g. 1,4,8.")
+    ] = None,
     dtype: Annotated[Dtype | None, typer.Option(help="The activations' dtype. Default: the target's (bf16).")] = None,
-    device: Annotated[str | None, typer.Option(callback=_check_device, autocompletion=_complete_device, help="cpu | cuda | cuda:N | meta (shapes only: no values, nothing allocated; where the target runs there). Default: the target's.")] = None,
-    splits: Annotated[str | None, typer.Option(help="Explicit token splits, e.g. 256,0,512,256 (one group count only).")] = None,
-    scenario: Annotated[Path | None, typer.Option(help=f"Scenario TOML file, or a shipped scenario by name ({SHIPPED_NAMES}): its cases and budgets replace the matrix flags.")] = None,
-    allow_target: Annotated[list[str] | None, typer.Option("--allow-target", help="A PKG.MOD:FACTORY target the scenario may name (repeatable; also [tool.memaudit] allow-targets in pyproject.toml).")] = None,
-    fallback: Annotated[FallbackMode | None, typer.Option(help="What answers a case that cannot run on real kernels here, where the target offers it: auto = the best there is (its real code with emulated kernels, else a model's estimate); emulate; estimate; none = a skipped cell. Default: auto; none with --scenario.")] = None,
-    expected: Annotated[bool, typer.Option(help="Add the target's model of each row's bytes (expected_bytes) and flag mismatches, where it has one.")] = False,
+    device: Annotated[
+        str | None,
+        typer.Option(
+            callback=_check_device,
+            autocompletion=_complete_device,
+            help="cpu | cuda | cuda:N | meta (shapes only: no values, nothing allocated; where the target runs there). Default: the target's.",
+        ),
+    ] = None,
+    splits: Annotated[
+        str | None, typer.Option(help="Explicit token splits, e.g. 256,0,512,256 (one group count only).")
+    ] = None,
+    scenario: Annotated[
+        Path | None,
+        typer.Option(
+            help=f"Scenario TOML file, or a shipped scenario by name ({SHIPPED_NAMES}): its cases and budgets replace the matrix flags."
+        ),
+    ] = None,
+    allow_target: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-target",
+            help="A PKG.MOD:FACTORY target the scenario may name (repeatable; also [tool.memaudit] allow-targets in pyproject.toml).",
+        ),
+    ] = None,
+    fallback: Annotated[
+        FallbackMode | None,
+        typer.Option(
+            help="What answers a case that cannot run on real kernels here, where the target offers it: auto = the best there is (its real code with emulated kernels, else a model's estimate); emulate; estimate; none = a skipped cell. Default: auto; none with --scenario."
+        ),
+    ] = None,
+    expected: Annotated[
+        bool,
+        typer.Option(
+            help="Add the target's model of each row's bytes (expected_bytes) and flag mismatches, where it has one."
+        ),
+    ] = False,
     backward: Annotated[bool, typer.Option(help="Run backward after each captured forward.")] = True,
-    verify_allocator: Annotated[bool, typer.Option("--verify-allocator", help="CUDA: check the rows against the caching allocator's growth over the captured forward (hidden_bytes per case).")] = False,
-    allow_incomplete: Annotated[bool, typer.Option("--allow-incomplete", help="Judge budgets on cases memaudit marked incomplete instead of failing them.")] = False,
-    allow_na: Annotated[bool, typer.Option("--allow-na", help="With --scenario: pass when no budget judged anything or a budget applies to no case (by default that fails).")] = False,
-    unread: Annotated[bool, typer.Option("--unread", help="Give every saved buffer a verdict: read by backward (and by what), never read, or unknown (and why); unread_bytes per case. See docs/guides/budgets.md.")] = False,
-    unread_method: Annotated[UnreadMethod | None, typer.Option("--unread-method", help="With --unread: observed (reads seen during backward; the default), poisoned (gradients compared with the buffers' contents poisoned: real kernels only) or both (they must agree).")] = None,
-    stack: Annotated[bool, typer.Option("--stack", help="Record the source line (file:line) of the user code behind each saved tensor (rows' source; slower capture, see docs/investigations/bench.md).")] = False,
+    verify_allocator: Annotated[
+        bool,
+        typer.Option(
+            "--verify-allocator",
+            help="CUDA: check the rows against the caching allocator's growth over the captured forward (hidden_bytes per case).",
+        ),
+    ] = False,
+    allow_incomplete: Annotated[
+        bool,
+        typer.Option(
+            "--allow-incomplete", help="Judge budgets on cases memaudit marked incomplete instead of failing them."
+        ),
+    ] = False,
+    allow_na: Annotated[
+        bool,
+        typer.Option(
+            "--allow-na",
+            help="With --scenario: pass when no budget judged anything or a budget applies to no case (by default that fails).",
+        ),
+    ] = False,
+    unread: Annotated[
+        bool,
+        typer.Option(
+            "--unread",
+            help="Give every saved buffer a verdict: read by backward (and by what), never read, or unknown (and why); unread_bytes per case. See docs/guides/budgets.md.",
+        ),
+    ] = False,
+    unread_method: Annotated[
+        UnreadMethod | None,
+        typer.Option(
+            "--unread-method",
+            help="With --unread: observed (reads seen during backward; the default), poisoned (gradients compared with the buffers' contents poisoned: real kernels only) or both (they must agree).",
+        ),
+    ] = None,
+    stack: Annotated[
+        bool,
+        typer.Option(
+            "--stack",
+            help="Record the source line (file:line) of the user code behind each saved tensor (rows' source; slower capture, see docs/investigations/bench.md).",
+        ),
+    ] = False,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the JSON report here (atomically).")] = None,
     markdown: Annotated[Path | None, typer.Option(help="Write a markdown summary (PR comment) here.")] = None,
-    memory_snapshot: Annotated[Path | None, typer.Option("--memory-snapshot", help="CUDA, one case: write the caching allocator's history of the captured forward here (a pickle for PyTorch's memory_viz), each saved tensor's block named after its row (operand, kind, orientation, format).")] = None,
-    quiet: Annotated[bool, typer.Option(help="Only the summary table (and, where stderr is not a terminal, the one line per finished case).")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also each case's table of saved tensors (and module groups) as it finishes, and the full notes with the commands that answer a recipe on its own; by default the notes are one line each and the cases are in the summary (--json / --markdown have everything).")] = False,
-    nproc: Annotated[int | None, typer.Option(help="Run on N local processes through torch.distributed.run (as torchrun --nproc-per-node N -m memaudit run ... does): per-rank cases, one merged report.")] = None,
-    dist_backend: Annotated[str | None, typer.Option(help="Distributed runs: the process-group backend. Default: gloo on CPU, cpu:gloo,cuda:nccl with --device cuda (the reports always travel over gloo).")] = None,
-    rank_dir: Annotated[Path | None, typer.Option(help="Distributed runs: the folder each rank writes its own file to (rank<N>.json) after every case. Default: beside --json (report.ranks/), else memaudit-ranks/.")] = None,
-    dist_timeout: Annotated[int, typer.Option(help="Distributed runs: seconds a rank waits for the others after a case before the run ends (a rank that died, or one an error took out of a collective).")] = 120,
+    memory_snapshot: Annotated[
+        Path | None,
+        typer.Option(
+            "--memory-snapshot",
+            help="CUDA, one case: write the caching allocator's history of the captured forward here (a pickle for PyTorch's memory_viz), each saved tensor's block named after its row (operand, kind, orientation, format).",
+        ),
+    ] = None,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            help="Only the summary table (and, where stderr is not a terminal, the one line per finished case)."
+        ),
+    ] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose",
+            "-v",
+            help="Also each case's table of saved tensors (and module groups) as it finishes, and the full notes with the commands that answer a recipe on its own; by default the notes are one line each and the cases are in the summary (--json / --markdown have everything).",
+        ),
+    ] = False,
+    nproc: Annotated[
+        int | None,
+        typer.Option(
+            help="Run on N local processes through torch.distributed.run (as torchrun --nproc-per-node N -m memaudit run ... does): per-rank cases, one merged report."
+        ),
+    ] = None,
+    dist_backend: Annotated[
+        str | None,
+        typer.Option(
+            help="Distributed runs: the process-group backend. Default: gloo on CPU, cpu:gloo,cuda:nccl with --device cuda (the reports always travel over gloo)."
+        ),
+    ] = None,
+    rank_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Distributed runs: the folder each rank writes its own file to (rank<N>.json) after every case. Default: beside --json (report.ranks/), else memaudit-ranks/."
+        ),
+    ] = None,
+    dist_timeout: Annotated[
+        int,
+        typer.Option(
+            help="Distributed runs: seconds a rank waits for the others after a case before the run ends (a rank that died, or one an error took out of a collective)."
+        ),
+    ] = 120,
     **target_flags: Any,
 ) -> int:
     """Run the target for each (recipe, group count) and report every saved tensor.
@@ -171,8 +296,10 @@ def run(
     """
     from memaudit.report import check_outputs
 
-    check_outputs({"--json": json_path, "--markdown": markdown, "--memory-snapshot": memory_snapshot},
-                  inputs=read_inputs(scenario=scenario))
+    check_outputs(
+        {"--json": json_path, "--markdown": markdown, "--memory-snapshot": memory_snapshot},
+        inputs=read_inputs(scenario=scenario),
+    )
     if memory_snapshot is not None:
         from memaudit.capture.snapshot import unavailable_reason
 
@@ -182,38 +309,108 @@ def run(
             raise UsageError(why, key="--memory-snapshot")
     if unread_method is not None and not unread:
         raise UsageError("chooses the method of --unread: add --unread", key="--unread-method")
-    p = _plan(target, recipe, groups, dtype, device, splits, scenario, allow_target, fallback, verify_allocator,
-              memory_snapshot, target_flags, unread=(unread_method or UnreadMethod.observed).value if unread else None,
-              backward=backward, distributed=nproc is not None)
+    p = _plan(
+        target,
+        recipe,
+        groups,
+        dtype,
+        device,
+        splits,
+        scenario,
+        allow_target,
+        fallback,
+        verify_allocator,
+        memory_snapshot,
+        target_flags,
+        unread=(unread_method or UnreadMethod.observed).value if unread else None,
+        backward=backward,
+        distributed=nproc is not None,
+    )
     from memaudit.cli.dist import DistOptions, run_distributed
 
     code = run_distributed(
-        DistOptions(nproc, dist_backend, rank_dir, dist_timeout), target=p.target, target_name=p.target_name,
-        specs=list(p.specs), scenario=p.scenario, device=p.device, backward=backward, verify_allocator=verify_allocator,
-        stack=stack, expected=expected, allow_incomplete=allow_incomplete, allow_na=allow_na, json_path=json_path,
-        markdown=markdown, quiet=quiet, inputs=read_inputs(scenario=scenario), device_given=device is not None)
+        DistOptions(nproc, dist_backend, rank_dir, dist_timeout),
+        target=p.target,
+        target_name=p.target_name,
+        specs=list(p.specs),
+        scenario=p.scenario,
+        device=p.device,
+        backward=backward,
+        verify_allocator=verify_allocator,
+        stack=stack,
+        expected=expected,
+        allow_incomplete=allow_incomplete,
+        allow_na=allow_na,
+        json_path=json_path,
+        markdown=markdown,
+        quiet=quiet,
+        inputs=read_inputs(scenario=scenario),
+        device_given=device is not None,
+    )
     if code is not None:  # --nproc, or a rank under torchrun
         return code
-    report = _run_here(p, verify_allocator=verify_allocator, stack=stack, expected=expected, quiet=quiet,
-                       verbose=verbose, memory_snapshot=memory_snapshot)
-    return _conclude(report, p.scenario, p.target_name, expected=expected, allow_incomplete=allow_incomplete,
-                     allow_na=allow_na, json_path=json_path, markdown=markdown, memory_snapshot=memory_snapshot,
-                     quiet=quiet, verbose=verbose)
+    report = _run_here(
+        p,
+        verify_allocator=verify_allocator,
+        stack=stack,
+        expected=expected,
+        quiet=quiet,
+        verbose=verbose,
+        memory_snapshot=memory_snapshot,
+    )
+    return _conclude(
+        report,
+        p.scenario,
+        p.target_name,
+        expected=expected,
+        allow_incomplete=allow_incomplete,
+        allow_na=allow_na,
+        json_path=json_path,
+        markdown=markdown,
+        memory_snapshot=memory_snapshot,
+        quiet=quiet,
+        verbose=verbose,
+    )
 
 
-def _plan(target: str | None, recipe: str | None, groups: Ints | None, dtype: Dtype | None, device: str | None,
-          splits: str | None, scenario: Path | None, allow_target: list[str] | None, fallback: FallbackMode | None,
-          verify_allocator: bool, memory_snapshot: Path | None, target_flags: dict[str, Any], *, unread: str | None,
-          backward: bool, distributed: bool) -> Any:
+def _plan(
+    target: str | None,
+    recipe: str | None,
+    groups: Ints | None,
+    dtype: Dtype | None,
+    device: str | None,
+    splits: str | None,
+    scenario: Path | None,
+    allow_target: list[str] | None,
+    fallback: FallbackMode | None,
+    verify_allocator: bool,
+    memory_snapshot: Path | None,
+    target_flags: dict[str, Any],
+    *,
+    unread: str | None,
+    backward: bool,
+    distributed: bool,
+) -> Any:
     """What ``run`` will run (:func:`memaudit.audit.plan`), validated before anything runs: the
     command line's dimension options split from the target's own flags, and the checks of
     ``--verify-allocator`` and ``--memory-snapshot``."""
     from memaudit import audit
 
-    p = audit.plan(target=target, recipe=recipe, groups=groups, flags=target_flags, dtype=dtype, device=device,
-                   splits=splits, scenario=scenario, allow_targets=tuple(allow_target or ()),
-                   fallback=fallback.value if fallback is not None else None, backward=backward, unread=unread,
-                   distributed=distributed)
+    p = audit.plan(
+        target=target,
+        recipe=recipe,
+        groups=groups,
+        flags=target_flags,
+        dtype=dtype,
+        device=device,
+        splits=splits,
+        scenario=scenario,
+        allow_targets=tuple(allow_target or ()),
+        fallback=fallback.value if fallback is not None else None,
+        backward=backward,
+        unread=unread,
+        distributed=distributed,
+    )
     if verify_allocator:
         import torch
 
@@ -223,13 +420,23 @@ def _plan(target: str | None, recipe: str | None, groups: Ints | None, dtype: Dt
                 key="--verify-allocator",
             )
     if memory_snapshot is not None and len(p.specs) != 1:
-        raise UsageError(f"records one case; these options make {len(p.specs)} (choose one recipe and one group count)",
-                         key="--memory-snapshot")
+        raise UsageError(
+            f"records one case; these options make {len(p.specs)} (choose one recipe and one group count)",
+            key="--memory-snapshot",
+        )
     return p
 
 
-def _run_here(p: Any, *, verify_allocator: bool, stack: bool, expected: bool, quiet: bool,
-              memory_snapshot: Path | None, verbose: bool = True) -> Any:
+def _run_here(
+    p: Any,
+    *,
+    verify_allocator: bool,
+    stack: bool,
+    expected: bool,
+    quiet: bool,
+    memory_snapshot: Path | None,
+    verbose: bool = True,
+) -> Any:
     """Run the plan in this process (:func:`memaudit.audit.run`), showing each case as it finishes; the report."""
     from memaudit import audit
     from memaudit.render.modules import module_table
@@ -239,11 +446,15 @@ def _run_here(p: Any, *, verify_allocator: bool, stack: bool, expected: bool, qu
 
     fallbacks = p.fallbacks()
     if memory_snapshot is not None and fallbacks[0] is not None:
-        raise UsageError(f"case {p.specs[0].id!r} cannot run on real kernels here and would be answered by the "
-                         f"{fallbacks[0].execution} fallback, which records no allocator (use --kernels emulated)",
-                         key="--memory-snapshot")
+        raise UsageError(
+            f"case {p.specs[0].id!r} cannot run on real kernels here and would be answered by the "
+            f"{fallbacks[0].execution} fallback, which records no allocator (use --kernels emulated)",
+            key="--memory-snapshot",
+        )
     console, err_console = consoles()
-    for line in fallback_notes(p.target, list(p.specs), fallbacks, p.fallback, brief=not verbose):  # said before anything runs
+    for line in fallback_notes(
+        p.target, list(p.specs), fallbacks, p.fallback, brief=not verbose
+    ):  # said before anything runs
         if verbose:
             err_console.print(line, soft_wrap=True)
         else:
@@ -277,13 +488,31 @@ def _run_here(p: Any, *, verify_allocator: bool, stack: bool, expected: bool, qu
             progress.start(spec, i, total)
 
     with progress if progress is not None else contextlib.nullcontext():
-        return audit.run(p, on_case=on_case, on_start=on_start, fallbacks=fallbacks, verify_allocator=verify_allocator,
-                         stack=stack, snapshot=None if memory_snapshot is None else str(memory_snapshot))
+        return audit.run(
+            p,
+            on_case=on_case,
+            on_start=on_start,
+            fallbacks=fallbacks,
+            verify_allocator=verify_allocator,
+            stack=stack,
+            snapshot=None if memory_snapshot is None else str(memory_snapshot),
+        )
 
 
-def _conclude(report: Any, loaded: Any, target: str, *, expected: bool, allow_incomplete: bool, allow_na: bool,
-              json_path: Path | None, markdown: Path | None, memory_snapshot: Path | None, quiet: bool = False,
-              verbose: bool = True) -> int:
+def _conclude(
+    report: Any,
+    loaded: Any,
+    target: str,
+    *,
+    expected: bool,
+    allow_incomplete: bool,
+    allow_na: bool,
+    json_path: Path | None,
+    markdown: Path | None,
+    memory_snapshot: Path | None,
+    quiet: bool = False,
+    verbose: bool = True,
+) -> int:
     """Judge, show and write a finished run's report; the exit code."""
     from memaudit.judge.outcome import conclude
     from memaudit.render.tables import summary_table
@@ -302,14 +531,18 @@ def _conclude(report: Any, loaded: Any, target: str, *, expected: bool, allow_in
             if verbose:
                 err_console.print(line, soft_wrap=True)
             else:  # at most three lines of the console; -v (and the JSON) has it all
-                err_console.print(Text(clip(line.plain, 3 * err_console.width - 60, "-v shows it whole"), style=""), soft_wrap=False)
+                err_console.print(
+                    Text(clip(line.plain, 3 * err_console.width - 60, "-v shows it whole"), style=""), soft_wrap=False
+                )
     if (never := unread_block(report.cases)) is not None and (quiet or len(report.cases) > 1):  # before the summary
         console.print(never)
     console.print(summary_table(report.cases, width=console.width))
     if memory_snapshot is not None:
         line = Text("memory snapshot: ", style="bold")
         if report.cases[0].status == "ok":
-            line.append(f"{memory_snapshot} (open it in PyTorch's memory_viz; saved tensors' blocks carry their row names)")
+            line.append(
+                f"{memory_snapshot} (open it in PyTorch's memory_viz; saved tensors' blocks carry their row names)"
+            )
         else:
             line.append(f"not written: case {report.cases[0].id} is {report.cases[0].status}")
         err_console.print(line, soft_wrap=True)
@@ -329,6 +562,7 @@ def _conclude(report: Any, loaded: Any, target: str, *, expected: bool, allow_in
         console.print(Text(f"wrote {markdown}"), soft_wrap=True)
     show_notes(err_console, result.notes)
     return result.code
+
 
 def _all_groups(command: str, groups: str) -> str:
     """``command`` (made for one case) with ``--groups`` naming every group count of the recipe."""
@@ -352,8 +586,9 @@ class FallbackMode(StrEnum):
     none = "none"
 
 
-def fallback_notes(target: Any, specs: list[CaseSpec], fallbacks: list[Any], mode: str, *,
-                   brief: bool = False) -> list[Text]:
+def fallback_notes(
+    target: Any, specs: list[CaseSpec], fallbacks: list[Any], mode: str, *, brief: bool = False
+) -> list[Text]:
     """Said before anything runs: each recipe that cannot run on real kernels here, why (the
     target's or TE's own words), and what answers it instead, with the command that gives it.
     ``brief``: one line per recipe (what answers it, then why; cropped to the console's width),
@@ -371,10 +606,18 @@ def fallback_notes(target: Any, specs: list[CaseSpec], fallbacks: list[Any], mod
         for (recipe, execution, reason), group in seen.items():
             line = Text("note: ", style="bold yellow", no_wrap=True, overflow="ellipsis")
             what = "skipped" if execution == "skipped" else f"answered {execution}"
-            line.append(f"{recipe} cannot run on real kernels here ({len(group)} case(s) {what}): {' '.join(reason.split())}")
+            line.append(
+                f"{recipe} cannot run on real kernels here ({len(group)} case(s) {what}): {' '.join(reason.split())}"
+            )
             notes.append(line)
-        notes.append(Text("  (-v: why in full, what answers each recipe and the command that gives it on its own)",
-                          style="dim", no_wrap=True, overflow="ellipsis"))
+        notes.append(
+            Text(
+                "  (-v: why in full, what answers each recipe and the command that gives it on its own)",
+                style="dim",
+                no_wrap=True,
+                overflow="ellipsis",
+            )
+        )
         return notes
     for (recipe, execution, reason), group in seen.items():
         groups = ",".join(dict.fromkeys(str(s.groups) for s in group))
@@ -387,8 +630,10 @@ def fallback_notes(target: Any, specs: list[CaseSpec], fallbacks: list[Any], mod
         else:
             fb = next(f for s, f in zip(specs, fallbacks, strict=True) if s is group[0])
             what = fb.what or f"the target's {execution} answer"
-            line.append(f"  answering {len(group)} case(s) with {what}, labelled {execution}; on its own: "
-                        f"{_all_groups(fb.command, groups)}")
+            line.append(
+                f"  answering {len(group)} case(s) with {what}, labelled {execution}; on its own: "
+                f"{_all_groups(fb.command, groups)}"
+            )
             if fb.better:
                 line.append(f"\n  {_all_groups(fb.better, groups)}")
             if fb.at_scale:
@@ -410,32 +655,52 @@ def _with_target_flags(fn: Any, targets: tuple[Any, ...]) -> Any:
         for p in sig.parameters.values()
         if p.kind is not inspect.Parameter.VAR_KEYWORD
     ]
-    recipe_help = (f"A recipe of {targets[0].name}: {', '.join(targets[0].recipes)} | all; comma-separated for several."
-                   if len(targets) == 1 else "A recipe the target knows (" + "; ".join(
-                       f"{t.name}: {', '.join(t.recipes)}" for t in targets) + ") | all; comma-separated for several.")
+    recipe_help = (
+        f"A recipe of {targets[0].name}: {', '.join(targets[0].recipes)} | all; comma-separated for several."
+        if len(targets) == 1
+        else "A recipe the target knows ("
+        + "; ".join(f"{t.name}: {', '.join(t.recipes)}" for t in targets)
+        + ") | all; comma-separated for several."
+    )
     from memaudit.targets.registry import target_names
 
     try:
         names = target_names()
     except UsageError:  # a broken extension: said before any command runs (main)
         names = ()
-    target_help = (f"{' | '.join(names)} | PKG.MOD:FACTORY. Default: the first built-in target whose real code "
-                   "runs here, else reference. Named first, it decides the other options.")
+    target_help = (
+        f"{' | '.join(names)} | PKG.MOD:FACTORY. Default: the first built-in target whose real code "
+        "runs here, else reference. Named first, it decides the other options."
+    )
     for i, p in enumerate(params):
         if p.name == "target":
-            params[i] = p.replace(annotation=Annotated[str | None, typer.Option(autocompletion=_complete_target, help=target_help)])
+            params[i] = p.replace(
+                annotation=Annotated[str | None, typer.Option(autocompletion=_complete_target, help=target_help)]
+            )
         if p.name == "recipe":
-            params[i] = p.replace(annotation=Annotated[str | None, typer.Option(autocompletion=_complete_recipe, help=recipe_help)])
+            params[i] = p.replace(
+                annotation=Annotated[str | None, typer.Option(autocompletion=_complete_recipe, help=recipe_help)]
+            )
     at = next(i for i, p in enumerate(params) if p.name == "groups") + 1
     params[at:at] = [
-        inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
-                          annotation=Annotated[int | None, typer.Option(help=p.help)])
+        inspect.Parameter(
+            p.name,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            default=None,
+            annotation=Annotated[int | None, typer.Option(help=p.help)],
+        )
         for p in union_shape(targets)
     ]
     for flag in union_flags(targets):
         option = typer.Option(*flag.decls, help=flag.help)
-        params.append(inspect.Parameter(flag.name, inspect.Parameter.KEYWORD_ONLY, default=flag.default,
-                                        annotation=Annotated[flag.annotation, option]))
+        params.append(
+            inspect.Parameter(
+                flag.name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=flag.default,
+                annotation=Annotated[flag.annotation, option],
+            )
+        )
     fn.__signature__ = sig.replace(parameters=params, return_annotation=hints.get("return", sig.return_annotation))
     return fn
 

@@ -30,8 +30,18 @@ def worker_python() -> list[str]:
 def torchrun_args(nproc: int, command: Sequence[str]) -> list[str]:
     """The ``torchrun`` arguments that start ``memaudit COMMAND...`` on ``nproc`` local processes
     (``--no-python``: torchrun runs :func:`worker_python`'s command line as given)."""
-    return ["--standalone", "--nproc-per-node", str(nproc), "--max-restarts", "0", "--no-python",
-            *worker_python(), "-m", "memaudit", *command]
+    return [
+        "--standalone",
+        "--nproc-per-node",
+        str(nproc),
+        "--max-restarts",
+        "0",
+        "--no-python",
+        *worker_python(),
+        "-m",
+        "memaudit",
+        *command,
+    ]
 
 
 @dataclass(frozen=True)

@@ -64,11 +64,18 @@ def merge_reports(reports: Sequence[tuple[str, Report]], *, allow_missing: bool 
     first_source, _, first = runs[0]
     by_rank: dict[int, tuple[str, Report, DistRun]] = {}
     for source, rep, run in runs:
-        for what, mine, theirs in (("run id", run.run_id, first.run_id), ("world size", run.world_size, first.world_size),
-                                   ("planned cases", run.planned, first.planned)):
+        for what, mine, theirs in (
+            ("run id", run.run_id, first.run_id),
+            ("world size", run.world_size, first.world_size),
+            ("planned cases", run.planned, first.planned),
+        ):
             if mine != theirs:
-                raise UsageError(f"{what} {_short(mine)} differs from {first_source}'s {_short(theirs)}: the files come "
-                                 "from different runs", source=source, key="dist")
+                raise UsageError(
+                    f"{what} {_short(mine)} differs from {first_source}'s {_short(theirs)}: the files come "
+                    "from different runs",
+                    source=source,
+                    key="dist",
+                )
         if run.rank in by_rank:
             raise UsageError(f"rank {run.rank} twice (also {by_rank[run.rank][0]})", source=source, key="dist.rank")
         by_rank[run.rank or 0] = (source, rep, run)
@@ -87,13 +94,19 @@ def merge_reports(reports: Sequence[tuple[str, Report]], *, allow_missing: bool 
             problems.append(f"rank {r} stopped after {done} of {len(planned)} case(s) (its file says finished: false)")
     read = ", ".join(source for source, _, _ in runs[:4]) + (", ..." if len(runs) > 4 else "")
     if problems and not allow_missing:
-        raise UsageError("; ".join(problems) + f" (read: {read}): a merged report needs every rank's every case "
-                         "(--allow-missing-ranks merges what is there, the rest as error cases)", key="ranks")
+        raise UsageError(
+            "; ".join(problems) + f" (read: {read}): a merged report needs every rank's every case "
+            "(--allow-missing-ranks merges what is there, the rest as error cases)",
+            key="ranks",
+        )
     missing = world - len(by_rank)
     if missing > MAX_MISSING_RANKS:  # bounded by the files given, not by the world size they claim
-        raise UsageError(f"world size {world} with {len(by_rank)} rank file(s) (read: {read}): {missing:,} ranks are "
-                         f"missing, more than {MAX_MISSING_RANKS:,} to fill in as error cases; a world size this far "
-                         "from the files given is not a run to merge", key="dist.world_size")
+        raise UsageError(
+            f"world size {world} with {len(by_rank)} rank file(s) (read: {read}): {missing:,} ranks are "
+            f"missing, more than {MAX_MISSING_RANKS:,} to fill in as error cases; a world size this far "
+            "from the files given is not a run to merge",
+            key="dist.world_size",
+        )
     warnings: list[str] = []
     ran = [p for p in planned if any((p, r) in cases for r in range(world))]
     if len(ran) != len(planned):
@@ -107,8 +120,13 @@ def merge_reports(reports: Sequence[tuple[str, Report]], *, allow_missing: bool 
     _, head, _ = by_rank[low]
     warnings += _env_warnings(low, head.environment, {r: rep.environment for r, (_, rep, _) in by_rank.items()})
     summary = summarize(out, ran, world)
-    return Report(cases=out, environment=dict(head.environment), memaudit=head.memaudit, created=head.created,
-                  dist=DistRun(world, ran, summary=summary, warnings=warnings))
+    return Report(
+        cases=out,
+        environment=dict(head.environment),
+        memaudit=head.memaudit,
+        created=head.created,
+        dist=DistRun(world, ran, summary=summary, warnings=warnings),
+    )
 
 
 MAX_MISSING_RANKS = 1024
@@ -143,11 +161,19 @@ def _missing_case(template: CaseReport, base: str, rank: int, wrote: bool) -> Ca
     assert info is not None
     coords = coords_of(rank, info.layout)
     where = RankInfo(rank, info.world_size, dict(info.layout), coords, info.backend)
-    why = ("its file stops before this case (the rank ended early: crashed, killed or aborted)" if wrote
-           else "it wrote no file (crashed or killed before its first case ended)")
+    why = (
+        "its file stops before this case (the rank ended early: crashed, killed or aborted)"
+        if wrote
+        else "it wrote no file (crashed or killed before its first case ended)"
+    )
     spec = dataclasses.replace(template.spec, splits=None, options=dict(template.spec.options))
-    return CaseReport(spec, id=f"{base}/{where.key}", status="error", reason=f"rank {rank} has no report for this case: {why}",
-                      dist=where)
+    return CaseReport(
+        spec,
+        id=f"{base}/{where.key}",
+        status="error",
+        reason=f"rank {rank} has no report for this case: {why}",
+        dist=where,
+    )
 
 
 def _env_warnings(low: int, head: dict[str, object], envs: dict[int, dict[str, object]]) -> list[str]:
@@ -155,8 +181,10 @@ def _env_warnings(low: int, head: dict[str, object], envs: dict[int, dict[str, o
     for key in env_same():
         differ = sorted(r for r, env in envs.items() if env.get(key) != head.get(key))
         if differ:
-            out.append(f"environment {key} differs between ranks: rank {low} {head.get(key)!r}, "
-                       + ", ".join(f"rank {r} {envs[r].get(key)!r}" for r in differ))
+            out.append(
+                f"environment {key} differs between ranks: rank {low} {head.get(key)!r}, "
+                + ", ".join(f"rank {r} {envs[r].get(key)!r}" for r in differ)
+            )
     return out
 
 

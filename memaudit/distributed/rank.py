@@ -70,8 +70,13 @@ def run_rank(
     done: list[CaseReport] = []
 
     def own(finished: bool) -> Report:
-        return Report(cases=list(done), environment=env, memaudit=memaudit.__version__, created=created,
-                      dist=DistRun(world.world_size, planned, world.rank, world.run_id, finished))
+        return Report(
+            cases=list(done),
+            environment=env,
+            memaudit=memaudit.__version__,
+            created=created,
+            dist=DistRun(world.world_size, planned, world.rank, world.run_id, finished),
+        )
 
     def after(case: CaseReport) -> None:
         done.append(case)
@@ -81,20 +86,34 @@ def run_rank(
         try:  # every rank answers: none is dead, and none is still inside a collective of this case
             world.all_gather((case.id, case.status))
         except RuntimeError as exc:
-            raise RankAborted(f"after {case.id}: not every rank answered (within {world.timeout} s: {_first_line(exc)}); "
-                              f"this rank's file has its {len(done)} case(s)", path) from None
+            raise RankAborted(
+                f"after {case.id}: not every rank answered (within {world.timeout} s: {_first_line(exc)}); "
+                f"this rank's file has its {len(done)} case(s)",
+                path,
+            ) from None
 
     for i, spec in enumerate(specs, 1):
         if on_start is not None:
             on_start(spec, i, len(specs))
-        run_matrix(target, [spec], backward=backward, verify_allocator=verify_allocator, stack=stack,
-                   on_case=after, rank=world.rank, world_size=world.world_size, backend=world.backend)
+        run_matrix(
+            target,
+            [spec],
+            backward=backward,
+            verify_allocator=verify_allocator,
+            stack=stack,
+            on_case=after,
+            rank=world.rank,
+            world_size=world.world_size,
+            backend=world.backend,
+        )
     mine = own(True)
     write_report(mine, path)
     try:
         gathered = world.gather(mine.to_dict())
     except RuntimeError as exc:
-        raise RankAborted(f"gathering the reports failed ({_first_line(exc)}); this rank's file is finished", path) from None
+        raise RankAborted(
+            f"gathering the reports failed ({_first_line(exc)}); this rank's file is finished", path
+        ) from None
     if gathered is None:
         return RankRun(mine, None)
     reports = [(f"rank {r}", validate_report(d, source=f"rank {r}")) for r, d in enumerate(gathered)]

@@ -34,8 +34,11 @@ def torchrun_env(environ: dict[str, str] | None = None) -> RankEnv | None:
     try:
         rank, world, local = int(env["RANK"]), int(env["WORLD_SIZE"]), int(env["LOCAL_RANK"])
     except ValueError:
-        raise UsageError(f"RANK={env['RANK']!r}, WORLD_SIZE={env['WORLD_SIZE']!r}, LOCAL_RANK={env['LOCAL_RANK']!r} "
-                         "are not integers", key="environment") from None
+        raise UsageError(
+            f"RANK={env['RANK']!r}, WORLD_SIZE={env['WORLD_SIZE']!r}, LOCAL_RANK={env['LOCAL_RANK']!r} "
+            "are not integers",
+            key="environment",
+        ) from None
     if not 0 <= rank < world:
         raise UsageError(f"RANK={rank} outside a WORLD_SIZE of {world}", key="environment")
     return RankEnv(rank, world, local)

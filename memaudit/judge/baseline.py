@@ -363,8 +363,10 @@ def compare_reports(
     mixed_warnings = []
     if mixed:
         first = mixed[0]
-        what = (f"{len(mixed)} case(s) are emulated in one report and measured in the other "
-                f"(first: {first}, baseline {base_cases[first].execution}, current {cur_cases[first].execution})")
+        what = (
+            f"{len(mixed)} case(s) are emulated in one report and measured in the other "
+            f"(first: {first}, baseline {base_cases[first].execution}, current {cur_cases[first].execution})"
+        )
         if not allow_emulated:
             raise UsageError(f"{what}; pass --allow-emulated to compare them anyway", key="cases")
         mixed_warnings.append(what)
@@ -400,9 +402,7 @@ def _status_text(c: CaseReport) -> str:
     return f"{c.status} ({clip(c.reason)})" if c.reason and c.status != "ok" else c.status
 
 
-def _compare_case(
-    cid: str, base: CaseReport | None, cur: CaseReport | None, tol: Tolerance, strict: bool
-) -> CaseDiff:
+def _compare_case(cid: str, base: CaseReport | None, cur: CaseReport | None, tol: Tolerance, strict: bool) -> CaseDiff:
     diff = CaseDiff(cid, base, cur)
     add = diff.findings.append
     if base is None:
@@ -423,21 +423,37 @@ def _compare_case(
         text = f"status {_status_text(base)} -> {_status_text(cur)}"
         add(Finding(cid, "status", None, base.status, cur.status, direction, direction == WORSE or strict, text))
     elif base.status == "error" and base.reason != cur.reason:
-        add(Finding(cid, "status", "reason", base.reason, cur.reason, NEUTRAL, False,
-                    f"still error, reason changed: {clip(cur.reason or '')}"))
+        add(
+            Finding(
+                cid,
+                "status",
+                "reason",
+                base.reason,
+                cur.reason,
+                NEUTRAL,
+                False,
+                f"still error, reason changed: {clip(cur.reason or '')}",
+            )
+        )
 
     bf, cf = base.fused, cur.fused
     if bf is not None and cf is not None and bf != cf:
         direction = WORSE if bf and not cf else BETTER
-        text = "fused path no longer used (path.fused true -> false)" if bf else "fused path now used (path.fused false -> true)"
+        text = (
+            "fused path no longer used (path.fused true -> false)"
+            if bf
+            else "fused path now used (path.fused false -> true)"
+        )
         add(Finding(cid, "path.fused", None, bf, cf, direction, direction == WORSE or strict, text))
     elif (bf is None) != (cf is None) and base.status == cur.status == "ok":
         # one side records whether the fused kernel ran and the other does not: a path the gate cannot
         # compare is a finding, failing where it could hide true -> false
         which = "the current case" if cf is None else "the baseline case"
         worse = cf is None or cf is False
-        text = (f"path.fused is recorded in one report only ({which} has none; baseline {_flag(bf)}, current {_flag(cf)}): "
-                "the fused path cannot be compared")
+        text = (
+            f"path.fused is recorded in one report only ({which} has none; baseline {_flag(bf)}, current {_flag(cf)}): "
+            "the fused path cannot be compared"
+        )
         add(Finding(cid, "path.fused", None, bf, cf, WORSE if worse else NEUTRAL, worse or strict, text))
 
     if base.status == "ok" and cur.status == "ok":
@@ -461,8 +477,9 @@ def _worst_ranks(cases: Iterable[CaseReport]) -> dict[str, CaseReport]:
     return out
 
 
-def _compare_worst_ranks(diffs: list[CaseDiff], base: Iterable[CaseReport], cur: Iterable[CaseReport], tol: Tolerance,
-                         strict: bool) -> None:
+def _compare_worst_ranks(
+    diffs: list[CaseDiff], base: Iterable[CaseReport], cur: Iterable[CaseReport], tol: Tolerance, strict: bool
+) -> None:
     """The gate on the worst rank: per distributed case, the worst rank's saved bytes now against the
     baseline's worst rank (whichever rank that was), beyond the tolerance. The finding goes to the
     current worst rank's case."""
@@ -475,11 +492,15 @@ def _compare_worst_ranks(diffs: list[CaseDiff], base: Iterable[CaseReport], cur:
         d = after - before
         failing = abs(d) > tol.allowed(before) and (d > 0 or strict)
         assert b.dist is not None and c.dist is not None
-        text = (f"worst rank {'grew' if d > 0 else 'shrank'} by {fmt_bytes(abs(d))} ({b.dist.label()} {fmt_bytes(before)} -> "
-                f"{c.dist.label()} {fmt_bytes(after)}; {d:+d} B) over {c.dist.world_size} ranks")
+        text = (
+            f"worst rank {'grew' if d > 0 else 'shrank'} by {fmt_bytes(abs(d))} ({b.dist.label()} {fmt_bytes(before)} -> "
+            f"{c.dist.label()} {fmt_bytes(after)}; {d:+d} B) over {c.dist.world_size} ranks"
+        )
         diff = next((x for x in diffs if x.id == c.id), None)
         if diff is not None:
-            diff.findings.append(Finding(c.id, "worst_rank", None, before, after, WORSE if d > 0 else BETTER, failing, text))
+            diff.findings.append(
+                Finding(c.id, "worst_rank", None, before, after, WORSE if d > 0 else BETTER, failing, text)
+            )
 
 
 def _flag(v: bool | None) -> str:
@@ -535,8 +556,14 @@ def _compare_bytes(diff: CaseDiff, base: CaseReport, cur: CaseReport, tol: Toler
                 number(metric, key, bm.get(key, 0), cm.get(key, 0), allowed, "bytes")
             else:  # same bytes, other buffers (a container saved whole, a 0-byte view): the rows say so
                 number(metric, f"{key} rows", bn.get(key, 0), cn.get(key, 0), rows_allowed, "count")
-    number("rows", None, base.totals.rows or len(base.rows), cur.totals.rows or len(cur.rows),
-           tol.allowed_rows(base.totals.rows or len(base.rows)), "count")
+    number(
+        "rows",
+        None,
+        base.totals.rows or len(base.rows),
+        cur.totals.rows or len(cur.rows),
+        tol.allowed_rows(base.totals.rows or len(base.rows)),
+        "count",
+    )
     diff.row_diffs = row_diffs(base.rows, cur.rows)
 
 
@@ -557,15 +584,21 @@ def _compare_unread(diff: CaseDiff, base: CaseReport, cur: CaseReport, allowed: 
     if b is None and c is None:
         return
     if c is None:
-        text = (f"unread_bytes not analysed in the current case (the baseline has {fmt_bytes(b or 0)} never read): "
-                "run it with --unread, or the gate cannot tell whether it grew")
+        text = (
+            f"unread_bytes not analysed in the current case (the baseline has {fmt_bytes(b or 0)} never read): "
+            "run it with --unread, or the gate cannot tell whether it grew"
+        )
         diff.findings.append(Finding(diff.id, "unread_bytes", None, b, None, WORSE, True, text))
         return
     worse = c > 0
-    text = (f"unread_bytes {fmt_bytes(c)} in the current case, but the baseline was not analysed: "
-            + ("the gate cannot tell whether it grew; refresh the baseline with --unread" if worse else
-               "nothing unread now, so nothing could have grown; refresh the baseline with --unread to gate it"))
-    diff.findings.append(Finding(diff.id, "unread_bytes", None, None, c, WORSE if worse else NEUTRAL, worse or strict, text))
+    text = f"unread_bytes {fmt_bytes(c)} in the current case, but the baseline was not analysed: " + (
+        "the gate cannot tell whether it grew; refresh the baseline with --unread"
+        if worse
+        else "nothing unread now, so nothing could have grown; refresh the baseline with --unread to gate it"
+    )
+    diff.findings.append(
+        Finding(diff.id, "unread_bytes", None, None, c, WORSE if worse else NEUTRAL, worse or strict, text)
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -682,7 +715,9 @@ def _saved_or_none(c: CaseReport) -> int | None:
     return c.totals.saved_bytes if c.status == "ok" else None
 
 
-def update_baseline(current: Report, existing: Report | None, prune: bool = False) -> tuple[Report, list[BaselineChange]]:
+def update_baseline(
+    current: Report, existing: Report | None, prune: bool = False
+) -> tuple[Report, list[BaselineChange]]:
     """Merge ``current`` into ``existing``: current cases replace theirs, new ones are appended.
 
     Cases only the existing baseline has are kept unless ``prune``. The case order of the existing
@@ -697,10 +732,14 @@ def update_baseline(current: Report, existing: Report | None, prune: bool = Fals
         c = cur.get(cid)
         if c is None:
             if prune:
-                changes.append(BaselineChange(cid, "removed", _saved_or_none(b), None, "not in the current report (--prune)"))
+                changes.append(
+                    BaselineChange(cid, "removed", _saved_or_none(b), None, "not in the current report (--prune)")
+                )
             else:
                 cases.append(b)
-                changes.append(BaselineChange(cid, "kept", _saved_or_none(b), _saved_or_none(b), "not in the current report"))
+                changes.append(
+                    BaselineChange(cid, "kept", _saved_or_none(b), _saved_or_none(b), "not in the current report")
+                )
             continue
         cases.append(c)
         bd, cd = b.to_dict(), c.to_dict()

@@ -151,7 +151,10 @@ def summary_line(verdicts: Iterable[Verdict]) -> str:
     na = [v for v in verdicts if v.verdict == "n/a"]
     if na:
         cases = sum(1 for v in na if v.message.startswith("case "))
-        parts = ([f"{len(na) - cases} where a rule does not apply to the case (another recipe, group count or path)"]
-                 if len(na) > cases else []) + ([f"{cases} on cases skipped or in error"] if cases else [])
+        parts = (
+            [f"{len(na) - cases} where a rule does not apply to the case (another recipe, group count or path)"]
+            if len(na) > cases
+            else []
+        ) + ([f"{cases} on cases skipped or in error"] if cases else [])
         line += f" (n/a: {'; '.join(parts)})"
     return line

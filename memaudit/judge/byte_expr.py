@@ -47,17 +47,46 @@ _BAD_CHAR = re.compile(r"[^\t -~]")
 _WHOLE = re.compile(rf"\s*(?P<num>{NUMBER})\s*(?P<unit>[A-Za-z]*)\s*")
 _PLACEHOLDER = "_"
 _BINOPS: dict[type, str] = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//"}
-_REFUSED_OPS = {ast.Pow: "'**'", ast.Mod: "'%'", ast.MatMult: "'@'", ast.LShift: "'<<'", ast.RShift: "'>>'",
-                ast.BitOr: "'|'", ast.BitXor: "'^'", ast.BitAnd: "'&'"}
-_REFUSED_UNARY = {ast.USub: "unary minus (byte quantities are never negative)", ast.UAdd: "unary plus",
-                  ast.Not: "'not'", ast.Invert: "'~'"}
+_REFUSED_OPS = {
+    ast.Pow: "'**'",
+    ast.Mod: "'%'",
+    ast.MatMult: "'@'",
+    ast.LShift: "'<<'",
+    ast.RShift: "'>>'",
+    ast.BitOr: "'|'",
+    ast.BitXor: "'^'",
+    ast.BitAnd: "'&'",
+}
+_REFUSED_UNARY = {
+    ast.USub: "unary minus (byte quantities are never negative)",
+    ast.UAdd: "unary plus",
+    ast.Not: "'not'",
+    ast.Invert: "'~'",
+}
 _REFUSED_NODES = {
-    "Call": "a function call", "Attribute": "an attribute", "Subscript": "a subscript", "Slice": "a slice",
-    "Compare": "a comparison", "BoolOp": "'and'/'or'", "IfExp": "a conditional expression", "Lambda": "a lambda",
-    "NamedExpr": "':='", "Tuple": "a tuple", "List": "a list", "Set": "a set", "Dict": "a dict",
-    "ListComp": "a comprehension", "SetComp": "a comprehension", "DictComp": "a comprehension",
-    "GeneratorExp": "a generator", "JoinedStr": "an f-string", "FormattedValue": "an f-string", "Starred": "'*'",
-    "Await": "'await'", "Yield": "'yield'", "YieldFrom": "'yield'",
+    "Call": "a function call",
+    "Attribute": "an attribute",
+    "Subscript": "a subscript",
+    "Slice": "a slice",
+    "Compare": "a comparison",
+    "BoolOp": "'and'/'or'",
+    "IfExp": "a conditional expression",
+    "Lambda": "a lambda",
+    "NamedExpr": "':='",
+    "Tuple": "a tuple",
+    "List": "a list",
+    "Set": "a set",
+    "Dict": "a dict",
+    "ListComp": "a comprehension",
+    "SetComp": "a comprehension",
+    "DictComp": "a comprehension",
+    "GeneratorExp": "a generator",
+    "JoinedStr": "an f-string",
+    "FormattedValue": "an f-string",
+    "Starred": "'*'",
+    "Await": "'await'",
+    "Yield": "'yield'",
+    "YieldFrom": "'yield'",
 }
 
 _PUSH, _ADD, _SUB, _MUL, _DIV, _FLOORDIV = range(6)
@@ -104,12 +133,15 @@ class ByteExpr:
     """The stack program of an expression with variables (see :func:`_run`)."""
 
     @classmethod
-    def parse(cls, value: Any, *, source: str | None = None, key: str | None = None,
-              dims: tuple[str, ...] | None = None) -> ByteExpr:
+    def parse(
+        cls, value: Any, *, source: str | None = None, key: str | None = None, dims: tuple[str, ...] | None = None
+    ) -> ByteExpr:
         """Parse ``value`` (an int or a string); ``dims`` are the target's dimension names (default:
         every built-in target's). Every problem is a UsageError naming the column."""
         if isinstance(value, bool) or not isinstance(value, int | str):
-            raise UsageError(f"expected a byte quantity such as '136 MiB' or 4096, got {value!r}", source=source, key=key)
+            raise UsageError(
+                f"expected a byte quantity such as '136 MiB' or 4096, got {value!r}", source=source, key=key
+            )
         if isinstance(value, int):
             return cls(str(value), parse_bytes(value, source=source, key=key))
         variables = (*(dims if dims is not None else default_dims()), *CASE_VARIABLES)
@@ -132,20 +164,32 @@ class ByteExpr:
         env = []  # the variables' values, inline: value() runs once per case and budget
         dims = case.dims
         for name in self.variables:
-            v = ELEMENT_SIZE.get(getattr(case, "dtype", "")) if name == "elt" else case.groups if name == "groups" else dims.get(name)
-            env.append(v if v.__class__ is int and 0 < v <= MAX_BYTES else _variable(case, name, self.text, source, key))
+            v = (
+                ELEMENT_SIZE.get(getattr(case, "dtype", ""))
+                if name == "elt"
+                else case.groups
+                if name == "groups"
+                else dims.get(name)
+            )
+            env.append(
+                v if v.__class__ is int and 0 < v <= MAX_BYTES else _variable(case, name, self.text, source, key)
+            )
         try:
             return _run(self.program, env)
         except _Refused as e:
             values = ", ".join(f"{k}={v}" for k, v in zip(self.variables, env, strict=True))
-            raise UsageError(f"{_shown(self.text)} for case {case.id} ({values}): {e}", source=source, key=key) from None
+            raise UsageError(
+                f"{_shown(self.text)} for case {case.id} ({values}): {e}", source=source, key=key
+            ) from None
 
 
 def _variable(case: CaseLike, name: str, text: str, source: str | None, key: str | None) -> int:
     if name == "elt":
         size = ELEMENT_SIZE.get(getattr(case, "dtype", ""))
         if size is None:
-            raise UsageError(f"{_shown(text)}: case {case.id} has dtype {case.dtype!r}, so 'elt' is unknown", source=source, key=key)
+            raise UsageError(
+                f"{_shown(text)}: case {case.id} has dtype {case.dtype!r}, so 'elt' is unknown", source=source, key=key
+            )
         return size
     value = case.groups if name == "groups" else case.dims.get(name)
     if value.__class__ is not int or not 1 <= value <= MAX_BYTES:  # bool and int subclasses too
@@ -189,7 +233,9 @@ def _apply(op: int, a: int, b: int, col: int) -> int:
     else:
         v, rest = divmod(a, b)
         if rest and op == _DIV:
-            raise _Refused(f"{a} / {b} (the '/' at column {col}) is not a whole number of bytes; write // to round down")
+            raise _Refused(
+                f"{a} / {b} (the '/' at column {col}) is not a whole number of bytes; write // to round down"
+            )
     if v > MAX_BYTES:
         raise _Refused(f"{a} {_SYMBOLS[op]} {b} (the {_SYMBOLS[op]!r} at column {col}) is more than 2**63-1 bytes")
     return v
@@ -204,8 +250,10 @@ def _compile(text: str, variables: tuple[str, ...]) -> tuple[int | None, tuple[s
         raise ValueError(f"byte expression {_shown(text)} is too long; at most {MAX_CHARS} characters")
     bad = _BAD_CHAR.search(text)
     if bad is not None:
-        raise ValueError(f"character {bad.group()!r} at column {bad.start() + 1} of {_shown(text)} is not allowed in a byte "
-                         f"expression (it has {GRAMMAR})")
+        raise ValueError(
+            f"character {bad.group()!r} at column {bad.start() + 1} of {_shown(text)} is not allowed in a byte "
+            f"expression (it has {GRAMMAR})"
+        )
     if not text.strip():
         raise ValueError(f"empty byte expression {_shown(text)} (use e.g. '4096', '136 MiB', 'tokens * hidden * elt')")
     whole = _WHOLE.fullmatch(text)
@@ -221,7 +269,9 @@ def _compile(text: str, variables: tuple[str, ...]) -> tuple[int | None, tuple[s
         reason = e.msg if e.msg and any(k in e.msg for k in known) else "invalid syntax"
         offset = e.offset or 0
         at = f"at column {lead + offset}" if 1 <= offset <= len(body) and (e.lineno or 1) == 1 else "at the end"
-        raise ValueError(f"malformed byte expression {_shown(text)}: {reason} {at} (a byte expression has {GRAMMAR})") from None
+        raise ValueError(
+            f"malformed byte expression {_shown(text)}: {reason} {at} (a byte expression has {GRAMMAR})"
+        ) from None
     except (RecursionError, MemoryError, ValueError):
         raise ValueError(f"malformed byte expression {_shown(text)}: too complex") from None
     compiler = _Compiler(text, body, lead, quantities, variables)
@@ -255,7 +305,9 @@ def _quantity(text: str, start: int, end: int, number: str, unit: str, variables
         pass
     alone = not text[:start].strip() and not text[end:].strip()
     try:
-        quantity_bytes(number, unit, text[start:end].strip(), "" if alone else f" at column {start + 1} of {_shown(text)}")
+        quantity_bytes(
+            number, unit, text[start:end].strip(), "" if alone else f" at column {start + 1} of {_shown(text)}"
+        )
     except ValueError as e:
         raise ValueError(f"{e}; write {number} * {unit}" if unit in variables else str(e)) from None
     raise AssertionError("unreachable")
@@ -275,13 +327,16 @@ class _Compiler:
         return self.lead + getattr(node, "col_offset", 0) + 1
 
     def refuse(self, what: str, node: ast.AST, hint: str = "") -> ValueError:
-        return ValueError(f"{what} at column {self.col(node)} of {_shown(self.text)} is not allowed{hint} "
-                          f"(a byte expression has {GRAMMAR})")
+        return ValueError(
+            f"{what} at column {self.col(node)} of {_shown(self.text)} is not allowed{hint} "
+            f"(a byte expression has {GRAMMAR})"
+        )
 
     def node(self, node: ast.AST, depth: int) -> tuple[int | None, list[Instruction]]:
         if depth > MAX_DEPTH:  # checked before recursing further, so the recursion stays shallow
-            raise ValueError(f"byte expression {_shown(self.text)} is nested "
-                             f"more than {MAX_DEPTH} deep (at column {self.col(node)})")
+            raise ValueError(
+                f"byte expression {_shown(self.text)} is nested more than {MAX_DEPTH} deep (at column {self.col(node)})"
+            )
         if isinstance(node, ast.Name):
             return self.name(node)
         if isinstance(node, ast.BinOp):
@@ -292,8 +347,10 @@ class _Compiler:
                 return v, []
             if isinstance(v, float):
                 source = ast.get_source_segment(self.body, node) or repr(v)
-                raise ValueError(f"{source!r} at column {self.col(node)} of {_shown(self.text)} is not a whole number of bytes "
-                                 f"(write a whole number, or a unit: '1.5 KiB' is 1536 bytes)")
+                raise ValueError(
+                    f"{source!r} at column {self.col(node)} of {_shown(self.text)} is not a whole number of bytes "
+                    f"(write a whole number, or a unit: '1.5 KiB' is 1536 bytes)"
+                )
             what = {str: "a string", bytes: "a bytes literal", complex: "a complex number"}.get(type(v), repr(v))
             raise self.refuse(what, node)
         if isinstance(node, ast.UnaryOp):
@@ -309,18 +366,25 @@ class _Compiler:
                 self.names.append(node.id)
             return None, [(_PUSH, _FROM_VAR, self.names.index(node.id), 0)]
         unit = {u.lower(): u for u in UNITS}.get(node.id.lower())
-        hint = (f" ({node.id!r} is a unit: put a number before it, e.g. '1 {unit}')" if unit is not None
-                else did_you_mean(node.id, self.variables))
-        raise ValueError(f"unknown variable {node.id!r} at column {self.col(node)} of {_shown(self.text)}{hint}; "
-                         f"variables are {', '.join(self.variables)}")
+        hint = (
+            f" ({node.id!r} is a unit: put a number before it, e.g. '1 {unit}')"
+            if unit is not None
+            else did_you_mean(node.id, self.variables)
+        )
+        raise ValueError(
+            f"unknown variable {node.id!r} at column {self.col(node)} of {_shown(self.text)}{hint}; "
+            f"variables are {', '.join(self.variables)}"
+        )
 
     def binop(self, node: ast.BinOp, depth: int) -> tuple[int | None, list[Instruction]]:
         sym = _BINOPS.get(type(node.op))
         if sym is None:
             what = _REFUSED_OPS.get(type(node.op), type(node.op).__name__)
             hint = " (use a unit such as MiB, or write the product out)" if isinstance(node.op, ast.Pow) else ""
-            raise ValueError(f"{what} at column {self._op_col(node, what.strip(chr(39)))} of {_shown(self.text)} is not allowed{hint} "
-                             f"(a byte expression has {GRAMMAR})")
+            raise ValueError(
+                f"{what} at column {self._op_col(node, what.strip(chr(39)))} of {_shown(self.text)} is not allowed{hint} "
+                f"(a byte expression has {GRAMMAR})"
+            )
         col = self._op_col(node, sym)
         lc, left = self.node(node.left, depth + 1)
         rc, right = self.node(node.right, depth + 1)

@@ -145,9 +145,11 @@ def measure_bytes(rows: Iterable[Any], measure: str) -> int:
     return sum(storages.values()) + loose
 
 
-NOT_ANALYSED = ("case {case} was not analysed for reads (its rows carry no read verdicts), so its unread bytes are "
-                "unknown, not zero: run it with --unread (or unread = \"observed\" in the scenario's cases, "
-                "unread= in the saved_budget marker)")
+NOT_ANALYSED = (
+    "case {case} was not analysed for reads (its rows carry no read verdicts), so its unread bytes are "
+    'unknown, not zero: run it with --unread (or unread = "observed" in the scenario\'s cases, '
+    "unread= in the saved_budget marker)"
+)
 
 
 def unread_bytes(rows: Iterable[Any], all_rows: Iterable[Any]) -> int:
@@ -178,7 +180,9 @@ def _case_bytes(rule: Rule, case: CaseLike, measure: str) -> tuple[int, list[Any
         return unread_bytes(rows, case.rows), behind
     if rule.select is None:
         totals = case.totals
-        value = {"logical": totals.logical_bytes, "physical": totals.physical_bytes, "saved": totals.saved_bytes}[measure]
+        value = {"logical": totals.logical_bytes, "physical": totals.physical_bytes, "saved": totals.saved_bytes}[
+            measure
+        ]
         rows = [r for r in case.rows if not (measure == "saved" and r.is_parameter)]
         return value, rows
     require_rows(rule, case)
@@ -225,7 +229,9 @@ def _buckets(rule: Rule, case: CaseLike, per: str) -> list[tuple[str, list[Any],
         for op in operands:
             op_rows = [r for r in universe if r.operand == op]
             indexed = op is not None and is_indexed(op)
-            groups = sorted({r.group for r in op_rows}, key=lambda g: (g is None, g or 0)) if indexed else groups_of(op_rows)
+            groups = (
+                sorted({r.group for r in op_rows}, key=lambda g: (g is None, g or 0)) if indexed else groups_of(op_rows)
+            )
             for g in groups:
                 if indexed and isinstance(sel.group, tuple) and g not in sel.group:
                     continue
@@ -299,7 +305,14 @@ def check_forbid(rule: Rule, case: CaseLike, ctx: Context) -> tuple[str, Violati
     if not rows:
         return actual, None
     return actual, Violation(
-        rule.name, rule.expected(), actual, tuple(r.index for r in rows), tuple(format_rows(rows)), "", rule.selection(), rule.kind
+        rule.name,
+        rule.expected(),
+        actual,
+        tuple(r.index for r in rows),
+        tuple(format_rows(rows)),
+        "",
+        rule.selection(),
+        rule.kind,
     )
 
 
@@ -310,20 +323,29 @@ def check_bytes(rule: Rule, case: CaseLike, ctx: Context) -> tuple[str, Violatio
     target = rule.byte_target(case)
     if isinstance(check, MaxUnreadBytes) and getattr(case, "unread", None) is None:
         actual = "not analysed"
-        return actual, Violation(rule.name, rule.expected_for(case), actual, (), (), NOT_ANALYSED.format(case=case.id),
-                                 rule.selection())
+        return actual, Violation(
+            rule.name, rule.expected_for(case), actual, (), (), NOT_ANALYSED.format(case=case.id), rule.selection()
+        )
     value, rows = _case_bytes(rule, case, check.measure)
     actual = bytes_text(value)
     if check.holds(value, target):
         return actual, None
     expr = check.expr
-    expected = f"{check.op} {bytes_text(target)}" + (f" [{expr.text}]" if not expr.constant else "") + f" ({check.measure})"
+    expected = (
+        f"{check.op} {bytes_text(target)}" + (f" [{expr.text}]" if not expr.constant else "") + f" ({check.measure})"
+    )
     top = _largest(rows)
     detail = f"over by {bytes_text(value - target)}" if value > target else f"under by {bytes_text(target - value)}"
     detail += f"; largest rows ({len(rows)} in all):" if rows else ""
     return actual, Violation(
-        rule.name, expected, actual, tuple(r.index for r in top[:MAX_ROW_LINES]), tuple(format_rows(top)), detail,
-        rule.selection(), rule.kind,
+        rule.name,
+        expected,
+        actual,
+        tuple(r.index for r in top[:MAX_ROW_LINES]),
+        tuple(format_rows(top)),
+        detail,
+        rule.selection(),
+        rule.kind,
     )
 
 
@@ -348,8 +370,14 @@ def check_ratio(rule: Rule, case: CaseLike, ctx: Context) -> tuple[str, Violatio
         return actual, None
     top = _largest(rows)
     return actual, Violation(
-        rule.name, rule.expected(), actual, tuple(r.index for r in top[:MAX_ROW_LINES]), tuple(format_rows(top)),
-        "largest rows here:", rule.selection(), rule.kind,
+        rule.name,
+        rule.expected(),
+        actual,
+        tuple(r.index for r in top[:MAX_ROW_LINES]),
+        tuple(format_rows(top)),
+        "largest rows here:",
+        rule.selection(),
+        rule.kind,
     )
 
 

@@ -59,17 +59,31 @@ def case_problem(case: CaseReport) -> tuple[str, str] | None:
     names = [p.name for p in shape]
     split = next((p.name for p in shape if p.split), None)
     if set(case.dims) != set(names):
-        return ("", f"target {case.target!r} has dimensions {', '.join(names) or 'none'}; the case records "
-                    f"{', '.join(sorted(case.dims)) or 'none'}")
+        return (
+            "",
+            f"target {case.target!r} has dimensions {', '.join(names) or 'none'}; the case records "
+            f"{', '.join(sorted(case.dims)) or 'none'}",
+        )
     if target is not None and case.recipe not in target.recipes:
-        return ("recipe", f"target {case.target!r} has no recipe {case.recipe!r} (it knows {', '.join(target.recipes)})")
-    spec = CaseSpec(case.target, case.recipe, case.groups, tuple((n, case.dims[n]) for n in names), case.dtype, case.device)
+        return (
+            "recipe",
+            f"target {case.target!r} has no recipe {case.recipe!r} (it knows {', '.join(target.recipes)})",
+        )
+    spec = CaseSpec(
+        case.target, case.recipe, case.groups, tuple((n, case.dims[n]) for n in names), case.dtype, case.device
+    )
     made = target.case_id(spec) if target is not None else CustomTarget.custom_case_id(spec)
     if case.id != made and not case.id.startswith(made + "/"):
-        return ("id", f"the id says {case.id!r}, but the case's target, recipe, groups, dimensions and dtype make "
-                      f"{made!r} (the gate matches cases by id: an id and fields that disagree are refused)")
+        return (
+            "id",
+            f"the id says {case.id!r}, but the case's target, recipe, groups, dimensions and dtype make "
+            f"{made!r} (the gate matches cases by id: an id and fields that disagree are refused)",
+        )
     if case.splits and split is not None and sum(case.splits) != case.dims[split]:
-        return ("splits", f"splits {case.splits} add up to {sum(case.splits)}, not the case's {split} ({case.dims[split]})")
+        return (
+            "splits",
+            f"splits {case.splits} add up to {sum(case.splits)}, not the case's {split} ({case.dims[split]})",
+        )
     if case.dist is not None and target is not None:  # a target that places cases on ranks checks its own
         return target.rank_problem(case)
     return None

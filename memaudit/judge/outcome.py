@@ -48,9 +48,18 @@ class Outcome:
     unjudged: list[Unjudged] = field(default_factory=list)
 
 
-def conclude(report: Report, scenario: Scenario | None = None, *, allow_incomplete: bool = False, allow_na: bool = False,
-             strict: bool = False, expected: bool = False, must_measure: bool = True,
-             replica_problems: list[str] | None = None, source: str | None = None) -> Outcome:
+def conclude(
+    report: Report,
+    scenario: Scenario | None = None,
+    *,
+    allow_incomplete: bool = False,
+    allow_na: bool = False,
+    strict: bool = False,
+    expected: bool = False,
+    must_measure: bool = True,
+    replica_problems: list[str] | None = None,
+    source: str | None = None,
+) -> Outcome:
     """Judge ``report`` (against ``scenario``'s budgets where given; stores the verdicts on its
     cases) and pick the exit status.
 
@@ -75,11 +84,17 @@ def conclude(report: Report, scenario: Scenario | None = None, *, allow_incomple
         result.code = exitcodes.FAIL if result.code == exitcodes.OK else result.code
     answered = [c for c in report.cases if c.status == "ok" and c.execution in ("measured", "emulated")]
     if must_measure and not answered and result.code == exitcodes.OK:
-        counts = {s: sum(1 for c in report.cases if (c.execution if c.status == "ok" else c.status) == s)
-                  for s in ("estimated", "skipped", "error")}
+        counts = {
+            s: sum(1 for c in report.cases if (c.execution if c.status == "ok" else c.status) == s)
+            for s in ("estimated", "skipped", "error")
+        }
         what = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-        result.notes.append(Note("info", f"nothing was measured or emulated{': ' + what if what else ''} "
-                                         f"(exit {exitcodes.NOTHING_MEASURED})"))
+        result.notes.append(
+            Note(
+                "info",
+                f"nothing was measured or emulated{': ' + what if what else ''} (exit {exitcodes.NOTHING_MEASURED})",
+            )
+        )
         result.code = exitcodes.NOTHING_MEASURED
     if scenario is not None and result.verdicts is not None and (scenario.rules or not must_measure):
         if _vacuity(result, report, scenario, allow_na=allow_na, strict=strict) and result.code == exitcodes.OK:

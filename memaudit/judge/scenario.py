@@ -53,14 +53,22 @@ from memaudit.targets.base import Target
 
 
 # ---- rules --------------------------------------------------------------------------------------
-def parse_rule(d: Any, *, source: str, key: str, dims: tuple[str, ...] | None = None,
-               path_keys: tuple[str, ...] | None = None, recipes: tuple[str, ...] | None = None) -> Rule:
+def parse_rule(
+    d: Any,
+    *,
+    source: str,
+    key: str,
+    dims: tuple[str, ...] | None = None,
+    path_keys: tuple[str, ...] | None = None,
+    recipes: tuple[str, ...] | None = None,
+) -> Rule:
     """One budget table (or marker rule dict) into a :class:`Rule`; ``dims`` and ``recipes`` are
     the target's dimension and recipe names (default: every built-in target's)."""
     dims = tuple(dims) if dims is not None else tuple(default_dims())
     recipes = tuple(recipes) if recipes is not None else _builtin_recipes()
-    table = validate_table(budget_model(dims, recipes, tuple(path_keys) if path_keys is not None else None), d,
-                      source=source, key=key)
+    table = validate_table(
+        budget_model(dims, recipes, tuple(path_keys) if path_keys is not None else None), d, source=source, key=key
+    )
     return _rule(table, d, source=source, key=key)
 
 
@@ -84,8 +92,12 @@ def _rule(t: Any, raw: dict[str, Any], *, source: str, key: str) -> Rule:
     if len(checks) > 1:
         raise fail(checks[1], f"budget {name!r} has {len(checks)} checks ({', '.join(checks)}); use one per budget")
     kind = checks[0]
-    for opt, allowed in (("per", ("count",)), ("unit", ("count",)), ("measure", ("max_bytes", "exact_bytes", "ratio")),
-                         ("against", ("ratio",))):
+    for opt, allowed in (
+        ("per", ("count",)),
+        ("unit", ("count",)),
+        ("measure", ("max_bytes", "exact_bytes", "ratio")),
+        ("against", ("ratio",)),
+    ):
         if opt in raw and kind not in allowed:
             raise fail(opt, f"{opt!r} = {raw[opt]!r} does not go with a {kind} check (only with {', '.join(allowed)})")
     select = Selection(**{k: v for k, v in t.select if v is not None}) if t.select is not None else None
@@ -96,7 +108,9 @@ def _rule(t: Any, raw: dict[str, Any], *, source: str, key: str) -> Rule:
         check = Count(op, n, t.per or "case", t.unit or "rows")
     elif kind == "forbid":
         if select is None:
-            raise fail("forbid", f"budget {name!r}: forbid needs a 'select' table (forbidding every row is never meant)")
+            raise fail(
+                "forbid", f"budget {name!r}: forbid needs a 'select' table (forbidding every row is never meant)"
+            )
         check = Forbid()
     elif kind == "max_bytes":
         check = MaxBytes(t.max_bytes, measure)
@@ -151,11 +165,15 @@ class CaseBlock:
     def dims(self) -> dict[str, int]:
         return dict(self.shape)
 
-    def specs(self, device: str = "cpu", options: dict[str, Any] | None = None, target: Target | None = None) -> list[CaseSpec]:
+    def specs(
+        self, device: str = "cpu", options: dict[str, Any] | None = None, target: Target | None = None
+    ) -> list[CaseSpec]:
         """The block's cells; ``target`` is the (configured) target that runs them (default: the block's)."""
         owner = target if target is not None else self.owner
         return [
-            CaseSpec(self.target, rec, g, self.shape, self.dtype, device, {**(options or {}), **self.options}, owner=owner)
+            CaseSpec(
+                self.target, rec, g, self.shape, self.dtype, device, {**(options or {}), **self.options}, owner=owner
+            )
             for rec in self.recipes
             for g in self.groups
         ]
@@ -185,15 +203,22 @@ def _block(t: Any, *, source: str, key: str, owner: Target) -> CaseBlock:
         align = owner.alignment(rec)
         size = dict(shape)[split]
         if size % align:
-            raise UsageError(f"{size} {split} cannot be split into groups of multiples of {align} (the alignment of "
-                             f"recipe {rec!r}); use a multiple of {align}", source=source, key=join_key(key, split))
+            raise UsageError(
+                f"{size} {split} cannot be split into groups of multiples of {align} (the alignment of "
+                f"recipe {rec!r}); use a multiple of {align}",
+                source=source,
+                key=join_key(key, split),
+            )
         for i, g in enumerate(t.groups):
             try:
                 default_splits(size, g, align)
             except UsageError as exc:
                 detail = str(exc).removeprefix(f"{exc.key}: ") if exc.key else str(exc)
-                raise UsageError(f"group count {g} with recipe {rec!r}: {detail}", source=source,
-                                 key=join_key(join_key(key, "groups"), i)) from None
+                raise UsageError(
+                    f"group count {g} with recipe {rec!r}: {detail}",
+                    source=source,
+                    key=join_key(join_key(key, "groups"), i),
+                ) from None
     return CaseBlock(t.target, t.recipes, t.groups, shape, dtype, dict(t.options), key, owner, t.unread)
 
 
@@ -212,21 +237,32 @@ def _owner(data: Any, *, source: str, allow_targets: tuple[str, ...]) -> Target 
         key = join_key(f"cases[{i}]" if isinstance(raw, list) else "cases", "target")
         if first is not None:
             if target != first:
-                raise UsageError(f"target {target!r} differs from {first!r}; one target per scenario", source=source, key=key)
+                raise UsageError(
+                    f"target {target!r} differs from {first!r}; one target per scenario", source=source, key=key
+                )
             continue
         builtin = registry.target_names()
         if target not in builtin and ":" not in target:
-            raise UsageError(f"unknown target {target!r}{did_you_mean(target, builtin)}; use {' or '.join(builtin)} "
-                             "or PKG.MOD:FACTORY", source=source, key=key)
+            raise UsageError(
+                f"unknown target {target!r}{did_you_mean(target, builtin)}; use {' or '.join(builtin)} "
+                "or PKG.MOD:FACTORY",
+                source=source,
+                key=key,
+            )
         if ":" in target and target not in allow_targets:
             # A scenario is data: it may not make memaudit import and call any callable it names.
-            raise UsageError(f"a scenario file names only {' or '.join(builtin)}, or a factory the user allowed: pass "
-                             f"--allow-target {target} or list it under [tool.memaudit] allow-targets in pyproject.toml",
-                             source=source, key=key)
+            raise UsageError(
+                f"a scenario file names only {' or '.join(builtin)}, or a factory the user allowed: pass "
+                f"--allow-target {target} or list it under [tool.memaudit] allow-targets in pyproject.toml",
+                source=source,
+                key=key,
+            )
         try:
             owner = registry.get_target(target)
         except UsageError as exc:
-            raise UsageError(str(exc).removeprefix(f"{exc.key}: ") if exc.key else str(exc), source=source, key=key) from None
+            raise UsageError(
+                str(exc).removeprefix(f"{exc.key}: ") if exc.key else str(exc), source=source, key=key
+            ) from None
         first = target
     return owner
 
@@ -269,7 +305,9 @@ class Scenario:
         assert owner is not None
         return owner
 
-    def specs(self, device: str = "cpu", options: dict[str, Any] | None = None, target: Target | None = None) -> list[CaseSpec]:
+    def specs(
+        self, device: str = "cpu", options: dict[str, Any] | None = None, target: Target | None = None
+    ) -> list[CaseSpec]:
         """Every case to run, in file order; ``options`` are extra target options (the scenario's
         win); ``target`` the configured target that runs them."""
         return [s for block in self.cases for s in block.specs(device, options, target)]
@@ -296,8 +334,10 @@ def parse_scenario(data: Any, *, source: str, allow_targets: tuple[str, ...] = (
     t = validate_table(model, data, source=source)
     assert owner is not None  # a validated file names its target
     raw = data["cases"]
-    blocks = tuple(_block(c, source=source, key=f"cases[{i}]" if isinstance(raw, list) else "cases", owner=owner)
-                   for i, c in enumerate(t.cases))
+    blocks = tuple(
+        _block(c, source=source, key=f"cases[{i}]" if isinstance(raw, list) else "cases", owner=owner)
+        for i, c in enumerate(t.cases)
+    )
     specs = [s for b in blocks for s in b.specs()]
     seen: set[str] = set()
     for s in specs:
@@ -309,6 +349,7 @@ def parse_scenario(data: Any, *, source: str, allow_targets: tuple[str, ...] = (
     rules = tuple(_rule(b, raw_rules[i], source=source, key=f"budget[{i}]") for i, b in enumerate(t.budget))
     names: dict[str, int] = {}
     for i, rule in enumerate(rules):
+
         def fail(k: str, message: str, i: int = i) -> UsageError:
             return UsageError(message, source=source, key=f"budget[{i}].{k}")
 
@@ -324,26 +365,35 @@ def parse_scenario(data: Any, *, source: str, allow_targets: tuple[str, ...] = (
                 k, shown, have = "recipes", sorted(rule.recipes), run_recipes
             else:
                 k, shown, have = "groups", sorted(rule.groups or ()), sorted({s.groups for s in specs})
-            raise fail(k, f"budget {rule.name!r} applies to {k} {shown!r}, but the scenario runs {k} {have!r}: it would never be checked")
+            raise fail(
+                k,
+                f"budget {rule.name!r} applies to {k} {shown!r}, but the scenario runs {k} {have!r}: it would never be checked",
+            )
         if isinstance(rule.check, Ratio):
             have = {_fields(s) for s in specs}
             for s in applies:
                 other = s.replace(**dict(rule.check.against))
                 if _fields(other) not in have:
                     dims_text = ", ".join(f"{k} {v}" for k, v in other.shape)
-                    raise fail("against", f"budget {rule.name!r}: against = {dict(rule.check.against)!r} points at a case the "
-                                          f"scenario does not run ({other.recipe}, groups {other.groups}, {dims_text}, "
-                                          f"{other.dtype}) for {s.id}")
+                    raise fail(
+                        "against",
+                        f"budget {rule.name!r}: against = {dict(rule.check.against)!r} points at a case the "
+                        f"scenario does not run ({other.recipe}, groups {other.groups}, {dims_text}, "
+                        f"{other.dtype}) for {s.id}",
+                    )
     flags = dict(_ordered(t.flags, data.get("flags", {})))
     name = t.name if t.name is not None else Path(source.removesuffix(SHIPPED)).stem
-    return Scenario(source, name, blocks, rules, t.description or "", t.on_error, t.allow_incomplete,
-                    t.require_measured, flags)
+    return Scenario(
+        source, name, blocks, rules, t.description or "", t.on_error, t.allow_incomplete, t.require_measured, flags
+    )
 
 
 _LINE = re.compile(r"\(at line (\d+), column (\d+)\)")
 
 
-def allowed_targets(extra: tuple[str, ...] = (), pyproject: str | os.PathLike[str] = "pyproject.toml") -> tuple[str, ...]:
+def allowed_targets(
+    extra: tuple[str, ...] = (), pyproject: str | os.PathLike[str] = "pyproject.toml"
+) -> tuple[str, ...]:
     """``extra`` (``--allow-target``) and ``[tool.memaudit] allow-targets`` of ``pyproject`` (if it exists)."""
     p = Path(pyproject)
     listed: Any = []
@@ -364,7 +414,11 @@ def allowed_targets(extra: tuple[str, ...] = (), pyproject: str | os.PathLike[st
             raise UsageError(f"expected a table, got {memaudit!r}"[:200], source=str(p), key="tool.memaudit")
         listed = memaudit.get("allow-targets", [])
         if not isinstance(listed, list) or not all(isinstance(t, str) for t in listed):
-            raise UsageError(f"expected an array of PKG.MOD:FACTORY strings, got {listed!r}", source=str(p), key="tool.memaudit.allow-targets")
+            raise UsageError(
+                f"expected an array of PKG.MOD:FACTORY strings, got {listed!r}",
+                source=str(p),
+                key="tool.memaudit.allow-targets",
+            )
     return (*extra, *listed)
 
 
@@ -381,8 +435,11 @@ def load_scenario(path: str | os.PathLike[str], allow_targets: tuple[str, ...] =
     Every problem is a UsageError naming file, key and value."""
     src, text = resolve_scenario(path)
     if len(text) > MAX_SCENARIO_CHARS:
-        raise UsageError(f"the scenario is {len(text):,} characters, more than {MAX_SCENARIO_CHARS:,} (about 40,000 "
-                         "budgets): split it into several files", source=src)
+        raise UsageError(
+            f"the scenario is {len(text):,} characters, more than {MAX_SCENARIO_CHARS:,} (about 40,000 "
+            "budgets): split it into several files",
+            source=src,
+        )
     check_depth(text, src)
     try:
         data = tomllib.loads(text)
@@ -398,8 +455,9 @@ def load_scenario(path: str | os.PathLike[str], allow_targets: tuple[str, ...] =
     except ValueError as exc:  # an integer past Python's digit limit for str -> int (4300)
         m = _LONG_DIGITS.search(text)
         where = text.count("\n", 0, m.start()) + 1 if m else None
-        raise UsageError(f"cannot read a number: {str(exc).split(';')[0]}", source=src,
-                         key=f"line {where}" if where else None) from None
+        raise UsageError(
+            f"cannot read a number: {str(exc).split(';')[0]}", source=src, key=f"line {where}" if where else None
+        ) from None
     return parse_scenario(data, source=src, allow_targets=allow_targets)
 
 
@@ -436,11 +494,23 @@ def evaluate(
     for case in covered:
         execution = getattr(case, "execution", "measured")
         if scenario.require_measured and execution != "measured":
-            how = ("ran TE's real Python with stand-in kernels" if execution == "emulated"
-                   else "was estimated from TE's layout rules (no kernel ran)")
-            mine = [Verdict(case.id, "require_measured", "execution", "fail", "measured", (registry.execution_label(case) if isinstance(case, CaseReport) else None) or execution,
-                            f"the scenario requires measured cases (require_measured = true); this case {how}, "
-                            "so its budgets are not judged")]
+            how = (
+                "ran TE's real Python with stand-in kernels"
+                if execution == "emulated"
+                else "was estimated from TE's layout rules (no kernel ran)"
+            )
+            mine = [
+                Verdict(
+                    case.id,
+                    "require_measured",
+                    "execution",
+                    "fail",
+                    "measured",
+                    (registry.execution_label(case) if isinstance(case, CaseReport) else None) or execution,
+                    f"the scenario requires measured cases (require_measured = true); this case {how}, "
+                    "so its budgets are not judged",
+                )
+            ]
         else:
             mine = evaluate_case(case, scenario.rules, ctx)
         verdicts.extend(mine)
@@ -520,11 +590,15 @@ def unjudged(report: Report, verdicts: Sequence[Verdict], scenario: Scenario) ->
         for c in cases:
             counts[_why_not_judged(rule, c)] += 1
         keys = ", ".join(f"path.{k}" for k, _ in rule.when)
-        parts = [text for n, text in (
-            (counts["not run"], f"{counts['not run']} case(s) did not run (skipped or error)"),
-            (counts["another path"], f"{counts['another path']} case(s) took another path than {keys}"),
-            (counts["no path key"], f"{counts['no path key']} case(s) record no {keys}"),
-        ) if n] or [f"all {counts['filtered']} case(s) are outside its recipes or groups"] * bool(counts["filtered"])
+        parts = [
+            text
+            for n, text in (
+                (counts["not run"], f"{counts['not run']} case(s) did not run (skipped or error)"),
+                (counts["another path"], f"{counts['another path']} case(s) took another path than {keys}"),
+                (counts["no path key"], f"{counts['no path key']} case(s) record no {keys}"),
+            )
+            if n
+        ] or [f"all {counts['filtered']} case(s) are outside its recipes or groups"] * bool(counts["filtered"])
         vacuous = not (counts["not run"] or counts["another path"])
         out.append(Unjudged(rule.name, "; ".join(parts) or "the report has none of the scenario's cases", vacuous))
     return out

@@ -112,8 +112,10 @@ def _one_or_many(item: Any, what: Literal["string", "integer"], *, unique: bool 
         if isinstance(v, lone) and not isinstance(v, bool):
             return [v]
         if not isinstance(v, list) or not v:
-            raise ValueError(f"expected {'a' if what == 'string' else 'an'} {what} or a non-empty array of {what}s, "
-                             f"got {_shown(v)} ({_tname(v)})")
+            raise ValueError(
+                f"expected {'a' if what == 'string' else 'an'} {what} or a non-empty array of {what}s, "
+                f"got {_shown(v)} ({_tname(v)})"
+            )
         return v
 
     after = [AfterValidator(tuple), *([AfterValidator(_unique)] if unique else [])]
@@ -150,7 +152,9 @@ def _count(v: Any) -> tuple[str, int]:
     else:
         m = _COUNT.match(v) if isinstance(v, str) else None
         if not m:
-            raise ValueError(f"malformed count {_shown(v)}; use an integer or '== N', '<= N', '>= N' ({', '.join(COUNT_OPS)})")
+            raise ValueError(
+                f"malformed count {_shown(v)}; use an integer or '== N', '<= N', '>= N' ({', '.join(COUNT_OPS)})"
+            )
         if len(m.group(2).lstrip("0")) > 19:
             raise ValueError(f"a count is at most 2**63-1, got {len(m.group(2))} digits")
         op, n = m.group(1) or "==", int(m.group(2))
@@ -279,7 +283,8 @@ class KnownFailureTable(Table):
 
     what: ClassVar[str] = "known_failure"
     missing: ClassVar[dict[str, str]] = {
-        k: f"missing key {k!r}; known_failure needs te (a version range) and reason" for k in ("te", "reason")}
+        k: f"missing key {k!r}; known_failure needs te (a version range) and reason" for k in ("te", "reason")
+    }
     te: Annotated[Text, AfterValidator(_specifier)]
     reason: Text
 
@@ -311,11 +316,21 @@ def _optional(t: Any) -> Any:
 def budget_model(dims: tuple[str, ...], recipes: tuple[str, ...], path_keys: tuple[str, ...] | None) -> type[Table]:
     """A ``[[budget]]`` table of a target with dimensions ``dims``, recipes ``recipes`` and path keys
     ``path_keys`` (None: a marker rule, which knows no target, takes any path key)."""
-    against = _model("AgainstTable", Table, {
-        "recipe": (_optional(_choice(recipes)), None), "groups": (_optional(_int()), None),
-        **_aliased("dim_", dims, _optional(_int())), "dtype": (_optional(_choice(DTYPES)), None)})
-    when: Any = (types.GenericAlias(dict, (str, PathValue)) if path_keys is None else
-                 _model("WhenTable", _WhenTable, _aliased("key_", path_keys, _optional(PathValue))))
+    against = _model(
+        "AgainstTable",
+        Table,
+        {
+            "recipe": (_optional(_choice(recipes)), None),
+            "groups": (_optional(_int()), None),
+            **_aliased("dim_", dims, _optional(_int())),
+            "dtype": (_optional(_choice(DTYPES)), None),
+        },
+    )
+    when: Any = (
+        types.GenericAlias(dict, (str, PathValue))
+        if path_keys is None
+        else _model("WhenTable", _WhenTable, _aliased("key_", path_keys, _optional(PathValue)))
+    )
 
     def bytes_expr(v: Any) -> ByteExpr:
         try:
@@ -326,26 +341,42 @@ def budget_model(dims: tuple[str, ...], recipes: tuple[str, ...], path_keys: tup
     def checked(*validators: Any) -> Any:
         return (_optional(Annotated[(Any, *validators)]), None)  # type: ignore[valid-type]
 
-    return _model("BudgetTable", _BudgetBase, {
-        "name": (Text, ...), "why": (_optional(Text), None),
-        "recipes": (_optional(_one_or_many(_choice(recipes), "string")), None),
-        "groups": (_optional(_one_or_many(_int(), "integer")), None),
-        "when": (_optional(Annotated[(when, _not_empty("name path keys and values, e.g. { grouped_linear_path = "
-                                                       "\"split-quantize\" }"))]), None),  # type: ignore[valid-type]
-        "select": (_optional(SelectTable), None),
-        "per": (_optional(Annotated[(_choice(PER), BeforeValidator(_no_spaces))]), None),  # type: ignore[valid-type]
-        "unit": (_optional(_choice(COUNT_UNITS)), None),
-        "measure": (_optional(_choice(MEASURES)), None),
-        "against": (_optional(Annotated[(against, _not_empty("name what differs in the other case, e.g. "
-                                                             "{ recipe = \"bf16\" }"))]), None),  # type: ignore[valid-type]
-        "known_failure": (_optional(KnownFailureTable), None),
-        "count": checked(AfterValidator(_count)),
-        "forbid": checked(AfterValidator(_forbid)),
-        "max_bytes": checked(AfterValidator(bytes_expr)), "exact_bytes": checked(AfterValidator(bytes_expr)),
-        "max_unread_bytes": checked(AfterValidator(bytes_expr)),
-        "ratio": checked(AfterValidator(_ratio)),
-        "path": (_optional(_choice(("fused", "unfused"))), None),
-    })
+    return _model(
+        "BudgetTable",
+        _BudgetBase,
+        {
+            "name": (Text, ...),
+            "why": (_optional(Text), None),
+            "recipes": (_optional(_one_or_many(_choice(recipes), "string")), None),
+            "groups": (_optional(_one_or_many(_int(), "integer")), None),
+            "when": (
+                _optional(
+                    Annotated[
+                        (when, _not_empty('name path keys and values, e.g. { grouped_linear_path = "split-quantize" }'))
+                    ]
+                ),
+                None,
+            ),  # type: ignore[valid-type]
+            "select": (_optional(SelectTable), None),
+            "per": (_optional(Annotated[(_choice(PER), BeforeValidator(_no_spaces))]), None),  # type: ignore[valid-type]
+            "unit": (_optional(_choice(COUNT_UNITS)), None),
+            "measure": (_optional(_choice(MEASURES)), None),
+            "against": (
+                _optional(
+                    Annotated[(against, _not_empty('name what differs in the other case, e.g. { recipe = "bf16" }'))]
+                ),
+                None,
+            ),  # type: ignore[valid-type]
+            "known_failure": (_optional(KnownFailureTable), None),
+            "count": checked(AfterValidator(_count)),
+            "forbid": checked(AfterValidator(_forbid)),
+            "max_bytes": checked(AfterValidator(bytes_expr)),
+            "exact_bytes": checked(AfterValidator(bytes_expr)),
+            "max_unread_bytes": checked(AfterValidator(bytes_expr)),
+            "ratio": checked(AfterValidator(_ratio)),
+            "path": (_optional(_choice(("fused", "unfused"))), None),
+        },
+    )
 
 
 def _no_spaces(v: Any) -> Any:
@@ -369,22 +400,35 @@ def cases_model(dims: tuple[str, ...], recipes: tuple[str, ...]) -> type[Table]:
     def everything(v: Any) -> Any:
         return list(recipes) if v == "all" else v
 
-    return _model("CasesTable", _CasesBase, {
-        "target": (Text, ...),
-        "recipes": (Annotated[(_one_or_many(_choice(recipes), "string", unique=True),  # type: ignore[valid-type]
-                               BeforeValidator(everything))], ...),
-        "groups": (_one_or_many(_int(), "integer", unique=True), ...),
-        **_aliased("dim_", dims, _int(), required=True),
-        "dtype": (_optional(_choice(DTYPES)), None),
-        "options": (types.GenericAlias(dict, (str, OptionValue)), {}),
-        "unread": (_optional(Annotated[(Any, AfterValidator(unread_choice))]), None),  # type: ignore[valid-type]
-    })
+    return _model(
+        "CasesTable",
+        _CasesBase,
+        {
+            "target": (Text, ...),
+            "recipes": (
+                Annotated[
+                    (
+                        _one_or_many(_choice(recipes), "string", unique=True),  # type: ignore[valid-type]
+                        BeforeValidator(everything),
+                    )
+                ],
+                ...,
+            ),
+            "groups": (_one_or_many(_int(), "integer", unique=True), ...),
+            **_aliased("dim_", dims, _int(), required=True),
+            "dtype": (_optional(_choice(DTYPES)), None),
+            "options": (types.GenericAlias(dict, (str, OptionValue)), {}),
+            "unread": (_optional(Annotated[(Any, AfterValidator(unread_choice))]), None),  # type: ignore[valid-type]
+        },
+    )
 
 
 class _ScenarioBase(Table):
     what: ClassVar[str] = "a scenario"
-    missing: ClassVar[dict[str, str]] = {"cases": "missing [cases] table: name the target, recipes, groups and the "
-                                                  "target's dimensions (tokens, hidden, ffn for the built-in targets)"}
+    missing: ClassVar[dict[str, str]] = {
+        "cases": "missing [cases] table: name the target, recipes, groups and the "
+        "target's dimensions (tokens, hidden, ffn for the built-in targets)"
+    }
 
 
 def _cases_list(v: Any) -> Any:
@@ -398,27 +442,46 @@ def _cases_list(v: Any) -> Any:
 
 
 @functools.cache
-def scenario_model(dims: tuple[str, ...], recipes: tuple[str, ...], path_keys: tuple[str, ...],
-                   flags: tuple[str, ...], target: str | None) -> type[Table]:
+def scenario_model(
+    dims: tuple[str, ...],
+    recipes: tuple[str, ...],
+    path_keys: tuple[str, ...],
+    flags: tuple[str, ...],
+    target: str | None,
+) -> type[Table]:
     """A scenario file whose cases run a target with these dimensions, recipes, path keys and
     run flags (``target``: its name, for the errors)."""
     flags_table = _model("FlagsTable", _FlagsTable, _aliased("flag_", flags, _optional(FlagValue)))
     flags_table.listing = f"target {target!r} has" if target else "the target has"
     cases = types.GenericAlias(list, (cases_model(dims, recipes),))
-    return _model("ScenarioTable", _ScenarioBase, {
-        "name": (_optional(Text), None), "description": (_optional(Text), None),
-        "on_error": (_choice(ON_ERROR), "warn"),
-        "allow_incomplete": (bool, False), "require_measured": (bool, False),
-        "flags": (flags_table, flags_table()),
-        "cases": (Annotated[(cases, BeforeValidator(_cases_list))], ...),  # type: ignore[valid-type]
-        "budget": (types.GenericAlias(list, (budget_model(dims, recipes, path_keys),)), []),
-    })
+    return _model(
+        "ScenarioTable",
+        _ScenarioBase,
+        {
+            "name": (_optional(Text), None),
+            "description": (_optional(Text), None),
+            "on_error": (_choice(ON_ERROR), "warn"),
+            "allow_incomplete": (bool, False),
+            "require_measured": (bool, False),
+            "flags": (flags_table, flags_table()),
+            "cases": (Annotated[(cases, BeforeValidator(_cases_list))], ...),  # type: ignore[valid-type]
+            "budget": (types.GenericAlias(list, (budget_model(dims, recipes, path_keys),)), []),
+        },
+    )
 
 
 # ---- pydantic's errors as memaudit's ------------------------------------------------------------
-_EXPECTED = {"string_type": "a string", "int_type": "an integer", "bool_type": "true or false", "float_type": "a number",
-             "dict_type": "a table", "model_type": "a table", "model_attributes_type": "a table",
-             "list_type": "an array of tables", "tuple_type": "an array"}
+_EXPECTED = {
+    "string_type": "a string",
+    "int_type": "an integer",
+    "bool_type": "true or false",
+    "float_type": "a number",
+    "dict_type": "a table",
+    "model_type": "a table",
+    "model_attributes_type": "a table",
+    "list_type": "an array of tables",
+    "tuple_type": "an array",
+}
 
 
 def _strip(t: Any) -> Any:
@@ -459,7 +522,13 @@ def _key_path(loc: tuple[Any, ...], data: Any, key: str) -> str:
         if isinstance(p, int) and not isinstance(obj, list):
             continue
         key = join_key(key, p)
-        obj = obj.get(p) if isinstance(obj, dict) else obj[p] if isinstance(obj, list) and isinstance(p, int) and p < len(obj) else None
+        obj = (
+            obj.get(p)
+            if isinstance(obj, dict)
+            else obj[p]
+            if isinstance(obj, list) and isinstance(p, int) and p < len(obj)
+            else None
+        )
     return key
 
 

@@ -48,7 +48,13 @@ def shipped_scenarios() -> dict[str, Traversable]:
 
 def is_scenario_name(ref: str) -> bool:
     """A bare name (``grouped_mlp``): no folder separator and no ``.toml`` suffix."""
-    return bool(ref.strip()) and ref not in (".", "..") and "/" not in ref and os.sep not in ref and not ref.endswith(".toml")
+    return (
+        bool(ref.strip())
+        and ref not in (".", "..")
+        and "/" not in ref
+        and os.sep not in ref
+        and not ref.endswith(".toml")
+    )
 
 
 def resolve_scenario(ref: str | os.PathLike[str]) -> tuple[str, str]:

@@ -44,18 +44,36 @@ def _pct(f: Finding) -> str:
 
 
 def _comparison_sheet(cmp: Comparison, title: str | None, compact: bool) -> Sheet:
-    cols = [value_col("case"), text_col("change"), value_col("current", "right"), value_col("baseline", "right"),
-            value_col("delta", "right"), value_col("%" if compact else "delta %", "right"), value_col("verdict")]
+    cols = [
+        value_col("case"),
+        text_col("change"),
+        value_col("current", "right"),
+        value_col("baseline", "right"),
+        value_col("delta", "right"),
+        value_col("%" if compact else "delta %", "right"),
+        value_col("verdict"),
+    ]
     unchanged = sum(1 for d in cmp.cases if not d.findings)
-    sheet = Sheet(cols, title=title, group=0,
-                  caption=f"{unchanged} case{'s' if unchanged != 1 else ''} unchanged" if unchanged else None)
+    sheet = Sheet(
+        cols,
+        title=title,
+        group=0,
+        caption=f"{unchanged} case{'s' if unchanged != 1 else ''} unchanged" if unchanged else None,
+    )
     for diff in cmp.cases:
         first = True
         for f in diff.findings:
             label = f.label if f.numeric else f.text
             verdict = Text(f.verdict, style=VERDICT_STYLE.get(f.verdict, ""))
-            sheet.add_row(diff.id if first else "", label, _value(f, f.current), _value(f, f.baseline), _delta(f),
-                          _pct(f), verdict)
+            sheet.add_row(
+                diff.id if first else "",
+                label,
+                _value(f, f.current),
+                _value(f, f.baseline),
+                _delta(f),
+                _pct(f),
+                verdict,
+            )
             first = False
         if diff.findings:
             sheet.add_section()
@@ -77,11 +95,23 @@ def _shape(r: Row | None) -> str:
 
 def _rows_sheet(diff: CaseDiff, compact: bool) -> Sheet:
     if compact:
-        cols = [text_col("buffer"), value_col("shape now"), value_col("bytes now", "right"), value_col("baseline", "right"),
-                value_col("delta", "right")]
+        cols = [
+            text_col("buffer"),
+            value_col("shape now"),
+            value_col("bytes now", "right"),
+            value_col("baseline", "right"),
+            value_col("delta", "right"),
+        ]
     else:
-        cols = [text_col("buffer"), value_col("shape now"), value_col("baseline shape"), value_col("dtype"),
-                value_col("bytes now", "right"), value_col("baseline", "right"), value_col("delta", "right")]
+        cols = [
+            text_col("buffer"),
+            value_col("shape now"),
+            value_col("baseline shape"),
+            value_col("dtype"),
+            value_col("bytes now", "right"),
+            value_col("baseline", "right"),
+            value_col("delta", "right"),
+        ]
     sheet = Sheet(cols, title=f"rows behind {diff.id}")
     for rd in diff.row_diffs:
         key, shape_now, shape_base, dtype, now, base, delta = _row_cells(rd)
@@ -136,8 +166,10 @@ def no_changes_line(cmp: Comparison) -> str:
             status = side.status if side is not None else "missing"
             kept[status] = kept.get(status, 0) + 1
     same = ", ".join(f"{m} {s}" for s, m in sorted(kept.items()))
-    return (f"No changes in {_plural(n, 'case')}: {k} ok in both reports and compared byte for byte, "
-            f"{n - k} with the same status in both ({same}) and no bytes to compare.")
+    return (
+        f"No changes in {_plural(n, 'case')}: {k} ok in both reports and compared byte for byte, "
+        f"{n - k} with the same status in both ({same}) and no bytes to compare."
+    )
 
 
 def verdict_line(cmp: Comparison) -> Text:
@@ -183,9 +215,11 @@ def regressions_heading(cmp: Comparison) -> str:
         for r in d.row_diffs:
             counts["added" if r.baseline is None else "removed" if r.current is None else "changed"] += 1
     buffers = ", ".join(f"{n} {what}" for what, n in counts.items() if n) or "none differ"
-    return (f"Regressions: {len(ids)} case{'s' if len(ids) != 1 else ''}; buffers: {buffers} "
-            f"({len(failures)} finding{'s' if len(failures) != 1 else ''} below: a case's total and its rollups by "
-            "operand, kind and orientation count the same buffers again):")
+    return (
+        f"Regressions: {len(ids)} case{'s' if len(ids) != 1 else ''}; buffers: {buffers} "
+        f"({len(failures)} finding{'s' if len(failures) != 1 else ''} below: a case's total and its rollups by "
+        "operand, kind and orientation count the same buffers again):"
+    )
 
 
 def print_comparison(console: Console, cmp: Comparison, *, verbose: bool = False, title: str | None = None) -> None:

@@ -36,7 +36,9 @@ def visible(text: str) -> str:
     ``\\u202e``): shown, not obeyed."""
     if not _UNSAFE.search(text):
         return text
-    return _UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
+    return _UNSAFE.sub(
+        lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text
+    )
 
 
 def sane_terminal_environment(environ: Any = None) -> None:

@@ -123,8 +123,15 @@ def _word(text: Text) -> int:
 class Sheet:
     """Rows for a table that renders wide or compact; see the module doc."""
 
-    def __init__(self, cols: Sequence[Column], *, title: Cell | None = None, caption: Cell | None = None,
-                 group: int | None = None, keep: Collection[str] = ()) -> None:
+    def __init__(
+        self,
+        cols: Sequence[Column],
+        *,
+        title: Cell | None = None,
+        caption: Cell | None = None,
+        group: int | None = None,
+        keep: Collection[str] = (),
+    ) -> None:
         self.cols = list(cols)
         self.title = _text(title) if title is not None else None
         """Plain text or a Text (never read as markup)."""
@@ -150,8 +157,11 @@ class Sheet:
     # ---- columns --------------------------------------------------------------------------------
     def kept(self) -> list[int]:
         """The columns that have a value in some row (or are in ``keep``)."""
-        return [i for i, c in enumerate(self.cols)
-                if c.header in self.keep or i == self.group or any(r[i].plain.strip() for r in self.rows)]
+        return [
+            i
+            for i, c in enumerate(self.cols)
+            if c.header in self.keep or i == self.group or any(r[i].plain.strip() for r in self.rows)
+        ]
 
     def _natural(self, i: int) -> int:
         return max([Text(str(self.cols[i].header)).cell_len, *(_lines(r[i]) for r in self.rows)])
@@ -175,9 +185,10 @@ class Sheet:
         """The columns the compact layout needs (a ``group`` column on its own line not counted),
         free text folding a word longer than ``word``."""
         kept = [i for i in self.kept() if i != self.group]
-        floors = [self._floor(i, wide=False) if self.cols[i].no_wrap else min(self._floor(i, wide=False), word) for i in kept]
-        return (sum(floors) + _extra(len(kept), boxed=False)
-                + (INDENT if self.group is not None else 0))
+        floors = [
+            self._floor(i, wide=False) if self.cols[i].no_wrap else min(self._floor(i, wide=False), word) for i in kept
+        ]
+        return sum(floors) + _extra(len(kept), boxed=False) + (INDENT if self.group is not None else 0)
 
     def _table(self, kept: Sequence[int], width: int | None, *, boxed: bool, show_header: bool = True) -> Table:
         """An empty rich table of the ``kept`` columns, sized for ``width`` columns in all (None:
@@ -194,8 +205,15 @@ class Sheet:
             specs.append(col)
         if boxed:
             return Table(*specs, header_style="bold", show_header=show_header)
-        return Table(*specs, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 0, 0, 1),
-                     header_style="bold", show_header=show_header)
+        return Table(
+            *specs,
+            box=box.SIMPLE_HEAD,
+            show_edge=False,
+            pad_edge=False,
+            padding=(0, 0, 0, 1),
+            header_style="bold",
+            show_header=show_header,
+        )
 
     def _free_widths(self, kept: Sequence[int], avail: int, *, boxed: bool) -> dict[int, int]:
         """The free-text columns' widths in ``avail`` columns of content: each its floor, what is
@@ -212,7 +230,7 @@ class Sheet:
         if spare >= total:
             return {i: self._natural(i) for i in free}
         out = {i: floors[i] + spare * wants[i] // total for i in free}
-        for i in sorted(free, key=lambda i: wants[i], reverse=True)[:room - sum(out.values())]:  # the remainder
+        for i in sorted(free, key=lambda i: wants[i], reverse=True)[: room - sum(out.values())]:  # the remainder
             out[i] += 1
         return out
 
@@ -239,8 +257,11 @@ class Sheet:
             table.min_width = _word(self.title)
         if not above and not below:
             return table
-        parts = [Prose(self.title) if above and self.title else None, table,
-                 Prose(self.caption) if below and self.caption else None]
+        parts = [
+            Prose(self.title) if above and self.title else None,
+            table,
+            Prose(self.caption) if below and self.caption else None,
+        ]
         return Group(*(p for p in parts if p is not None))
 
     def compact(self, width: int) -> RenderableType:
@@ -279,7 +300,6 @@ class Sheet:
         for rows in groups:
             out += [Prose(rows[0][g]), table(rows)]
         return out
-
 
     def _stacked(self, width: int) -> list[RenderableType]:
         """Where even the compact table leaves its free text less than its longest word: the

@@ -173,7 +173,7 @@ def _groups(report: Report, comparison: Comparison | None) -> list[_Group]:
 
 def _label(case: CaseReport) -> str:
     prefix = f"{case.target}/{case.recipe}/"
-    return case.id[len(prefix):] if case.id.startswith(prefix) and len(case.id) > len(prefix) else case.id
+    return case.id[len(prefix) :] if case.id.startswith(prefix) and len(case.id) > len(prefix) else case.id
 
 
 # --------------------------------------------------------------------------------------------
@@ -230,7 +230,9 @@ def _kinds_cell(case: CaseReport, diff: CaseDiff | None) -> str:
     deltas: dict[str, int] = {}
     if diff is not None and diff.baseline is not None and diff.baseline.status == "ok":
         before = kind_breakdown(diff.baseline)  # the same measure as the cell: bytes by storage
-        deltas = {k: kinds.get(k, 0) - before.get(k, 0) for k in [*kinds, *before] if kinds.get(k, 0) != before.get(k, 0)}
+        deltas = {
+            k: kinds.get(k, 0) - before.get(k, 0) for k in [*kinds, *before] if kinds.get(k, 0) != before.get(k, 0)
+        }
     parts = []
     for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]):
         s = f"{k} {fmt_bytes(v)}"
@@ -281,7 +283,10 @@ def _row(e: _Entry, compare: bool, show_path: bool, unread: bool = False) -> str
             fmt_pct(pct),
         ]
     else:
-        cells += [fmt_bytes(c.totals.saved_bytes) if c.status == "ok" else "-", str(len(c.rows)) if c.status == "ok" else "-"]
+        cells += [
+            fmt_bytes(c.totals.saved_bytes) if c.status == "ok" else "-",
+            str(len(c.rows)) if c.status == "ok" else "-",
+        ]
     if unread:
         cells.append(_unread_cell(c))
     if show_path:
@@ -344,7 +349,15 @@ def _block(
     only_changed: bool = False,
     max_rows: int | None = None,
 ) -> str:
-    icon = "❌" if g.failing else "✅" if g.checked else "⏭️" if all(e.case.status == "skipped" for e in g.entries) else "➖"
+    icon = (
+        "❌"
+        if g.failing
+        else "✅"
+        if g.checked
+        else "⏭️"
+        if all(e.case.status == "skipped" for e in g.entries)
+        else "➖"
+    )
     n = len(g.entries)
     summary = f"{icon} <b>{html_escape(g.target)} · {html_escape(g.recipe)}</b> — {n} case{'s' if n != 1 else ''}"
     if not g.checked and not g.failing:
@@ -415,7 +428,10 @@ def _verdict_text(report: Report, comparison: Comparison | None) -> str:
         estimated = sum(1 for c in ok if c.execution == "estimated")
         answered = len(ok) > estimated  # what `run` exits 4 without (nothing measured or emulated)
         icon = "❌" if errors or incomplete or not answered else "✅"
-        parts = [f"{n} case{'s' if n != 1 else ''}", f"{len(ok)} ok" + (f" ({estimated} estimated)" if estimated else "")]
+        parts = [
+            f"{n} case{'s' if n != 1 else ''}",
+            f"{len(ok)} ok" + (f" ({estimated} estimated)" if estimated else ""),
+        ]
         if not answered:
             parts.insert(0, "nothing measured or emulated")
         if incomplete:
@@ -426,7 +442,9 @@ def _verdict_text(report: Report, comparison: Comparison | None) -> str:
             parts.append(f"{errors} error{'s' if errors != 1 else ''}")
         return f"{icon} **memaudit**: {', '.join(parts)} · saved bytes {fmt_bytes(total)} in total (no baseline)"
     cmp = comparison
-    delta = f"saved bytes {fmt_delta(cmp.saved_delta)} ({fmt_bytes(cmp.baseline_saved)} → {fmt_bytes(cmp.current_saved)})"
+    delta = (
+        f"saved bytes {fmt_delta(cmp.saved_delta)} ({fmt_bytes(cmp.baseline_saved)} → {fmt_bytes(cmp.current_saved)})"
+    )
     n = len(cmp.compared)
     over = f"over {n} compared case{'s' if n != 1 else ''}"
     if cmp.regressed:
@@ -457,11 +475,18 @@ def _footer(report: Report, comparison: Comparison | None) -> str:
         archs = sorted({c.emulation.label() for c in emulated if c.emulation is not None})
         hosts = sorted({h for c in emulated if c.emulation is not None and (h := c.emulation.host())})
         on = f" on {', '.join(hosts)}" if hosts else ""
-        bits.append(f"{len(emulated)} of {len(report.cases)} cases {', '.join(archs)}{on} (TE's real Python with stand-in kernels; not measured)")
+        bits.append(
+            f"{len(emulated)} of {len(report.cases)} cases {', '.join(archs)}{on} (TE's real Python with stand-in kernels; not measured)"
+        )
     estimated = [c for c in report.cases if c.execution == "estimated"]
     if estimated:
         bits.append(f"{len(estimated)} of {len(report.cases)} cases estimated (TE's layout rules; not measured)")
-    named = [("device_class", None), ("torch", "torch"), *((lib.key, lib.short) for lib in libraries()), ("cuda", "CUDA")]
+    named = [
+        ("device_class", None),
+        ("torch", "torch"),
+        *((lib.key, lib.short) for lib in libraries()),
+        ("cuda", "CUDA"),
+    ]
     for key, name in named:
         v = env.get(key)
         if v:
@@ -476,17 +501,24 @@ def _ranks_block(v: RankView) -> str:
     lines = ["<details open>" if not v.ok else "<details>", f"<summary>{icon} {html_escape(v.title())}</summary>", ""]
     ranks = v.summary.ranks
     if v.lines and len(ranks) <= PER_RANK_MAX:
-        lines += ["| what | " + " | ".join(f"r{r}" for r in ranks) + " | max/mean |",
-                  "|---|" + "--:|" * (len(ranks) + 1)]
+        lines += [
+            "| what | " + " | ".join(f"r{r}" for r in ranks) + " | max/mean |",
+            "|---|" + "--:|" * (len(ranks) + 1),
+        ]
         for what, sp in v.lines:
             bold = sp.imbalance not in (None, 1.0)
-            cells = [f"**{fmt_bytes(x)}**" if bold and r == sp.worst_rank else fmt_bytes(x) for r, x in zip(ranks, sp.per_rank, strict=True)]
+            cells = [
+                f"**{fmt_bytes(x)}**" if bold and r == sp.worst_rank else fmt_bytes(x)
+                for r, x in zip(ranks, sp.per_rank, strict=True)
+            ]
             lines.append(f"| {md_escape(what)} | " + " | ".join(cells) + f" | {imbalance(sp)} |")
     elif v.lines:
         lines += ["| what | worst | max | mean | min | max/mean |", "|---|--:|--:|--:|--:|--:|"]
         for what, sp in v.lines:
-            lines.append(f"| {md_escape(what)} | r{sp.worst_rank} | {fmt_bytes(sp.max)} | {fmt_bytes(round(sp.mean))} | "
-                         f"{fmt_bytes(sp.min)} | {imbalance(sp)} |")
+            lines.append(
+                f"| {md_escape(what)} | r{sp.worst_rank} | {fmt_bytes(sp.max)} | {fmt_bytes(round(sp.mean))} | "
+                f"{fmt_bytes(sp.min)} | {imbalance(sp)} |"
+            )
     lines += ["", *(f"- {md_escape(n)}" for n in v.notes()), "", "</details>", ""]
     return "\n".join(lines)
 
@@ -527,9 +559,7 @@ def render_markdown(
     groups = _groups(report, comparison)
     show_path = any(e.case.fused is not None for g in groups for e in g.entries)
     if comparison is not None:
-        show_path = show_path or any(
-            d.baseline is not None and d.baseline.fused is not None for d in comparison.cases
-        )
+        show_path = show_path or any(d.baseline is not None and d.baseline.fused is not None for d in comparison.cases)
     footer = _footer(report, comparison)
     if not groups:
         head.append("_No cases._\n")
@@ -648,6 +678,7 @@ def _case_icon(d: CaseDiff, section: str) -> str:
 
 def _buffer_order(d: CaseDiff, sign: int) -> list[RowDiff]:
     """Rows grouped by operand (the operand whose rows moved most first), then by delta."""
+
     def operand(rd: RowDiff) -> str:
         r = rd.current or rd.baseline
         return (r.operand or r.slot or "") if r is not None else ""
@@ -670,8 +701,10 @@ def _shape_cell(rd: RowDiff) -> str:
 def _buffer_table(d: CaseDiff, sign: int, max_rows: int | None) -> list[str]:
     rows = _buffer_order(d, sign)
     shown = rows if max_rows is None else rows[:max_rows]
-    lines = ["| operand | kind | orientation | format | shape | before | after | Δ |",
-             "|---|---|---|---|---|---:|---:|---:|"]
+    lines = [
+        "| operand | kind | orientation | format | shape | before | after | Δ |",
+        "|---|---|---|---|---|---:|---:|---:|",
+    ]
     for rd in shown:
         r = rd.current or rd.baseline
         assert r is not None
@@ -679,11 +712,22 @@ def _buffer_table(d: CaseDiff, sign: int, max_rows: int | None) -> list[str]:
         before = exact(rd.baseline.bytes) if rd.baseline is not None else "— (added)"
         after = exact(rd.current.bytes) if rd.current is not None else "— (removed)"
         delta = exact(rd.delta, signed=True)
-        cells = [md_escape(r.operand or r.slot or f"row {r.index}"), md_escape(kind), md_escape(r.orientation or "-"),
-                 md_escape(r.format), _shape_cell(rd), before, after, f"**{delta}**" if rd.delta else delta]
+        cells = [
+            md_escape(r.operand or r.slot or f"row {r.index}"),
+            md_escape(kind),
+            md_escape(r.orientation or "-"),
+            md_escape(r.format),
+            _shape_cell(rd),
+            before,
+            after,
+            f"**{delta}**" if rd.delta else delta,
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     if len(shown) < len(rows):
-        lines += ["", f"_{len(rows) - len(shown)} more changed buffer{'s' if len(rows) - len(shown) != 1 else ''} not shown._"]
+        lines += [
+            "",
+            f"_{len(rows) - len(shown)} more changed buffer{'s' if len(rows) - len(shown) != 1 else ''} not shown._",
+        ]
     return lines
 
 
@@ -708,9 +752,16 @@ def _case_block(d: CaseDiff, section: str, *, findings: bool, max_rows: int | No
     base = d.baseline if d.baseline is not None and d.baseline.status == "ok" else None
     cur = d.current if d.current is not None and d.current.status == "ok" else None
     if d.saved_delta is not None and base is not None and cur is not None:
-        pct = fmt_pct(100.0 * d.saved_delta / base.totals.saved_bytes if base.totals.saved_bytes else (0.0 if not d.saved_delta else None))
-        lines += [f"saved {exact(base.totals.saved_bytes)} → {exact(cur.totals.saved_bytes)}: "
-                  f"**{exact(d.saved_delta, signed=True)}**, {pct} · rows {len(base.rows):,} → {len(cur.rows):,}", ""]
+        pct = fmt_pct(
+            100.0 * d.saved_delta / base.totals.saved_bytes
+            if base.totals.saved_bytes
+            else (0.0 if not d.saved_delta else None)
+        )
+        lines += [
+            f"saved {exact(base.totals.saved_bytes)} → {exact(cur.totals.saved_bytes)}: "
+            f"**{exact(d.saved_delta, signed=True)}**, {pct} · rows {len(base.rows):,} → {len(cur.rows):,}",
+            "",
+        ]
     else:
         lines += [_status_text(_Entry(c, d)), ""]
     if d.row_diffs:
@@ -721,7 +772,11 @@ def _case_block(d: CaseDiff, section: str, *, findings: bool, max_rows: int | No
         lines.append("")
     measured = [f for f in d.findings if f.metric in _TABLE_METRICS and d.row_diffs]
     if findings and measured:
-        lines += ["<details>", f"<summary>what the gate compared: {len(measured)} finding{'s' if len(measured) != 1 else ''}</summary>", ""]
+        lines += [
+            "<details>",
+            f"<summary>what the gate compared: {len(measured)} finding{'s' if len(measured) != 1 else ''}</summary>",
+            "",
+        ]
         lines += [f"- {'❌ ' if f.failing else ''}{_finding_bytes(f)}" for f in measured]
         lines += ["", "</details>", ""]
     return lines
@@ -765,8 +820,11 @@ def _headline(report: Report, cmp: Comparison) -> str:
         grew = [d for d in cmp.compared if (d.saved_delta or 0) > 0]
         worst = max(grew, key=lambda d: d.saved_delta or 0) if grew else None
     if worst is not None:
-        what = exact(worst.saved_delta, signed=True) if worst.saved_delta is not None else md_escape(
-            next((f.text for f in worst.findings if f.failing), "changed"))
+        what = (
+            exact(worst.saved_delta, signed=True)
+            if worst.saved_delta is not None
+            else md_escape(next((f.text for f in worst.findings if f.failing), "changed"))
+        )
         total += f" · worst: {md_escape(worst.id)} {what}"
     if cmp.regressed:
         cases = len(failing)
@@ -784,8 +842,9 @@ def _headline(report: Report, cmp: Comparison) -> str:
     return text + _not_checked(report, cmp)
 
 
-def render_compare_markdown(report: Report, cmp: Comparison, *, name: str = "default", limit: int = GITHUB_LIMIT,
-                            notes: Sequence[str] = ()) -> str:
+def render_compare_markdown(
+    report: Report, cmp: Comparison, *, name: str = "default", limit: int = GITHUB_LIMIT, notes: Sequence[str] = ()
+) -> str:
     """The PR comment for a comparison: a headline (total delta, worst case, verdict), then the
     regressed cases, the improved ones and other changes, each with its table of changed buffers
     in exact bytes, then the unchanged cases collapsed; cut to ``limit`` from the end."""
@@ -795,7 +854,11 @@ def render_compare_markdown(report: Report, cmp: Comparison, *, name: str = "def
     head += [_ranks_block(v) for v in rank_views(report)]
     if cmp.env_warnings:
         strict = " (a failure under --strict-env)" if cmp.strict_env else ""
-        head += [f"> ⚠️ Environment differs from the baseline{strict}:", *(f"> - {md_escape(w)}" for w in cmp.env_warnings), ""]
+        head += [
+            f"> ⚠️ Environment differs from the baseline{strict}:",
+            *(f"> - {md_escape(w)}" for w in cmp.env_warnings),
+            "",
+        ]
     sections: dict[str, list[CaseDiff]] = {"regressions": [], "improvements": [], "other": [], "unchanged": []}
     for d in cmp.cases:
         sections[_section(d)].append(d)
@@ -808,7 +871,9 @@ def render_compare_markdown(report: Report, cmp: Comparison, *, name: str = "def
     if not cmp.cases:
         head.append("_No cases._\n")
 
-    def build(findings: bool, max_rows: int | None, unchanged_rows: bool, max_cases: int | None, note: str | None) -> str:
+    def build(
+        findings: bool, max_rows: int | None, unchanged_rows: bool, max_cases: int | None, note: str | None
+    ) -> str:
         parts = ["\n".join(head)]
         if note:
             parts.append(note + "\n")
@@ -838,12 +903,16 @@ def render_compare_markdown(report: Report, cmp: Comparison, *, name: str = "def
         return text
 
     def cut_note(what: str) -> str:
-        return (f"> ✂️ Detail was cut to stay under GitHub's {limit:,}-character comment limit: {what}. "
-                "The full comparison is in `memaudit compare -v` output and the JSON report.")
+        return (
+            f"> ✂️ Detail was cut to stay under GitHub's {limit:,}-character comment limit: {what}. "
+            "The full comparison is in `memaudit compare -v` output and the JSON report."
+        )
 
-    steps = [("lists of findings left out", (False, None, True)),
-             ("lists of findings and the unchanged cases' table left out", (False, None, False)),
-             ("only the 8 largest changed buffers of each case shown", (False, 8, False))]
+    steps = [
+        ("lists of findings left out", (False, None, True)),
+        ("lists of findings and the unchanged cases' table left out", (False, None, False)),
+        ("only the 8 largest changed buffers of each case shown", (False, 8, False)),
+    ]
     for what, (findings, rows, unchanged) in steps:
         text = build(findings, rows, unchanged, None, cut_note(what))
         if _size(text) <= limit:
@@ -852,7 +921,10 @@ def render_compare_markdown(report: Report, cmp: Comparison, *, name: str = "def
     lo, hi = 0, changed
     while lo < hi:  # as many changed cases as fit, regressions first
         mid = (lo + hi + 1) // 2
-        if _size(build(False, 8, False, mid, cut_note(f"only the first {mid} of {changed} changed cases shown"))) <= limit:
+        if (
+            _size(build(False, 8, False, mid, cut_note(f"only the first {mid} of {changed} changed cases shown")))
+            <= limit
+        ):
             lo = mid
         else:
             hi = mid - 1

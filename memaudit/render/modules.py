@@ -20,15 +20,22 @@ def module_table(case: CaseReport, *, limit: int = 12) -> RenderableType | None:
     inside it, and what a checkpoint of it would free (bytes and rows). None when rows name no module."""
     if not case.modules:
         return None
-    table = Table(title="what to checkpoint: saved bytes by module call (with the calls inside it)", title_justify="left")
+    table = Table(
+        title="what to checkpoint: saved bytes by module call (with the calls inside it)", title_justify="left"
+    )
     table.add_column("module")
     table.add_column("rows", justify="right")
     table.add_column("saved", justify="right")
     table.add_column("checkpoint frees", justify="right")
     table.add_column("rows it frees")
     for g in case.modules[:limit]:
-        table.add_row(escape(g.module), str(len(g.rows)), fmt_bytes(g.saved_bytes), fmt_bytes(g.frees_bytes),
-                      _indices(g.frees) or "-")
+        table.add_row(
+            escape(g.module),
+            str(len(g.rows)),
+            fmt_bytes(g.saved_bytes),
+            fmt_bytes(g.frees_bytes),
+            _indices(g.frees) or "-",
+        )
     if len(case.modules) > limit:
         table.caption = f"{len(case.modules) - limit} smaller module calls not shown (all in the JSON: modules)"
     return table

@@ -44,16 +44,33 @@ FORMATS = ("png", "svg")
 KIND_GROUPS = ("data", "scale", "amax", "metadata", "tensor", "other")
 """Segments of a bar, bottom to top. ``scale`` is ``scale_inv`` plus ``scale``; ``other`` any kind
 memaudit could not classify (``unknown``)."""
-KIND_OF = {"data": "data", "scale_inv": "scale", "scale": "scale", "amax": "amax", "metadata": "metadata",
-           "tensor": "tensor"}
-KIND_LABEL = {"data": "data", "scale": "scale_inv / scale", "amax": "amax", "metadata": "metadata",
-              "tensor": "tensor (activations, BF16 inputs)", "other": "other (unclassified)"}
-KIND_COLOR = {"data": "#4C72B0", "scale": "#DD8452", "amax": "#C44E52", "metadata": "#8C8C8C",
-              "tensor": "#55A868", "other": "#8172B3"}
+KIND_OF = {
+    "data": "data",
+    "scale_inv": "scale",
+    "scale": "scale",
+    "amax": "amax",
+    "metadata": "metadata",
+    "tensor": "tensor",
+}
+KIND_LABEL = {
+    "data": "data",
+    "scale": "scale_inv / scale",
+    "amax": "amax",
+    "metadata": "metadata",
+    "tensor": "tensor (activations, BF16 inputs)",
+    "other": "other (unclassified)",
+}
+KIND_COLOR = {
+    "data": "#4C72B0",
+    "scale": "#DD8452",
+    "amax": "#C44E52",
+    "metadata": "#8C8C8C",
+    "tensor": "#55A868",
+    "other": "#8172B3",
+}
 ORIENTS = ("rowwise", "columnwise", "both", "none")
 ORIENT_HATCH = {"rowwise": "///", "columnwise": "\\\\\\", "both": "xxx", "none": ""}
 ORIENT_LABEL = {"rowwise": "rowwise", "columnwise": "columnwise", "both": "both (one copy)", "none": "no orientation"}
-
 
 
 @functools.cache
@@ -62,8 +79,9 @@ def recipe_order() -> tuple[str, ...]:
     declares comes after, by name)."""
 
     return union_recipes(builtin_targets())
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
-           "#7f7f7f")
+
+
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 MAX_NOTES = 8
 """Footnote lines at most; the rest are counted in one more line."""
@@ -193,8 +211,13 @@ def case_bar(case: CaseReport, label: str | None = None, *, variant: str | None 
         path = _case_path(case)
         label = case.recipe + (f"\n{path}" if path else "")
     if case.status != "ok":
-        return Bar(case.recipe, label, variant=variant, compare=compare,
-                   missing=Missing(case.recipe, case.status, case.reason or "", _tokens(case)))
+        return Bar(
+            case.recipe,
+            label,
+            variant=variant,
+            compare=compare,
+            missing=Missing(case.recipe, case.status, case.reason or "", _tokens(case)),
+        )
     segs, _ = saved_segments(case.rows)
     return Bar(case.recipe, label, tuple(segs), case.totals.saved_bytes, variant=variant, compare=compare)
 
@@ -257,8 +280,9 @@ def _source(report: Report) -> str:
     return f"{kind} on {', '.join(parts)}"
 
 
-def _pick_family(cases: list[CaseReport], score: Callable[[list[CaseReport]], tuple[int, ...]]) -> tuple[
-        tuple[Any, ...] | None, list[CaseReport], list[str]]:
+def _pick_family(
+    cases: list[CaseReport], score: Callable[[list[CaseReport]], tuple[int, ...]]
+) -> tuple[tuple[Any, ...] | None, list[CaseReport], list[str]]:
     """The family of ``cases`` with the best ``score`` (the first seen on a tie), its cases, and a
     note per family left out."""
     fams: dict[tuple[Any, ...], list[CaseReport]] = {}
@@ -267,8 +291,11 @@ def _pick_family(cases: list[CaseReport], score: Callable[[list[CaseReport]], tu
     if not fams:
         return None, [], []
     best = max(fams, key=lambda f: score(fams[f]))  # max keeps the first of equal scores
-    notes = [f"not drawn: {len(cs)} case(s) at {_family_text(f)} (another shape than the one drawn)"
-             for f, cs in fams.items() if f != best]
+    notes = [
+        f"not drawn: {len(cs)} case(s) at {_family_text(f)} (another shape than the one drawn)"
+        for f, cs in fams.items()
+        if f != best
+    ]
     return best, fams[best], notes
 
 
@@ -307,28 +334,41 @@ def tokens_from_report(report: Report, groups: int) -> TokensFigure | None:
         missing += [Missing(recipe, c.status, c.reason or "", _tokens(c)) for c in mine if c.status != "ok"]
         if ok:
             paths = {_case_path(c) for c in ok}
-            lines.append(Line(recipe, tuple(_tokens(c) or 0 for c in ok), tuple(c.totals.saved_bytes for c in ok),
-                              path=paths.pop() if len(paths) == 1 else None))
+            lines.append(
+                Line(
+                    recipe,
+                    tuple(_tokens(c) or 0 for c in ok),
+                    tuple(c.totals.saved_bytes for c in ok),
+                    path=paths.pop() if len(paths) == 1 else None,
+                )
+            )
     return TokensFigure(
         title=f"Saved for backward vs tokens: {fam[0]}, G = {groups}, {_family_text(fam)}",
         subtitle=f"{_source(report)}. Saved bytes = physical minus parameter bytes (what the gate compares).",
-        groups=groups, lines=tuple(lines), missing=tuple(missing),
-        notes=tuple(notes + dup_notes + _case_notes(cases)))
+        groups=groups,
+        lines=tuple(lines),
+        missing=tuple(missing),
+        notes=tuple(notes + dup_notes + _case_notes(cases)),
+    )
 
 
 def kinds_from_report(report: Report, groups: int, tokens: int | None = None) -> KindsFigure:
     """Figure 2 of a report at ``groups`` and ``tokens`` (default: the largest token count at G)."""
     at_g = [c for c in report.cases if c.groups == groups]
     if not at_g:
-        raise UsageError(f"no case has G = {groups}; the report has G = {', '.join(map(str, report_groups(report)))}",
-                         key="--groups")
+        raise UsageError(
+            f"no case has G = {groups}; the report has G = {', '.join(map(str, report_groups(report)))}", key="--groups"
+        )
     counts = sorted({t for c in at_g if (t := _tokens(c)) is not None})
     if tokens is None and counts:
         tokens = counts[-1]
     if tokens is not None:
         if tokens not in counts:
-            raise UsageError(f"no case at G = {groups} has {tokens} tokens; they have "
-                             f"{', '.join(map(str, counts)) or 'no tokens dimension'}", key="--tokens")
+            raise UsageError(
+                f"no case at G = {groups} has {tokens} tokens; they have "
+                f"{', '.join(map(str, counts)) or 'no tokens dimension'}",
+                key="--tokens",
+            )
         at_g = [c for c in at_g if _tokens(c) == tokens]
     fam, cases, notes = _pick_family(at_g, lambda cs: (len(cs),))
     assert fam is not None
@@ -336,13 +376,19 @@ def kinds_from_report(report: Report, groups: int, tokens: int | None = None) ->
     bars = [case_bar(c) for c in sorted(cases, key=lambda c: _recipe_key(c.recipe))]
     for b, c in zip(bars, sorted(cases, key=lambda c: _recipe_key(c.recipe)), strict=True):
         if b.missing is None and sum(s.bytes for s in b.segments) != b.saved_bytes:
-            notes.append(f"{c.id}: its rows count {fmt_bytes(sum(s.bytes for s in b.segments))}, "
-                         f"its totals say {fmt_bytes(b.saved_bytes)} (the bar shows the rows)")
+            notes.append(
+                f"{c.id}: its rows count {fmt_bytes(sum(s.bytes for s in b.segments))}, "
+                f"its totals say {fmt_bytes(b.saved_bytes)} (the bar shows the rows)"
+            )
     where = f"T = {tokens:,} ({fmt_tokens(tokens)}), " if tokens is not None else ""
     return KindsFigure(
         title=f"What is saved for backward: {fam[0]}, {where}G = {groups}, {_family_text(fam)}",
         subtitle=f"{_source(report)}. Each storage counted once, parameters left out: the bars are saved bytes.",
-        tokens=tokens, groups=groups, bars=tuple(bars), notes=tuple(notes + dup_notes + _case_notes(cases)))
+        tokens=tokens,
+        groups=groups,
+        bars=tuple(bars),
+        notes=tuple(notes + dup_notes + _case_notes(cases)),
+    )
 
 
 # ---- from an estimate ------------------------------------------------------------------------------
@@ -449,8 +495,9 @@ def _figure(width: float, height: float) -> Figure:
     return Figure(figsize=(width, height), dpi=110)
 
 
-def _finish(fig: Figure, title: str, subtitle: str, notes: Sequence[str], width: float, axes_height: float,
-            legend_width: float) -> None:
+def _finish(
+    fig: Figure, title: str, subtitle: str, notes: Sequence[str], width: float, axes_height: float, legend_width: float
+) -> None:
     """Title, subtitle and the footnote; size the figure so that none overlaps the axes."""
     chars = int((width - LEFT_IN - 0.2) * 15.5)  # 8-pt DejaVu Sans: about 15 characters an inch
     foot = _footnote(notes, chars) if notes else ""
@@ -458,13 +505,23 @@ def _finish(fig: Figure, title: str, subtitle: str, notes: Sequence[str], width:
     top_in, bottom_in = 0.85, 0.75 + 0.16 * n_foot + (0.1 if foot else 0)
     height = top_in + axes_height + bottom_in
     fig.set_size_inches(width, height)
-    fig.subplots_adjust(left=LEFT_IN / width, right=1 - legend_width / width, top=1 - top_in / height,
-                        bottom=bottom_in / height)
+    fig.subplots_adjust(
+        left=LEFT_IN / width, right=1 - legend_width / width, top=1 - top_in / height, bottom=bottom_in / height
+    )
     fig.text(LEFT_IN / width, 1 - 0.22 / height, title, fontsize=11, weight="bold", va="top", ha="left")
     fig.text(LEFT_IN / width, 1 - 0.5 / height, subtitle, fontsize=8.5, color="#444444", va="top", ha="left")
     if foot:
-        fig.text(LEFT_IN / width, 0.1 / height, foot, fontsize=8, va="bottom", ha="left", color="#333333",
-                 linespacing=1.35, gid="footnote")
+        fig.text(
+            LEFT_IN / width,
+            0.1 / height,
+            foot,
+            fontsize=8,
+            va="bottom",
+            ha="left",
+            color="#333333",
+            linespacing=1.35,
+            gid="footnote",
+        )
 
 
 def draw_tokens(data: TokensFigure) -> Figure:
@@ -497,8 +554,10 @@ def draw_tokens(data: TokensFigure) -> Figure:
             base = solid.get(ln.recipe)
             if base is not None and base.tokens and base.tokens[-1] == ln.tokens[-1] and base.saved_bytes[-1]:
                 delta = ln.saved_bytes[-1] - base.saved_bytes[-1]
-                label += (f"\n{'+' if delta > 0 else '-'}{fmt_bytes(abs(delta))} ({100 * delta / base.saved_bytes[-1]:+.0f}%)"
-                          f" at {fmt_tokens(ln.tokens[-1])}")
+                label += (
+                    f"\n{'+' if delta > 0 else '-'}{fmt_bytes(abs(delta))} ({100 * delta / base.saved_bytes[-1]:+.0f}%)"
+                    f" at {fmt_tokens(ln.tokens[-1])}"
+                )
         elif same:
             label += f"\n(the same bytes as {same})"
         elif close:
@@ -506,11 +565,20 @@ def draw_tokens(data: TokensFigure) -> Figure:
         # Earlier recipes are drawn on top; a line (nearly) equal to one drawn before gets a
         # hollow, larger marker on top of it, so that both stay visible.
         hollow = bool(same or close)
-        ax.plot(ln.tokens, ln.saved_bytes, ls="--" if ln.dashed else "-", color=color, lw=1.5 if ln.dashed else 1.8,
-                marker=None if ln.dashed else marker, ms=(9 if same else 11) if hollow else 5.5,
-                mfc="none" if hollow else color, mew=1.5, label=label,
-                zorder=3.0 if (ln.dashed or hollow) else 2.0 + (len(recipes) - rank) / (10 * len(recipes)),
-                gid=f"{ln.recipe}:{ln.variant or 'measured'}{':dashed' if ln.dashed else ''}")
+        ax.plot(
+            ln.tokens,
+            ln.saved_bytes,
+            ls="--" if ln.dashed else "-",
+            color=color,
+            lw=1.5 if ln.dashed else 1.8,
+            marker=None if ln.dashed else marker,
+            ms=(9 if same else 11) if hollow else 5.5,
+            mfc="none" if hollow else color,
+            mew=1.5,
+            label=label,
+            zorder=3.0 if (ln.dashed or hollow) else 2.0 + (len(recipes) - rank) / (10 * len(recipes)),
+            gid=f"{ln.recipe}:{ln.variant or 'measured'}{':dashed' if ln.dashed else ''}",
+        )
         drawn.append(ln)
     for recipe in recipes:  # a recipe without any drawn point still has its legend entry
         if recipe not in solid:
@@ -522,8 +590,19 @@ def draw_tokens(data: TokensFigure) -> Figure:
         stacked: dict[int, int] = {}
         for t, color in xs_missing:
             k = stacked[t] = stacked.get(t, -1) + 1
-            ax.plot([t], [0.03 + 0.035 * k], ls="none", marker="x", ms=7, mew=1.6, color=color, transform=trans,
-                    clip_on=False, gid="missing", zorder=4)
+            ax.plot(
+                [t],
+                [0.03 + 0.035 * k],
+                ls="none",
+                marker="x",
+                ms=7,
+                mew=1.6,
+                color=color,
+                transform=trans,
+                clip_on=False,
+                gid="missing",
+                zorder=4,
+            )
         ax.plot([], [], ls="none", marker="x", ms=7, mew=1.6, color="#555555", label="skipped or failed (listed below)")
     all_x = [t for ln in data.lines for t in ln.tokens] + [t for t, _ in xs_missing]
     all_y = [y for ln in data.lines for y in ln.saved_bytes if y > 0]
@@ -548,8 +627,16 @@ def draw_tokens(data: TokensFigure) -> Figure:
     ax.set_xlabel("tokens T (log scale)")
     ax.set_ylabel("saved bytes (log scale)")
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8.5, frameon=False, borderaxespad=0.0,
-              title=f"recipe (G = {data.groups})", title_fontsize=9, alignment="left")
+    ax.legend(
+        loc="upper left",
+        bbox_to_anchor=(1.02, 1.0),
+        fontsize=8.5,
+        frameon=False,
+        borderaxespad=0.0,
+        title=f"recipe (G = {data.groups})",
+        title_fontsize=9,
+        alignment="left",
+    )
     _finish(fig, data.title, data.subtitle, missing_notes(data.missing) + list(data.notes), width, axes_h, legend_w)
     return fig
 
@@ -584,30 +671,60 @@ def draw_kinds(data: KindsFigure) -> Figure:
         elif i:
             x += 0.9
         xs.append(x)
-    top = max([b.saved_bytes for b in data.bars if b.missing is None] + [sum(s.bytes for s in b.segments) for b in data.bars]
-              + [1])
+    top = max(
+        [b.saved_bytes for b in data.bars if b.missing is None]
+        + [sum(s.bytes for s in b.segments) for b in data.bars]
+        + [1]
+    )
     ymax = top * 1.12
     used: set[tuple[str, str]] = set()
     for b, x in zip(data.bars, xs, strict=True):
         bottom = 0
         for s in b.segments:
-            ax.bar(x, s.bytes, bottom=bottom, width=0.8, color=KIND_COLOR[s.kind], hatch=ORIENT_HATCH[s.orientation],
-                   edgecolor="white", linewidth=0.6, alpha=0.75 if b.compare else 1.0,
-                   gid=f"bar:{b.label}:{s.kind}:{s.orientation}")
+            ax.bar(
+                x,
+                s.bytes,
+                bottom=bottom,
+                width=0.8,
+                color=KIND_COLOR[s.kind],
+                hatch=ORIENT_HATCH[s.orientation],
+                edgecolor="white",
+                linewidth=0.6,
+                alpha=0.75 if b.compare else 1.0,
+                gid=f"bar:{b.label}:{s.kind}:{s.orientation}",
+            )
             if s.bytes >= 0.07 * ymax:
-                ax.text(x, bottom + s.bytes / 2, fmt_bytes(s.bytes), ha="center", va="center", fontsize=7.5,
-                        color="black", bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none", "alpha": 0.85})
+                ax.text(
+                    x,
+                    bottom + s.bytes / 2,
+                    fmt_bytes(s.bytes),
+                    ha="center",
+                    va="center",
+                    fontsize=7.5,
+                    color="black",
+                    bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none", "alpha": 0.85},
+                )
             bottom += s.bytes
             used.add((s.kind, s.orientation))
         if b.missing is not None:
             ax.bar(x, ymax * 0.9, width=0.8, fill=False, edgecolor="#999999", ls="--", lw=1.0, gid=f"empty:{b.label}")
             reason = short_reason(b.missing.reason)
             text = textwrap.fill(f"{b.missing.status}: {reason[:100]}{'...' if len(reason) > 100 else ''}", 34)
-            ax.text(x, ymax * 0.45, text, rotation=90, ha="center", va="center", fontsize=7.5, color="#555555",
-                    gid=f"reason:{b.label}")
+            ax.text(
+                x,
+                ymax * 0.45,
+                text,
+                rotation=90,
+                ha="center",
+                va="center",
+                fontsize=7.5,
+                color="#555555",
+                gid=f"reason:{b.label}",
+            )
         else:
-            ax.text(x, bottom + ymax * 0.01, fmt_bytes(b.saved_bytes), ha="center", va="bottom", fontsize=8.5,
-                    weight="bold")
+            ax.text(
+                x, bottom + ymax * 0.01, fmt_bytes(b.saved_bytes), ha="center", va="bottom", fontsize=8.5, weight="bold"
+            )
     ax.set_xticks(xs, [b.label for b in data.bars], fontsize=8.5)
     ax.set_xlim(-0.7, (xs[-1] if xs else 0) + 0.7)
     ax.yaxis.set_major_locator(linear_byte_locator(ymax))
@@ -619,13 +736,28 @@ def draw_kinds(data: KindsFigure) -> Figure:
     kinds = [k for k in KIND_GROUPS if any(k == u[0] for u in used)]
     orients = [o for o in ORIENTS if any(o == u[1] for u in used)]
     handles = [Patch(facecolor=KIND_COLOR[k], label=KIND_LABEL[k]) for k in kinds]
-    handles += [Patch(facecolor="#dddddd", edgecolor="#555555", hatch=ORIENT_HATCH[o], label=ORIENT_LABEL[o])
-                for o in orients]
+    handles += [
+        Patch(facecolor="#dddddd", edgecolor="#555555", hatch=ORIENT_HATCH[o], label=ORIENT_LABEL[o]) for o in orients
+    ]
     if handles:
-        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8.5, frameon=False,
-                  borderaxespad=0.0, title="kind (colour), orientation (hatch)", title_fontsize=9, alignment="left")
-    notes = missing_notes([dataclasses.replace(b.missing, recipe=b.label.replace("\n", " "), tokens=None)
-                           for b in data.bars if b.missing is not None])
+        ax.legend(
+            handles=handles,
+            loc="upper left",
+            bbox_to_anchor=(1.02, 1.0),
+            fontsize=8.5,
+            frameon=False,
+            borderaxespad=0.0,
+            title="kind (colour), orientation (hatch)",
+            title_fontsize=9,
+            alignment="left",
+        )
+    notes = missing_notes(
+        [
+            dataclasses.replace(b.missing, recipe=b.label.replace("\n", " "), tokens=None)
+            for b in data.bars
+            if b.missing is not None
+        ]
+    )
     small = _small_parts(data.bars, ymax)
     _finish(fig, data.title, data.subtitle, notes + small + list(data.notes), width, axes_h, legend_w)
     return fig
@@ -640,7 +772,9 @@ def _small_parts(bars: Sequence[Bar], ymax: float) -> list[str]:
             if s.bytes < 0.01 * ymax:
                 thin[s.kind] = thin.get(s.kind, 0) + s.bytes
         if thin:
-            parts.append(f"{b.label.replace(chr(10), ' ')}: " + ", ".join(f"{k} {fmt_bytes(v)}" for k, v in thin.items()))
+            parts.append(
+                f"{b.label.replace(chr(10), ' ')}: " + ", ".join(f"{k} {fmt_bytes(v)}" for k, v in thin.items())
+            )
     return ["too thin to see (under 1% of the axis): " + "; ".join(parts)] if parts else []
 
 
@@ -651,8 +785,9 @@ def plot_format(path: Path, key: str) -> str:
     """``png`` or ``svg`` from the file's extension; anything else is a UsageError naming ``key``."""
     ext = path.suffix.lower().lstrip(".")
     if ext not in FORMATS:
-        raise UsageError(f"cannot tell the format of {str(path)!r} from its extension; name a .png or .svg file",
-                         key=key)
+        raise UsageError(
+            f"cannot tell the format of {str(path)!r} from its extension; name a .png or .svg file", key=key
+        )
     return ext
 
 

@@ -47,8 +47,10 @@ class RankView:
         head = f"{s.case} · {n} rank{'s' if n != 1 else ''} ({self.layout})"
         if s.saved is None:
             return head + " · not every rank is ok"
-        return (f"{head} · worst rank {s.saved.worst_rank} ({self.keys[s.saved.worst_rank]}) saved {fmt_bytes(s.saved.max)}"
-                f" · imbalance {imbalance(s.saved)}")
+        return (
+            f"{head} · worst rank {s.saved.worst_rank} ({self.keys[s.saved.worst_rank]}) saved {fmt_bytes(s.saved.max)}"
+            f" · imbalance {imbalance(s.saved)}"
+        )
 
     def notes(self) -> list[str]:
         """The ranks' coordinates, the ranks that are not ok, the replicas' check."""
@@ -60,7 +62,10 @@ class RankView:
             out.append("no case: " + ", ".join(f"rank {r}" for r in s.missing))
         for rep in s.replicas:
             ranks = ", ".join(map(str, rep.ranks))
-            out.append(f"dp replicas {rep.group} (ranks {ranks}): " + ("identical" if rep.identical else f"DIFFER: {rep.difference}"))
+            out.append(
+                f"dp replicas {rep.group} (ranks {ranks}): "
+                + ("identical" if rep.identical else f"DIFFER: {rep.difference}")
+            )
         return out
 
 
@@ -108,17 +113,27 @@ def _per_rank_sheet(v: RankView) -> Sheet:
     for what, sp in v.lines:
         cells: list[str | Text] = [what]
         for r, value in zip(v.summary.ranks, sp.per_rank, strict=True):
-            cells.append(Text(fmt_bytes(value), style="bold" if r == sp.worst_rank and sp.imbalance not in (None, 1.0) else ""))
+            cells.append(
+                Text(fmt_bytes(value), style="bold" if r == sp.worst_rank and sp.imbalance not in (None, 1.0) else "")
+            )
         sheet.add_row(*cells, imbalance(sp))
     return sheet
 
 
 def _spread_sheet(v: RankView) -> Sheet:
-    cols = [text_col("what"), value_col("worst", "right"), value_col("max", "right"), value_col("mean", "right"), value_col("min", "right"),
-            value_col("max/mean", "right")]
+    cols = [
+        text_col("what"),
+        value_col("worst", "right"),
+        value_col("max", "right"),
+        value_col("mean", "right"),
+        value_col("min", "right"),
+        value_col("max/mean", "right"),
+    ]
     sheet = Sheet(cols, title=Text(v.title()), caption=Text("\n".join(v.notes())))
     for what, sp in v.lines:
-        sheet.add_row(what, f"r{sp.worst_rank}", fmt_bytes(sp.max), fmt_bytes(round(sp.mean)), fmt_bytes(sp.min), imbalance(sp))
+        sheet.add_row(
+            what, f"r{sp.worst_rank}", fmt_bytes(sp.max), fmt_bytes(round(sp.mean)), fmt_bytes(sp.min), imbalance(sp)
+        )
     return sheet
 
 

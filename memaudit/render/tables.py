@@ -61,8 +61,15 @@ def _case_sheet(case: CaseReport, show_expected: bool, compact: bool) -> Sheet:
         cols += [value_col("expected", "right")] if show_expected else []
         cols.append(text_col("what"))
     else:
-        cols = [value_col("#", "right"), value_col("operand"), text_col("what"), value_col("shape"), value_col("bytes", "right"),
-                text_col("where"), text_col("storage")]
+        cols = [
+            value_col("#", "right"),
+            value_col("operand"),
+            text_col("what"),
+            value_col("shape"),
+            value_col("bytes", "right"),
+            text_col("where"),
+            text_col("storage"),
+        ]
         cols += [text_col("read")] if analysed else []
         cols += [value_col("expected", "right")] if show_expected else []
     sheet = Sheet(cols, title=_title(case), caption=Text.from_markup(totals_line(case)), keep={"expected"})
@@ -80,9 +87,17 @@ def _case_sheet(case: CaseReport, show_expected: bool, compact: bool) -> Sheet:
         expected = [_expected_cell(row)] if show_expected else []
         if compact:
             dtype = _SHORT_DTYPE.get(row.dtype, row.dtype)
-            what = " ".join([what, *row.notes(), *([f"at {row.source}"] if row.source else []),  # --stack's source line
-                             *([verdict_cell(row)] if analysed else [])])
-            sheet.add_row(str(row.index), operand, f"{fmt_shape(row.shape)} {dtype}", fmt_bytes(row.bytes), *expected, what)
+            what = " ".join(
+                [
+                    what,
+                    *row.notes(),
+                    *([f"at {row.source}"] if row.source else []),  # --stack's source line
+                    *([verdict_cell(row)] if analysed else []),
+                ]
+            )
+            sheet.add_row(
+                str(row.index), operand, f"{fmt_shape(row.shape)} {dtype}", fmt_bytes(row.bytes), *expected, what
+            )
             continue
         where = ".".join(p for p in (row.container, row.slot) if p) if row.container else (row.slot or "")
         if by_module and not row.container:
@@ -95,8 +110,17 @@ def _case_sheet(case: CaseReport, show_expected: bool, compact: bool) -> Sheet:
             where = f"{where} at {row.source}" if where else row.source
         storage = " ".join(n for n in (row.storage or "", *row.notes()) if n)
         verdict = [_verdict_text(row)] if analysed else []
-        sheet.add_row(str(row.index), operand, what, f"{fmt_shape(row.shape)} {row.dtype}", fmt_bytes(row.bytes),
-                      where, storage, *verdict, *expected)
+        sheet.add_row(
+            str(row.index),
+            operand,
+            what,
+            f"{fmt_shape(row.shape)} {row.dtype}",
+            fmt_bytes(row.bytes),
+            where,
+            storage,
+            *verdict,
+            *expected,
+        )
     return sheet
 
 
@@ -109,9 +133,7 @@ def _verdict_text(row: Row) -> Text:
 
 
 def case_table(case: CaseReport, *, show_expected: bool = False, width: int | None = None) -> RenderableType:
-    """All rows of a case, grouped by operand; in ``width`` columns (None: as wide as it needs).
-
-    """
+    """All rows of a case, grouped by operand; in ``width`` columns (None: as wide as it needs)."""
     return fit(width, _case_sheet(case, show_expected, False), lambda: _case_sheet(case, show_expected, True))
 
 
@@ -151,7 +173,13 @@ def totals_line(case: CaseReport) -> str:
 def _summary_sheet(cases: Iterable[CaseReport], compact: bool) -> Sheet:
     cases = list(cases)
     analysed = any(c.unread is not None for c in cases)
-    cols = [value_col("case"), text_col("status"), value_col("path"), value_col("rows", "right"), value_col("saved", "right")]
+    cols = [
+        value_col("case"),
+        text_col("status"),
+        value_col("path"),
+        value_col("rows", "right"),
+        value_col("saved", "right"),
+    ]
     cols += [value_col("never read", "right")] if analysed else []
     if not compact:
         cols += [value_col("parameters", "right"), value_col("logical", "right")]
@@ -166,11 +194,20 @@ def _summary_sheet(cases: Iterable[CaseReport], compact: bool) -> Sheet:
         label = registry.execution_label(c)
         if label is not None:
             status.append(f" {label}", style="magenta" if c.emulation is not None else "cyan")
-        cells: list[str | Text] = [c.id, status, path, str(c.totals.rows) if ok else "", fmt_bytes(c.totals.saved_bytes) if ok else ""]
+        cells: list[str | Text] = [
+            c.id,
+            status,
+            path,
+            str(c.totals.rows) if ok else "",
+            fmt_bytes(c.totals.saved_bytes) if ok else "",
+        ]
         if analysed:
             cells.append(_unread_cell(c))
         if not compact:
-            cells += [fmt_bytes(c.totals.parameter_bytes) if ok else "", fmt_bytes(c.totals.logical_bytes) if ok else ""]
+            cells += [
+                fmt_bytes(c.totals.parameter_bytes) if ok else "",
+                fmt_bytes(c.totals.logical_bytes) if ok else "",
+            ]
         cells.append(c.reason or "")
         sheet.add_row(*cells)
     return sheet

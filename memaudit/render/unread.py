@@ -83,7 +83,9 @@ def unread_block(cases: Iterable[CaseReport]) -> RenderableType | None:
         line.append(f" {b.bytes:,} B", style="bold")
         lines.append(line)
     if len(buffers) > MAX_LINES:
-        lines.append(Text(f"... and {len(buffers) - MAX_LINES} more unread buffers (the JSON report lists every row's verdict)"))
+        lines.append(
+            Text(f"... and {len(buffers) - MAX_LINES} more unread buffers (the JSON report lists every row's verdict)")
+        )
     return Group(*lines)
 
 

@@ -49,8 +49,9 @@ def _verdict_sheet(verdicts: list[Verdict], show_na: bool, max_rows: int) -> She
     return sheet
 
 
-def render_verdicts(verdicts: Iterable[Verdict], *, show_na: bool = False, max_rows: int = MAX_ROWS,
-                    width: int | None = None) -> RenderableType:
+def render_verdicts(
+    verdicts: Iterable[Verdict], *, show_na: bool = False, max_rows: int = MAX_ROWS, width: int | None = None
+) -> RenderableType:
     """One row per (case, rule) verdict; a skipped or errored case is one n/a row; in ``width``
     columns (compact: each case id on a line of its own above its rules).
 

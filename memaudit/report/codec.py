@@ -121,8 +121,12 @@ def _refuse_lone_surrogates(data: Any, source: str) -> None:
             if key is not None:
                 bad, path = _LONE_SURROGATE.search(key), path + (key,)
         if bad is not None:
-            raise UsageError(f"holds a lone surrogate {bad.group().encode('utf-8', 'backslashreplace').decode()!r}, "
-                             "which is not valid Unicode text", source=source, key=_where(path, data) or None)
+            raise UsageError(
+                f"holds a lone surrogate {bad.group().encode('utf-8', 'backslashreplace').decode()!r}, "
+                "which is not valid Unicode text",
+                source=source,
+                key=_where(path, data) or None,
+            )
 
 
 def decode_report(text: str, source: str) -> Any:
@@ -134,12 +138,16 @@ def decode_report(text: str, source: str) -> Any:
         marked = json.loads(text, object_pairs_hook=_marking, parse_constant=_no_constant)
         path, obj = next((p, x) for p, x in _walk(marked) if isinstance(x, _Twice))
         where = _where(path, marked)
-        raise UsageError(f"key {obj.key!r} appears twice{' in ' + where if where else ' at the top level'} "
-                         "(JSON keeps the last, a reader sees the first: a report that says two things is refused)",
-                         source=source, key=_where(path + (obj.key,), marked)) from None
+        raise UsageError(
+            f"key {obj.key!r} appears twice{' in ' + where if where else ' at the top level'} "
+            "(JSON keeps the last, a reader sees the first: a report that says two things is refused)",
+            source=source,
+            key=_where(path + (obj.key,), marked),
+        ) from None
     except json.JSONDecodeError as exc:
         raise UsageError(
-            f"not valid JSON (truncated or corrupted?): {exc.msg} at line {exc.lineno} column {exc.colno}", source=source
+            f"not valid JSON (truncated or corrupted?): {exc.msg} at line {exc.lineno} column {exc.colno}",
+            source=source,
         ) from None
     except RecursionError:
         raise UsageError(f"nested too deep (at most {MAX_DEPTH} levels)", source=source) from None
@@ -194,33 +202,67 @@ def _validators() -> dict[str, Any]:
         td.__pydantic_config__ = config  # type: ignore[attr-defined]
         return td
 
-    row = typed(Row, {
-        "kind": Literal[KINDS], "orientation": Literal[ORIENTATIONS] | None, "resides": Literal[RESIDES],
-        "via": Literal[VIA], "shape": list[count], "group": Annotated[int, Field(ge=0, le=MAX_DIM)] | None,
-        "read": Literal[READ_VERDICTS] | None, "read_by": text | None,
-    })
+    row = typed(
+        Row,
+        {
+            "kind": Literal[KINDS],
+            "orientation": Literal[ORIENTATIONS] | None,
+            "resides": Literal[RESIDES],
+            "via": Literal[VIA],
+            "shape": list[count],
+            "group": Annotated[int, Field(ge=0, le=MAX_DIM)] | None,
+            "read": Literal[READ_VERDICTS] | None,
+            "read_by": text | None,
+        },
+    )
     totals = typed(Totals, {"unread_bytes": count | None})
     unread = typed(Unread, {"methods": Annotated[list[Literal[UNREAD_METHODS]], Field(min_length=1, max_length=2)]})
     emulation = typed(Emulation, {"machine": dict[str, str]})
     module_group = typed(ModuleGroup, {"module": text, "rows": list[count], "frees": list[count]})
 
-    budget = TypedDict("Budget", {**dict.fromkeys(("rule", "kind", "verdict", "expected", "actual", "select", "message"), str),
-                                  "rows": list[count]})  # type: ignore[operator]
+    budget = TypedDict(
+        "Budget",
+        {
+            **dict.fromkeys(("rule", "kind", "verdict", "expected", "actual", "select", "message"), str),
+            "rows": list[count],
+        },
+    )  # type: ignore[operator]
     budget.__pydantic_config__ = config  # type: ignore[attr-defined]
-
 
     dist_types = pydantic_types(config, count, text)
     scalar = str | bool | int | float
     case_fields = {
-        "id": text, "target": text, "recipe": text, "groups": groups, "dtype": Literal[(*DTYPES, "-")],
-        "device": Annotated[str, Field(pattern=f"^(?:{DEVICE.pattern})$")], "splits": list[Annotated[int, Field(ge=0, le=MAX_DIM)]],
-        "options": dict[str, scalar | None], "status": Literal[STATUSES], "reason": text | None,
-        "path": dict[str, Any] | None, "rows": list[row], "freed": list[row], "totals": totals,
-        "warnings": list[str], "budgets": list[budget], "complete": bool, "allocator": dict[str, Any] | None,
-        "execution": Literal["measured", "emulated"], "emulation": emulation, "modules": list[module_group],
-        "dist": dist_types["RankInfo"], "unread": unread,
+        "id": text,
+        "target": text,
+        "recipe": text,
+        "groups": groups,
+        "dtype": Literal[(*DTYPES, "-")],
+        "device": Annotated[str, Field(pattern=f"^(?:{DEVICE.pattern})$")],
+        "splits": list[Annotated[int, Field(ge=0, le=MAX_DIM)]],
+        "options": dict[str, scalar | None],
+        "status": Literal[STATUSES],
+        "reason": text | None,
+        "path": dict[str, Any] | None,
+        "rows": list[row],
+        "freed": list[row],
+        "totals": totals,
+        "warnings": list[str],
+        "budgets": list[budget],
+        "complete": bool,
+        "allocator": dict[str, Any] | None,
+        "execution": Literal["measured", "emulated"],
+        "emulation": emulation,
+        "modules": list[module_group],
+        "dist": dist_types["RankInfo"],
+        "unread": unread,
     }
-    written = set(case_fields) - {"execution", "emulation", "modules", "dist", "unread"}  # what /2 and /3 write for every case
+    written = set(case_fields) - {
+        "execution",
+        "emulation",
+        "modules",
+        "dist",
+        "unread",
+    }  # what /2 and /3 write for every case
     first = {"id", "target", "recipe", "groups"}  # what a /1 report surely has
     adapters = {}
     for schema_name, required in ((SCHEMA, written), ("memaudit.report/2", written), ("memaudit.report/1", first)):
@@ -228,8 +270,13 @@ def _validators() -> dict[str, Any]:
         case = TypedDict("Case", ann)  # type: ignore[operator]
         case.__pydantic_config__ = config  # type: ignore[attr-defined]
         adapters[schema_name] = TypeAdapter(case)
-    return {"cases": adapters, "case_keys": frozenset(case_fields), "Row": TypeAdapter(row), "Totals": TypeAdapter(totals),
-            "DistRun": TypeAdapter(dist_types["DistRun"])}
+    return {
+        "cases": adapters,
+        "case_keys": frozenset(case_fields),
+        "Row": TypeAdapter(row),
+        "Totals": TypeAdapter(totals),
+        "DistRun": TypeAdapter(dist_types["DistRun"]),
+    }
 
 
 def schema() -> dict[str, Any]:
@@ -248,9 +295,17 @@ def schema() -> dict[str, Any]:
     ref = {name: refs[(name, "validation")] for name, _ in adapters}
     text = {"type": "string"}
     return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema", "title": SCHEMA, "type": "object",
-        "properties": {"schema": {"const": SCHEMA}, "memaudit": text, "created": text, "environment": {"type": "object"},
-                       "cases": {"type": "array", "items": ref["Case"]}, "dist": ref["DistRun"]},
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": SCHEMA,
+        "type": "object",
+        "properties": {
+            "schema": {"const": SCHEMA},
+            "memaudit": text,
+            "created": text,
+            "environment": {"type": "object"},
+            "cases": {"type": "array", "items": ref["Case"]},
+            "dist": ref["DistRun"],
+        },
         "required": ["schema", "memaudit", "created", "environment", "cases"],
         "additionalProperties": False,
         "$defs": defs,
@@ -263,15 +318,23 @@ def _validation_error(exc: Any, source: str, where: str, data: Any) -> UsageErro
     e = errors[0]
     loc = _existing(tuple(e["loc"]), data)
     if len(loc) < len(e["loc"]) and e["type"] not in ("missing", "extra_forbidden"):  # a union: each member's error
-        kinds = sorted({str(x["loc"][len(loc)]) for x in errors if len(x["loc"]) > len(loc) and tuple(x["loc"][:len(loc)]) == loc})
-        return UsageError(f"expected {' or '.join(kinds) or 'another type'}, got {short_value(e.get('input'))}", source=source,
-                          key=_join_where(where, _where(loc, data)))
+        kinds = sorted(
+            {str(x["loc"][len(loc)]) for x in errors if len(x["loc"]) > len(loc) and tuple(x["loc"][: len(loc)]) == loc}
+        )
+        return UsageError(
+            f"expected {' or '.join(kinds) or 'another type'}, got {short_value(e.get('input'))}",
+            source=source,
+            key=_join_where(where, _where(loc, data)),
+        )
     if e["type"] == "missing":
         return UsageError(f"missing key(s) {loc[-1]}", source=source, key=_join_where(where, _where(loc[:-1], data)))
     if e["type"] == "extra_forbidden":
         return UsageError(f"unknown key(s) {loc[-1]}", source=source, key=_join_where(where, _where(loc[:-1], data)))
-    return UsageError(f"{e['msg'][0].lower()}{e['msg'][1:]}, got {short_value(e.get('input'))}", source=source,
-                      key=_join_where(where, _where(loc, data)))
+    return UsageError(
+        f"{e['msg'][0].lower()}{e['msg'][1:]}, got {short_value(e.get('input'))}",
+        source=source,
+        key=_join_where(where, _where(loc, data)),
+    )
 
 
 def _existing(loc: tuple[Any, ...], data: Any) -> tuple[Any, ...]:
@@ -280,7 +343,13 @@ def _existing(loc: tuple[Any, ...], data: Any) -> tuple[Any, ...]:
     out: list[Any] = []
     obj = data
     for p in loc:
-        if isinstance(obj, dict) and isinstance(p, str) or isinstance(obj, list) and isinstance(p, int) and 0 <= p < len(obj):
+        if (
+            isinstance(obj, dict)
+            and isinstance(p, str)
+            or isinstance(obj, list)
+            and isinstance(p, int)
+            and 0 <= p < len(obj)
+        ):
             out.append(p)
             obj = obj.get(p) if isinstance(obj, dict) else obj[p]  # type: ignore[index]  # an int on a list (checked)
         else:
@@ -313,7 +382,10 @@ def _row_problems(rows: list[Row], which: str, groups: int) -> tuple[str, str] |
         if r.index != i:
             return f"{at}.index", f"row {i} says index {r.index}: rows are numbered in order from 0"
         if r.duplicate_of is not None and not r.duplicate_of < i:
-            return f"{at}.duplicate_of", f"{r.duplicate_of} is not an earlier row (a duplicate points back at the first view)"
+            return (
+                f"{at}.duplicate_of",
+                f"{r.duplicate_of} is not an earlier row (a duplicate points back at the first view)",
+            )
         ci = r.container_index
         if ci is not None and not (ci < i and rows[ci].kind == "container"):
             return f"{at}.container_index", f"{ci} is not an earlier container row"
@@ -322,8 +394,11 @@ def _row_problems(rows: list[Row], which: str, groups: int) -> tuple[str, str] |
         if r.storage is not None:
             first = storage_bytes.setdefault(r.storage, (i, r.storage_bytes))
             if first[1] != r.storage_bytes:
-                return (f"{at}.storage_bytes", f"storage {r.storage} is {r.storage_bytes:,} B here but {first[1]:,} B "
-                        f"in {which}[{first[0]}]: one storage has one size")
+                return (
+                    f"{at}.storage_bytes",
+                    f"storage {r.storage} is {r.storage_bytes:,} B here but {first[1]:,} B "
+                    f"in {which}[{first[0]}]: one storage has one size",
+                )
     return None
 
 
@@ -351,10 +426,15 @@ def validate_case(d: Any, *, source: str = "<report>", schema: str = SCHEMA, whe
     dims = {k: x for k, x in d.items() if k not in known}
     for k, x in dims.items():
         if type(x) is int and not 1 <= x <= MAX_DIM:
-            raise UsageError(f"a shape dimension is from 1 to 2**40, got {short_value(x)}", source=source, key=f"{where}.{k}")
+            raise UsageError(
+                f"a shape dimension is from 1 to 2**40, got {short_value(x)}", source=source, key=f"{where}.{k}"
+            )
         if type(x) is not int:
-            raise UsageError(f"unknown key(s) {k} (a case's other keys are its shape dimensions, integers), got {short_value(x)}",
-                             source=source, key=f"{where}.{k}")
+            raise UsageError(
+                f"unknown key(s) {k} (a case's other keys are its shape dimensions, integers), got {short_value(x)}",
+                source=source,
+                key=f"{where}.{k}",
+            )
     core = {k: x for k, x in d.items() if k in known}
     try:
         c = v["cases"].get(schema, v["cases"][SCHEMA]).validate_python(core)
@@ -362,16 +442,24 @@ def validate_case(d: Any, *, source: str = "<report>", schema: str = SCHEMA, whe
         raise _validation_error(exc, source, where, core) from None
     execution, emulation = c.pop("execution", "measured"), c.pop("emulation", None)
     if (execution == "emulated") != (emulation is not None):
-        raise UsageError(f"execution {execution!r} with emulation {short_value(emulation)}: an emulated case has both, "
-                         "a measured case neither", source=source, key=f"{where}.execution")
+        raise UsageError(
+            f"execution {execution!r} with emulation {short_value(emulation)}: an emulated case has both, "
+            "a measured case neither",
+            source=source,
+            key=f"{where}.execution",
+        )
     dist = _rank_info(c.pop("dist", None), c, source, where)
     for k in ("path", "allocator"):
         if c.get(k) is not None and 3 + _depth(c[k]) > MAX_DEPTH:
-            raise UsageError(f"nested {3 + _depth(c[k])} levels deep (at most {MAX_DEPTH})", source=source, key=f"{where}.{k}")
+            raise UsageError(
+                f"nested {3 + _depth(c[k])} levels deep (at most {MAX_DEPTH})", source=source, key=f"{where}.{k}"
+            )
     path = c.get("path")
     for k, t in (("fused", bool), ("estimated", bool)):
         if path is not None and k in path and type(path[k]) is not t:
-            raise UsageError(f"expected true or false, got {short_value(path[k])}", source=source, key=f"{where}.path.{k}")
+            raise UsageError(
+                f"expected true or false, got {short_value(path[k])}", source=source, key=f"{where}.path.{k}"
+            )
     rows, freed = _make_rows(c.get("rows", [])), _make_rows(c.get("freed", []))
     groups = c["groups"]
     status = c.get("status", "ok")
@@ -382,7 +470,9 @@ def validate_case(d: Any, *, source: str = "<report>", schema: str = SCHEMA, whe
         if not c.get("reason"):
             raise UsageError(f"{_a(status)} case says why: reason is missing", source=source, key=f"{where}.reason")
         if rows or freed:
-            raise UsageError(f"{_a(status)} case has no rows, got {len(rows) + len(freed)}", source=source, key=f"{where}.rows")
+            raise UsageError(
+                f"{_a(status)} case has no rows, got {len(rows) + len(freed)}", source=source, key=f"{where}.rows"
+            )
     for which, rs in (("rows", rows), ("freed", freed)):
         problem = _row_problems(rs, which, groups)
         if problem is not None:
@@ -393,7 +483,9 @@ def validate_case(d: Any, *, source: str = "<report>", schema: str = SCHEMA, whe
     truth = compute_totals(rows, freed)
     unread = Unread(**c["unread"]) if c.get("unread") is not None else None
     if unread is not None and schema != SCHEMA:
-        raise UsageError(f"read verdicts are new in {SCHEMA}; a {schema} report has none", source=source, key=f"{where}.unread")
+        raise UsageError(
+            f"read verdicts are new in {SCHEMA}; a {schema} report has none", source=source, key=f"{where}.unread"
+        )
     if unread is not None and len(set(unread.methods)) != len(unread.methods):
         raise UsageError(f"a method named twice: {unread.methods}", source=source, key=f"{where}.unread.methods")
     problem = verdict_problem(rows, unread)
@@ -401,20 +493,47 @@ def validate_case(d: Any, *, source: str = "<report>", schema: str = SCHEMA, whe
         raise UsageError(problem[1], source=source, key=f"{where}.{problem[0]}")
     read_freed = next((i for i, r in enumerate(freed) if r.read is not None or r.read_by is not None), None)
     if read_freed is not None:
-        raise UsageError("a freed row has no verdict (autograd released it before the analysis)", source=source,
-                         key=f"{where}.freed[{read_freed}].read")
+        raise UsageError(
+            "a freed row has no verdict (autograd released it before the analysis)",
+            source=source,
+            key=f"{where}.freed[{read_freed}].read",
+        )
     for f in fields(Totals):
         said, summed = getattr(totals, f.name), getattr(truth, f.name)
         if said != summed:
-            raise UsageError(f"says {_num(said)} but the rows add up to {_num(summed)} (totals that disagree with their rows "
-                             "are refused)", source=source, key=f"{where}.totals.{f.name}")
-    spec = CaseSpec(c["target"], c["recipe"], groups, tuple(dims.items()), c.get("dtype", "bf16"), c.get("device", "cpu"),
-                    c.get("options", {}), tuple(splits) if splits is not None else None)
+            raise UsageError(
+                f"says {_num(said)} but the rows add up to {_num(summed)} (totals that disagree with their rows "
+                "are refused)",
+                source=source,
+                key=f"{where}.totals.{f.name}",
+            )
+    spec = CaseSpec(
+        c["target"],
+        c["recipe"],
+        groups,
+        tuple(dims.items()),
+        c.get("dtype", "bf16"),
+        c.get("device", "cpu"),
+        c.get("options", {}),
+        tuple(splits) if splits is not None else None,
+    )
     return CaseReport(
-        spec, id=c["id"], status=status, reason=c.get("reason"), path=PathInfo(path) if path is not None else None,
-        rows=rows, totals=totals, warnings=c.get("warnings", []), budgets=c.get("budgets", []), complete=c.get("complete", True),
-        freed=freed, allocator=c.get("allocator"), emulation=Emulation(**emulation) if emulation is not None else None,
-        modules=modules, dist=dist, unread=unread,
+        spec,
+        id=c["id"],
+        status=status,
+        reason=c.get("reason"),
+        path=PathInfo(path) if path is not None else None,
+        rows=rows,
+        totals=totals,
+        warnings=c.get("warnings", []),
+        budgets=c.get("budgets", []),
+        complete=c.get("complete", True),
+        freed=freed,
+        allocator=c.get("allocator"),
+        emulation=Emulation(**emulation) if emulation is not None else None,
+        modules=modules,
+        dist=dist,
+        unread=unread,
     )
 
 
@@ -433,12 +552,19 @@ def _rank_info(d: dict[str, Any] | None, c: dict[str, Any], source: str, where: 
     if problem is not None:
         raise UsageError(problem[1], source=source, key=f"{where}.dist.{problem[0]}")
     if base_id(c["id"], info) is None:
-        raise UsageError(f"a case run on rank {info.rank} has an id that ends with its coordinates /{info.key}",
-                         source=source, key=f"{where}.id")
+        raise UsageError(
+            f"a case run on rank {info.rank} has an id that ends with its coordinates /{info.key}",
+            source=source,
+            key=f"{where}.id",
+        )
     splits = c.get("splits")
     if info.recv_splits is not None and splits and sum(info.recv_splits) != sum(splits):
-        raise UsageError(f"received {sum(info.recv_splits):,} tokens ({info.recv_splits}) but its groups ran {sum(splits):,} "
-                         f"({splits})", source=source, key=f"{where}.dist.recv_splits")
+        raise UsageError(
+            f"received {sum(info.recv_splits):,} tokens ({info.recv_splits}) but its groups ran {sum(splits):,} "
+            f"({splits})",
+            source=source,
+            key=f"{where}.dist.recv_splits",
+        )
     return info
 
 
@@ -461,20 +587,31 @@ def validate_report(d: Any, *, source: str = "<report>") -> Report:
         raise UsageError(f"expected a list, found {type(cases).__name__}", source=source, key="cases")
     for k, t in (("environment", dict), ("memaudit", str), ("created", str)):
         if k in d and not isinstance(d[k], t):
-            raise UsageError(f"expected {'an object' if t is dict else 'a string'}, got {short_value(d[k])}", source=source, key=k)
+            raise UsageError(
+                f"expected {'an object' if t is dict else 'a string'}, got {short_value(d[k])}", source=source, key=k
+            )
     env = d.get("environment") or {}
     if 1 + _depth(env) > MAX_DEPTH:
-        raise UsageError(f"nested {1 + _depth(env)} levels deep (at most {MAX_DEPTH})", source=source, key="environment")
+        raise UsageError(
+            f"nested {1 + _depth(env)} levels deep (at most {MAX_DEPTH})", source=source, key="environment"
+        )
     parsed: list[CaseReport] = []
     seen: dict[str, int] = {}
     with gc_paused():
         for i, c in enumerate(cases):
             cid = c.get("id") if isinstance(c, dict) else None
-            case = validate_case(c, source=source, schema=schema,
-                                 where=None if isinstance(cid, str) and 0 < len(cid) <= 200 else f"cases[{i}]")
+            case = validate_case(
+                c,
+                source=source,
+                schema=schema,
+                where=None if isinstance(cid, str) and 0 < len(cid) <= 200 else f"cases[{i}]",
+            )
             if case.id in seen:
-                raise UsageError(f"case id {case.id!r} appears twice (cases[{seen[case.id]}] and cases[{i}]): ids must be unique",
-                                 source=source, key=f"cases[{i}].id")
+                raise UsageError(
+                    f"case id {case.id!r} appears twice (cases[{seen[case.id]}] and cases[{i}]): ids must be unique",
+                    source=source,
+                    key=f"cases[{i}].id",
+                )
             seen[case.id] = i
             parsed.append(case)
         run = _dist_run(d.get("dist"), parsed, source)

@@ -103,9 +103,14 @@ def check_output(path: str | os.PathLike[str], key: str) -> Path:
 
 
 def _check_output(path: str | os.PathLike[str], key: str) -> Path:
-    if str(path) == "-":  # the convention for standard output, which holds memaudit's tables: refused, not a file named -
-        raise UsageError("'-' (standard output) is not an output memaudit writes: the console output goes there; "
-                         "name a file (./- for a file named -)", key=key)
+    if (
+        str(path) == "-"
+    ):  # the convention for standard output, which holds memaudit's tables: refused, not a file named -
+        raise UsageError(
+            "'-' (standard output) is not an output memaudit writes: the console output goes there; "
+            "name a file (./- for a file named -)",
+            key=key,
+        )
     p = Path(path)
     if p.is_symlink():
         p = p.resolve()  # a loop raises (RuntimeError or OSError); a dangling link names the file to make
@@ -114,8 +119,11 @@ def _check_output(path: str | os.PathLike[str], key: str) -> Path:
     if p.exists() and not p.is_file():
         raise UsageError(f"{str(path)!r} exists and is not a regular file", key=key)
     if len(os.fsencode(p.name)) > _NAME_MAX - 20:  # the temp file beside it adds a few bytes
-        raise UsageError(f"cannot write {short_value(str(path))}: its name is {len(os.fsencode(p.name))} bytes "
-                         f"(at most {_NAME_MAX - 20})", key=key)
+        raise UsageError(
+            f"cannot write {short_value(str(path))}: its name is {len(os.fsencode(p.name))} bytes "
+            f"(at most {_NAME_MAX - 20})",
+            key=key,
+        )
     parent = p.parent
     while not parent.exists():
         parent = parent.parent
@@ -130,8 +138,11 @@ def _check_output(path: str | os.PathLike[str], key: str) -> Path:
         raise UsageError(f"cannot write {str(path)!r}: {exc.strerror or exc} in {str(parent)!r}", key=key) from None
     for part in p.relative_to(parent).parts:  # the folders a write will make, and the file itself
         if len(os.fsencode(part)) > _NAME_MAX:
-            raise UsageError(f"cannot write {short_value(str(path))}: a name in it is {len(os.fsencode(part))} bytes "
-                             f"(at most {_NAME_MAX})", key=key)
+            raise UsageError(
+                f"cannot write {short_value(str(path))}: a name in it is {len(os.fsencode(part))} bytes "
+                f"(at most {_NAME_MAX})",
+                key=key,
+            )
     return p
 
 
@@ -139,8 +150,9 @@ _NAME_MAX = 255
 """The longest file name (one path component, in bytes) on Linux and macOS file systems."""
 
 
-def check_outputs(outputs: dict[str, str | os.PathLike[str] | None],
-                  inputs: dict[str, str | os.PathLike[str] | None] | None = None) -> None:
+def check_outputs(
+    outputs: dict[str, str | os.PathLike[str] | None], inputs: dict[str, str | os.PathLike[str] | None] | None = None
+) -> None:
     """:func:`check_output` for each given ``{key: path}``; and no output is an input or another
     output, however spelled (``sub/../x``, a symlink, a hard link: the same resolved path or the
     same inode). ``inputs`` are ``{what: path}`` of the files the command reads; one that does not
@@ -168,8 +180,11 @@ def check_outputs(outputs: dict[str, str | os.PathLike[str] | None],
         other = seen.get(resolved) or (seen.get(ino) if ino is not None else None)
         if other is not None:
             if other in names:
-                raise UsageError(f"{str(path)!r} is also the input {other} ({str((inputs or {})[other])!r}): an output "
-                                 "never overwrites what memaudit reads; name another file", key=key)
+                raise UsageError(
+                    f"{str(path)!r} is also the input {other} ({str((inputs or {})[other])!r}): an output "
+                    "never overwrites what memaudit reads; name another file",
+                    key=key,
+                )
             raise UsageError(f"{str(path)!r} is also given to {other}; name two files", key=key)
         seen[resolved] = key
         if ino is not None:
@@ -202,8 +217,10 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[Any], object], *
     stem = os.fsencode(p.name)[:200].decode("utf-8", "ignore")
     tmp = p.parent / f".{stem}.{os.urandom(4).hex()}.tmp"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)  # the umask applies
-        with (os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8")) as f:
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666
+        )  # the umask applies
+        with os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
@@ -232,7 +249,7 @@ def write_report_streaming(header: Report, cases: Iterable[CaseReport], path: st
     head = dataclasses.replace(header, cases=[]).to_json()
     marker = '"cases": []'
     assert head.startswith("{\n " + marker), "sort_keys puts cases first"
-    rest = head[len("{\n " + marker):]
+    rest = head[len("{\n " + marker) :]
     count = 0
 
     def write(f: TextIO) -> None:

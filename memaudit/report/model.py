@@ -196,8 +196,9 @@ def row_dicts(rows: Iterable[Row]) -> list[dict[str, Any]]:
     return out
 
 
-def module_operand(module: str | None, op: str | None, saved_as: str | None, slot: str | None,
-                   nth: int | None = None) -> str | None:
+def module_operand(
+    module: str | None, op: str | None, saved_as: str | None, slot: str | None, nth: int | None = None
+) -> str | None:
     """memaudit's name for a row no label, target or classifier named: ``MODULE:NODE.ATTRIBUTE``.
 
     ``layers.3.mlp.fc1:AddmmBackward0.mat1`` (``_saved_`` dropped from C++ attributes), a buffer
@@ -251,7 +252,9 @@ class Totals:
         return out
 
 
-_TOTALS_FIELDS = operator.attrgetter("bytes", "resides", "storage", "storage_bytes", "is_parameter", "aliases_output", "via")
+_TOTALS_FIELDS = operator.attrgetter(
+    "bytes", "resides", "storage", "storage_bytes", "is_parameter", "aliases_output", "via"
+)
 
 
 def compute_totals(rows: list[Row], freed: list[Row] | tuple[Row, ...] = ()) -> Totals:
@@ -423,7 +426,9 @@ def check_module_groups(groups: list[ModuleGroup], rows: list[Row], source: str,
             raise UsageError("frees names rows that are not in the group", source=source, key=f"{key}.frees")
         for field_, want in (("saved_bytes", group_bytes(rows, g.rows)), ("frees_bytes", group_bytes(rows, g.frees))):
             if getattr(g, field_) != want:
-                raise UsageError(f"{getattr(g, field_)} disagrees with its rows ({want})", source=source, key=f"{key}.{field_}")
+                raise UsageError(
+                    f"{getattr(g, field_)} disagrees with its rows ({want})", source=source, key=f"{key}.{field_}"
+                )
 
 
 @dataclass(frozen=True)
@@ -562,9 +567,15 @@ def verdict_problem(rows: list[Row], unread: Unread | None) -> tuple[str, str] |
         if r.read == "unread" and r.read_by is not None:
             return f"rows[{i}].read_by", f"an unread row names no reader, got read_by {r.read_by!r}"
         if r.read is not None and unread is None:
-            return f"rows[{i}].read", f"a verdict {r.read!r} in a case that records no analysis (its unread key is missing)"
+            return (
+                f"rows[{i}].read",
+                f"a verdict {r.read!r} in a case that records no analysis (its unread key is missing)",
+            )
         if r.read is None and unread is not None:
-            return f"rows[{i}].read", f"the case was analysed ({', '.join(unread.methods)}), but this row has no verdict"
+            return (
+                f"rows[{i}].read",
+                f"the case was analysed ({', '.join(unread.methods)}), but this row has no verdict",
+            )
         if r.read == "unknown" and not r.read_by:
             return f"rows[{i}].read_by", "an unknown row says why (read_by is missing)"
     return None
@@ -586,7 +597,9 @@ def with_verdicts(case: CaseReport, verdicts: Mapping[int, tuple[str, str | None
         raise ValueError(f"{case.id}: verdicts for row(s) {bad[:5]} of a case with {n} rows")
     missing = [i for i in range(n) if i not in verdicts]
     if missing:
-        raise ValueError(f"{case.id}: row(s) {missing[:5]} have no verdict ({len(missing)} of {n}): every live row gets one")
+        raise ValueError(
+            f"{case.id}: row(s) {missing[:5]} have no verdict ({len(missing)} of {n}): every live row gets one"
+        )
     methods = [m for m in unread.methods if m in UNREAD_METHODS]
     if not unread.methods or len(methods) != len(unread.methods) or len(set(methods)) != len(methods):
         raise ValueError(f"{case.id}: methods {unread.methods!r}: expected one or both of {', '.join(UNREAD_METHODS)}")
@@ -634,7 +647,6 @@ class Report:
 
     def case(self, case_id: str) -> CaseReport | None:
         return next((c for c in self.cases if c.id == case_id), None)
-
 
 
 MAX_INT = 2**63 - 1

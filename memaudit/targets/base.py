@@ -176,13 +176,29 @@ class Target(ABC):
             raise AttributeError(f"target {self.name!r} is configured, and so frozen: configure() returns a new one")
         super().__setattr__(name, value)
 
-    def spec(self, recipe: str, groups: int, *, dtype: str | None = None, device: str | None = None,
-             options: dict[str, Any] | None = None, splits: tuple[int, ...] | None = None, **dims: int) -> CaseSpec:
+    def spec(
+        self,
+        recipe: str,
+        groups: int,
+        *,
+        dtype: str | None = None,
+        device: str | None = None,
+        options: dict[str, Any] | None = None,
+        splits: tuple[int, ...] | None = None,
+        **dims: int,
+    ) -> CaseSpec:
         """A spec of this target (its dims in its declared order; it carries the target); ``options``
         by default the ones it was configured with."""
-        return CaseSpec.make(self, recipe, groups, dtype=dtype or self.defaults.get("dtype", "bf16"),
-                             device=device or self.default_device,
-                             options=dict(self.options) if options is None else options, splits=splits, **dims)
+        return CaseSpec.make(
+            self,
+            recipe,
+            groups,
+            dtype=dtype or self.defaults.get("dtype", "bf16"),
+            device=device or self.default_device,
+            options=dict(self.options) if options is None else options,
+            splits=splits,
+            **dims,
+        )
 
     def case_id(self, spec: CaseSpec) -> str:
         """The case id (by default :func:`~memaudit.spec.default_case_id` with its letters)."""

@@ -35,8 +35,10 @@ def load_factory(ref: str) -> Any:
     except Terminated:
         raise
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - any import failure (a sys.exit too) is bad input here
-        raise UsageError(f"cannot import {mod_name!r} from {ref!r}: {type(exc).__name__}: {exc}{_path_hint(exc, mod_name)}",
-                         key="--target") from exc
+        raise UsageError(
+            f"cannot import {mod_name!r} from {ref!r}: {type(exc).__name__}: {exc}{_path_hint(exc, mod_name)}",
+            key="--target",
+        ) from exc
     factory = getattr(module, attr, None)
     if factory is None or not callable(factory):
         raise UsageError(f"{mod_name!r} has no callable {attr!r} (from {ref!r})", key="--target")
@@ -58,8 +60,10 @@ def _path_hint(exc: BaseException, mod_name: str) -> str:
         return ""
     if any(os.path.abspath(p or ".") == str(here) for p in sys.path):
         return ""
-    return (f"; {top.with_suffix('.py') if (here / top.with_suffix('.py')).is_file() else str(top) + '/'} is in the "
-            f"current folder, which is not on Python's path: run with PYTHONPATH=. (or pip install your package)")
+    return (
+        f"; {top.with_suffix('.py') if (here / top.with_suffix('.py')).is_file() else str(top) + '/'} is in the "
+        f"current folder, which is not on Python's path: run with PYTHONPATH=. (or pip install your package)"
+    )
 
 
 @functools.cache
@@ -203,7 +207,9 @@ def mismatch(model: Any, args: tuple[Any, ...], spec: CaseSpec, takes_spec: bool
     formats = built_formats(model, args)
     if formats and spec.dtype not in formats:
         fix = f"--dtype {formats[0]}" if len(formats) == 1 else f"--dtype {' or '.join(formats)}"
-        return f"the factory built {'/'.join(formats)} tensors, but the case (and its id) says {spec.dtype}: {how} {fix}"
+        return (
+            f"the factory built {'/'.join(formats)} tensors, but the case (and its id) says {spec.dtype}: {how} {fix}"
+        )
     want = torch.device(spec.device)
     for t in tensors:
         if t.device.type != want.type or (want.index is not None and t.device.index not in (None, want.index)):

@@ -14,6 +14,7 @@ from memaudit.targets.base import Target
 DEVICE = re.compile(r"cpu|meta|cuda(:\d{1,3})?")
 """The devices a run accepts."""
 
+
 def parse_int_list(text: str, flag: str) -> list[int]:
     """'1,4,8' -> [1, 4, 8]; every value must be a positive integer, each given once, at most
     ``MAX_INT`` (a bound on every quantity: no overflow further on)."""
@@ -27,11 +28,15 @@ def parse_int_list(text: str, flag: str) -> list[int]:
         try:
             value = int(part)
         except ValueError:
-            raise UsageError(f"expected positive integers separated by commas, got {part!r} in {text!r}", key=flag) from None
+            raise UsageError(
+                f"expected positive integers separated by commas, got {part!r} in {text!r}", key=flag
+            ) from None
         if value < 1:
             raise UsageError(f"must be >= 1, got {value}", key=flag)
         if value in out:
-            raise UsageError(f"{value} is listed twice in {text!r} (each value once: the cases would share an id)", key=flag)
+            raise UsageError(
+                f"{value} is listed twice in {text!r} (each value once: the cases would share an id)", key=flag
+            )
         out.append(value)
     if not out:
         raise UsageError("no value given", key=flag)
@@ -49,7 +54,9 @@ def parse_recipes(text: str, supported: Sequence[str], known: Sequence[str]) -> 
         if n not in known:
             raise UsageError(f"unknown recipe {n!r}; use one of {', '.join(known)} or 'all'", key="--recipe")
         if n in names[:i]:
-            raise UsageError(f"{n!r} is listed twice in {text!r} (each recipe once: the cases would share an id)", key="--recipe")
+            raise UsageError(
+                f"{n!r} is listed twice in {text!r} (each recipe once: the cases would share an id)", key="--recipe"
+            )
     return names
 
 
@@ -92,8 +99,11 @@ def build_specs(
             raise UsageError(f"must be at most 2**40, got an integer of {value.bit_length()} bits", key=flag)
     supported = all_recipes if all_recipes is not None else target.supported_recipes
     recipes = parse_recipes(recipe, supported, target.recipes) if recipe is not None else list(target.default_recipes)
-    group_list = (parse_int_list(groups, "--groups") if isinstance(groups, str) else list(groups)) if groups is not None \
-        else list(d["groups"])  # the CLI gives a list (IntList); the Python API may give "1,4,8"
+    group_list = (
+        (parse_int_list(groups, "--groups") if isinstance(groups, str) else list(groups))
+        if groups is not None
+        else list(d["groups"])
+    )  # the CLI gives a list (IntList); the Python API may give "1,4,8"
     dtype = dtype if dtype is not None else d["dtype"]
     if dtype not in DTYPES:
         raise UsageError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}", key="--dtype")
@@ -120,8 +130,11 @@ def build_specs(
     ids = [s.id for s in specs]
     twice = next((i for k, i in enumerate(ids) if i in ids[:k]), None)
     if twice is not None:
-        raise UsageError(f"these options make case {twice!r} more than once: target {target.name!r} does not tell "
-                         "the cases apart (a factory that takes no case spec runs one case)", key="--groups")
+        raise UsageError(
+            f"these options make case {twice!r} more than once: target {target.name!r} does not tell "
+            "the cases apart (a factory that takes no case spec runs one case)",
+            key="--groups",
+        )
     return specs
 
 
@@ -136,8 +149,9 @@ def parse_range(text: str, flag: str) -> list[int]:
             try:
                 v = int(part.strip())
             except ValueError:
-                raise UsageError(f"expected an integer, a list A,B or a range A:B:xK / A:B:+K, got {text!r}",
-                                 key=flag) from None
+                raise UsageError(
+                    f"expected an integer, a list A,B or a range A:B:xK / A:B:+K, got {text!r}", key=flag
+                ) from None
             if v < 1:
                 raise UsageError(f"must be >= 1, got {v}", key=flag)
             out.append(v)

@@ -78,7 +78,8 @@ def _is_target(cls: type) -> bool:
     """A Target subclass, by the class's identity or (the module was imported twice, as a test
     harness that restores ``sys.modules`` does) by its module and name."""
     return issubclass(cls, Target) or any(
-        c.__module__ == Target.__module__ and c.__qualname__ == Target.__qualname__ for c in cls.__mro__)
+        c.__module__ == Target.__module__ and c.__qualname__ == Target.__qualname__ for c in cls.__mro__
+    )
 
 
 def get_target(name: str) -> Target:
@@ -87,11 +88,12 @@ def get_target(name: str) -> Target:
     if cls is not None:
         return cls()
     if ":" in name:
-
         return CustomTarget(name)
     names = target_names()
-    raise UsageError(f"unknown target {name!r}{did_you_mean(name, names)}; use one of {', '.join(names)} or PKG.MOD:FACTORY",
-                     key="--target")
+    raise UsageError(
+        f"unknown target {name!r}{did_you_mean(name, names)}; use one of {', '.join(names)} or PKG.MOD:FACTORY",
+        key="--target",
+    )
 
 
 def find_target(name: str) -> Target | None:

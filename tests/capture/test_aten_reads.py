@@ -59,9 +59,11 @@ def _outputs(op: str, args: list[Any]) -> list[torch.Tensor]:
 
 def _same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
     return len(a) == len(b) and all(
-        x.shape == y.shape and x.dtype == y.dtype
+        x.shape == y.shape
+        and x.dtype == y.dtype
         and torch.equal(x.contiguous().view(torch.uint8), y.contiguous().view(torch.uint8))
-        for x, y in zip(a, b, strict=True))
+        for x, y in zip(a, b, strict=True)
+    )
 
 
 def check(case: Case) -> None:
@@ -96,6 +98,7 @@ def _layer_norm(dtype: torch.dtype, device: str = "cpu", affine: bool = True) ->
         _, mean, rstd = torch.ops.aten.native_layer_norm(x, [10], w, b, 1e-5)
         dy = torch.randn(4, 6, 10, generator=g).to(device, dtype)
         return [dy, x, [10], mean, rstd, w, b, [True, affine, affine]]
+
     return build
 
 
@@ -121,16 +124,25 @@ def _batch_norm(layout: str, train: bool) -> Callable[[], list[Any]]:
         rm, rv = torch.randn(3, generator=g), torch.rand(3, generator=g) + 0.5
         # The saved statistics of a training forward (passed in evaluation too, where they must go unread).
         _, save_mean, save_invstd = torch.ops.aten.native_batch_norm(x, w, b, rm.clone(), rv.clone(), True, 0.1, 1e-5)
-        dy = torch.randn(x.shape, generator=g).to(memory_format=torch.channels_last) if layout == "channels_last" \
+        dy = (
+            torch.randn(x.shape, generator=g).to(memory_format=torch.channels_last)
+            if layout == "channels_last"
             else torch.randn(x.shape, generator=g)
+        )
         return [dy, x, w, rm, rv, save_mean, save_invstd, train, 1e-5, [True, True, True]]
+
     return build
 
 
 BATCH_NORM = [
-    Case(f"{layout}-{'train' if train else 'eval'}", "native_batch_norm_backward", _batch_norm(layout, train),
-         {"running_mean", "running_var"} if train else {"save_mean", "save_invstd"})
-    for layout in ("contiguous", "channels_last", "strided", "2d") for train in (True, False)
+    Case(
+        f"{layout}-{'train' if train else 'eval'}",
+        "native_batch_norm_backward",
+        _batch_norm(layout, train),
+        {"running_mean", "running_var"} if train else {"save_mean", "save_invstd"},
+    )
+    for layout in ("contiguous", "channels_last", "strided", "2d")
+    for train in (True, False)
 ]
 
 
@@ -146,6 +158,7 @@ def _conv(kind: str, mask: tuple[bool, bool, bool]) -> Callable[[], list[Any]]:
         y = torch.ops.aten.convolution(x, w, None, [1] * n, [1] * n, [1] * n, False, [0] * n, groups)
         dy = torch.randn(y.shape, generator=g)
         return [dy, x, w, [6], [1] * n, [1] * n, [1] * n, False, [0] * n, groups, list(mask)]
+
     return build
 
 
@@ -160,9 +173,18 @@ def _conv_case(kind: str, mask: tuple[bool, bool, bool]) -> Case:
     return Case(f"{kind}-{flags}", "convolution_backward", _conv(kind, mask), unread, unobservable)
 
 
-CONV = [_conv_case(kind, mask) for kind in ("2d", "1d", "3d", "groups")
-        for mask in ((True, True, True), (False, True, True), (True, False, False), (True, False, True),
-                     (False, True, False), (False, False, True))]
+CONV = [
+    _conv_case(kind, mask)
+    for kind in ("2d", "1d", "3d", "groups")
+    for mask in (
+        (True, True, True),
+        (False, True, True),
+        (True, False, False),
+        (True, False, True),
+        (False, True, False),
+        (False, False, True),
+    )
+]
 
 
 @pytest.mark.parametrize("case", LAYER_NORM + BATCH_NORM, ids=lambda c: f"{c.op}-{c.id}")
@@ -200,8 +222,9 @@ def test_keyword_arguments_bind_by_schema() -> None:
     args = _layer_norm(torch.float32)()
     names = _names("native_layer_norm_backward")
     kw = dict(zip(names[4:], args[4:], strict=True))
-    assert [id(t) for t in aten_reads.native_layer_norm_backward(*args[:4], **kw)] == \
-        [id(t) for t in aten_reads.native_layer_norm_backward(*args)]
+    assert [id(t) for t in aten_reads.native_layer_norm_backward(*args[:4], **kw)] == [
+        id(t) for t in aten_reads.native_layer_norm_backward(*args)
+    ]
 
 
 def test_cudnn_batch_norm_entry_leaves_out_running_stats() -> None:
@@ -209,8 +232,10 @@ def test_cudnn_batch_norm_entry_leaves_out_running_stats() -> None:
     names = _names("cudnn_batch_norm_backward")
     args: list[Any] = [torch.zeros(1) if n != "epsilon" else 1e-5 for n in names]
     got = {id(t) for t in aten_reads.cudnn_batch_norm_backward(*args)}
-    assert {n for n, a in zip(names, args, strict=True) if isinstance(a, torch.Tensor) and id(a) not in got} == \
-        {"running_mean", "running_var"}
+    assert {n for n, a in zip(names, args, strict=True) if isinstance(a, torch.Tensor) and id(a) not in got} == {
+        "running_mean",
+        "running_var",
+    }
 
 
 @pytest.mark.parametrize("op", ["embedding_dense_backward", "native_dropout_backward"])
@@ -247,8 +272,14 @@ def _observe(model: nn.Module, x: torch.Tensor) -> dict[str, str]:
 
 def _model() -> tuple[nn.Module, torch.Tensor]:
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 3),
-                          nn.Flatten(), nn.LayerNorm(4 * 6 * 6)).train()
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.Conv2d(8, 4, 3),
+        nn.Flatten(),
+        nn.LayerNorm(4 * 6 * 6),
+    ).train()
     return model, torch.randn(2, 3, 8, 8)  # the input does not require grad
 
 
@@ -260,10 +291,16 @@ def test_observer_unread_by_table() -> None:
     assert got["1:NativeBatchNormBackward0.running_var"] == reads.UNREAD
     if torch.backends.mkldnn.is_available():
         assert got["0:ConvolutionBackward0.weight"] == reads.UNREAD
-    for operand in ("0:ConvolutionBackward0.input", "1:NativeBatchNormBackward0.input", "1:NativeBatchNormBackward0.weight",
-                    "1:NativeBatchNormBackward0.result1", "1:NativeBatchNormBackward0.result2",
-                    "3:ConvolutionBackward0.weight", "5:NativeLayerNormBackward0.weight",
-                    "5:NativeLayerNormBackward0.input"):
+    for operand in (
+        "0:ConvolutionBackward0.input",
+        "1:NativeBatchNormBackward0.input",
+        "1:NativeBatchNormBackward0.weight",
+        "1:NativeBatchNormBackward0.result1",
+        "1:NativeBatchNormBackward0.result2",
+        "3:ConvolutionBackward0.weight",
+        "5:NativeLayerNormBackward0.weight",
+        "5:NativeLayerNormBackward0.input",
+    ):
         assert got[operand] == reads.READ, operand
 
 
@@ -301,13 +338,17 @@ def _on_cuda(build: Callable[[], list[Any]], dtype: torch.dtype | None = None) -
         out = []
         for a in build():
             if isinstance(a, torch.Tensor):
-                fmt = torch.channels_last if a.dim() == 4 and a.is_contiguous(memory_format=torch.channels_last) \
-                    and not a.is_contiguous() else torch.preserve_format
+                fmt = (
+                    torch.channels_last
+                    if a.dim() == 4 and a.is_contiguous(memory_format=torch.channels_last) and not a.is_contiguous()
+                    else torch.preserve_format
+                )
                 a = a.to("cuda", memory_format=fmt)
                 if dtype is not None and a.dim() > 1:
                     a = a.to(dtype)  # activations in dtype, the statistics and affine stay float32
             out.append(a)
         return out
+
     return moved
 
 
@@ -316,8 +357,14 @@ def _on_cuda(build: Callable[[], list[Any]], dtype: torch.dtype | None = None) -
 @pytest.mark.parametrize("layout", ["contiguous", "channels_last", "2d"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_batch_norm_cuda_train_against_poisoning(layout: str, dtype: torch.dtype) -> None:
-    check(Case(f"cuda-{layout}", "native_batch_norm_backward", _on_cuda(_batch_norm(layout, True), dtype),
-               {"running_mean", "running_var"}))
+    check(
+        Case(
+            f"cuda-{layout}",
+            "native_batch_norm_backward",
+            _on_cuda(_batch_norm(layout, True), dtype),
+            {"running_mean", "running_var"},
+        )
+    )
 
 
 @pytest.mark.gpu
@@ -336,7 +383,9 @@ def test_cudnn_batch_norm_against_poisoning() -> None:
         x = torch.randn(4, 3, 5, 5, generator=g).cuda()
         w, b = (torch.rand(3, generator=g) + 0.5).cuda(), torch.randn(3, generator=g).cuda()
         rm, rv = torch.randn(3, generator=g).cuda(), (torch.rand(3, generator=g) + 0.5).cuda()
-        _, save_mean, save_var, reserve = torch.ops.aten.cudnn_batch_norm(x, w, b, rm.clone(), rv.clone(), True, 0.1, 1e-5)
+        _, save_mean, save_var, reserve = torch.ops.aten.cudnn_batch_norm(
+            x, w, b, rm.clone(), rv.clone(), True, 0.1, 1e-5
+        )
         dy = torch.randn(x.shape, generator=g).cuda()
         return [x, dy, w, rm, rv, save_mean, save_var, 1e-5, reserve]
 
@@ -347,8 +396,18 @@ def test_cudnn_batch_norm_against_poisoning() -> None:
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available() or not torch.backends.cudnn.is_available(), reason="needs cuDNN")
 @pytest.mark.parametrize("kind", ["2d", "1d", "3d", "groups"])
-@pytest.mark.parametrize("mask", [(True, True, True), (False, True, True), (True, False, False), (True, False, True),
-                                  (False, True, False), (False, False, True)], ids=str)
+@pytest.mark.parametrize(
+    "mask",
+    [
+        (True, True, True),
+        (False, True, True),
+        (True, False, False),
+        (True, False, True),
+        (False, True, False),
+        (False, False, True),
+    ],
+    ids=str,
+)
 def test_convolution_cudnn_against_poisoning(kind: str, mask: tuple[bool, bool, bool]) -> None:
     unread = set() if mask[0] else {"weight"}
     if not mask[1]:

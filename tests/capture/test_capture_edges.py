@@ -103,7 +103,9 @@ def test_what_a_pass_through_pair_inside_the_capture_keeps_is_the_tensor_itself(
             y = m(x)
     case, plain = cap.report(outputs=y), bare.report(outputs=y0)
     assert all(r.note is None and r.resides == "device" for r in case.rows)
-    assert [r.is_parameter for r in case.rows] == [r.is_parameter for r in plain.rows] and any(r.is_parameter for r in case.rows)
+    assert [r.is_parameter for r in case.rows] == [r.is_parameter for r in plain.rows] and any(
+        r.is_parameter for r in case.rows
+    )
     assert case.totals.saved_bytes == plain.totals.saved_bytes == _own_bytes(lambda: m(x), list(m.parameters()))
 
 
@@ -140,7 +142,9 @@ def test_a_storage_without_a_data_pointer_stands_for_itself() -> None:
     assert builder.canon(ra) is ra and builder.canon(rb) is rb
 
 
-def test_a_source_outside_the_working_directory_is_never_relative_to_it(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_source_outside_the_working_directory_is_never_relative_to_it(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     shown = short_path(torch.__file__)
     assert not shown.startswith("..") and not os.path.isabs(shown) and shown.endswith("__init__.py")

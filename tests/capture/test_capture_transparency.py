@@ -73,7 +73,9 @@ class SavedLog:
     def pack(self, t: torch.Tensor) -> torch.Tensor:
         st = t.untyped_storage()
         is_param = isinstance(t, nn.Parameter) or isinstance(t._base, nn.Parameter)
-        self.packed.append((tuple(t.shape), t.dtype, t.numel() * t.element_size(), st.data_ptr(), st.nbytes(), is_param))
+        self.packed.append(
+            (tuple(t.shape), t.dtype, t.numel() * t.element_size(), st.data_ptr(), st.nbytes(), is_param)
+        )
         return t
 
     def unpack(self, t: torch.Tensor) -> torch.Tensor:
@@ -210,7 +212,9 @@ def test_dropped_graph_is_freed_by_refcounting_alone() -> None:
     model = _deep_model()
     x = torch.randn(4, 256)
     seen: list[tuple[weakref.ref[torch.Tensor], weakref.ref[Any]]] = []
-    handle = model[5].register_forward_hook(lambda m, i, o: seen.append((weakref.ref(o), weakref.ref(o.untyped_storage()))))
+    handle = model[5].register_forward_hook(
+        lambda m, i, o: seen.append((weakref.ref(o), weakref.ref(o.untyped_storage())))
+    )
     log = SavedLog()
     with log.active():
         model(x)
@@ -513,7 +517,9 @@ class Opaque(torch.Tensor):
 
     @staticmethod
     def __new__(cls, elem: torch.Tensor, requires_grad: bool = False) -> Opaque:
-        r = torch.Tensor._make_wrapper_subclass(cls, elem.shape, dtype=elem.dtype, device=elem.device, requires_grad=requires_grad)
+        r = torch.Tensor._make_wrapper_subclass(
+            cls, elem.shape, dtype=elem.dtype, device=elem.device, requires_grad=requires_grad
+        )
         r.elem = elem
         return r
 
@@ -820,7 +826,9 @@ def test_dtensor_parameters_are_parameters(tmp_path: Path) -> None:
         with capture() as cap:
             y = lin(xd)
         rep = cap.report(outputs=y)
-        containers = [r for r in rep.rows if r.op == "AddmmBackward0" and r.saved_as == "_saved_mat2" and r.kind == "container"]
+        containers = [
+            r for r in rep.rows if r.op == "AddmmBackward0" and r.saved_as == "_saved_mat2" and r.kind == "container"
+        ]
         assert len(containers) == 1
         inside = [r for r in rep.rows if r.container_index == containers[0].index]
         assert inside and all(r.is_parameter for r in inside)
@@ -993,8 +1001,12 @@ def test_copy_of_a_parameter_kept_by_a_pair_is_not_parameter_memory() -> None:
 def _global_module_hooks() -> tuple[list[Any], list[Any], list[Any], list[Any]]:
     from torch.nn.modules import module as m
 
-    return (list(m._global_forward_pre_hooks), list(m._global_forward_hooks), list(m._global_forward_hooks_always_called),
-            list(m._global_forward_hooks_with_kwargs))
+    return (
+        list(m._global_forward_pre_hooks),
+        list(m._global_forward_hooks),
+        list(m._global_forward_hooks_always_called),
+        list(m._global_forward_hooks_with_kwargs),
+    )
 
 
 class _Nested(nn.Module):

@@ -145,7 +145,9 @@ def test_report_without_outputs_counts_what_a_module_compiled_inside_saves(backe
     packed: dict[int, int] = {}  # storage pointer -> bytes, parameters left out
 
     def pack(t: torch.Tensor) -> torch.Tensor:
-        if not isinstance(t, nn.Parameter) and all(t.untyped_storage().data_ptr() != p.untyped_storage().data_ptr() for p in m.parameters()):
+        if not isinstance(t, nn.Parameter) and all(
+            t.untyped_storage().data_ptr() != p.untyped_storage().data_ptr() for p in m.parameters()
+        ):
             packed[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
         return t
 
@@ -274,8 +276,9 @@ print(json.dumps({"graphs": graphs, "frames": dict(du.counters["frames"]), "meta
 
 def test_dynamo_imported_inside_the_capture_compiles_as_bare(tmp_path: Any) -> None:
     def go(mode: str) -> dict[str, Any]:
-        out = subprocess.run([sys.executable, "-c", _FRESH, mode], capture_output=True, text=True, timeout=300, check=True,
-                             cwd=tmp_path)
+        out = subprocess.run(
+            [sys.executable, "-c", _FRESH, mode], capture_output=True, text=True, timeout=300, check=True, cwd=tmp_path
+        )
         return json.loads(out.stdout.strip().splitlines()[-1])
 
     assert go("capture") == go("bare")

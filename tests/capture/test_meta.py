@@ -89,8 +89,12 @@ class StorageHook:
         return torch.autograd.graph.saved_tensors_hooks(self.pack, lambda t: t)
 
 
-def spec(groups: int, device: str, tokens: int = 256, hidden: int = 64, ffn: int = 128, dtype: str = "bf16") -> CaseSpec:
-    return CaseSpec.make(get_target("reference"), "bf16", groups, tokens=tokens, hidden=hidden, ffn=ffn, dtype=dtype, device=device)
+def spec(
+    groups: int, device: str, tokens: int = 256, hidden: int = 64, ffn: int = 128, dtype: str = "bf16"
+) -> CaseSpec:
+    return CaseSpec.make(
+        get_target("reference"), "bf16", groups, tokens=tokens, hidden=hidden, ffn=ffn, dtype=dtype, device=device
+    )
 
 
 @pytest.mark.parametrize("device", ["cpu", "meta"])
@@ -136,7 +140,9 @@ def _bench_meta() -> Any:
     """bench/perf/meta.py, whose DeviceLog (every device an op touched) the production-shape test uses."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("memaudit_bench_meta", Path(__file__).resolve().parents[2] / "bench" / "perf" / "meta.py")
+    spec = importlib.util.spec_from_file_location(
+        "memaudit_bench_meta", Path(__file__).resolve().parents[2] / "bench" / "perf" / "meta.py"
+    )
     mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(mod)  # type: ignore[union-attr]
     return mod
@@ -181,7 +187,9 @@ def test_run_reference_on_meta_equals_cpu(cli_runner: Any, tmp_path: Path) -> No
         assert m["totals"] == c["totals"]
 
 
-def test_custom_target_on_meta_builds_under_the_meta_default(cli_runner: Any, tmp_path: Path, tests_on_path: Path) -> None:
+def test_custom_target_on_meta_builds_under_the_meta_default(
+    cli_runner: Any, tmp_path: Path, tests_on_path: Path
+) -> None:
     """``custom_factory:make`` names no device: with --device meta its model and input are meta tensors."""
     argv = ["--target", "custom_factory:make", "--groups", "1", "--tokens", "4096", "--hidden", "512", "--ffn", "2048"]
     meta = run_json(cli_runner, tmp_path / "m.json", *argv, "--device", "meta")
@@ -212,7 +220,7 @@ def test_te_target_on_meta_is_skipped_with_the_reason_or_estimated(cli_runner: A
 
 
 # ---- the pytest plugin -------------------------------------------------------------------------
-PLUGIN_TEST = '''
+PLUGIN_TEST = """
 import pytest
 import torch
 
@@ -242,7 +250,7 @@ def test_without_device_stays_on_cpu(saved_tensors):
 @pytest.mark.saved_budget(max_bytes="1 GiB", device="cuda")
 def test_bad_device(saved_tensors):
     pass
-'''
+"""
 
 
 def test_plugin_device_meta(pytester: pytest.Pytester) -> None:

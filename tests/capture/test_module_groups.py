@@ -86,7 +86,11 @@ def test_groups_are_sorted_by_saved_bytes_and_sum_as_the_rows_say() -> None:
     by = {g.module: g for g in case.modules}
     # blocks.0 keeps its input (8 KiB), GELU's input and the second Linear's input (32 KiB each)
     assert by["blocks.0"].saved_bytes == 32 * 64 * 4 + 2 * 32 * 256 * 4
-    assert {r.module for r in case.rows if r.index in by["blocks.0"].rows} == {"blocks.0.mlp.0", "blocks.0.mlp.1", "blocks.0.mlp.2"}
+    assert {r.module for r in case.rows if r.index in by["blocks.0"].rows} == {
+        "blocks.0.mlp.0",
+        "blocks.0.mlp.1",
+        "blocks.0.mlp.2",
+    }
 
 
 def test_a_module_called_twice_gets_a_call_index() -> None:

@@ -138,7 +138,10 @@ def test_nested_model_rows_are_named_by_qualified_module_name() -> None:
     names = {r.module for r in rows}
     assert {"layers.0.mlp.fc1", "layers.1.mlp.fc2.lin", "layers.0.norm", "head.0", "Net"} <= names
     fc1 = [r for r in rows if r.module == "layers.1.mlp.fc1"]
-    assert sorted(r.operand for r in fc1) == ["layers.1.mlp.fc1:AddmmBackward0.mat1", "layers.1.mlp.fc1:AddmmBackward0.mat2"]
+    assert sorted(r.operand for r in fc1) == [
+        "layers.1.mlp.fc1:AddmmBackward0.mat1",
+        "layers.1.mlp.fc1:AddmmBackward0.mat2",
+    ]
     # a scalar saved in the root's own forward (found by the walk, not packed) is named by the root
     assert any(r.module == "Net" and r.op == "MulBackward0" for r in rows)
 
@@ -532,8 +535,10 @@ def _plugin_args() -> tuple[str, ...]:
     """As tests/house/test_plugin.py: the entry point loads the plugin where memaudit is installed."""
     import importlib.metadata
 
-    installed = any(ep.name == "memaudit" and ep.value == "memaudit.pytest_plugin"
-                    for ep in importlib.metadata.entry_points(group="pytest11"))
+    installed = any(
+        ep.name == "memaudit" and ep.value == "memaudit.pytest_plugin"
+        for ep in importlib.metadata.entry_points(group="pytest11")
+    )
     return () if installed else ("-p", "memaudit.pytest_plugin")
 
 
@@ -581,8 +586,23 @@ def test_count_by_module(saved_tensors):
 def test_custom_target_ids_say_what_ran(tests_on_path: Path, tmp_path: Path) -> None:
     runner = CliRunner()
     out = tmp_path / "c.json"
-    r = runner.invoke(app, ["run", "--target", "custom_factory:make", "--tokens", "32", "--hidden", "8", "--ffn", "16",
-                            "--quiet", "--json", str(out)])
+    r = runner.invoke(
+        app,
+        [
+            "run",
+            "--target",
+            "custom_factory:make",
+            "--tokens",
+            "32",
+            "--hidden",
+            "8",
+            "--ffn",
+            "16",
+            "--quiet",
+            "--json",
+            str(out),
+        ],
+    )
     assert r.exit_code == 0, r.output
     (case,) = load_report(out).cases
     assert case.id == "custom_factory:make/g1/t32-h8-f16/fp32" and case.dtype == "fp32"
@@ -603,8 +623,25 @@ def test_custom_target_refuses_what_it_would_misname(tests_on_path: Path, tmp_pa
     r = runner.invoke(app, ["run", "--target", "custom_factory:make_no_args", "--groups", "1,4"])
     assert r.exit_code == 2 and "more than once" in r.output
     out = tmp_path / "c.json"
-    r = runner.invoke(app, ["run", "--target", "custom_factory:make", "--tokens", "32", "--hidden", "8", "--ffn", "16",
-                            "--dtype", "bf16", "--quiet", "--json", str(out)])
+    r = runner.invoke(
+        app,
+        [
+            "run",
+            "--target",
+            "custom_factory:make",
+            "--tokens",
+            "32",
+            "--hidden",
+            "8",
+            "--ffn",
+            "16",
+            "--dtype",
+            "bf16",
+            "--quiet",
+            "--json",
+            str(out),
+        ],
+    )
     assert r.exit_code == 3
     (case,) = load_report(out).cases
     assert case.status == "error" and "built fp32 tensors, but the case (and its id) says bf16" in case.reason
@@ -635,7 +672,11 @@ def test_qualified_names_are_those_named_modules_gives() -> None:
             for name, m in super().named_modules(*args, **kwargs):
                 yield ("renamed." + name if name else name), m
 
-    roots = [Tree(), nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2), 2, enable_nested_tensor=False), nn.Sequential(Renaming())]
+    roots = [
+        Tree(),
+        nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2), 2, enable_nested_tensor=False),
+        nn.Sequential(Renaming()),
+    ]
     for root in roots:
         expect: dict[int, str] = {}
         for name, m in root.named_modules():
@@ -677,5 +718,7 @@ def test_global_hooks_registered_again_come_last_and_follow_replaced_dicts(monke
         assert list(mm._global_forward_hooks_always_called.values()) == [True]
         y = lin(torch.randn(1, 2, requires_grad=True))
     assert any(r.module == "Linear" for r in cap.report().rows)
-    assert not mm._global_forward_pre_hooks and not mm._global_forward_hooks and not mm._global_forward_hooks_always_called
+    assert (
+        not mm._global_forward_pre_hooks and not mm._global_forward_hooks and not mm._global_forward_hooks_always_called
+    )
     del y

@@ -196,16 +196,19 @@ def test_detach_inplace_of_a_custom_functions_input_is_fine_as_bare() -> None:
 def test_capture_where_hooks_are_disabled_raises_pytorchs_message(where: str) -> None:
     def enter(pair: Callable[[], Any]) -> tuple[str, str]:
         if where == "disable_saved_tensors_hooks":
+
             def run() -> None:
                 with torch.autograd.graph.disable_saved_tensors_hooks("not here, says the user"), pair():
                     pass
         else:
+
             def run() -> None:
                 def f(x: torch.Tensor) -> torch.Tensor:
                     with pair():
                         return x.sin().sum()
 
                 torch.func.grad(f)(torch.randn(3))
+
         return outcome(run)
 
     expected = enter(control)
@@ -270,7 +273,9 @@ def _own_pair_bytes(fn: Callable[[], Any], params: list[torch.Tensor]) -> int:
     return sum(seen.values())
 
 
-@pytest.mark.parametrize("how", ["run_in_executor(None)", "run_in_executor(pool)", "pool.submit", "threading.Thread", "to_thread"])
+@pytest.mark.parametrize(
+    "how", ["run_in_executor(None)", "run_in_executor(pool)", "pool.submit", "threading.Thread", "to_thread"]
+)
 def test_a_forward_on_another_thread_inside_an_asyncio_task_is_recorded(how: str) -> None:
     """A capture entered in a task records its task's context only; a forward the task runs on a
     worker (a pool task or a thread started inside the capture) is that task's forward too."""
@@ -522,8 +527,21 @@ def _malloc_in_use() -> int | None:
     import ctypes.util
 
     class MallInfo2(ctypes.Structure):
-        _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
-                                                   "uordblks", "fordblks", "keepcost")]
+        _fields_ = [
+            (n, ctypes.c_size_t)
+            for n in (
+                "arena",
+                "ordblks",
+                "smblks",
+                "hblks",
+                "hblkhd",
+                "usmblks",
+                "fsmblks",
+                "uordblks",
+                "fordblks",
+                "keepcost",
+            )
+        ]
 
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
@@ -553,7 +571,9 @@ def test_selective_checkpointing_cache_is_what_the_cpu_allocator_keeps() -> None
         before = _malloc_in_use()
         y = forward()
         gc.collect()
-        retained = _malloc_in_use() - before  # what the forward keeps: SAC's cache (its last output is y), small objects
+        retained = (
+            _malloc_in_use() - before
+        )  # what the forward keeps: SAC's cache (its last output is y), small objects
         y.sum().backward()
         del y
         seen.append(retained)

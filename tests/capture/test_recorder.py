@@ -80,9 +80,18 @@ def test_view_alone_counts_its_whole_storage_physically() -> None:
     x = torch.randn(10, 4, requires_grad=True)
     y, cap = save(lambda t: (t[7:],), x)
     (row,) = cap.report(outputs=y).rows
-    assert (row.shape, row.bytes, row.storage_offset, row.storage_bytes) == ([3, 4], 3 * 4 * F32, 7 * 4 * F32, 10 * 4 * F32)
+    assert (row.shape, row.bytes, row.storage_offset, row.storage_bytes) == (
+        [3, 4],
+        3 * 4 * F32,
+        7 * 4 * F32,
+        10 * 4 * F32,
+    )
     totals = cap.report(outputs=y).totals
-    assert (totals.logical_bytes, totals.physical_bytes, totals.saved_bytes) == (3 * 4 * F32, 10 * 4 * F32, 10 * 4 * F32)
+    assert (totals.logical_bytes, totals.physical_bytes, totals.saved_bytes) == (
+        3 * 4 * F32,
+        10 * 4 * F32,
+        10 * 4 * F32,
+    )
 
 
 def test_same_tensor_saved_twice_gives_two_rows_second_is_duplicate() -> None:
@@ -159,7 +168,19 @@ def test_mixed_function_exact_rows_and_totals() -> None:
     y, cap = save(make, base, w, meta)
     rep = cap.report(outputs=y)
     got = [
-        (r.index, r.op, r.slot, r.kind, r.format, r.shape, r.bytes, r.storage, r.storage_offset, r.duplicate_of, r.is_parameter)
+        (
+            r.index,
+            r.op,
+            r.slot,
+            r.kind,
+            r.format,
+            r.shape,
+            r.bytes,
+            r.storage,
+            r.storage_offset,
+            r.duplicate_of,
+            r.is_parameter,
+        )
         for r in rep.rows
     ]
     assert got == [
@@ -226,9 +247,22 @@ def test_wrapper_subclass_is_container_plus_inner_rows() -> None:
     xr, cont, ar, br = rep.rows
     assert (xr.index, xr.slot, xr.container) == (0, "saved_tensors[0]", None)
     assert (cont.index, cont.op, cont.slot, cont.kind, cont.bytes) == (1, OP, "saved_tensors[1]", "container", 0)
-    assert (cont.container, cont.shape, cont.format, cont.storage, cont.container_index) == ("Pair", [2, 3], "fp32", None, None)
+    assert (cont.container, cont.shape, cont.format, cont.storage, cont.container_index) == (
+        "Pair",
+        [2, 3],
+        "fp32",
+        None,
+        None,
+    )
     assert (cont.saved_as, ar.saved_as, br.saved_as) == ("saved_tensors[1]",) * 3
-    assert (ar.slot, ar.container, ar.container_index, ar.format, ar.bytes, ar.op) == ("a", "Pair", 1, "fp32", 2 * 3 * F32, OP)
+    assert (ar.slot, ar.container, ar.container_index, ar.format, ar.bytes, ar.op) == (
+        "a",
+        "Pair",
+        1,
+        "fp32",
+        2 * 3 * F32,
+        OP,
+    )
     assert (br.slot, br.container, br.container_index, br.format, br.bytes) == ("b", "Pair", 1, "fp16", 2 * 3 * 2)
     assert len({xr.storage, ar.storage, br.storage}) == 3
     t = rep.totals
@@ -243,7 +277,9 @@ def test_provenance_noted_twice_for_one_tensor_goes_to_each_pack_in_order() -> N
 
     def make(t: torch.Tensor) -> tuple[torch.Tensor, ...]:
         cap.note_buffer(shared, {"kind": "scale_inv", "orientation": "both", "container": "Box", "slot": "scale_inv"})
-        cap.note_buffer(shared, {"kind": "scale_inv", "orientation": "columnwise", "container": "Box", "slot": "col_scale_inv"})
+        cap.note_buffer(
+            shared, {"kind": "scale_inv", "orientation": "columnwise", "container": "Box", "slot": "col_scale_inv"}
+        )
         return (shared, shared, shared)
 
     class Fn(torch.autograd.Function):
@@ -276,10 +312,17 @@ def test_cpp_nodes_name_op_and_saved_attribute() -> None:
         out = (x @ w).sin()
     rep = cap.report(outputs=out)
     rows = by_slot(rep.rows)
-    assert set(rows) == {("MmBackward0", "_saved_self"), ("MmBackward0", "_saved_mat2"), ("SinBackward0", "_saved_self")}
+    assert set(rows) == {
+        ("MmBackward0", "_saved_self"),
+        ("MmBackward0", "_saved_mat2"),
+        ("SinBackward0", "_saved_self"),
+    }
     assert (rows["MmBackward0", "_saved_self"].shape, rows["MmBackward0", "_saved_self"].bytes) == ([3, 4], 3 * 4 * F32)
     assert (rows["MmBackward0", "_saved_mat2"].shape, rows["MmBackward0", "_saved_mat2"].bytes) == ([4, 5], 4 * 5 * F32)
-    assert (rows["SinBackward0", "_saved_self"].shape, rows["SinBackward0", "_saved_self"].bytes) == ([3, 5], 3 * 5 * F32)
+    assert (rows["SinBackward0", "_saved_self"].shape, rows["SinBackward0", "_saved_self"].bytes) == (
+        [3, 5],
+        3 * 5 * F32,
+    )
     assert rep.totals.logical_bytes == rep.totals.physical_bytes == (12 + 20 + 15) * F32
 
 

@@ -75,10 +75,13 @@ def test_a_labelled_view_of_a_weight_is_parameter_memory() -> None:
     assert case.totals.saved_bytes == case.totals.physical_bytes - 256
 
 
-@pytest.mark.parametrize(("depth", "resides"), [(1, "device"), (4, "device"), (5, "unknown")])  # the tensor inside depth-1 containers
+@pytest.mark.parametrize(
+    ("depth", "resides"), [(1, "device"), (4, "device"), (5, "unknown")]
+)  # the tensor inside depth-1 containers
 def test_a_pairs_payload_is_searched_three_levels_deep(depth: int, resides: str) -> None:
     """What a user pair keeps is looked for in lists, tuples and dicts up to three levels down; deeper,
     memaudit cannot tell where the tensor lives and says so."""
+
     def wrap(t: torch.Tensor) -> object:
         x: object = t.clone()
         for level in range(depth - 1):
@@ -117,6 +120,7 @@ def test_buffers_of_a_container_that_is_not_a_parameter_stay_saved_memory() -> N
         def __torch_dispatch__(cls, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN206
             def unwrap(x: object) -> object:
                 return x.a if isinstance(x, Pair) else x
+
             return func(*[unwrap(a) for a in args], **(kwargs or {}))
 
     class SaveWhole(torch.autograd.Function):
@@ -156,14 +160,19 @@ def test_the_allocator_check_is_given_every_device_storage_the_rows_name() -> No
         y = (a * 2).sin()
     case = cap.report(outputs=y)
     assert case.allocator == {"hidden_bytes": 0}
-    assert sorted(n for _, n in seen[0].values()) == sorted({r.storage: r.storage_bytes for r in case.rows if r.storage}.values())
+    assert sorted(n for _, n in seen[0].values()) == sorted(
+        {r.storage: r.storage_bytes for r in case.rows if r.storage}.values()
+    )
     assert len(seen[0]) == len({r.storage for r in case.rows if r.storage})
 
 
 @pytest.mark.parametrize("kind", ["list", "tuple", "dict"])
 @pytest.mark.parametrize(("levels", "resides"), [(3, "device"), (4, "unknown")])
-def test_a_pairs_payload_of_one_container_kind_is_searched_three_levels_deep(kind: str, levels: int, resides: str) -> None:
+def test_a_pairs_payload_of_one_container_kind_is_searched_three_levels_deep(
+    kind: str, levels: int, resides: str
+) -> None:
     """The same limit whatever the containers are: three lists (tuples, dicts) deep is found, four is not."""
+
     def wrap(t: torch.Tensor) -> object:
         x: object = t.clone()
         for _ in range(levels):

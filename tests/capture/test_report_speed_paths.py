@@ -21,12 +21,23 @@ ROOT = Path(__file__).resolve().parents[2]
 def _model() -> tuple[torch.nn.Module, torch.Tensor]:
     torch.manual_seed(0)
     layer = torch.nn.TransformerEncoderLayer(8, nhead=2, dim_feedforward=16, dropout=0.0, batch_first=True)
-    return torch.nn.TransformerEncoder(layer, num_layers=3, enable_nested_tensor=False), torch.randn(2, 4, 8, requires_grad=True)
+    return torch.nn.TransformerEncoder(layer, num_layers=3, enable_nested_tensor=False), torch.randn(
+        2, 4, 8, requires_grad=True
+    )
 
 
 def test_make_row_and_row_dict_match_the_dataclass() -> None:
-    values = {"index": 3, "kind": "tensor", "format": "fp32", "shape": [2, 3], "dtype": "float32", "bytes": 24,
-              "op": "MmBackward0", "note": "n", "storage": "s1"}
+    values = {
+        "index": 3,
+        "kind": "tensor",
+        "format": "fp32",
+        "shape": [2, 3],
+        "dtype": "float32",
+        "bytes": 24,
+        "op": "MmBackward0",
+        "note": "n",
+        "storage": "s1",
+    }
     fast, slow = make_row(dict(values)), Row(**values)
     assert fast == slow
     want = {k: v for k, v in dataclasses.asdict(slow).items() if not (k in OPTIONAL_ROW_KEYS and v is None)}
@@ -141,9 +152,14 @@ def _mixed_graph(a: torch.Tensor) -> torch.Tensor:
     import torch.utils.checkpoint as ckpt
 
     model, x = _model()
-    parts = [model(x).sum(), _Fn.apply(a, a.exp()).sum(), a[torch.tensor([0, 2])].sum(),
-             a[:, None][torch.tensor([1])].sum(), torch.nn.functional.layer_norm(a, (3,)).sum(),
-             ckpt.checkpoint(lambda t: (t.sin() * 2).cos(), a, use_reentrant=False).sum()]
+    parts = [
+        model(x).sum(),
+        _Fn.apply(a, a.exp()).sum(),
+        a[torch.tensor([0, 2])].sum(),
+        a[:, None][torch.tensor([1])].sum(),
+        torch.nn.functional.layer_norm(a, (3,)).sum(),
+        ckpt.checkpoint(lambda t: (t.sin() * 2).cos(), a, use_reentrant=False).sum(),
+    ]
     with torch.autograd.graph.save_on_cpu():
         parts.append((a * a.sin()).tanh().sum())
     return torch.stack(parts).sum()
@@ -178,7 +194,9 @@ def test_raw_walk_names_rows_as_the_unpack_walk(monkeypatch: pytest.MonkeyPatch)
 def test_attributes_that_hold_no_tensor_are_learned_once(monkeypatch: pytest.MonkeyPatch) -> None:
     from memaudit.capture import graph
 
-    assert graph._no_tensor(3) and graph._no_tensor(0.5) and graph._no_tensor(torch.float32) and graph._no_tensor((2, 3))
+    assert (
+        graph._no_tensor(3) and graph._no_tensor(0.5) and graph._no_tensor(torch.float32) and graph._no_tensor((2, 3))
+    )
     assert not graph._no_tensor(None) and not graph._no_tensor(()) and not graph._no_tensor([torch.ones(1)])
     assert not graph._no_tensor(torch.ones(1)) and not graph._no_tensor((None, torch.ones(1)))
     monkeypatch.setattr(graph, "_KINDS", {})
@@ -229,7 +247,7 @@ def test_live_roots_filter_sees_subclasses_defined_late() -> None:
     class Late(torch.Tensor):
         pass
 
-    t = (torch.ones(2, requires_grad=True).as_subclass(Late) * 3)
+    t = torch.ones(2, requires_grad=True).as_subclass(Late) * 3
     assert t.grad_fn is not None
     assert any(found is t for found in rec_mod._live_graph_tensors())
     assert Late in rec_mod._tensor_types()
@@ -244,8 +262,13 @@ def _load(name: str):  # noqa: ANN202
 
 def test_aggregate_runs_medians_spread_and_over_floor() -> None:
     run = _load("run")
-    per_run = [{"production": {"bf16": {"ratio": r, "floor": f}, "fp8-current": {"ratio": None, "floor": None}},
-                "small": {"bf16": {"ratio": r + 0.1, "floor": 1.0}}} for r, f in ((1.02, 1.01), (1.04, 1.01), (1.03, 1.02))]
+    per_run = [
+        {
+            "production": {"bf16": {"ratio": r, "floor": f}, "fp8-current": {"ratio": None, "floor": None}},
+            "small": {"bf16": {"ratio": r + 0.1, "floor": 1.0}},
+        }
+        for r, f in ((1.02, 1.01), (1.04, 1.01), (1.03, 1.02))
+    ]
     agg = run.aggregate_runs(per_run)
     assert agg["runs"] == 3
     assert agg["overhead_ratio_production"] == {"bf16": 1.03}
@@ -266,7 +289,9 @@ def test_readme_table_renders_old_and_new_json(tmp_path: Path) -> None:
     readme = tmp_path / "README.md"
     readme.write_text(f"a\n{table.START}\nold\n{table.END}\nb\n")
     assert table.main(["--json", str(ROOT / "reports" / "bench" / "h200.json"), "--readme", str(readme)]) == 0
-    assert table.main(["--json", str(ROOT / "reports" / "bench" / "h200.json"), "--readme", str(readme), "--check"]) == 0
+    assert (
+        table.main(["--json", str(ROOT / "reports" / "bench" / "h200.json"), "--readme", str(readme), "--check"]) == 0
+    )
     assert readme.read_text().startswith("a\n") and readme.read_text().endswith("\nb\n")
 
 
@@ -283,15 +308,24 @@ def _totals_by_definition(rows: list[Row], freed: list[Row]) -> dict[str, int]:
     hooked = {r.storage for r in rows if r.resides == "device" and r.storage is not None and r.via != "ctx"}
     host = {r.storage: r.storage_bytes for r in rows if r.resides == "host" and r.storage is not None}
     physical, param = sum(device.values()), sum(device[s] for s in params)
-    return {"rows": len(rows), "logical_bytes": sum(r.bytes for r in rows), "physical_bytes": physical,
-            "parameter_bytes": param, "saved_bytes": physical - param,
-            "host_bytes": sum(host.values()) + sum(r.bytes for r in rows if r.resides == "host" and r.storage is None),
-            "unknown_bytes": sum(r.bytes for r in rows if r.resides == "unknown"),
-            "output_bytes": sum(device[s] for s in outputs - params),
-            "ctx_bytes": sum(b for s, b in device.items() if s not in hooked and s not in params),
-            "freed_rows": len(freed), "freed_bytes": sum(r.bytes for r in freed),
-            "unread_bytes": None if all(r.read is None for r in rows) else sum(
-                b for s, b in device.items() if s not in params and all(r.read == "unread" for r in rows if r.storage == s))}
+    return {
+        "rows": len(rows),
+        "logical_bytes": sum(r.bytes for r in rows),
+        "physical_bytes": physical,
+        "parameter_bytes": param,
+        "saved_bytes": physical - param,
+        "host_bytes": sum(host.values()) + sum(r.bytes for r in rows if r.resides == "host" and r.storage is None),
+        "unknown_bytes": sum(r.bytes for r in rows if r.resides == "unknown"),
+        "output_bytes": sum(device[s] for s in outputs - params),
+        "ctx_bytes": sum(b for s, b in device.items() if s not in hooked and s not in params),
+        "freed_rows": len(freed),
+        "freed_bytes": sum(r.bytes for r in freed),
+        "unread_bytes": None
+        if all(r.read is None for r in rows)
+        else sum(
+            b for s, b in device.items() if s not in params and all(r.read == "unread" for r in rows if r.storage == s)
+        ),
+    }
 
 
 def test_compute_totals_matches_the_definition() -> None:
@@ -302,14 +336,26 @@ def test_compute_totals_matches_the_definition() -> None:
     rng = random.Random(0)
     for k in range(400):
         every_device = k % 2 == 1  # the path that reads one field at a time
-        rows = [make_row({"index": i, "kind": "tensor", "format": "fp32", "shape": [1], "dtype": "float32",
-                          "bytes": rng.randrange(1, 1000),
-                          "storage": rng.choice(["s0", "s1", "s2", "s3"] if every_device else [None, "s0", "s1", "s2", "s3"]),
-                          "storage_bytes": rng.randrange(1000, 2000), "resides": "device" if every_device else rng.choice(RESIDES),
-                          "is_parameter": rng.random() < 0.3, "aliases_output": rng.random() < 0.3,
-                          "via": rng.choice(["hook", "ctx", "unhooked"]),
-                          "read": rng.choice(["read", "unread", "unread", "unknown"]) if k % 4 >= 2 else None})
-                for i in range(rng.randrange(0, 12))]
+        rows = [
+            make_row(
+                {
+                    "index": i,
+                    "kind": "tensor",
+                    "format": "fp32",
+                    "shape": [1],
+                    "dtype": "float32",
+                    "bytes": rng.randrange(1, 1000),
+                    "storage": rng.choice(["s0", "s1", "s2", "s3"] if every_device else [None, "s0", "s1", "s2", "s3"]),
+                    "storage_bytes": rng.randrange(1000, 2000),
+                    "resides": "device" if every_device else rng.choice(RESIDES),
+                    "is_parameter": rng.random() < 0.3,
+                    "aliases_output": rng.random() < 0.3,
+                    "via": rng.choice(["hook", "ctx", "unhooked"]),
+                    "read": rng.choice(["read", "unread", "unread", "unknown"]) if k % 4 >= 2 else None,
+                }
+            )
+            for i in range(rng.randrange(0, 12))
+        ]
         freed = rows[: rng.randrange(0, 3)]
         assert dataclasses.asdict(compute_totals(rows, freed)) == _totals_by_definition(rows, freed)
 

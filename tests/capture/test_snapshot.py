@@ -56,8 +56,20 @@ def test_capture_refuses_without_cuda(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(CUDA, reason="the refusal is for machines without CUDA")
 def test_cli_refuses_before_running(tmp_path: Path) -> None:
-    r = _cli("run", "--target", "reference", "--recipe", "bf16", "--groups", "1", "--memory-snapshot", "s.pickle",
-             "--json", "r.json", cwd=tmp_path)
+    r = _cli(
+        "run",
+        "--target",
+        "reference",
+        "--recipe",
+        "bf16",
+        "--groups",
+        "1",
+        "--memory-snapshot",
+        "s.pickle",
+        "--json",
+        "r.json",
+        cwd=tmp_path,
+    )
     assert r.returncode == 2, r.stderr
     assert "--memory-snapshot: needs the CUDA caching allocator" in r.stderr
     assert list(tmp_path.iterdir()) == []  # neither the snapshot nor the report
@@ -132,11 +144,33 @@ def test_recording_stops_when_the_block_raises(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("recipe", "extra"), [("fp8-current", []), ("nvfp4", ["--kernels", "emulated"])])
 def test_te_cli_snapshot(tmp_path: Path, recipe: str, extra: list[str]) -> None:
     pytest.importorskip("transformer_engine.pytorch", reason="needs TransformerEngine")
-    r = _cli("run", "--target", "te-grouped-mlp", "--recipe", recipe, "--groups", "4", "--tokens", "2048", "--hidden", "256",
-             "--ffn", "512", *extra, "--quiet", "--json", "r.json", "--memory-snapshot", "s.pickle", cwd=tmp_path)
+    r = _cli(
+        "run",
+        "--target",
+        "te-grouped-mlp",
+        "--recipe",
+        recipe,
+        "--groups",
+        "4",
+        "--tokens",
+        "2048",
+        "--hidden",
+        "256",
+        "--ffn",
+        "512",
+        *extra,
+        "--quiet",
+        "--json",
+        "r.json",
+        "--memory-snapshot",
+        "s.pickle",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     case = json.loads((tmp_path / "r.json").read_text())["cases"][0]
-    storages = {row["storage"]: row["storage_bytes"] for row in case["rows"] if row.get("storage") and row["storage_bytes"]}
+    storages = {
+        row["storage"]: row["storage_bytes"] for row in case["rows"] if row.get("storage") and row["storage_bytes"]
+    }
     blocks = named_blocks(tmp_path / "s.pickle")
     assert sorted(size for _, size in blocks.values()) == sorted(storages.values())
     assert any(name.startswith("fc1.input") for name, _ in blocks.values()), blocks

@@ -41,7 +41,10 @@ def test_the_planted_waste_is_found_with_its_exact_bytes(method: str) -> None:
     assert case.totals.unread_bytes == unread_models.PLANTED_BYTES
     assert all(r.read == "read" for r in case.rows if r not in unread)
     assert case.unread is not None
-    assert case.unread.methods == {"observed": ["observed"], "poisoned": ["poisoned"], "both": ["observed", "poisoned"]}[method]
+    assert (
+        case.unread.methods
+        == {"observed": ["observed"], "poisoned": ["poisoned"], "both": ["observed", "poisoned"]}[method]
+    )
 
 
 MODELS = ["transformer", "conv_bn_relu", "autocast_mlp", "checkpointed", "compiled_mlp"]
@@ -81,7 +84,9 @@ def test_the_reference_target_keeps_nothing_unread() -> None:
     case = run_case(target, spec, unread="both")
     assert case.status == "ok", case.reason
     assert case.totals.unread_bytes == 0
-    assert not [r for r in case.rows if r.read == "unknown"], [(r.operand, r.read_by) for r in case.rows if r.read == "unknown"]
+    assert not [r for r in case.rows if r.read == "unknown"], [
+        (r.operand, r.read_by) for r in case.rows if r.read == "unknown"
+    ]
 
 
 def test_checkpointed_rows_say_why_they_have_no_verdict() -> None:

@@ -113,8 +113,9 @@ def bin_dir(tmp_path: Path) -> Path:
     return d
 
 
-def gate(tmp_path: Path, bin_dir: Path, *, pages: list[list[dict]] | None = None, real: bool = False,
-         **env: str) -> tuple[int, str, list[dict], list[list[str]]]:
+def gate(
+    tmp_path: Path, bin_dir: Path, *, pages: list[list[dict]] | None = None, real: bool = False, **env: str
+) -> tuple[int, str, list[dict], list[list[str]]]:
     """Run memaudit/gate.sh in tmp_path/work; returns its exit code, output, gh calls, memaudit calls."""
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
@@ -126,9 +127,17 @@ def gate(tmp_path: Path, bin_dir: Path, *, pages: list[list[dict]] | None = None
         (bin_dir / "memaudit").unlink(missing_ok=True)
         path = f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
     full = {k: v for k, v in os.environ.items() if not k.startswith(("MEMAUDIT", "GITHUB", "FAKE_"))}
-    full.update(PATH=path, FAKE_GH_LOG=str(tmp_path / "gh.log"), FAKE_GH_PAGES=str(tmp_path / "pages.json"),
-                FAKE_MEMAUDIT_LOG=str(tmp_path / "memaudit.log"), GITHUB_REPOSITORY="owner/repo",
-                MEMAUDIT_BASELINE="base.json", MEMAUDIT_PYTHON=sys.executable, NO_COLOR="1", COLUMNS="120")
+    full.update(
+        PATH=path,
+        FAKE_GH_LOG=str(tmp_path / "gh.log"),
+        FAKE_GH_PAGES=str(tmp_path / "pages.json"),
+        FAKE_MEMAUDIT_LOG=str(tmp_path / "memaudit.log"),
+        GITHUB_REPOSITORY="owner/repo",
+        MEMAUDIT_BASELINE="base.json",
+        MEMAUDIT_PYTHON=sys.executable,
+        NO_COLOR="1",
+        COLUMNS="120",
+    )
     full.update(env)
     start = time.monotonic()
     done = subprocess.run(["bash", str(GATE)], cwd=work, env=full, capture_output=True, text=True, timeout=300)
@@ -143,7 +152,10 @@ def gate(tmp_path: Path, bin_dir: Path, *, pages: list[list[dict]] | None = None
 
 # ---- the sticky comment ---------------------------------------------------------------------------
 def test_a_pr_without_the_comment_gets_one_created(tmp_path: Path, bin_dir: Path) -> None:
-    pages = [[_comment(i, f"a review comment {i}") for i in range(1, 101)], [_comment(101, "<!-- memaudit:other -->\nx")]]
+    pages = [
+        [_comment(i, f"a review comment {i}") for i in range(1, 101)],
+        [_comment(101, "<!-- memaudit:other -->\nx")],
+    ]
     rc, out, calls, _ = gate(tmp_path, bin_dir, pages=pages, MEMAUDIT_COMMENT="true", MEMAUDIT_PR="7")
     assert rc == 0, out
     assert [(c["method"], c["path"], c["paginate"]) for c in calls] == [
@@ -157,8 +169,10 @@ def test_a_pr_without_the_comment_gets_one_created(tmp_path: Path, bin_dir: Path
 
 def test_the_sticky_comment_on_a_later_page_is_updated(tmp_path: Path, bin_dir: Path) -> None:
     """The marker's comment is on page 2: a lookup that does not paginate would create a second one."""
-    pages = [[_comment(i, f"comment {i}") for i in range(1, 101)],
-             [_comment(150, "not it: " + MARKER), _comment(151, MARKER + "\nold verdict"), _comment(152, MARKER)]]
+    pages = [
+        [_comment(i, f"comment {i}") for i in range(1, 101)],
+        [_comment(150, "not it: " + MARKER), _comment(151, MARKER + "\nold verdict"), _comment(152, MARKER)],
+    ]
     rc, out, calls, _ = gate(tmp_path, bin_dir, pages=pages, MEMAUDIT_COMMENT="true", MEMAUDIT_PR="7")
     assert rc == 0, out
     assert [(c["method"], c["path"]) for c in calls] == [
@@ -171,7 +185,9 @@ def test_the_sticky_comment_on_a_later_page_is_updated(tmp_path: Path, bin_dir: 
 
 def test_the_marker_name_decides_which_comment(tmp_path: Path, bin_dir: Path) -> None:
     pages = [[_comment(1, MARKER), _comment(2, "<!-- memaudit:b200 -->\n")]]
-    rc, out, calls, runs = gate(tmp_path, bin_dir, pages=pages, MEMAUDIT_COMMENT="true", MEMAUDIT_PR="7", MEMAUDIT_NAME="b200")
+    rc, out, calls, runs = gate(
+        tmp_path, bin_dir, pages=pages, MEMAUDIT_COMMENT="true", MEMAUDIT_PR="7", MEMAUDIT_NAME="b200"
+    )
     assert rc == 0 and calls[-1]["path"] == "repos/owner/repo/issues/comments/2", out
     assert runs[-1][runs[-1].index("--name") + 1] == "b200"
 
@@ -182,8 +198,11 @@ def test_the_pr_number_comes_from_the_event(tmp_path: Path, bin_dir: Path) -> No
     assert rc == 0 and [c["path"] for c in calls][-1] == "repos/owner/repo/issues/42/comments", out
 
 
-@pytest.mark.parametrize("env", [{"MEMAUDIT_COMMENT": "false", "MEMAUDIT_PR": "7"}, {"MEMAUDIT_COMMENT": "true"}],
-                         ids=["comment-off", "not-a-pr"])
+@pytest.mark.parametrize(
+    "env",
+    [{"MEMAUDIT_COMMENT": "false", "MEMAUDIT_PR": "7"}, {"MEMAUDIT_COMMENT": "true"}],
+    ids=["comment-off", "not-a-pr"],
+)
 def test_no_comment_no_api_call(tmp_path: Path, bin_dir: Path, env: dict[str, str]) -> None:
     rc, out, calls, _ = gate(tmp_path, bin_dir, **env)
     assert rc == 0 and calls == [], out
@@ -192,29 +211,58 @@ def test_no_comment_no_api_call(tmp_path: Path, bin_dir: Path, env: dict[str, st
 @pytest.mark.parametrize("fail", ["POST", "GET"])
 def test_a_comment_that_cannot_be_posted_warns_and_keeps_the_verdict(tmp_path: Path, bin_dir: Path, fail: str) -> None:
     for compare_rc in (0, 1):
-        rc, out, calls, _ = gate(tmp_path, bin_dir, MEMAUDIT_COMMENT="true", MEMAUDIT_PR="7", FAKE_GH_FAIL=fail,
-                                 FAKE_COMPARE_RC=str(compare_rc))
+        rc, out, calls, _ = gate(
+            tmp_path,
+            bin_dir,
+            MEMAUDIT_COMMENT="true",
+            MEMAUDIT_PR="7",
+            FAKE_GH_FAIL=fail,
+            FAKE_COMPARE_RC=str(compare_rc),
+        )
         assert rc == compare_rc and "warning: could not" in out, out
 
 
 # ---- the verdict for each exit code -------------------------------------------------------------------
 # (first command's exit code, compare's exit code) -> the job's exit code, as docs/guides/ci.md's table says
 RUN_MATRIX = [
-    (0, 0, 0), (0, 1, 1), (0, 2, 2),
-    (1, 0, 1), (1, 1, 1), (2, None, 2),
-    (3, 0, 0), (3, 1, 1), (3, 2, 2),
-    (4, 0, 4), (4, 1, 4),
+    (0, 0, 0),
+    (0, 1, 1),
+    (0, 2, 2),
+    (1, 0, 1),
+    (1, 1, 1),
+    (2, None, 2),
+    (3, 0, 0),
+    (3, 1, 1),
+    (3, 2, 2),
+    (4, 0, 4),
+    (4, 1, 4),
     (137, 0, 137),
 ]
 
 
 @pytest.mark.parametrize(("first", "compare", "job"), RUN_MATRIX, ids=[f"run{a}-compare{b}" for a, b, _ in RUN_MATRIX])
 def test_the_verdict_after_run(tmp_path: Path, bin_dir: Path, first: int, compare: int | None, job: int) -> None:
-    rc, out, _, runs = gate(tmp_path, bin_dir, MEMAUDIT_SCENARIO="grouped_mlp", MEMAUDIT_RUN_ARGS="--recipe nvfp4  --groups 8",
-                            FAKE_RUN_RC=str(first), FAKE_COMPARE_RC=str(compare or 0))
+    rc, out, _, runs = gate(
+        tmp_path,
+        bin_dir,
+        MEMAUDIT_SCENARIO="grouped_mlp",
+        MEMAUDIT_RUN_ARGS="--recipe nvfp4  --groups 8",
+        FAKE_RUN_RC=str(first),
+        FAKE_COMPARE_RC=str(compare or 0),
+    )
     assert rc == job, out
-    assert runs[0] == ["run", "--json", "memaudit-out/current.json", "--quiet", "--scenario", "grouped_mlp",
-                       "--recipe", "nvfp4", "--groups", "8"]
+    assert runs[0] == [
+        "run",
+        "--json",
+        "memaudit-out/current.json",
+        "--quiet",
+        "--scenario",
+        "grouped_mlp",
+        "--recipe",
+        "nvfp4",
+        "--groups",
+        "8",
+    ]
     if compare is None:  # run exited 2 and wrote nothing: nothing to compare, the job fails
         assert len(runs) == 1 and "compare did not run" in out
     else:
@@ -225,19 +273,29 @@ def test_the_verdict_after_run(tmp_path: Path, bin_dir: Path, first: int, compar
 CHECK_MATRIX = [(0, 0, 0), (1, 0, 1), (2, 0, 2), (3, 0, 0), (3, 1, 1), (0, 1, 1), (0, 2, 2)]
 
 
-@pytest.mark.parametrize(("first", "compare", "job"), CHECK_MATRIX, ids=[f"check{a}-compare{b}" for a, b, _ in CHECK_MATRIX])
+@pytest.mark.parametrize(
+    ("first", "compare", "job"), CHECK_MATRIX, ids=[f"check{a}-compare{b}" for a, b, _ in CHECK_MATRIX]
+)
 def test_the_verdict_after_check(tmp_path: Path, bin_dir: Path, first: int, compare: int, job: int) -> None:
     (tmp_path / "work").mkdir()
     (tmp_path / "work" / "given.json").write_text("{}", encoding="utf-8")
-    rc, out, _, runs = gate(tmp_path, bin_dir, MEMAUDIT_SCENARIO="s.toml", MEMAUDIT_REPORT="given.json",
-                            FAKE_CHECK_RC=str(first), FAKE_COMPARE_RC=str(compare))
+    rc, out, _, runs = gate(
+        tmp_path,
+        bin_dir,
+        MEMAUDIT_SCENARIO="s.toml",
+        MEMAUDIT_REPORT="given.json",
+        FAKE_CHECK_RC=str(first),
+        FAKE_COMPARE_RC=str(compare),
+    )
     assert rc == job, out
     assert runs[0] == ["check", "given.json", "--scenario", "s.toml"]
     assert runs[1][:3] == ["compare", "base.json", "given.json"]
 
 
 @pytest.mark.parametrize(("compare", "job"), [(0, 0), (1, 1), (2, 2)])
-def test_a_given_report_without_a_scenario_is_only_compared(tmp_path: Path, bin_dir: Path, compare: int, job: int) -> None:
+def test_a_given_report_without_a_scenario_is_only_compared(
+    tmp_path: Path, bin_dir: Path, compare: int, job: int
+) -> None:
     (tmp_path / "work").mkdir()
     (tmp_path / "work" / "given.json").write_text("{}", encoding="utf-8")
     rc, out, _, runs = gate(tmp_path, bin_dir, MEMAUDIT_REPORT="given.json", FAKE_COMPARE_RC=str(compare))
@@ -256,8 +314,14 @@ def test_no_baseline_setting_is_bad_input(tmp_path: Path, bin_dir: Path) -> None
 
 def test_a_deferred_verdict_exits_0_and_leaves_it_in_the_outputs(tmp_path: Path, bin_dir: Path) -> None:
     (tmp_path / "out.txt").write_text("", encoding="utf-8")
-    rc, out, _, _ = gate(tmp_path, bin_dir, FAKE_RUN_RC="3", FAKE_COMPARE_RC="1", MEMAUDIT_DEFER_EXIT="true",
-                         GITHUB_OUTPUT=str(tmp_path / "out.txt"))
+    rc, out, _, _ = gate(
+        tmp_path,
+        bin_dir,
+        FAKE_RUN_RC="3",
+        FAKE_COMPARE_RC="1",
+        MEMAUDIT_DEFER_EXIT="true",
+        GITHUB_OUTPUT=str(tmp_path / "out.txt"),
+    )
     assert rc == 0, out
     outputs = dict(line.split("=", 1) for line in (tmp_path / "out.txt").read_text(encoding="utf-8").splitlines())
     assert outputs == {"run-rc": "3", "compare-rc": "1", "verdict": "fail", "exit": "1"}
@@ -271,21 +335,44 @@ def test_the_real_memaudit_end_to_end(tmp_path: Path, bin_dir: Path) -> None:
     work.mkdir()
     memaudit = [sys.executable, "-m", "memaudit"]
     env = {**os.environ, "NO_COLOR": "1"}
-    subprocess.run([*memaudit, "run", "--scenario", "reference", "--json", "first.json", "--quiet"], cwd=work, env=env, check=True,
-                   capture_output=True, timeout=300)
-    subprocess.run([*memaudit, "baseline", "update", "first.json", "--into", "base.json"], cwd=work, env=env, check=True,
-                   capture_output=True, timeout=300)
-    rc, out, calls, _ = gate(tmp_path, bin_dir, real=True, MEMAUDIT_SCENARIO="reference", MEMAUDIT_COMMENT="true", MEMAUDIT_PR="5")
+    subprocess.run(
+        [*memaudit, "run", "--scenario", "reference", "--json", "first.json", "--quiet"],
+        cwd=work,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    subprocess.run(
+        [*memaudit, "baseline", "update", "first.json", "--into", "base.json"],
+        cwd=work,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    rc, out, calls, _ = gate(
+        tmp_path, bin_dir, real=True, MEMAUDIT_SCENARIO="reference", MEMAUDIT_COMMENT="true", MEMAUDIT_PR="5"
+    )
     assert rc == 0, out
     body = (work / "memaudit-out" / "comment.md").read_text(encoding="utf-8")
     assert body.startswith(MARKER) and "no regression" in body
     assert calls[-1]["method"] == "POST" and calls[-1]["fields"]["body"] == body
     assert json.loads((work / "memaudit-out" / "bench.json").read_text(encoding="utf-8"))
-    rc, out, calls, _ = gate(tmp_path, bin_dir, pages=[[_comment(8, "lgtm"), _comment(9, body)]], real=True,
-                             MEMAUDIT_SCENARIO="reference", MEMAUDIT_COMMENT="true", MEMAUDIT_PR="5")
+    rc, out, calls, _ = gate(
+        tmp_path,
+        bin_dir,
+        pages=[[_comment(8, "lgtm"), _comment(9, body)]],
+        real=True,
+        MEMAUDIT_SCENARIO="reference",
+        MEMAUDIT_COMMENT="true",
+        MEMAUDIT_PR="5",
+    )
     assert rc == 0, out
-    assert [(c["method"], c["path"]) for c in calls] == [("GET", "repos/owner/repo/issues/5/comments?per_page=100"),
-                                                        ("PATCH", "repos/owner/repo/issues/comments/9")]
+    assert [(c["method"], c["path"]) for c in calls] == [
+        ("GET", "repos/owner/repo/issues/5/comments?per_page=100"),
+        ("PATCH", "repos/owner/repo/issues/comments/9"),
+    ]
 
 
 # ---- action.yml and the workflow ---------------------------------------------------------------------------
@@ -325,8 +412,14 @@ def test_the_projects_workflow_uses_the_action() -> None:
 def test_the_docs_yaml_uses_the_action_with_its_inputs() -> None:
     tokens = MarkdownIt().parse((ROOT / "docs" / "guides" / "ci.md").read_text(encoding="utf-8"))
     blocks = [yaml.safe_load(t.content) for t in tokens if t.type == "fence" and t.info.strip() == "yaml"]
-    steps = [s for b in blocks if isinstance(b, dict) for job in (b.get("jobs") or {}).values() for s in job.get("steps", [])]
-    used = [s for s in steps if re.fullmatch(r"[\w.-]+/[\w.-]+@\S+", s.get("uses", "")) and "with" in s and "baseline" in s["with"]]
+    steps = [
+        s for b in blocks if isinstance(b, dict) for job in (b.get("jobs") or {}).values() for s in job.get("steps", [])
+    ]
+    used = [
+        s
+        for s in steps
+        if re.fullmatch(r"[\w.-]+/[\w.-]+@\S+", s.get("uses", "")) and "with" in s and "baseline" in s["with"]
+    ]
     assert used, "docs/guides/ci.md should show the action in use"
     for s in used:
         assert set(s["with"]) <= set(ACTION["inputs"]), s["with"]
@@ -338,8 +431,17 @@ def _artifact_name(tmp_path: Path, **env: str) -> str:
     step = next(s for s in ACTION["runs"]["steps"] if s.get("id") == "artifact")
     out = tmp_path / "artifact-out.txt"
     out.write_text("", encoding="utf-8")
-    full = {"PATH": os.environ["PATH"], "GITHUB_OUTPUT": str(out), "ARTIFACT": ACTION["inputs"]["artifact"]["default"],
-            "NAME": "", "BASELINE": "reports/baseline/b200.json", "JOB": "gate", "INDEX": "0", "ATTEMPT": "1", **env}
+    full = {
+        "PATH": os.environ["PATH"],
+        "GITHUB_OUTPUT": str(out),
+        "ARTIFACT": ACTION["inputs"]["artifact"]["default"],
+        "NAME": "",
+        "BASELINE": "reports/baseline/b200.json",
+        "JOB": "gate",
+        "INDEX": "0",
+        "ATTEMPT": "1",
+        **env,
+    }
     subprocess.run(["bash", "-c", step["run"]], env=full, check=True, timeout=30)
     outputs = dict(line.split("=", 1) for line in out.read_text(encoding="utf-8").splitlines())
     return outputs["name"]
@@ -352,8 +454,13 @@ def test_the_default_artifact_name_is_unique_per_matrix_cell_and_gate(tmp_path: 
     assert step["env"]["INDEX"] == "${{ strategy.job-index }}" and step["env"]["JOB"] == "${{ github.job }}"
     upload = next(s for s in ACTION["runs"]["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact"))
     assert upload["with"]["name"] == "${{ steps.artifact.outputs.name }}"
-    names = [_artifact_name(tmp_path), _artifact_name(tmp_path, INDEX="1"), _artifact_name(tmp_path, JOB="other"),
-             _artifact_name(tmp_path, NAME="h100"), _artifact_name(tmp_path, ATTEMPT="2")]
+    names = [
+        _artifact_name(tmp_path),
+        _artifact_name(tmp_path, INDEX="1"),
+        _artifact_name(tmp_path, JOB="other"),
+        _artifact_name(tmp_path, NAME="h100"),
+        _artifact_name(tmp_path, ATTEMPT="2"),
+    ]
     assert len(set(names)) == len(names), names
     assert names[0] == "memaudit-b200-gate-0-1"
     assert _artifact_name(tmp_path, ARTIFACT="mine") == "mine"
@@ -365,7 +472,11 @@ def test_the_default_artifact_name_is_unique_per_matrix_cell_and_gate(tmp_path: 
 def _yaml_blocks() -> list[str]:
     out = []
     for doc in (ROOT / "docs" / "guides" / "ci.md", ROOT / "README.md"):
-        out += [t.content for t in MarkdownIt().parse(doc.read_text(encoding="utf-8")) if t.type == "fence" and t.info.strip() == "yaml"]
+        out += [
+            t.content
+            for t in MarkdownIt().parse(doc.read_text(encoding="utf-8"))
+            if t.type == "fence" and t.info.strip() == "yaml"
+        ]
     return [*out, (ROOT / ".github" / "workflows" / "memaudit.yml").read_text(encoding="utf-8")]
 
 
@@ -406,7 +517,9 @@ def test_a_marker_comment_by_someone_else_is_left_alone(tmp_path: Path, bin_dir:
     assert rc == 0 and [c["method"] for c in calls] == ["GET", "POST"], out  # a comment of its own
     # a personal token: its own login counts (from gh api user)
     pages = [[_comment(5, MARKER + "\nby the token's user", login="ci-user")]]
-    rc, out, calls, _ = gate(tmp_path, bin_dir, pages=pages, MEMAUDIT_COMMENT="true", MEMAUDIT_PR="7", FAKE_GH_LOGIN="ci-user")
+    rc, out, calls, _ = gate(
+        tmp_path, bin_dir, pages=pages, MEMAUDIT_COMMENT="true", MEMAUDIT_PR="7", FAKE_GH_LOGIN="ci-user"
+    )
     assert rc == 0 and calls[-1]["path"] == "repos/owner/repo/issues/comments/5", out
 
 
@@ -425,16 +538,29 @@ def test_an_unreadable_listing_posts_nothing(tmp_path: Path, bin_dir: Path, kind
     second comment (which a POST would make), whatever the verdict."""
     (tmp_path / "listing").write_bytes(GARBAGE[kind])
     for compare_rc in (0, 1):
-        rc, out, calls, _ = gate(tmp_path, bin_dir, MEMAUDIT_COMMENT="true", MEMAUDIT_PR="7",
-                                 FAKE_GH_LISTING=str(tmp_path / "listing"), FAKE_COMPARE_RC=str(compare_rc))
+        rc, out, calls, _ = gate(
+            tmp_path,
+            bin_dir,
+            MEMAUDIT_COMMENT="true",
+            MEMAUDIT_PR="7",
+            FAKE_GH_LISTING=str(tmp_path / "listing"),
+            FAKE_COMPARE_RC=str(compare_rc),
+        )
         assert rc == compare_rc, out
         assert "Traceback" not in out and "could not read the pull request's comments" in out, out
         assert [c["method"] for c in calls] == ["GET"], calls
 
 
 def test_a_hung_gh_is_cut_off_and_posts_nothing(tmp_path: Path, bin_dir: Path) -> None:
-    rc, out, calls, _ = gate(tmp_path, bin_dir, MEMAUDIT_COMMENT="true", MEMAUDIT_PR="7", FAKE_GH_HANG="120",
-                             MEMAUDIT_GH_TIMEOUT="2", FAKE_COMPARE_RC="1")
+    rc, out, calls, _ = gate(
+        tmp_path,
+        bin_dir,
+        MEMAUDIT_COMMENT="true",
+        MEMAUDIT_PR="7",
+        FAKE_GH_HANG="120",
+        MEMAUDIT_GH_TIMEOUT="2",
+        FAKE_COMPARE_RC="1",
+    )
     assert rc == 1, out
     assert gate.seconds < 30, gate.seconds  # type: ignore[attr-defined]
     assert "could not list the pull request's comments" in out and [c["method"] for c in calls] == ["GET"], out
@@ -443,8 +569,13 @@ def test_a_hung_gh_is_cut_off_and_posts_nothing(tmp_path: Path, bin_dir: Path) -
 # ---- multi-line inputs ----------------------------------------------------------------------------------------
 def test_multi_line_args_keep_every_line(tmp_path: Path, bin_dir: Path) -> None:
     """`compare-args: |` in YAML gives one argument per line: none is dropped."""
-    rc, out, _, runs = gate(tmp_path, bin_dir, MEMAUDIT_SCENARIO="reference", MEMAUDIT_RUN_ARGS="--recipe bf16\n--groups 1,2\n",
-                            MEMAUDIT_COMPARE_ARGS="-v\n--strict-env\n\t--tolerance 0\n")
+    rc, out, _, runs = gate(
+        tmp_path,
+        bin_dir,
+        MEMAUDIT_SCENARIO="reference",
+        MEMAUDIT_RUN_ARGS="--recipe bf16\n--groups 1,2\n",
+        MEMAUDIT_COMPARE_ARGS="-v\n--strict-env\n\t--tolerance 0\n",
+    )
     assert rc == 0, out
     assert runs[0][-4:] == ["--recipe", "bf16", "--groups", "1,2"]
     assert runs[1][-4:] == ["-v", "--strict-env", "--tolerance", "0"]
@@ -452,8 +583,10 @@ def test_multi_line_args_keep_every_line(tmp_path: Path, bin_dir: Path) -> None:
 
 # ---- what the comment says about the baseline ----------------------------------------------------------------
 def test_the_comment_says_whether_the_pr_changed_the_baseline(tmp_path: Path, bin_dir: Path) -> None:
-    for files, said in (("src/x.py,base.json", "this pull request changes the baseline"),
-                        ("src/x.py", "this pull request does not change the baseline")):
+    for files, said in (
+        ("src/x.py,base.json", "this pull request changes the baseline"),
+        ("src/x.py", "this pull request does not change the baseline"),
+    ):
         rc, out, _, runs = gate(tmp_path, bin_dir, MEMAUDIT_COMMENT="true", MEMAUDIT_PR="7", FAKE_GH_FILES=files)
         assert rc == 0, out
         assert gate.files_calls[0]["path"] == "repos/owner/repo/pulls/7/files?per_page=100"  # type: ignore[attr-defined]
@@ -474,13 +607,25 @@ def test_the_real_comment_says_how_to_accept_and_where_the_baseline_came_from(tm
     (tmp_path / "cur.json").write_text(json.dumps(changed), encoding="utf-8")
     env = {**os.environ, "NO_COLOR": "1"}
     memaudit = [sys.executable, "-m", "memaudit", "compare", str(ref)]
-    subprocess.run([*memaudit, "cur.json", "--markdown", "c.md", "--allow-missing", "--baseline-note", "note <b>"],
-                   cwd=tmp_path, env=env, capture_output=True, timeout=120, check=False)
+    subprocess.run(
+        [*memaudit, "cur.json", "--markdown", "c.md", "--allow-missing", "--baseline-note", "note <b>"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
     body = (tmp_path / "c.md").read_text(encoding="utf-8")
     blob = subprocess.run(["git", "hash-object", str(ref)], capture_output=True, text=True, check=True).stdout.strip()
     assert f"Baseline: `{ref}` (blob {blob[:12]}" in body and "note &lt;b&gt;" in body, body[-800:]
     assert f"`memaudit baseline update cur.json --into {ref}`" in body, body[-800:]
-    subprocess.run([*memaudit, str(ref), "--markdown", "same.md"], cwd=tmp_path, env=env, capture_output=True, timeout=120,
-                   check=True)
+    subprocess.run(
+        [*memaudit, str(ref), "--markdown", "same.md"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
     same = (tmp_path / "same.md").read_text(encoding="utf-8")
     assert "Baseline: `" in same and "memaudit baseline update" not in same  # nothing to accept

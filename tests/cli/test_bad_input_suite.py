@@ -44,7 +44,11 @@ ffn = 32
 name = "small"
 max_bytes = "1 GiB"
 """
-FULL = SCENARIO.replace("tokens = 64", "tokens = 1024").replace("hidden = 16", "hidden = 256").replace("ffn = 32", "ffn = 512")
+FULL = (
+    SCENARIO.replace("tokens = 64", "tokens = 1024")
+    .replace("hidden = 16", "hidden = 256")
+    .replace("ffn = 32", "ffn = 512")
+)
 """The scenario at reports/cpu/reference.json's shape (T=1024, H=256, F=512): ``check`` judges that report's cases."""
 
 
@@ -129,8 +133,20 @@ for flag, values in BAD_FLAGS.items():
         extra = ["--target", "te-grouped-mlp", "--kernels", "emulated"] if flag == "--arch" else []
         if flag == "--kernels":
             extra = ["--target", "te-grouped-mlp"]
-        CASES.append(Case(f"run {flag}={v!r}", lambda t, f=flag, v=v, e=extra: [
-            "run", *(_without(_without(SMALL, f), "--target") if e else _without(SMALL, f)), *e, f, v, "--json", str(t / "out.json")]))
+        CASES.append(
+            Case(
+                f"run {flag}={v!r}",
+                lambda t, f=flag, v=v, e=extra: [
+                    "run",
+                    *(_without(_without(SMALL, f), "--target") if e else _without(SMALL, f)),
+                    *e,
+                    f,
+                    v,
+                    "--json",
+                    str(t / "out.json"),
+                ],
+            )
+        )
 
 
 def _without(argv: list[str], flag: str) -> list[str]:
@@ -165,26 +181,84 @@ COMMANDS = {
     "run --json": lambda t, p: ["run", *SMALL, "--json", p],
     "run --markdown": lambda t, p: ["run", *SMALL, "--markdown", p],
     "estimate --json": lambda t, p: ["estimate", "--recipe", "bf16", "--tokens", "64", "--hidden", "64", "--json", p],
-    "estimate --markdown": lambda t, p: ["estimate", "--recipe", "bf16", "--tokens", "64", "--hidden", "64", "--markdown", p],
+    "estimate --markdown": lambda t, p: [
+        "estimate",
+        "--recipe",
+        "bf16",
+        "--tokens",
+        "64",
+        "--hidden",
+        "64",
+        "--markdown",
+        p,
+    ],
     "check --json": lambda t, p: ["check", str(t / "base.json"), "--scenario", str(t / "s.toml"), "--json", p],
     "compare --markdown": lambda t, p: ["compare", str(t / "base.json"), str(t / "base.json"), "--markdown", p],
-    "compare --benchmark-json": lambda t, p: ["compare", str(t / "base.json"), str(t / "base.json"), "--benchmark-json", p],
+    "compare --benchmark-json": lambda t, p: [
+        "compare",
+        str(t / "base.json"),
+        str(t / "base.json"),
+        "--benchmark-json",
+        p,
+    ],
     "baseline update --into": lambda t, p: ["baseline", "update", str(t / "base.json"), "--into", p],
 }
 for cname, cmd in COMMANDS.items():
     for pname, path in BAD_PATHS.items():
         CASES.append(Case(f"{cname} {pname}", lambda t, c=cmd, p=path: c(t, p(t)), setup=_outputs))
-CASES.append(Case("run --json and --markdown the same file", lambda t: ["run", *SMALL, "--json", str(t / "x"), "--markdown", str(t / "x")]))
-CASES.append(Case("estimate --json and --markdown the same file", lambda t: [
-    "estimate", "--recipe", "bf16", "--tokens", "64", "--hidden", "64", "--json", str(t / "x"), "--markdown", str(t / "x")]))
-CASES.append(Case("compare --benchmark-json and --markdown the same file", lambda t: [
-    "compare", str(t / "base.json"), str(t / "base.json"), "--markdown", str(t / "x"), "--benchmark-json", str(t / "x")],
-    setup=_outputs))
+CASES.append(
+    Case(
+        "run --json and --markdown the same file",
+        lambda t: ["run", *SMALL, "--json", str(t / "x"), "--markdown", str(t / "x")],
+    )
+)
+CASES.append(
+    Case(
+        "estimate --json and --markdown the same file",
+        lambda t: [
+            "estimate",
+            "--recipe",
+            "bf16",
+            "--tokens",
+            "64",
+            "--hidden",
+            "64",
+            "--json",
+            str(t / "x"),
+            "--markdown",
+            str(t / "x"),
+        ],
+    )
+)
+CASES.append(
+    Case(
+        "compare --benchmark-json and --markdown the same file",
+        lambda t: [
+            "compare",
+            str(t / "base.json"),
+            str(t / "base.json"),
+            "--markdown",
+            str(t / "x"),
+            "--benchmark-json",
+            str(t / "x"),
+        ],
+        setup=_outputs,
+    )
+)
 # a bad flag after a valid output: nothing written
-CASES.append(Case("run: bad --markdown folder after a good --json", lambda t: [
-    "run", *SMALL, "--json", str(t / "old.json"), "--markdown", "/proc/x/p.md"]))
-CASES.append(Case("run: unknown target with outputs", lambda t: [
-    "run", "--target", "_privmodel:make", "--json", str(t / "old.json"), "--markdown", str(t / "p.md")]))
+CASES.append(
+    Case(
+        "run: bad --markdown folder after a good --json",
+        lambda t: ["run", *SMALL, "--json", str(t / "old.json"), "--markdown", "/proc/x/p.md"],
+    )
+)
+CASES.append(
+    Case(
+        "run: unknown target with outputs",
+        lambda t: ["run", "--target", "_privmodel:make", "--json", str(t / "old.json"), "--markdown", str(t / "p.md")],
+    )
+)
+
 
 # ---- reports: corrupted files into compare, check and baseline update ------------------------------
 def _set(path: tuple, value: object) -> Callable[[dict], None]:
@@ -193,6 +267,7 @@ def _set(path: tuple, value: object) -> Callable[[dict], None]:
         for p in path[:-1]:
             obj = obj[p]
         obj[path[-1]] = value
+
     return mutate
 
 
@@ -202,6 +277,7 @@ def _del(path: tuple) -> Callable[[dict], None]:
         for p in path[:-1]:
             obj = obj[p]
         del obj[path[-1]]
+
     return mutate
 
 
@@ -220,10 +296,16 @@ BAD_REPORTS: dict[str, tuple[Callable[[dict], None] | None, str | None]] = {
     "row is_parameter 'no'": (_set((*ROW0, "is_parameter"), "no"), None),
     "row not an object": (_set(ROW0, [1, 2]), None),
     "saved_bytes '12'": (_set((*TOT0, "saved_bytes"), "12"), None),
-    "saved_bytes 10**400": (None, json.dumps(REPORT).replace('"saved_bytes": ', '"saved_bytes": 1' + "0" * 400 + ", \"x\": ", 1)),
+    "saved_bytes 10**400": (
+        None,
+        json.dumps(REPORT).replace('"saved_bytes": ', '"saved_bytes": 1' + "0" * 400 + ', "x": ', 1),
+    ),
     "saved_bytes NaN": (None, json.dumps(REPORT).replace('"saved_bytes": ', '"saved_bytes": NaN, "x": ', 1)),
     "saved_bytes Infinity": (None, json.dumps(REPORT).replace('"saved_bytes": ', '"saved_bytes": Infinity, "x": ', 1)),
-    "a 5000-digit integer": (_set((*ROW0, "bytes"), 0), json.dumps(REPORT).replace('"index": 0', '"index": ' + "9" * 5000, 1)),
+    "a 5000-digit integer": (
+        _set((*ROW0, "bytes"), 0),
+        json.dumps(REPORT).replace('"index": 0', '"index": ' + "9" * 5000, 1),
+    ),
     "rows: 5": (_set(("cases", 0, "rows"), 5), None),
     "totals: []": (_set(TOT0, []), None),
     "environment: [1, 2]": (_set(("environment",), [1, 2]), None),
@@ -250,14 +332,22 @@ REPORT_USES = {
     "compare (current)": lambda t: ["compare", str(t / "good.json"), str(t / "bad.json")],
     "compare (baseline)": lambda t: ["compare", str(t / "bad.json"), str(t / "good.json")],
     "check": lambda t: ["check", str(t / "bad.json"), "--scenario", str(t / "s.toml")],
-    "baseline update (current)": lambda t: ["baseline", "update", str(t / "bad.json"), "--into", str(t / "base-out.json")],
+    "baseline update (current)": lambda t: [
+        "baseline",
+        "update",
+        str(t / "bad.json"),
+        "--into",
+        str(t / "base-out.json"),
+    ],
     "baseline update (into)": lambda t: ["baseline", "update", str(t / "good.json"), "--into", str(t / "bad.json")],
 }
 for rname, (mutate, text) in BAD_REPORTS.items():
+
     def setup(t: Path, m=mutate, x=text) -> None:
         _report(t, "good.json")
         _report(t, "bad.json", m, x)
         (t / "s.toml").write_text(SCENARIO, encoding="utf-8")
+
     for uname, use in REPORT_USES.items():
         CASES.append(Case(f"{uname}: {rname}", use, setup=setup))
 
@@ -266,13 +356,17 @@ BAD_SCENARIOS = {
     "target os:abort": SCENARIO.replace('target = "reference"', 'target = "os:abort"'),
     "target sys:exit": SCENARIO.replace('target = "reference"', 'target = "sys:exit"'),
     "target builtins:print": SCENARIO.replace('target = "reference"', 'target = "builtins:print"'),
-    "target a real factory, not allowed": SCENARIO.replace('target = "reference"', 'target = "tests.custom_factory:make"'),
-    "ratio nan": SCENARIO.replace('max_bytes = "1 GiB"', 'ratio = nan\nagainst = { groups = 1 }'),
-    "ratio inf": SCENARIO.replace('max_bytes = "1 GiB"', 'ratio = inf\nagainst = { groups = 1 }'),
+    "target a real factory, not allowed": SCENARIO.replace(
+        'target = "reference"', 'target = "tests.custom_factory:make"'
+    ),
+    "ratio nan": SCENARIO.replace('max_bytes = "1 GiB"', "ratio = nan\nagainst = { groups = 1 }"),
+    "ratio inf": SCENARIO.replace('max_bytes = "1 GiB"', "ratio = inf\nagainst = { groups = 1 }"),
     "12 MB of budgets": SCENARIO + "".join(f'[[budget]]\nname = "b{i}"\nmax_bytes = "1 GiB"\n' for i in range(250_000)),
     "400 nines TiB": SCENARIO.replace('"1 GiB"', '"' + "9" * 400 + ' TiB"'),
     "10**30 bytes": SCENARIO.replace('"1 GiB"', str(10**30)),
-    "when key typo": SCENARIO.replace('max_bytes = "1 GiB"', 'max_bytes = "1 GiB"\nwhen = { grouped_linear_pth = "x" }').replace('"reference"', '"te-grouped-mlp"'),
+    "when key typo": SCENARIO.replace(
+        'max_bytes = "1 GiB"', 'max_bytes = "1 GiB"\nwhen = { grouped_linear_pth = "x" }'
+    ).replace('"reference"', '"te-grouped-mlp"'),
     "unknown flag": "[flags]\nkernel = 'emulated'\n" + SCENARIO,
     "flag table not a table": "flags = 3\n" + SCENARIO,
     "nested 600 deep": "x = " + "[" * 600 + "]" * 600 + "\n" + SCENARIO,
@@ -284,26 +378,51 @@ BAD_SCENARIOS = {
 }
 for sname, text in BAD_SCENARIOS.items():
     code = 1 if sname == "budget name markup" else 2  # a valid file whose budget fails: the gate's exit 1
+
     def ssetup(t: Path, x=text) -> None:
         (t / "s.toml").write_text(x, encoding="utf-8")
         _report(t, "good.json")
+
     # check judges reports/cpu/reference.json (T=1024), which has no case of this scenario's shape: exit 2 even for
     # the valid file; run --scenario runs the scenario's own case, so there the markup budget fails with exit 1.
-    CASES.append(Case(f"check --scenario: {sname}", lambda t: ["check", str(t / "good.json"), "--scenario", str(t / "s.toml")],
-                      setup=ssetup))
-    CASES.append(Case(f"run --scenario: {sname}", lambda t: ["run", "--scenario", str(t / "s.toml"), "--device", "cpu", "--json", str(t / "o.json")],
-                      code=code, setup=ssetup, writes=("o.json",)))
+    CASES.append(
+        Case(
+            f"check --scenario: {sname}",
+            lambda t: ["check", str(t / "good.json"), "--scenario", str(t / "s.toml")],
+            setup=ssetup,
+        )
+    )
+    CASES.append(
+        Case(
+            f"run --scenario: {sname}",
+            lambda t: ["run", "--scenario", str(t / "s.toml"), "--device", "cpu", "--json", str(t / "o.json")],
+            code=code,
+            setup=ssetup,
+            writes=("o.json",),
+        )
+    )
 for bad in sorted((ROOT / "tests" / "data" / "bad_scenarios").glob("*.toml")):
+
     def bsetup(t: Path, b=bad) -> None:
         (t / "s.toml").write_text(b.read_text(encoding="utf-8"), encoding="utf-8")
         _report(t, "good.json")
-    CASES.append(Case(f"run --scenario: {bad.stem}", lambda t: ["run", "--scenario", str(t / "s.toml"), "--device", "cpu", "--json", str(t / "o.json")],
-                      setup=bsetup))
+
+    CASES.append(
+        Case(
+            f"run --scenario: {bad.stem}",
+            lambda t: ["run", "--scenario", str(t / "s.toml"), "--device", "cpu", "--json", str(t / "o.json")],
+            setup=bsetup,
+        )
+    )
 
 # ---- scenarios: hostile byte expressions, refused with the column (at load, or for the case) ---------
 # check judges reports/cpu/reference.json at its own shape (T=1024, H=256, F=512), so a per-case problem
 # is found there as well as in run's small case; the needle shows the exit 2 is the expression's.
-BIG = SCENARIO.replace("tokens = 64", "tokens = 1024").replace("hidden = 16", "hidden = 256").replace("ffn = 32", "ffn = 512")
+BIG = (
+    SCENARIO.replace("tokens = 64", "tokens = 1024")
+    .replace("hidden = 16", "hidden = 256")
+    .replace("ffn = 32", "ffn = 512")
+)
 BAD_EXPRESSIONS = {
     "uneven division": ("tokens * hidden * elt / 3", "is not a whole number of bytes; write // to round down"),
     "negative difference": ("tokens - hidden * 100", "is negative"),
@@ -315,7 +434,10 @@ BAD_EXPRESSIONS = {
     "float factor": ("1.5 * tokens", "'1.5' at column 1 of '1.5 * tokens' is 1.5 bytes"),
     "3 Mb": ("3 Mb", "ambiguous unit 'Mb'"),
     "1 kb": ("1 kb * tokens", "ambiguous unit 'kb'"),
-    "name typo": ("tokns * hidden", "unknown variable 'tokns' at column 1 of 'tokns * hidden' (did you mean 'tokens'?)"),
+    "name typo": (
+        "tokns * hidden",
+        "unknown variable 'tokns' at column 1 of 'tokns * hidden' (did you mean 'tokens'?)",
+    ),
     "unary minus": ("-tokens", "unary minus (byte quantities are never negative) at column 1"),
     "power": ("tokens ** 2", "'**' at column 8"),
     "a call": ("__import__('os').system('true')", "a function call at column 1"),
@@ -334,37 +456,113 @@ for ename, (expr, needle) in BAD_EXPRESSIONS.items():
     literal = json.dumps(expr)  # a TOML basic string
     for cname, base in (("check", BIG), ("run", SCENARIO)):
         text = base.replace('"1 GiB"', literal)
+
         def esetup(t: Path, x=text) -> None:
             (t / "s.toml").write_text(x, encoding="utf-8")
             _report(t, "good.json")
-        argv = ((lambda t: ["check", str(t / "good.json"), "--scenario", str(t / "s.toml")]) if cname == "check" else
-                (lambda t: ["run", "--scenario", str(t / "s.toml"), "--device", "cpu", "--json", str(t / "o.json")]))
+
+        argv = (
+            (lambda t: ["check", str(t / "good.json"), "--scenario", str(t / "s.toml")])
+            if cname == "check"
+            else (lambda t: ["run", "--scenario", str(t / "s.toml"), "--device", "cpu", "--json", str(t / "o.json")])
+        )
         CASES.append(Case(f"{cname} --scenario: byte expression, {ename}", argv, setup=esetup, needle=needle))
 
 # ---- scenarios by name: a bare name that ships with memaudit runs, any other is refused ------------
 BAD_NAMES = ["refrence", "grouped-mlp", "GROUPED_MLP", "nope", "[bold]x", "-", "reference.", "grouped_mlp ", "x" * 300]
 for name in BAD_NAMES:
-    CASES.append(Case(f"check --scenario name {name[:20]!r}", lambda t, n=name: ["check", str(t / "good.json"), "--scenario", n],
-                      setup=lambda t: _report(t, "good.json"), needle="shipped scenarios: expert_parallel, grouped_mlp, grouped_mlp_emulated, reference"))
-    CASES.append(Case(f"run --scenario name {name[:20]!r}", lambda t, n=name: ["run", "--scenario", n, "--json", str(t / "o.json")],
-                      needle="shipped scenarios: expert_parallel, grouped_mlp, grouped_mlp_emulated, reference"))
+    CASES.append(
+        Case(
+            f"check --scenario name {name[:20]!r}",
+            lambda t, n=name: ["check", str(t / "good.json"), "--scenario", n],
+            setup=lambda t: _report(t, "good.json"),
+            needle="shipped scenarios: expert_parallel, grouped_mlp, grouped_mlp_emulated, reference",
+        )
+    )
+    CASES.append(
+        Case(
+            f"run --scenario name {name[:20]!r}",
+            lambda t, n=name: ["run", "--scenario", n, "--json", str(t / "o.json")],
+            needle="shipped scenarios: expert_parallel, grouped_mlp, grouped_mlp_emulated, reference",
+        )
+    )
 
 # ---- hostile but valid: the promise is no crash, and the gate's own answer -----------------------
 CASES += [
-    Case("run --json with markup in its name", lambda t: ["run", *SMALL, "--json", str(t / "[/x].json")], code=0, writes=("[/x].json",)),
-    Case("run --markdown with markup in its name", lambda t: ["run", *SMALL, "--markdown", str(t / "[/bold]p.md")], code=0, writes=("[/bold]p.md",)),
-    Case("compare of disjoint reports", lambda t: ["compare", str(t / "good.json"), str(t / "other.json"), "--allow-missing"], code=1,
-         setup=lambda t: (_report(t, "good.json"), _report(t, "other.json", lambda d: [c.__setitem__("id", c["id"] + "/x") for c in d["cases"]]))),
-    Case("compare with a case missing", lambda t: ["compare", str(t / "good.json"), str(t / "fewer.json")], code=1,
-         setup=lambda t: (_report(t, "good.json"), _report(t, "fewer.json", lambda d: d["cases"].pop()))),
-    Case("estimate sweep past --max-points", lambda t: ["estimate", "--recipe", "bf16", "--tokens", "16:1600000:+16", "--hidden",
-                                                         "64:6400000:+64", "--groups", "1:100000:+1", "--json", str(t / "big.json")]),
-    Case("estimate sweep of 500 points to --json (streamed)", lambda t: ["estimate", "--recipe", "nvfp4", "--tokens", "128:64000:+128",
-                                                                          "--hidden", "256", "--groups", "8", "--quiet", "--json", str(t / "big.json")],
-         code=0, writes=("big.json",)),
-    Case("estimate --tokens with 20 digits", lambda t: ["estimate", "--recipe", "bf16", "--tokens", "9" * 20, "--hidden", "64"]),
-    Case("baseline update from another environment", lambda t: ["baseline", "update", str(t / "h200.json"), "--into", str(t / "good.json")],
-         setup=lambda t: (_report(t, "good.json"), _report(t, "h200.json", _set(("environment", "device_class"), "H200")))),
+    Case(
+        "run --json with markup in its name",
+        lambda t: ["run", *SMALL, "--json", str(t / "[/x].json")],
+        code=0,
+        writes=("[/x].json",),
+    ),
+    Case(
+        "run --markdown with markup in its name",
+        lambda t: ["run", *SMALL, "--markdown", str(t / "[/bold]p.md")],
+        code=0,
+        writes=("[/bold]p.md",),
+    ),
+    Case(
+        "compare of disjoint reports",
+        lambda t: ["compare", str(t / "good.json"), str(t / "other.json"), "--allow-missing"],
+        code=1,
+        setup=lambda t: (
+            _report(t, "good.json"),
+            _report(t, "other.json", lambda d: [c.__setitem__("id", c["id"] + "/x") for c in d["cases"]]),
+        ),
+    ),
+    Case(
+        "compare with a case missing",
+        lambda t: ["compare", str(t / "good.json"), str(t / "fewer.json")],
+        code=1,
+        setup=lambda t: (_report(t, "good.json"), _report(t, "fewer.json", lambda d: d["cases"].pop())),
+    ),
+    Case(
+        "estimate sweep past --max-points",
+        lambda t: [
+            "estimate",
+            "--recipe",
+            "bf16",
+            "--tokens",
+            "16:1600000:+16",
+            "--hidden",
+            "64:6400000:+64",
+            "--groups",
+            "1:100000:+1",
+            "--json",
+            str(t / "big.json"),
+        ],
+    ),
+    Case(
+        "estimate sweep of 500 points to --json (streamed)",
+        lambda t: [
+            "estimate",
+            "--recipe",
+            "nvfp4",
+            "--tokens",
+            "128:64000:+128",
+            "--hidden",
+            "256",
+            "--groups",
+            "8",
+            "--quiet",
+            "--json",
+            str(t / "big.json"),
+        ],
+        code=0,
+        writes=("big.json",),
+    ),
+    Case(
+        "estimate --tokens with 20 digits",
+        lambda t: ["estimate", "--recipe", "bf16", "--tokens", "9" * 20, "--hidden", "64"],
+    ),
+    Case(
+        "baseline update from another environment",
+        lambda t: ["baseline", "update", str(t / "h200.json"), "--into", str(t / "good.json")],
+        setup=lambda t: (
+            _report(t, "good.json"),
+            _report(t, "h200.json", _set(("environment", "device_class"), "H200")),
+        ),
+    ),
 ]
 
 
@@ -394,7 +592,13 @@ SAME_FILE = {
     "compare --markdown a symlink to BASELINE": [*COMPARE, "--markdown", "link.json"],
     "compare --markdown a hard link of BASELINE": [*COMPARE, "--markdown", "hard.json"],
     "compare --markdown a symlink elsewhere to CURRENT": [*COMPARE, "--markdown", "away/cur-link.json"],
-    "compare --markdown x.md --benchmark-json sub/../x.md": [*COMPARE, "--markdown", "x.md", "--benchmark-json", "sub/../x.md"],
+    "compare --markdown x.md --benchmark-json sub/../x.md": [
+        *COMPARE,
+        "--markdown",
+        "x.md",
+        "--benchmark-json",
+        "sub/../x.md",
+    ],
     "run --scenario s.toml --json s.toml": [*RUN_S, "--json", "s.toml"],
     "run --scenario s.toml --markdown ./s.toml": [*RUN_S, "--markdown", "./s.toml"],
     "run --scenario s.toml --json pyproject.toml": [*RUN_S, "--json", "pyproject.toml"],
@@ -407,8 +611,19 @@ SAME_FILE = {
     "baseline update CURRENT --into a link to it": ["baseline", "update", "base.json", "--into", "link.json"],
     "baseline update CURRENT --into a hard link of it": ["baseline", "update", "base.json", "--into", "hard.json"],
     "plot --out a link to REPORT": ["plot", "base.json", "--out", "link.png"],
-    "estimate --json x --markdown sub/../x": ["estimate", "--recipe", "bf16", "--tokens", "64", "--hidden", "64",
-                                               "--json", "x", "--markdown", "sub/../x"],
+    "estimate --json x --markdown sub/../x": [
+        "estimate",
+        "--recipe",
+        "bf16",
+        "--tokens",
+        "64",
+        "--hidden",
+        "64",
+        "--json",
+        "x",
+        "--markdown",
+        "sub/../x",
+    ],
 }
 for sname, argv in SAME_FILE.items():
     CASES.append(Case(f"same file: {sname}", lambda t, a=argv: list(a), setup=_gate, needle="is also"))
@@ -454,70 +669,180 @@ for uname, argv in {
     "baseline update": lambda t: ["baseline", "update", "bad.json", "--into", "b.json"],
     "check --json": lambda t: ["check", "bad.json", "--scenario", "s.toml", "--json", "j.json"],
 }.items():
-    CASES.append(Case(f"lone surrogate in a report: {uname}", argv, needle="lone surrogate",
-                      setup=lambda t: (_report(t, "good.json"), _report(t, "bad.json", text=SURROGATE),
-                                       (t / "s.toml").write_text(SCENARIO, encoding="utf-8"))))
-CASES.append(Case("compare --name with a lone surrogate", lambda t: ["compare", "good.json", "good.json", "--name", "ok\udcff"],
-                  setup=lambda t: _report(t, "good.json"), needle="--name"))
+    CASES.append(
+        Case(
+            f"lone surrogate in a report: {uname}",
+            argv,
+            needle="lone surrogate",
+            setup=lambda t: (
+                _report(t, "good.json"),
+                _report(t, "bad.json", text=SURROGATE),
+                (t / "s.toml").write_text(SCENARIO, encoding="utf-8"),
+            ),
+        )
+    )
+CASES.append(
+    Case(
+        "compare --name with a lone surrogate",
+        lambda t: ["compare", "good.json", "good.json", "--name", "ok\udcff"],
+        setup=lambda t: _report(t, "good.json"),
+        needle="--name",
+    )
+)
 
 # ---- environment and standard output ---------------------------------------------------------------
 DIGITS = "9" * 5000
-for ename, env in {"COLUMNS=²": {"COLUMNS": "²"}, "COLUMNS of 5000 digits": {"COLUMNS": DIGITS},
-                   "LINES of 5000 digits": {"LINES": DIGITS}, "COLUMNS=-1, LINES=abc": {"COLUMNS": "-1", "LINES": "abc"}}.items():
-    CASES.append(Case(f"compare with {ename}", lambda t: ["compare", "good.json", "good.json"], code=0, env=env,
-                      setup=lambda t: _report(t, "good.json")))
+for ename, env in {
+    "COLUMNS=²": {"COLUMNS": "²"},
+    "COLUMNS of 5000 digits": {"COLUMNS": DIGITS},
+    "LINES of 5000 digits": {"LINES": DIGITS},
+    "COLUMNS=-1, LINES=abc": {"COLUMNS": "-1", "LINES": "abc"},
+}.items():
+    CASES.append(
+        Case(
+            f"compare with {ename}",
+            lambda t: ["compare", "good.json", "good.json"],
+            code=0,
+            env=env,
+            setup=lambda t: _report(t, "good.json"),
+        )
+    )
     CASES.append(Case(f"--help with {ename}", lambda t: ["--help"], code=0, env=env))
     CASES.append(Case(f"check --help with {ename}", lambda t: ["check", "--help"], code=0, env=env))
     CASES.append(Case(f"bad flag with {ename}", lambda t: ["compare", "--fail-on", "x", "a", "b"], env=env))
 CASES += [
-    Case("compare with stdout on /dev/full", lambda t: ["compare", "good.json", "good.json", "--markdown", "c.md"], stdout="full",
-         setup=lambda t: _report(t, "good.json"), needle="cannot write to standard output: No space left on device"),
-    Case("run with stdout on /dev/full", lambda t: ["run", *SMALL, "--json", "o.json"], stdout="full",
-         needle="cannot write to standard output"),
-    Case("--help with stdout on /dev/full", lambda t: ["compare", "--help"], stdout="full", needle="cannot write to standard output"),
-    Case("compare -v | head -c1 on identical reports", lambda t: ["compare", "good.json", "good.json", "-v"], code=0, stdout="closed",
-         setup=lambda t: _report(t, "good.json")),
-    Case("compare -v | head -c1 on a regression", lambda t: ["compare", "good.json", "fewer.json", "-v", "--markdown", "c.md"], code=1,
-         stdout="closed", writes=("c.md",), setup=lambda t: (_report(t, "good.json"), _report(t, "fewer.json", lambda d: d["cases"].pop()))),
-    Case("check | head -c1", lambda t: ["check", "good.json", "--scenario", "s.toml", "--allow-na"], stdout="closed", code=0,
-         setup=lambda t: (_report(t, "good.json"), (t / "s.toml").write_text(
-             SCENARIO.replace("tokens = 64", "tokens = 1024").replace("hidden = 16", "hidden = 256").replace("ffn = 32", "ffn = 512"),
-             encoding="utf-8"))),
+    Case(
+        "compare with stdout on /dev/full",
+        lambda t: ["compare", "good.json", "good.json", "--markdown", "c.md"],
+        stdout="full",
+        setup=lambda t: _report(t, "good.json"),
+        needle="cannot write to standard output: No space left on device",
+    ),
+    Case(
+        "run with stdout on /dev/full",
+        lambda t: ["run", *SMALL, "--json", "o.json"],
+        stdout="full",
+        needle="cannot write to standard output",
+    ),
+    Case(
+        "--help with stdout on /dev/full",
+        lambda t: ["compare", "--help"],
+        stdout="full",
+        needle="cannot write to standard output",
+    ),
+    Case(
+        "compare -v | head -c1 on identical reports",
+        lambda t: ["compare", "good.json", "good.json", "-v"],
+        code=0,
+        stdout="closed",
+        setup=lambda t: _report(t, "good.json"),
+    ),
+    Case(
+        "compare -v | head -c1 on a regression",
+        lambda t: ["compare", "good.json", "fewer.json", "-v", "--markdown", "c.md"],
+        code=1,
+        stdout="closed",
+        writes=("c.md",),
+        setup=lambda t: (_report(t, "good.json"), _report(t, "fewer.json", lambda d: d["cases"].pop())),
+    ),
+    Case(
+        "check | head -c1",
+        lambda t: ["check", "good.json", "--scenario", "s.toml", "--allow-na"],
+        stdout="closed",
+        code=0,
+        setup=lambda t: (
+            _report(t, "good.json"),
+            (t / "s.toml").write_text(
+                SCENARIO.replace("tokens = 64", "tokens = 1024")
+                .replace("hidden = 16", "hidden = 256")
+                .replace("ffn = 32", "ffn = 512"),
+                encoding="utf-8",
+            ),
+        ),
+    ),
 ]
 
 # ---- ./pyproject.toml that cannot be read: exit 2 naming it --------------------------------------------
-PYPROJECTS = {"non-UTF-8 bytes": b"[tool.memaudit]\nallow-targets = [\"\xff\xfe\"]\n",
-              "arrays nested 3,000 deep": b"x = " + b"[" * 3000 + b"]" * 3000 + b"\n",
-              "tool.memaudit not a table": b"[tool]\nmemaudit = 3\n",
-              "not TOML": b"[[[\n"}
+PYPROJECTS = {
+    "non-UTF-8 bytes": b'[tool.memaudit]\nallow-targets = ["\xff\xfe"]\n',
+    "arrays nested 3,000 deep": b"x = " + b"[" * 3000 + b"]" * 3000 + b"\n",
+    "tool.memaudit not a table": b"[tool]\nmemaudit = 3\n",
+    "not TOML": b"[[[\n",
+}
 for pname, data in PYPROJECTS.items():
+
     def psetup(t: Path, x: bytes = data) -> None:
         (t / "pyproject.toml").write_bytes(x)
         (t / "s.toml").write_text(SCENARIO, encoding="utf-8")
         _report(t, "good.json")
-    CASES.append(Case(f"check with a pyproject.toml of {pname}", lambda t: ["check", "good.json", "--scenario", "s.toml"],
-                      setup=psetup, needle="pyproject.toml"))
-    CASES.append(Case(f"run --scenario with a pyproject.toml of {pname}", lambda t: ["run", "--scenario", "s.toml", "--json", "o.json"],
-                      setup=psetup, needle="pyproject.toml"))
+
+    CASES.append(
+        Case(
+            f"check with a pyproject.toml of {pname}",
+            lambda t: ["check", "good.json", "--scenario", "s.toml"],
+            setup=psetup,
+            needle="pyproject.toml",
+        )
+    )
+    CASES.append(
+        Case(
+            f"run --scenario with a pyproject.toml of {pname}",
+            lambda t: ["run", "--scenario", "s.toml", "--json", "o.json"],
+            setup=psetup,
+            needle="pyproject.toml",
+        )
+    )
 
 # ---- run validates everything before any work ---------------------------------------------------------
-MODULE = 'from tests.custom_factory import make  # noqa: F401\n'
+MODULE = "from tests.custom_factory import make  # noqa: F401\n"
 CASES += [
-    Case("run --target a non-ASCII module --json --markdown", lambda t: [
-        "run", "--target", "módulo:make", "--groups", "1", "--tokens", "32", "--hidden", "16", "--ffn", "32",
-        "--dtype", "fp32", "--json", "out.json", "--markdown", "p.md"], code=0, writes=("out.json", "p.md"), syspath=True,
-        setup=lambda t: (t / "módulo.py").write_text(MODULE, encoding="utf-8")),
-    Case("compare --name with a newline", lambda t: ["compare", "good.json", "good.json", "--name", "ok\n", "--markdown", "c.md"],
-         setup=lambda t: _report(t, "good.json"), needle="--name"),
-    Case("compare --name of 200 characters", lambda t: ["compare", "good.json", "good.json", "--name", "n" * 200, "--markdown", "c.md"],
-         setup=lambda t: _report(t, "good.json"), needle="--name"),
+    Case(
+        "run --target a non-ASCII module --json --markdown",
+        lambda t: [
+            "run",
+            "--target",
+            "módulo:make",
+            "--groups",
+            "1",
+            "--tokens",
+            "32",
+            "--hidden",
+            "16",
+            "--ffn",
+            "32",
+            "--dtype",
+            "fp32",
+            "--json",
+            "out.json",
+            "--markdown",
+            "p.md",
+        ],
+        code=0,
+        writes=("out.json", "p.md"),
+        syspath=True,
+        setup=lambda t: (t / "módulo.py").write_text(MODULE, encoding="utf-8"),
+    ),
+    Case(
+        "compare --name with a newline",
+        lambda t: ["compare", "good.json", "good.json", "--name", "ok\n", "--markdown", "c.md"],
+        setup=lambda t: _report(t, "good.json"),
+        needle="--name",
+    ),
+    Case(
+        "compare --name of 200 characters",
+        lambda t: ["compare", "good.json", "good.json", "--name", "n" * 200, "--markdown", "c.md"],
+        setup=lambda t: _report(t, "good.json"),
+        needle="--name",
+    ),
 ]
+
 
 # ---- vacuous checks fail; when keys the target does not record are refused -------------------------------
 def _all_skipped(d: dict) -> None:
     for c in d["cases"]:
-        c.update(status="skipped", reason="CUDA is not available", rows=[], freed=[],
-                 totals={k: 0 for k in c["totals"]})
+        c.update(
+            status="skipped", reason="CUDA is not available", rows=[], freed=[], totals={k: 0 for k in c["totals"]}
+        )
         c.pop("modules", None)
 
 
@@ -528,39 +853,123 @@ def _vac(tmp: Path, text: str = FULL, mutate: Callable[[dict], None] | None = No
 
 CHECK_GOOD = ["check", "good.json", "--scenario", "s.toml"]
 CASES += [
-    Case("check: every case skipped", lambda t: CHECK_GOOD, code=1, needle="nothing was judged",
-         setup=lambda t: _vac(t, mutate=_all_skipped)),
-    Case("check --allow-na: every case skipped", lambda t: [*CHECK_GOOD, "--allow-na"], code=0, setup=lambda t: _vac(t, mutate=_all_skipped)),
-    Case("check: a budget that applies to no case", lambda t: CHECK_GOOD, code=1, needle="applied to no case",
-         setup=lambda t: _vac(t, FULL.replace('max_bytes = "1 GiB"', 'max_bytes = "1 GiB"\nwhen = { fused = true }'))),
-    Case("check: a scenario without budgets", lambda t: CHECK_GOOD, code=1, needle="the scenario has no budgets",
-         setup=lambda t: _vac(t, FULL.split("[[budget]]")[0])),
-    Case("run --scenario: a budget that applies to no case", lambda t: ["run", "--scenario", "s.toml", "--json", "o.json"], code=1,
-         needle="applied to no case", writes=("o.json",),
-         setup=lambda t: _vac(t, SCENARIO.replace('max_bytes = "1 GiB"', 'max_bytes = "1 GiB"\nwhen = { fused = true }'))),
+    Case(
+        "check: every case skipped",
+        lambda t: CHECK_GOOD,
+        code=1,
+        needle="nothing was judged",
+        setup=lambda t: _vac(t, mutate=_all_skipped),
+    ),
+    Case(
+        "check --allow-na: every case skipped",
+        lambda t: [*CHECK_GOOD, "--allow-na"],
+        code=0,
+        setup=lambda t: _vac(t, mutate=_all_skipped),
+    ),
+    Case(
+        "check: a budget that applies to no case",
+        lambda t: CHECK_GOOD,
+        code=1,
+        needle="applied to no case",
+        setup=lambda t: _vac(t, FULL.replace('max_bytes = "1 GiB"', 'max_bytes = "1 GiB"\nwhen = { fused = true }')),
+    ),
+    Case(
+        "check: a scenario without budgets",
+        lambda t: CHECK_GOOD,
+        code=1,
+        needle="the scenario has no budgets",
+        setup=lambda t: _vac(t, FULL.split("[[budget]]")[0]),
+    ),
+    Case(
+        "run --scenario: a budget that applies to no case",
+        lambda t: ["run", "--scenario", "s.toml", "--json", "o.json"],
+        code=1,
+        needle="applied to no case",
+        writes=("o.json",),
+        setup=lambda t: _vac(
+            t, SCENARIO.replace('max_bytes = "1 GiB"', 'max_bytes = "1 GiB"\nwhen = { fused = true }')
+        ),
+    ),
 ]
-for tname, target in {"reference": "reference", "te-grouped-mlp": "te-grouped-mlp", "a custom factory": "tests.custom_factory:make"}.items():
-    text = FULL.replace('"reference"', f'"{target}"').replace('max_bytes = "1 GiB"', 'max_bytes = "1 GiB"\nwhen = { fusd = true }')
+for tname, target in {
+    "reference": "reference",
+    "te-grouped-mlp": "te-grouped-mlp",
+    "a custom factory": "tests.custom_factory:make",
+}.items():
+    text = FULL.replace('"reference"', f'"{target}"').replace(
+        'max_bytes = "1 GiB"', 'max_bytes = "1 GiB"\nwhen = { fusd = true }'
+    )
     allow = ["--allow-target", target] if ":" in target else []
-    CASES.append(Case(f"check: when key 'fusd' on {tname}", lambda t, a=allow: [*CHECK_GOOD, *a], needle="unknown path key 'fusd'",
-                      setup=lambda t, x=text: _vac(t, x)))
-    CASES.append(Case(f"run --scenario: when key 'fusd' on {tname}", lambda t, a=allow: ["run", "--scenario", "s.toml", *a, "--json", "o.json"],
-                      needle="unknown path key 'fusd'", setup=lambda t, x=text: _vac(t, x)))
+    CASES.append(
+        Case(
+            f"check: when key 'fusd' on {tname}",
+            lambda t, a=allow: [*CHECK_GOOD, *a],
+            needle="unknown path key 'fusd'",
+            setup=lambda t, x=text: _vac(t, x),
+        )
+    )
+    CASES.append(
+        Case(
+            f"run --scenario: when key 'fusd' on {tname}",
+            lambda t, a=allow: ["run", "--scenario", "s.toml", *a, "--json", "o.json"],
+            needle="unknown path key 'fusd'",
+            setup=lambda t, x=text: _vac(t, x),
+        )
+    )
 
 # ---- terminal escape codes in user strings are shown, not obeyed ---------------------------------------------
 ESC = "\\u001b[2J\\u001b]0;pwned\\u0007\\u202e"
 CASES += [
-    Case("run --scenario: a budget name with escape codes", lambda t: ["run", "--scenario", "s.toml", "--json", "o.json"], code=1,
-         writes=("o.json",), forbid="\x1b", needle="\\x1b[2J", setup=lambda t: _vac(t, SCENARIO.replace('name = "small"', f'name = "{ESC}"')
-                                                                                           .replace('"1 GiB"', '"1 B"'))),
-    Case("check: a budget name with escape codes", lambda t: CHECK_GOOD, code=1, forbid="\x1b", needle="\\x1b]0;pwned",
-         setup=lambda t: _vac(t, FULL.replace('name = "small"', f'name = "{ESC}"').replace('"1 GiB"', '"1 B"'))),
-    Case("compare: an error reason with escape codes", lambda t: ["compare", "good.json", "odd.json", "-v"], code=1, forbid="\x1b",
-         needle="\\x1b[31mboom", setup=lambda t: (_report(t, "good.json"), _report(t, "odd.json", lambda d: d["cases"][0].update(
-             status="error", reason="\x1b[31mboom", rows=[], modules=[], totals={k: 0 for k in d["cases"][0]["totals"]})))),
-    Case("check: a report reason with escape codes", lambda t: ["check", "bad.json", "--scenario", "s.toml", "--show-na"], code=1,
-         forbid="\x1b", setup=lambda t: (_vac(t), _report(t, "bad.json", lambda d: (_all_skipped(d), [c.__setitem__("reason", "\x1b[2Jgone")
-                                                                                                     for c in d["cases"]])))),
+    Case(
+        "run --scenario: a budget name with escape codes",
+        lambda t: ["run", "--scenario", "s.toml", "--json", "o.json"],
+        code=1,
+        writes=("o.json",),
+        forbid="\x1b",
+        needle="\\x1b[2J",
+        setup=lambda t: _vac(t, SCENARIO.replace('name = "small"', f'name = "{ESC}"').replace('"1 GiB"', '"1 B"')),
+    ),
+    Case(
+        "check: a budget name with escape codes",
+        lambda t: CHECK_GOOD,
+        code=1,
+        forbid="\x1b",
+        needle="\\x1b]0;pwned",
+        setup=lambda t: _vac(t, FULL.replace('name = "small"', f'name = "{ESC}"').replace('"1 GiB"', '"1 B"')),
+    ),
+    Case(
+        "compare: an error reason with escape codes",
+        lambda t: ["compare", "good.json", "odd.json", "-v"],
+        code=1,
+        forbid="\x1b",
+        needle="\\x1b[31mboom",
+        setup=lambda t: (
+            _report(t, "good.json"),
+            _report(
+                t,
+                "odd.json",
+                lambda d: d["cases"][0].update(
+                    status="error",
+                    reason="\x1b[31mboom",
+                    rows=[],
+                    modules=[],
+                    totals={k: 0 for k in d["cases"][0]["totals"]},
+                ),
+            ),
+        ),
+    ),
+    Case(
+        "check: a report reason with escape codes",
+        lambda t: ["check", "bad.json", "--scenario", "s.toml", "--show-na"],
+        code=1,
+        forbid="\x1b",
+        setup=lambda t: (
+            _vac(t),
+            _report(
+                t, "bad.json", lambda d: (_all_skipped(d), [c.__setitem__("reason", "\x1b[2Jgone") for c in d["cases"]])
+            ),
+        ),
+    ),
 ]
 
 
@@ -569,7 +978,12 @@ CASES += [
 # check, baseline update either way round, plot), or the gate's own exit 1 where the lie is a regression.
 TE = json.loads((ROOT / "reports" / "baseline" / "h200-te-grouped-mlp.json").read_text(encoding="utf-8"))
 TE_TEXT = json.dumps(TE, sort_keys=True, indent=1, ensure_ascii=False) + "\n"
-OK0, OK3, ERR9, SKIP12 = ("cases", 0), ("cases", 3), ("cases", 9), ("cases", 12)  # bf16 g1, fp8-delayed g1, fp8-block g1, mxfp8 g1
+OK0, OK3, ERR9, SKIP12 = (
+    ("cases", 0),
+    ("cases", 3),
+    ("cases", 9),
+    ("cases", 12),
+)  # bf16 g1, fp8-delayed g1, fp8-block g1, mxfp8 g1
 
 
 def _at(d: dict, path: tuple) -> object:
@@ -582,6 +996,7 @@ def _edit(path: tuple, fn: Callable[[object], object]) -> Callable[[dict], None]
     def mutate(d: dict) -> None:
         parent = _at(d, path[:-1])
         parent[path[-1]] = fn(parent[path[-1]])
+
     return mutate
 
 
@@ -589,6 +1004,7 @@ def _seq(*fns: Callable[[dict], None]) -> Callable[[dict], None]:
     def mutate(d: dict) -> None:
         for f in fns:
             f(d)
+
     return mutate
 
 
@@ -603,6 +1019,7 @@ def _row_all(case: tuple, field: str, fn: Callable[[object], object], storage: s
         for r in _at(d, case)["rows"]:
             if r["storage"] == storage:
                 r[field] = fn(r[field])
+
     return mutate
 
 
@@ -615,41 +1032,101 @@ def _nest(n: int) -> dict:
 
 FORGED: dict[str, tuple[Callable[[dict], None] | None, str | None, str]] = {
     # totals that disagree with the rows
-    "saved_bytes 1 GiB above its rows": (_edit((*OK0, "totals", "saved_bytes"), lambda v: v + (1 << 30)), None, "totals.saved_bytes"),
+    "saved_bytes 1 GiB above its rows": (
+        _edit((*OK0, "totals", "saved_bytes"), lambda v: v + (1 << 30)),
+        None,
+        "totals.saved_bytes",
+    ),
     "saved_bytes 0 beside full rows": (_edit((*OK0, "totals", "saved_bytes"), lambda v: 0), None, "totals.saved_bytes"),
-    "logical_bytes one byte short": (_edit((*OK3, "totals", "logical_bytes"), lambda v: v - 1), None, "totals.logical_bytes"),
-    "physical_bytes and saved_bytes both raised": (_seq(_edit((*OK0, "totals", "physical_bytes"), lambda v: v + 4096),
-                                                        _edit((*OK0, "totals", "saved_bytes"), lambda v: v + 4096)), None, "totals.physical_bytes"),
+    "logical_bytes one byte short": (
+        _edit((*OK3, "totals", "logical_bytes"), lambda v: v - 1),
+        None,
+        "totals.logical_bytes",
+    ),
+    "physical_bytes and saved_bytes both raised": (
+        _seq(
+            _edit((*OK0, "totals", "physical_bytes"), lambda v: v + 4096),
+            _edit((*OK0, "totals", "saved_bytes"), lambda v: v + 4096),
+        ),
+        None,
+        "totals.physical_bytes",
+    ),
     "parameter_bytes zeroed": (_edit((*OK0, "totals", "parameter_bytes"), lambda v: 0), None, "totals.parameter_bytes"),
     "row count one more": (_edit((*OK0, "totals", "rows"), lambda v: v + 1), None, "totals.rows"),
-    "saved_bytes key deleted (read as 0)": (_edit((*OK0, "totals"), lambda t: {k: v for k, v in t.items() if k != "saved_bytes"}),
-                                            None, "totals.saved_bytes"),
-    "a row's bytes grown, totals kept": (_edit((*OK0, "rows", 1, "bytes"), lambda v: v + 1), None, "totals.logical_bytes"),
-    "a row deleted, totals kept": (_edit((*OK0, "rows"), lambda rows: [dict(r, index=i) for i, r in enumerate(rows[:-1])]), None,
-                                   "totals.rows"),
-    "a storage's size shrunk on every row, totals kept": (_row_all(OK0, "storage_bytes", lambda v: v // 2, "s1"), None,
-                                                          "totals.physical_bytes"),
-    "a parameter flag cleared, totals kept": (_edit((*OK0, "rows"), lambda rows: [dict(r, is_parameter=False) for r in rows]), None,
-                                              "totals.parameter_bytes"),
+    "saved_bytes key deleted (read as 0)": (
+        _edit((*OK0, "totals"), lambda t: {k: v for k, v in t.items() if k != "saved_bytes"}),
+        None,
+        "totals.saved_bytes",
+    ),
+    "a row's bytes grown, totals kept": (
+        _edit((*OK0, "rows", 1, "bytes"), lambda v: v + 1),
+        None,
+        "totals.logical_bytes",
+    ),
+    "a row deleted, totals kept": (
+        _edit((*OK0, "rows"), lambda rows: [dict(r, index=i) for i, r in enumerate(rows[:-1])]),
+        None,
+        "totals.rows",
+    ),
+    "a storage's size shrunk on every row, totals kept": (
+        _row_all(OK0, "storage_bytes", lambda v: v // 2, "s1"),
+        None,
+        "totals.physical_bytes",
+    ),
+    "a parameter flag cleared, totals kept": (
+        _edit((*OK0, "rows"), lambda rows: [dict(r, is_parameter=False) for r in rows]),
+        None,
+        "totals.parameter_bytes",
+    ),
     "a row moved to the host, totals kept": (_edit((*OK0, "rows", 1, "resides"), lambda v: "host"), None, "totals."),
-    "a freed row added, totals kept": (_edit((*OK0,), lambda c: dict(c, freed=[dict(c["rows"][1], index=0)])), None, "totals.freed_rows"),
-    "totals with an unknown key": (_edit((*OK0, "totals"), lambda t: dict(t, bonus_bytes=0)), None, "unknown key(s) bonus_bytes"),
+    "a freed row added, totals kept": (
+        _edit((*OK0,), lambda c: dict(c, freed=[dict(c["rows"][1], index=0)])),
+        None,
+        "totals.freed_rows",
+    ),
+    "totals with an unknown key": (
+        _edit((*OK0, "totals"), lambda t: dict(t, bonus_bytes=0)),
+        None,
+        "unknown key(s) bonus_bytes",
+    ),
     # one object that says two things
     "a second cases array at the end": (None, TE_TEXT.rstrip()[:-1] + ', "cases": []}\n', "'cases' appears twice"),
-    "saved_bytes twice in totals": (None, _twice(TE_TEXT, '"saved_bytes": 58728456', ', "saved_bytes": 0'), "'saved_bytes' appears twice"),
+    "saved_bytes twice in totals": (
+        None,
+        _twice(TE_TEXT, '"saved_bytes": 58728456', ', "saved_bytes": 0'),
+        "'saved_bytes' appears twice",
+    ),
     "bytes twice in a row": (None, _twice(TE_TEXT, '"bytes": 8,', ' "bytes": 0,'), "'bytes' appears twice"),
-    "status twice in a case": (None, _twice(TE_TEXT, '"status": "ok"', ', "status": "skipped"'), "'status' appears twice"),
-    "schema twice": (None, _twice(TE_TEXT, '"schema": "memaudit.report/3"', ', "schema": "memaudit.report/3"'), "'schema' appears twice"),
+    "status twice in a case": (
+        None,
+        _twice(TE_TEXT, '"status": "ok"', ', "status": "skipped"'),
+        "'status' appears twice",
+    ),
+    "schema twice": (
+        None,
+        _twice(TE_TEXT, '"schema": "memaudit.report/3"', ', "schema": "memaudit.report/3"'),
+        "'schema' appears twice",
+    ),
     "fused twice in a path": (None, _twice(TE_TEXT, '"fused": false', ', "fused": true'), "'fused' appears twice"),
-    "a TE version twice in the environment": (None, _twice(TE_TEXT, '"transformer_engine": "2.20.2"', ', "transformer_engine": "2.21.0"'),
-                                              "'transformer_engine' appears twice"),
+    "a TE version twice in the environment": (
+        None,
+        _twice(TE_TEXT, '"transformer_engine": "2.20.2"', ', "transformer_engine": "2.21.0"'),
+        "'transformer_engine' appears twice",
+    ),
     # case fields
     "groups -3": (_edit((*OK0, "groups"), lambda v: -3), None, ".groups"),
     "groups '1'": (_edit((*OK0, "groups"), lambda v: "1"), None, ".groups"),
-    "groups changed, id kept": (_seq(_edit((*OK0, "groups"), lambda v: 2), _edit((*OK0, "splits"), lambda v: [2048, 2048])), None,
-                                "the id says"),
+    "groups changed, id kept": (
+        _seq(_edit((*OK0, "groups"), lambda v: 2), _edit((*OK0, "splits"), lambda v: [2048, 2048])),
+        None,
+        "the id says",
+    ),
     "tokens -256": (_edit((*OK0, "tokens"), lambda v: -256), None, ".tokens"),
-    "a dimension deleted": (_edit((*OK0,), lambda c: {k: v for k, v in c.items() if k != "hidden"}), None, "has dimensions"),
+    "a dimension deleted": (
+        _edit((*OK0,), lambda c: {k: v for k, v in c.items() if k != "hidden"}),
+        None,
+        "has dimensions",
+    ),
     "a dimension added": (_edit((*OK0,), lambda c: dict(c, seq=8)), None, "has dimensions"),
     "splits [1e999]": (None, TE_TEXT.replace('"splits": [\n    4096\n   ]', '"splits": [1e999]', 1), ".splits"),
     "splits that do not add up": (_edit((*OK0, "splits"), lambda v: [4000]), None, "splits [4000] add up to 4000"),
@@ -657,19 +1134,46 @@ FORGED: dict[str, tuple[Callable[[dict], None] | None, str | None, str]] = {
     "options [1]": (_edit((*OK0, "options"), lambda v: {"fused_env": [1]}), None, ".options.fused_env"),
     "dtype 4": (_edit((*OK0, "dtype"), lambda v: 4), None, ".dtype"),
     "device 'tpu'": (_edit((*OK0, "device"), lambda v: "tpu"), None, ".device"),
-    "recipe the target does not know": (_seq(_edit((*OK0, "recipe"), lambda v: "fp16"),
-                                             _edit((*OK0, "id"), lambda v: v.replace("/bf16/", "/fp16/", 1))), None, "has no recipe 'fp16'"),
-    "a row in group 5 of a 1-group case": (_edit((*OK3, "rows", 1, "group"), lambda v: 5), None, "group 5 in a case of 1 group"),
-    "a case key that is neither field nor dimension": (_edit((*OK0,), lambda c: dict(c, verdict="pass")), None, "unknown key(s) verdict"),
+    "recipe the target does not know": (
+        _seq(
+            _edit((*OK0, "recipe"), lambda v: "fp16"), _edit((*OK0, "id"), lambda v: v.replace("/bf16/", "/fp16/", 1))
+        ),
+        None,
+        "has no recipe 'fp16'",
+    ),
+    "a row in group 5 of a 1-group case": (
+        _edit((*OK3, "rows", 1, "group"), lambda v: 5),
+        None,
+        "group 5 in a case of 1 group",
+    ),
+    "a case key that is neither field nor dimension": (
+        _edit((*OK0,), lambda c: dict(c, verdict="pass")),
+        None,
+        "unknown key(s) verdict",
+    ),
     # status
     "status 'exploded'": (_edit((*OK0, "status"), lambda v: "exploded"), None, ".status"),
-    "status deleted": (_edit((*OK0,), lambda c: {k: v for k, v in c.items() if k != "status"}), None, "missing key(s) status"),
-    "a skipped case that kept rows": (_edit(SKIP12, lambda c: dict(c, rows=TE["cases"][0]["rows"], totals=TE["cases"][0]["totals"])),
-                                      None, "a skipped case has no rows"),
-    "an error case with saved bytes": (_edit((*ERR9, "totals", "saved_bytes"), lambda v: 1 << 20), None, "totals.saved_bytes"),
+    "status deleted": (
+        _edit((*OK0,), lambda c: {k: v for k, v in c.items() if k != "status"}),
+        None,
+        "missing key(s) status",
+    ),
+    "a skipped case that kept rows": (
+        _edit(SKIP12, lambda c: dict(c, rows=TE["cases"][0]["rows"], totals=TE["cases"][0]["totals"])),
+        None,
+        "a skipped case has no rows",
+    ),
+    "an error case with saved bytes": (
+        _edit((*ERR9, "totals", "saved_bytes"), lambda v: 1 << 20),
+        None,
+        "totals.saved_bytes",
+    ),
     "a skipped case without a reason": (_edit((*SKIP12, "reason"), lambda v: None), None, "a skipped case says why"),
-    "an ok case turned error, rows kept": (_seq(_edit((*OK0, "status"), lambda v: "error"), _edit((*OK0, "reason"), lambda v: "x")),
-                                           None, "an error case has no rows"),
+    "an ok case turned error, rows kept": (
+        _seq(_edit((*OK0, "status"), lambda v: "error"), _edit((*OK0, "reason"), lambda v: "x")),
+        None,
+        "an error case has no rows",
+    ),
     "complete 'yes'": (_edit((*OK0, "complete"), lambda v: "yes"), None, ".complete"),
     # path
     "path.fused 'false' (a string)": (_edit((*OK0, "path", "fused"), lambda v: "false"), None, "path.fused"),
@@ -683,20 +1187,44 @@ FORGED: dict[str, tuple[Callable[[dict], None] | None, str | None, str]] = {
     "an id naming another dtype": (_edit((*OK3, "id"), lambda v: v.replace("/bf16", "/fp32")), None, "the id says"),
     "an empty id": (_edit((*OK0, "id"), lambda v: ""), None, ".id"),
     # rows
-    "rows out of order": (_edit((*OK0, "rows"), lambda rows: [rows[1], rows[0], *rows[2:]]), None, "rows are numbered in order"),
-    "a duplicate pointing forward": (_edit((*OK3, "rows", 1, "duplicate_of"), lambda v: 7), None, "is not an earlier row"),
-    "a container_index at a data row": (_edit((*OK3, "rows", 2, "container_index"), lambda v: 1), None, "is not an earlier container row"),
-    "one storage with two sizes": (_edit((*OK3, "rows", 7, "storage_bytes"), lambda v: v + 8), None, "one storage has one size"),
+    "rows out of order": (
+        _edit((*OK0, "rows"), lambda rows: [rows[1], rows[0], *rows[2:]]),
+        None,
+        "rows are numbered in order",
+    ),
+    "a duplicate pointing forward": (
+        _edit((*OK3, "rows", 1, "duplicate_of"), lambda v: 7),
+        None,
+        "is not an earlier row",
+    ),
+    "a container_index at a data row": (
+        _edit((*OK3, "rows", 2, "container_index"), lambda v: 1),
+        None,
+        "is not an earlier container row",
+    ),
+    "one storage with two sizes": (
+        _edit((*OK3, "rows", 7, "storage_bytes"), lambda v: v + 8),
+        None,
+        "one storage has one size",
+    ),
     "row kind 'bogus'": (_edit((*OK0, "rows", 1, "kind"), lambda v: "bogus"), None, ".kind"),
     "row resides 'cloud'": (_edit((*OK0, "rows", 1, "resides"), lambda v: "cloud"), None, ".resides"),
     "row shape [-1]": (_edit((*OK0, "rows", 1, "shape"), lambda v: [-1]), None, ".shape"),
     "row bytes 2**63": (_edit((*OK0, "rows", 1, "bytes"), lambda v: 2**63), None, ".bytes"),
     # text, encoding, structure
-    "a lone surrogate in a reason": (None, TE_TEXT.replace('"reason": null', '"reason": "\\ud800"', 1), "lone surrogate"),
+    "a lone surrogate in a reason": (
+        None,
+        TE_TEXT.replace('"reason": null', '"reason": "\\ud800"', 1),
+        "lone surrogate",
+    ),
     "NaN in totals": (None, TE_TEXT.replace('"saved_bytes": 58728456', '"saved_bytes": NaN', 1), "NaN"),
     "an environment nested 70 deep": (_edit(("environment",), lambda e: dict(e, extra=_nest(70))), None, "levels deep"),
     "a UTF-8 byte order mark": (None, "\ufeff" + TE_TEXT, "not valid JSON"),
-    "execution emulated without emulation": (_edit((*OK0,), lambda c: dict(c, execution="emulated")), None, ".execution"),
+    "execution emulated without emulation": (
+        _edit((*OK0,), lambda c: dict(c, execution="emulated")),
+        None,
+        ".execution",
+    ),
     "an unknown top-level key": (lambda d: d.__setitem__("cases_v2", []), None, "cases_v2"),
 }
 FORGED_USES = {
@@ -708,12 +1236,16 @@ FORGED_USES = {
     "plot": (lambda t: ["plot", "forged.json", "--out", "p.png"], 2),
 }
 for fname, (mutate, text, needle) in FORGED.items():
+
     def fsetup(t: Path, m=mutate, x=text) -> None:
         d = copy.deepcopy(TE)
         if m is not None:
             m(d)
         (t / "good.json").write_text(TE_TEXT, encoding="utf-8")
-        (t / "forged.json").write_text(x if x is not None else json.dumps(d, sort_keys=True, indent=1), encoding="utf-8")
+        (t / "forged.json").write_text(
+            x if x is not None else json.dumps(d, sort_keys=True, indent=1), encoding="utf-8"
+        )
+
     for uname, (argv, code) in FORGED_USES.items():
         CASES.append(Case(f"forged: {fname}: {uname}", argv, code=code, setup=fsetup, needle=needle))
 # a lie that is a regression: the baseline drops path.fused, so that a fused -> unfused change would not show
@@ -721,10 +1253,18 @@ FUSED_GONE = copy.deepcopy(TE)
 for c in FUSED_GONE["cases"]:
     if c["path"]:
         del c["path"]["fused"]
-CASES.append(Case("forged: path.fused deleted from the baseline: compare", lambda t: ["compare", "forged.json", "good.json"], code=1,
-                  needle="path.fused is recorded in one report only",
-                  setup=lambda t: ((t / "good.json").write_text(TE_TEXT, encoding="utf-8"),
-                                   (t / "forged.json").write_text(json.dumps(FUSED_GONE), encoding="utf-8"))))
+CASES.append(
+    Case(
+        "forged: path.fused deleted from the baseline: compare",
+        lambda t: ["compare", "forged.json", "good.json"],
+        code=1,
+        needle="path.fused is recorded in one report only",
+        setup=lambda t: (
+            (t / "good.json").write_text(TE_TEXT, encoding="utf-8"),
+            (t / "forged.json").write_text(json.dumps(FUSED_GONE), encoding="utf-8"),
+        ),
+    )
+)
 
 
 def _in_process(case: Case, tmp: Path) -> tuple[int, str]:
@@ -763,7 +1303,9 @@ def test_bad_input_keeps_every_promise(case: Case, tmp_path: Path, monkeypatch: 
         result = CliRunner().invoke(app, case.argv(tmp_path), env=case.env)
         took = time.perf_counter() - start
         output = result.output + (result.stderr if result.stderr_bytes is not None else "")
-        assert result.exception is None or isinstance(result.exception, SystemExit), f"{type(result.exception).__name__}: {result.exception}"
+        assert result.exception is None or isinstance(result.exception, SystemExit), (
+            f"{type(result.exception).__name__}: {result.exception}"
+        )
         exit_code = result.exit_code
     peak = _rss_kib("VmHWM")
     assert "Traceback" not in output, output
@@ -787,7 +1329,7 @@ def test_the_memory_probe_sees_a_gigabyte() -> None:
         pytest.skip("this system cannot reset the peak RSS (/proc/self/clear_refs)")
     before = _rss_kib("VmRSS")
     block = bytearray(1200 << 20)
-    block[:: 4096] = b"x" * len(block[:: 4096])  # touch every page
+    block[::4096] = b"x" * len(block[::4096])  # touch every page
     del block
     assert _rss_kib("VmHWM") - before > MAX_CASE_KIB
 
@@ -798,12 +1340,18 @@ def test_the_suite_is_big_enough() -> None:
 
 def test_a_budget_that_applied_to_no_case_fails_unless_allow_na(tmp_path: Path) -> None:
     (tmp_path / "good.json").write_text(json.dumps(REPORT), encoding="utf-8")
-    text = SCENARIO.replace("tokens = 64", "tokens = 1024").replace("hidden = 16", "hidden = 256").replace("ffn = 32", "ffn = 512")
+    text = (
+        SCENARIO.replace("tokens = 64", "tokens = 1024")
+        .replace("hidden = 16", "hidden = 256")
+        .replace("ffn = 32", "ffn = 512")
+    )
     text = text.replace('max_bytes = "1 GiB"', 'max_bytes = "1 GiB"\nwhen = { fused = true }')
     (tmp_path / "s.toml").write_text(text, encoding="utf-8")
     argv = ["check", str(tmp_path / "good.json"), "--scenario", str(tmp_path / "s.toml")]
     result = CliRunner().invoke(app, argv)
-    assert result.exit_code == 1 and "budget 'small' applied to no case: 1 case(s) record no path.fused" in result.stderr
+    assert (
+        result.exit_code == 1 and "budget 'small' applied to no case: 1 case(s) record no path.fused" in result.stderr
+    )
     allowed = CliRunner().invoke(app, [*argv, "--allow-na"])
     assert allowed.exit_code == 0 and "warning: budget 'small' applied to no case" in allowed.stderr
 
@@ -812,7 +1360,9 @@ def test_a_huge_verdict_table_is_capped_failures_first() -> None:
     from memaudit.judge.budgets import Verdict
     from memaudit.render.verdicts import render_verdicts
 
-    vs = [Verdict(f"c{i % 10}", f"r{i}", "max_bytes", "fail" if i == 999 else "pass", "1 B", "0 B") for i in range(1000)]
+    vs = [
+        Verdict(f"c{i % 10}", f"r{i}", "max_bytes", "fail" if i == 999 else "pass", "1 B", "0 B") for i in range(1000)
+    ]
     table = render_verdicts(vs, max_rows=10)
     assert table.row_count == 10 and "only the first 10 rows" in str(table.caption)
     assert "fail" in [c.plain for c in table.columns[2]._cells]  # the one failure is shown
@@ -820,8 +1370,13 @@ def test_a_huge_verdict_table_is_capped_failures_first() -> None:
 
 # ---- concurrency: one baseline, however named; interrupts leave no temp file -------------------------------
 def _cli(*argv: str, cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", "from memaudit.cli import main; main()", *argv], cwd=cwd,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-c", "from memaudit.cli import main; main()", *argv],
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
 
 
 def _one_case_reports(tmp: Path) -> list[Path]:
@@ -865,7 +1420,10 @@ def test_concurrent_updates_through_links_in_two_folders_keep_every_case(tmp_pat
     reports = _one_case_reports(tmp_path)
     for _ in range(4):
         (real / "base.json").unlink(missing_ok=True)
-        procs = [_cli("baseline", "update", str(r), "--into", str(link / "base.json"), cwd=tmp_path) for r, link in zip(reports, (a, b), strict=True)]
+        procs = [
+            _cli("baseline", "update", str(r), "--into", str(link / "base.json"), cwd=tmp_path)
+            for r, link in zip(reports, (a, b), strict=True)
+        ]
         assert [p.wait(timeout=HANG_S) for p in procs] == [0, 0]
         assert len(json.loads((real / "base.json").read_text(encoding="utf-8"))["cases"]) == 2
         assert (a / "base.json").is_symlink() and (b / "base.json").is_symlink()
@@ -876,7 +1434,11 @@ def test_an_interrupt_while_the_temp_file_exists_leaves_none(tmp_path: Path, sig
     """A real signal as soon as the temp file appears (a 15 MB report, so that the write takes a while):
     the temp file is gone and the baseline is the old one or the new one, never a partial file."""
     big = copy.deepcopy(REPORT)
-    big["cases"] = [dict(c, id=c["id"].replace("-f512", f"-f{512 + 16 * k}"), ffn=512 + 16 * k) for k in range(1, 60) for c in REPORT["cases"]]
+    big["cases"] = [
+        dict(c, id=c["id"].replace("-f512", f"-f{512 + 16 * k}"), ffn=512 + 16 * k)
+        for k in range(1, 60)
+        for c in REPORT["cases"]
+    ]
     (tmp_path / "big.json").write_text(json.dumps(big), encoding="utf-8")
     (tmp_path / "base.json").write_text(json.dumps(REPORT), encoding="utf-8")
     old = (tmp_path / "base.json").read_bytes()
@@ -893,7 +1455,9 @@ def test_an_interrupt_while_the_temp_file_exists_leaves_none(tmp_path: Path, sig
         (tmp_path / "base.json").write_bytes(old)
 
 
-def test_an_interrupt_right_after_the_temp_file_is_made_leaves_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_interrupt_right_after_the_temp_file_is_made_leaves_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Deterministic: KeyboardInterrupt the instant ``os.open`` has made the temp file, before memaudit holds its descriptor."""
     import memaudit.report.io as report_module
 
@@ -934,6 +1498,12 @@ def test_a_sigint_while_the_command_starts_exits_130_with_one_line(tmp_path: Pat
     """SIGINT while typer, rich, the commands or torch import (the first second of any command):
     no traceback, one line, exit 130 (128 + SIGINT), as a SIGINT later in the run."""
     argv = ["run", "--groups", "2", "--tokens", "256", "--hidden", "64", "--ffn", "128", "--device", "cpu"]
-    proc = subprocess.run([sys.executable, "-c", _INTERRUPT_AT, module, *argv], cwd=tmp_path, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", _INTERRUPT_AT, module, *argv],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=600,
+    )
     assert (proc.returncode, proc.stderr) == (130, "memaudit: interrupted\n")

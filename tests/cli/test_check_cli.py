@@ -46,7 +46,9 @@ def reference_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from memaudit.spec import CaseSpec
     from memaudit.targets.registry import get_target
 
-    specs = [CaseSpec.make(get_target("reference"), "bf16", g, tokens=256, hidden=64, ffn=128, dtype="fp32") for g in (1, 4)]
+    specs = [
+        CaseSpec.make(get_target("reference"), "bf16", g, tokens=256, hidden=64, ffn=128, dtype="fp32") for g in (1, 4)
+    ]
     report = run_matrix(get_target("reference"), specs)
     assert [c.status for c in report.cases] == ["ok", "ok"]
     path = tmp_path_factory.mktemp("check") / "reference.json"
@@ -204,7 +206,9 @@ def test_registered_in_the_memaudit_cli() -> None:
 def test_judged_json_keeps_the_schema(reference_report: Path, tmp_path: Path) -> None:
     out = tmp_path / "j.json"
     scen = tmp_path / "s.toml"
-    scen.write_text((ROOT / "tests/data/bad_scenarios/zero_tokens.toml").read_text().replace("tokens = 0", "tokens = 256"))
+    scen.write_text(
+        (ROOT / "tests/data/bad_scenarios/zero_tokens.toml").read_text().replace("tokens = 0", "tokens = 256")
+    )
     assert run(reference_report, "--scenario", scen).exit_code == 1  # no budgets: a check of nothing fails
     assert run(reference_report, "--scenario", scen, "--json", out, "--allow-na").exit_code == 0
     data = json.loads(out.read_text())
@@ -229,5 +233,7 @@ def test_judging_a_report_imports_no_torch() -> None:
         "print('torch' in sys.modules, 'transformer_engine' in sys.modules)\n"
     )
     root = Path(__file__).resolve().parents[2]
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root
+    ).stdout.split()
     assert out == ["False", "False"]

@@ -41,7 +41,7 @@ def test_every_flag_name_whole_and_no_bool_metavar(path: list[str], columns: int
 
 def test_run_help_has_the_exit_codes() -> None:
     out = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "100"}).stdout
-    section = out[out.index("Exit codes:"):]
+    section = out[out.index("Exit codes:") :]
     codes = [int(m) for m in re.findall(r"^\s+(\d)\s", section, re.M)]
     assert codes == sorted(v for k, v in vars(exitcodes).items() if k.isupper())
     assert "4  nothing was measured or emulated" in section
@@ -49,7 +49,7 @@ def test_run_help_has_the_exit_codes() -> None:
 
 def test_readme_exit_table_agrees_that_all_skipped_is_4() -> None:
     readme = (ROOT / "docs" / "reference" / "exit-codes.md").read_text()
-    table = readme[readme.index("# Exit codes"):]
+    table = readme[readme.index("# Exit codes") :]
     row0 = next(line for line in table.splitlines() if line.startswith("| 0 |"))
     assert "measured or emulated" in row0 and "every case ran or was skipped" not in row0, row0
     assert "measured or emulated" in next(line for line in table.splitlines() if line.startswith("| 4 |"))

@@ -29,7 +29,9 @@ def floats_in(obj: Any, path: str = "$") -> list[str]:
 
 
 def run_reference(cli_runner: Any, path: Path, *extra: str) -> Any:
-    return cli_runner.invoke(app, ["run", "--target", "reference", "--groups", "1,4", *SHAPE, "--json", str(path), *extra])
+    return cli_runner.invoke(
+        app, ["run", "--target", "reference", "--groups", "1,4", *SHAPE, "--json", str(path), *extra]
+    )
 
 
 def test_run_writes_the_json_report(cli_runner: Any, tmp_path: Path) -> None:
@@ -39,7 +41,11 @@ def test_run_writes_the_json_report(cli_runner: Any, tmp_path: Path) -> None:
     text = out.read_text(encoding="utf-8")
     data = json.loads(text)
     assert data["schema"] == SCHEMA == "memaudit.report/3"
-    assert [c["id"] for c in data["cases"]] == REF_IDS == ["reference/bf16/g1/t256-h64-f128/bf16", "reference/bf16/g4/t256-h64-f128/bf16"]
+    assert (
+        [c["id"] for c in data["cases"]]
+        == REF_IDS
+        == ["reference/bf16/g1/t256-h64-f128/bf16", "reference/bf16/g4/t256-h64-f128/bf16"]
+    )
     assert [c["status"] for c in data["cases"]] == ["ok", "ok"]
     # sorted keys, stable layout
     assert text == json.dumps(data, sort_keys=True, indent=1, ensure_ascii=False) + "\n"
@@ -128,7 +134,22 @@ def test_bad_usage_exits_2_naming_flag_and_value_and_writes_nothing(
 def test_custom_factory_target_runs(cli_runner: Any, tmp_path: Path, tests_on_path: Path) -> None:
     out = tmp_path / "c.json"
     result = cli_runner.invoke(
-        app, ["run", "--target", "custom_factory:make", "--groups", "1", "--tokens", "32", "--hidden", "8", "--ffn", "16", "--json", str(out)]
+        app,
+        [
+            "run",
+            "--target",
+            "custom_factory:make",
+            "--groups",
+            "1",
+            "--tokens",
+            "32",
+            "--hidden",
+            "8",
+            "--ffn",
+            "16",
+            "--json",
+            str(out),
+        ],
     )
     assert result.exit_code == 0, result.output
     (case,) = load_report(out).cases
@@ -162,7 +183,21 @@ def test_case_error_exits_3_and_other_cases_complete(cli_runner: Any, tmp_path: 
     out = tmp_path / "e.json"
     result = cli_runner.invoke(
         app,
-        ["run", "--target", "custom_factory:make_failing_for_two_groups", "--groups", "1,2,3", "--tokens", "48", "--hidden", "8", "--ffn", "16", "--json", str(out)],
+        [
+            "run",
+            "--target",
+            "custom_factory:make_failing_for_two_groups",
+            "--groups",
+            "1,2,3",
+            "--tokens",
+            "48",
+            "--hidden",
+            "8",
+            "--ffn",
+            "16",
+            "--json",
+            str(out),
+        ],
     )
     assert result.exit_code == 3, result.output
     report = load_report(out)
@@ -175,7 +210,23 @@ def test_case_error_exits_3_and_other_cases_complete(cli_runner: Any, tmp_path: 
 
 def test_quantized_recipe_on_reference_is_skipped_not_an_error(cli_runner: Any, tmp_path: Path) -> None:
     out = tmp_path / "s.json"
-    result = cli_runner.invoke(app, ["run", "--target", "reference", "--recipe", "bf16,mxfp8", "--groups", "1", *SHAPE, "--fallback", "none", "--json", str(out)])
+    result = cli_runner.invoke(
+        app,
+        [
+            "run",
+            "--target",
+            "reference",
+            "--recipe",
+            "bf16,mxfp8",
+            "--groups",
+            "1",
+            *SHAPE,
+            "--fallback",
+            "none",
+            "--json",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     report = load_report(out)
     assert [(c.recipe, c.status) for c in report.cases] == [("bf16", "ok"), ("mxfp8", "skipped")]

@@ -26,8 +26,16 @@ def invoke(*argv: str | Path, columns: int = 200):
     ("argv", "choices"),
     [
         (["run", "--help"], ["bf16|fp32", "real|emulated|standins", "sm90|sm100", "swiglu|clamped-qgeglu|srelu"]),
-        (["estimate", "--help"], ["fused|unfused-grouped|unfused-split", "te-2.20|pr3545|ideal", "sm90|sm100",
-                                  "float32|bfloat16", "int64|int32"]),
+        (
+            ["estimate", "--help"],
+            [
+                "fused|unfused-grouped|unfused-split",
+                "te-2.20|pr3545|ideal",
+                "sm90|sm100",
+                "float32|bfloat16",
+                "int64|int32",
+            ],
+        ),
         (["compare", "--help"], ["increase|change"]),
     ],
 )
@@ -61,8 +69,10 @@ def assert_error(result, *needles: str, hint: bool = True) -> None:
         (["run", *SMALL, "--groups", "0"], ["error: --groups: must be >= 1, got 0"]),  # memaudit's own check
         (["run", *SMALL, "--recipe", "[/x]"], ["error: --recipe: unknown recipe '[/x]'"]),  # markup shown, not read
         (["run", "--bogus"], ["error: no such option: --bogus"]),
-        (["estimate", "--recipe", "bf16", "--tokens", "64", "--hidden", "64", "--variant", "te-3"],
-         ["error: --variant: 'te-3' is not one of 'te-2.20', 'pr3545', 'ideal'"]),
+        (
+            ["estimate", "--recipe", "bf16", "--tokens", "64", "--hidden", "64", "--variant", "te-3"],
+            ["error: --variant: 'te-3' is not one of 'te-2.20', 'pr3545', 'ideal'"],
+        ),
         (["estimate", "--tokens", "64", "--hidden", "64"], ["error: missing option '--recipe'"]),
         (["compare", REPORT, REPORT, "--fail-on", "decrease"], ["error: --fail-on: 'decrease' is not one of"]),
         (["compare", REPORT, REPORT, "--tolerance", "lots"], ["error: --tolerance: malformed byte quantity 'lots'"]),
@@ -81,7 +91,10 @@ def test_bad_files_are_the_same_style_naming_file_key_and_value(tmp_path: Path) 
     result = invoke("compare", REPORT, bad)
     assert_error(result, str(bad), "bytes", "'[/x]'", hint=False)  # a file's value: no --help hint
     scenario = tmp_path / "s.toml"
-    scenario.write_text('[cases]\ntarget = "reference"\nrecipes = ["bf17"]\ngroups = [1]\ntokens = 64\nhidden = 16\nffn = 32\n', encoding="utf-8")
+    scenario.write_text(
+        '[cases]\ntarget = "reference"\nrecipes = ["bf17"]\ngroups = [1]\ntokens = 64\nhidden = 16\nffn = 32\n',
+        encoding="utf-8",
+    )
     assert_error(invoke("check", REPORT, "--scenario", scenario), str(scenario), "recipes", "bf17", hint=False)
 
 
@@ -92,8 +105,9 @@ def test_missing_file() -> None:
 def test_version() -> None:
     result = invoke("--version")
     assert result.exit_code == 0 and result.stdout == version_line() + "\n"
-    assert re.fullmatch(r"memaudit \S+ \(torch (\S+|not installed), transformer-engine (\S+|not installed)\)",
-                        result.stdout.strip()), result.stdout
+    assert re.fullmatch(
+        r"memaudit \S+ \(torch (\S+|not installed), transformer-engine (\S+|not installed)\)", result.stdout.strip()
+    ), result.stdout
 
 
 def test_version_without_transformer_engine(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -107,7 +121,11 @@ def test_completion_lists_recipes_and_targets() -> None:
     class Ctx:
         params: dict = {}
 
-    assert [t for t, _ in _complete_target("")] == ["reference", "ep-grouped-mlp", "te-grouped-mlp"]  # reference, then by name
+    assert [t for t, _ in _complete_target("")] == [
+        "reference",
+        "ep-grouped-mlp",
+        "te-grouped-mlp",
+    ]  # reference, then by name
     assert _complete_recipe(Ctx(), "fp8-") == ["fp8-delayed", "fp8-current", "fp8-block"]  # type: ignore[arg-type]
     assert _complete_recipe(Ctx(), "bf16,nv") == ["bf16,nvfp4"]  # type: ignore[arg-type]
     assert "all" in _complete_recipe(Ctx(), "") and "bf16,all" not in _complete_recipe(Ctx(), "bf16,")  # type: ignore[arg-type]
@@ -118,7 +136,10 @@ def test_shell_completion_is_on() -> None:
     result = invoke("--help")
     assert result.exit_code == 0 and "--install-completion" in result.stdout and "--version" in result.stdout
     # what the shell asks for at ``memaudit run --recipe fp8-<TAB>``
-    out = CliRunner().invoke(app, [], prog_name="memaudit",
-                             env={"_MEMAUDIT_COMPLETE": "complete_bash", "COMP_WORDS": "memaudit run --recipe fp8-",
-                                  "COMP_CWORD": "3"})
+    out = CliRunner().invoke(
+        app,
+        [],
+        prog_name="memaudit",
+        env={"_MEMAUDIT_COMPLETE": "complete_bash", "COMP_WORDS": "memaudit run --recipe fp8-", "COMP_CWORD": "3"},
+    )
     assert "fp8-current" in out.stdout, out.output

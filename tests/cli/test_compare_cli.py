@@ -131,7 +131,10 @@ def test_compare_of_disjoint_reports_fails(tmp_path: Path, base_path: Path) -> N
     md = tmp_path / "comment.md"
     r = invoke("compare", base_path, cur, "--allow-missing", "--markdown", md)
     assert r.exit_code == 1 and "nothing was compared" in r.stdout
-    assert "nothing compared" in md.read_text(encoding="utf-8") and "✅" not in md.read_text(encoding="utf-8").splitlines()[1]
+    assert (
+        "nothing compared" in md.read_text(encoding="utf-8")
+        and "✅" not in md.read_text(encoding="utf-8").splitlines()[1]
+    )
 
 
 @pytest.mark.parametrize(
@@ -140,7 +143,10 @@ def test_compare_of_disjoint_reports_fails(tmp_path: Path, base_path: Path) -> N
         ('{"schema": "memaudit.report/1", "cases": [{"id": "x", ', ["not valid JSON", "truncated or corrupted"]),
         ("", ["not valid JSON"]),
         ("\x00\x01garbage", ["not valid JSON"]),
-        ('{"schema": "memaudit.report/0", "cases": []}', ["unsupported schema 'memaudit.report/0'", "memaudit.report/3"]),
+        (
+            '{"schema": "memaudit.report/0", "cases": []}',
+            ["unsupported schema 'memaudit.report/0'", "memaudit.report/3"],
+        ),
         ('{"cases": []}', ["unsupported schema None"]),
         ("[1, 2]", ["expected a JSON object", "list"]),
         ('{"schema": "memaudit.report/1", "cases": [{"id": "x"}]}', ["cases[x]", "missing key(s)"]),
@@ -184,7 +190,10 @@ def test_environment_mismatch_warns_or_fails_under_strict_env(tmp_path: Path, ba
     cur = write(rep, tmp_path / "current.json")
     r = invoke("compare", base_path, cur)
     assert r.exit_code == 0, r.output
-    assert "warning: environment differs from the baseline: TransformerEngine version differs: baseline 2.20.2, current 2.21.0" in r.stderr
+    assert (
+        "warning: environment differs from the baseline: TransformerEngine version differs: baseline 2.20.2, current 2.21.0"
+        in r.stderr
+    )
     assert "device class differs: baseline SM90, current SM100" in r.stderr
     s = invoke("compare", base_path, cur, "--strict-env")
     assert s.exit_code == 1
@@ -240,7 +249,9 @@ def test_baseline_update_writes_keeps_and_prunes(tmp_path: Path) -> None:
     assert f"kept {TE_BF16}; not in the current report" in r.stdout
     merged = load_report(into)
     assert [c.id for c in merged.cases] == [c.id for c in sample_report().cases]
-    assert invoke("compare", into, second, "--allow-missing").exit_code == 0  # the refreshed baseline accepts the change
+    assert (
+        invoke("compare", into, second, "--allow-missing").exit_code == 0
+    )  # the refreshed baseline accepts the change
 
     r = invoke("baseline", "update", second, "--into", into, "--prune")
     assert r.exit_code == 0 and f"removed {TE_BF16}" in r.stdout
@@ -285,7 +296,9 @@ def test_baseline_update_bad_current(tmp_path: Path) -> None:
     assert_clean_usage_error(invoke("baseline", "update", tmp_path / "missing.json", "--into", into), "no such file")
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"schema": "something.else/2", "cases": []}), encoding="utf-8")
-    assert_clean_usage_error(invoke("baseline", "update", other, "--into", into), "unsupported schema 'something.else/2'")
+    assert_clean_usage_error(
+        invoke("baseline", "update", other, "--into", into), "unsupported schema 'something.else/2'"
+    )
     assert not into.exists()
 
 
@@ -302,7 +315,22 @@ def test_concurrent_baseline_updates_keep_every_case(tmp_path: Path) -> None:
         reps.append(write(rep, tmp_path / f"r{i}.json"))
     for _ in range(5):
         into.unlink(missing_ok=True)
-        procs = [subprocess.Popen([sys.executable, "-c", "import memaudit.cli as c; c.main()", "baseline", "update", str(r),
-                                   "--into", str(into)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for r in reps]
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    "import memaudit.cli as c; c.main()",
+                    "baseline",
+                    "update",
+                    str(r),
+                    "--into",
+                    str(into),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+            for r in reps
+        ]
         assert [p.wait() for p in procs] == [0, 0]
         assert len(load_report(into).cases) == 2

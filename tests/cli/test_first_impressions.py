@@ -19,8 +19,9 @@ WIDTH = 120
 
 def _memaudit(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": str(WIDTH), "NO_COLOR": "1", "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-P", "-m", "memaudit", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-P", "-m", "memaudit", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 def _screen_lines(text: str) -> int:
@@ -42,8 +43,13 @@ def test_memaudit_run_fits_a_screen_and_v_has_the_details(tmp_path: Path) -> Non
 
 
 def test_a_budget_tables_na_count_says_what_they_are(tmp_path: Path) -> None:
-    done = _memaudit("check", str(ROOT / "reports" / "baseline" / "h200-te-grouped-mlp.json"), "--scenario", "grouped_mlp",
-                     cwd=tmp_path)
+    done = _memaudit(
+        "check",
+        str(ROOT / "reports" / "baseline" / "h200-te-grouped-mlp.json"),
+        "--scenario",
+        "grouped_mlp",
+        cwd=tmp_path,
+    )
     assert "n/a (n/a: " in done.stdout, done.stdout[-3000:]
     assert "on cases skipped or in error" in done.stdout
 
@@ -52,8 +58,14 @@ def test_run_and_check_help_list_every_shipped_scenario(tmp_path: Path) -> None:
     names = sorted(p.stem for p in (ROOT / "scenarios").glob("*.toml"))
     assert {"grouped_mlp_emulated", "expert_parallel"} <= set(names)
     for command in ("run", "check"):
-        done = subprocess.run([sys.executable, "-P", "-m", "memaudit", command, "--help"], cwd=tmp_path, capture_output=True,
-                              text=True, timeout=120, env={**os.environ, "COLUMNS": "400", "NO_COLOR": "1", "PYTHONPATH": str(ROOT)})
+        done = subprocess.run(
+            [sys.executable, "-P", "-m", "memaudit", command, "--help"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "COLUMNS": "400", "NO_COLOR": "1", "PYTHONPATH": str(ROOT)},
+        )
         text = " ".join(done.stdout.split())  # the help wraps its lines
         assert f"shipped scenario by name ({', '.join(names)})" in text, done.stdout
 
@@ -69,11 +81,16 @@ def test_regressions_count_the_buffers_not_the_rollups() -> None:
 
     cur = read_report(ROOT / "reports" / "cpu" / "reference.json")
     base = copy.deepcopy(cur)
-    base.cases[0].rows = [r for r in base.cases[0].rows if r.operand not in ("fc1.output", "activation.scales", "fc2.input")]
+    base.cases[0].rows = [
+        r for r in base.cases[0].rows if r.operand not in ("fc1.output", "activation.scales", "fc2.input")
+    ]
     cmp = compare_reports(base, cur, tolerance=parse_tolerance("0"))
     assert len(cmp.failures) > 3
     heading = regressions_heading(cmp)
-    assert heading.startswith("Regressions: 1 case; buffers: 3 added (") and f"({len(cmp.failures)} findings below" in heading
+    assert (
+        heading.startswith("Regressions: 1 case; buffers: 3 added (")
+        and f"({len(cmp.failures)} findings below" in heading
+    )
 
 
 def test_the_docs_way_to_make_a_test_variant_of_a_baseline_fails_the_gate(tmp_path: Path) -> None:
@@ -102,11 +119,19 @@ def test_the_docs_way_to_make_a_test_variant_of_a_baseline_fails_the_gate(tmp_pa
 def test_no_numpy_warning_from_torch_where_numpy_is_not_installed(tmp_path: Path) -> None:
     """A fresh venv without NumPy: torch warns 'Failed to initialize NumPy' on import; memaudit's
     commands do not show it (NumPy is blocked here as if it were not installed)."""
-    code = ("import sys; sys.modules['numpy'] = None\n"
-            "sys.argv = ['memaudit', 'run', '--target', 'reference', '--groups', '1', '--tokens', '64', '--hidden', '16',"
-            " '--ffn', '32', '--quiet']\nfrom memaudit.cli import main\nmain()\n")
-    done = subprocess.run([sys.executable, "-P", "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"})
+    code = (
+        "import sys; sys.modules['numpy'] = None\n"
+        "sys.argv = ['memaudit', 'run', '--target', 'reference', '--groups', '1', '--tokens', '64', '--hidden', '16',"
+        " '--ffn', '32', '--quiet']\nfrom memaudit.cli import main\nmain()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-P", "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "NumPy" not in done.stderr and "summary" in done.stdout, done.stderr[-2000:]
 
@@ -117,8 +142,11 @@ def test_without_te_the_skip_reason_says_te_is_not_installed(monkeypatch) -> Non
     from memaudit.te.targets.grouped_mlp import TEGroupedMLPTarget
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name.split(".")[0] == "transformer_engine" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name.split(".")[0] == "transformer_engine" else real(name, *a),
+    )
     t = TEGroupedMLPTarget()
     spec = t.configure({}).spec("bf16", 1, device="cuda", tokens=64, hidden=16, ffn=32)
     assert t.skip_reason(spec) == "TransformerEngine is not installed"

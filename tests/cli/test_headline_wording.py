@@ -39,11 +39,15 @@ def test_the_follow_up_commands_at_pr3545s_shape() -> None:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the answers with no GPU")
 def test_an_all_estimated_run_offers_the_pr_shape_and_its_markdown_is_no_tick(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(torch.version, "cuda", None)  # a CPU-only torch build: only the estimate answers
     md = tmp_path / "r.md"
-    result = CliRunner().invoke(app, ["run", "-v", "--recipe", "nvfp4", "--groups", "4", "--quiet", "--markdown", str(md)],
-                                env={"COLUMNS": "400"})
+    result = CliRunner().invoke(
+        app,
+        ["run", "-v", "--recipe", "nvfp4", "--groups", "4", "--quiet", "--markdown", str(md)],
+        env={"COLUMNS": "400"},
+    )
     assert result.exit_code == exitcodes.NOTHING_MEASURED, result.output
     assert "use bf16" not in result.stderr
     assert "at TE PR #3545's shape (T=82,944, H=3,072, F=1,536; where NVFP4 keeps about 136 MiB" in result.stderr
@@ -52,6 +56,9 @@ def test_an_all_estimated_run_offers_the_pr_shape_and_its_markdown_is_no_tick(
     assert not head.startswith("✅") and head.startswith("❌"), head
     assert "nothing measured or emulated" in head and "1 ok (1 estimated)" in head
     # a shape of the user's own: no offer of another
-    result = CliRunner().invoke(app, ["run", "--recipe", "nvfp4", "--groups", "4", "--tokens", "512", "--hidden", "64",
-                                      "--ffn", "128", "--quiet"], env={"COLUMNS": "400"})
+    result = CliRunner().invoke(
+        app,
+        ["run", "--recipe", "nvfp4", "--groups", "4", "--tokens", "512", "--hidden", "64", "--ffn", "128", "--quiet"],
+        env={"COLUMNS": "400"},
+    )
     assert result.exit_code == 4 and "PR #3545" not in result.stderr

@@ -39,7 +39,17 @@ def _forged_rank_files(tmp: Path, world: int) -> list[str]:
     """Two genuine rank files of a 2-rank data-parallel run of the reference target, their world
     size (the run's and every case's) then forged to ``world``."""
     tgt = get_target("reference")
-    spec = CaseSpec.make(tgt, "bf16", 1, dtype="bf16", device="cpu", options=dict(tgt.configure({}).options), tokens=64, hidden=16, ffn=32)
+    spec = CaseSpec.make(
+        tgt,
+        "bf16",
+        1,
+        dtype="bf16",
+        device="cpu",
+        options=dict(tgt.configure({}).options),
+        tokens=64,
+        hidden=16,
+        ffn=32,
+    )
     names = []
     for r in range(2):
         rep = run_matrix(tgt, [spec], rank=r, world_size=2, backend="gloo", backward=False)
@@ -77,7 +87,9 @@ ROOT = Path(__file__).resolve().parents[2]
 H200 = ROOT / "reports" / "baseline" / "h200-te-grouped-mlp.json"
 
 
-@pytest.mark.parametrize("reason", ["a\n" * 106_000, "|`_*<@x #1 " * 20_000], ids=["212 KB of lines", "220 KB of specials"])
+@pytest.mark.parametrize(
+    "reason", ["a\n" * 106_000, "|`_*<@x #1 " * 20_000], ids=["212 KB of lines", "220 KB of specials"]
+)
 def test_a_huge_error_reason_does_not_stall_compare_markdown(tmp_path: Path, reason: str) -> None:
     """The reason of an error case (a fp8-block cell of the H200 baseline) is shown clipped, on one
     line, saying how long it is; the comparison takes time linear in it (it took minutes)."""
@@ -85,7 +97,9 @@ def test_a_huge_error_reason_does_not_stall_compare_markdown(tmp_path: Path, rea
     assert d["cases"][9]["status"] == "error"
     d["cases"][9]["reason"] = reason
     (tmp_path / "cur.json").write_text(json.dumps(d), encoding="utf-8")
-    code, out, took = _invoke("compare", str(H200), str(tmp_path / "cur.json"), "--markdown", str(tmp_path / "c.md"), "-v")
+    code, out, took = _invoke(
+        "compare", str(H200), str(tmp_path / "cur.json"), "--markdown", str(tmp_path / "c.md"), "-v"
+    )
     assert code == 0 and took < 10, (code, took, out[-2000:])
     md = (tmp_path / "c.md").read_text(encoding="utf-8")
     assert f"({len(reason):,} characters in all; the report has the whole reason)" in md
@@ -106,8 +120,11 @@ ffn = 32
 @pytest.mark.parametrize("command", ["run", "check"])
 def test_a_ten_thousand_digit_integer_in_a_scenario_is_bad_input(tmp_path: Path, command: str) -> None:
     (tmp_path / "big.toml").write_text(SCENARIO.format(tokens="9" * 10_000), encoding="utf-8")
-    argv = ["run", "--scenario", str(tmp_path / "big.toml"), "--json", str(tmp_path / "r.json")] if command == "run" else \
-        ["check", str(ROOT / "reports" / "cpu" / "reference.json"), "--scenario", str(tmp_path / "big.toml")]
+    argv = (
+        ["run", "--scenario", str(tmp_path / "big.toml"), "--json", str(tmp_path / "r.json")]
+        if command == "run"
+        else ["check", str(ROOT / "reports" / "cpu" / "reference.json"), "--scenario", str(tmp_path / "big.toml")]
+    )
     code, out, _ = _invoke(*argv)
     assert code == 2 and "Traceback" not in out, out[-2000:]
     assert "error:" in out and "big.toml: line 5: cannot read a number" in out and "10000 digits" in out, out
@@ -121,7 +138,7 @@ CLASSIFIERS = {
     "not an Extension": "EXTENSION = object()\n",
     "exits": "import sys\nsys.exit(0)\n",
     "prints": "from memaudit.extension import Extension\nprint('hello from a plugin')\n"
-              "EXTENSION = Extension('somelib', library='somelib', classifier='nowhere:Nothing')\n",
+    "EXTENSION = Extension('somelib', library='somelib', classifier='nowhere:Nothing')\n",
 }
 
 
@@ -143,17 +160,21 @@ def _site(tmp: Path, group: str, name: str, module: str, value: str, **others: s
 def _cli(*argv: str, site: Path | None, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "120"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site) if site else "", str(ROOT / "tests"), str(ROOT)) if p)
-    return subprocess.run([sys.executable, "-P", "-m", "memaudit", *argv], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-P", "-m", "memaudit", *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 @pytest.mark.parametrize("kind", list(CLASSIFIERS), ids=list(CLASSIFIERS))
 def test_a_broken_extension_is_bad_input_naming_it(tmp_path: Path, kind: str) -> None:
     site = _site(tmp_path, "memaudit.extensions", "somelib", CLASSIFIERS[kind], "badplug:EXTENSION")
-    (tmp_path / "s.toml").write_text(SCENARIO.format(tokens=64) + '\n[[budget]]\nname = "b"\nmax_bytes = "1 GiB"\n',
-                                     encoding="utf-8")
-    for argv in (["run", *SMALL, "--json", "r.json"], ["check", str(ROOT / "reports" / "cpu" / "reference.json"),
-                                                      "--scenario", "s.toml"]):
+    (tmp_path / "s.toml").write_text(
+        SCENARIO.format(tokens=64) + '\n[[budget]]\nname = "b"\nmax_bytes = "1 GiB"\n', encoding="utf-8"
+    )
+    for argv in (
+        ["run", *SMALL, "--json", "r.json"],
+        ["check", str(ROOT / "reports" / "cpu" / "reference.json"), "--scenario", "s.toml"],
+    ):
         done = _cli(*argv, site=site, cwd=tmp_path)
         text = done.stdout + done.stderr
         if kind == "prints":  # loads: what it prints goes to stderr, never into memaudit's output
@@ -165,25 +186,46 @@ def test_a_broken_extension_is_bad_input_naming_it(tmp_path: Path, kind: str) ->
 
 
 def test_a_target_plugin_that_exits_is_bad_input(tmp_path: Path) -> None:
-    site = _site(tmp_path, "memaudit.extensions", "exiter", "from memaudit.extension import Extension\n"
-                 "EXTENSION = Extension('exiter', targets={'exiter': 'badplug.exiting:Target'})\n", "badplug:EXTENSION",
-                 exiting="import sys\nsys.exit(0)\n")
+    site = _site(
+        tmp_path,
+        "memaudit.extensions",
+        "exiter",
+        "from memaudit.extension import Extension\n"
+        "EXTENSION = Extension('exiter', targets={'exiter': 'badplug.exiting:Target'})\n",
+        "badplug:EXTENSION",
+        exiting="import sys\nsys.exit(0)\n",
+    )
     done = _cli("run", "--target", "exiter", "--json", "r.json", site=site, cwd=tmp_path)
     text = done.stdout + done.stderr
-    assert done.returncode == 2 and "Traceback" not in text and "target 'exiter'" in text and "sys.exit(0)" in text, text
+    assert done.returncode == 2 and "Traceback" not in text and "target 'exiter'" in text and "sys.exit(0)" in text, (
+        text
+    )
     assert not (tmp_path / "r.json").exists()
 
 
 def test_a_factory_that_calls_sys_exit_is_that_cases_error_not_an_exit_0(tmp_path: Path) -> None:
     (tmp_path / "exiting_factory.py").write_text(
         "import sys\nfrom custom_factory import make as _make\n\n"
-        "def make(spec):\n    if spec.groups == 2:\n        sys.exit(0)\n    return _make(spec)\n", encoding="utf-8")
+        "def make(spec):\n    if spec.groups == 2:\n        sys.exit(0)\n    return _make(spec)\n",
+        encoding="utf-8",
+    )
     (tmp_path / "s.toml").write_text(
         '[cases]\ntarget = "exiting_factory:make"\nrecipes = ["bf16"]\ngroups = [1, 2]\ntokens = 64\nhidden = 16\nffn = 32\n\n'
-        '[[budget]]\nname = "b"\nmax_bytes = "1 GiB"\n', encoding="utf-8")
+        '[[budget]]\nname = "b"\nmax_bytes = "1 GiB"\n',
+        encoding="utf-8",
+    )
     env_site = tmp_path  # the factory's module, found through PYTHONPATH
-    done = _cli("run", "--scenario", "s.toml", "--allow-target", "exiting_factory:make", "--json", "r.json",
-                site=env_site, cwd=tmp_path)
+    done = _cli(
+        "run",
+        "--scenario",
+        "s.toml",
+        "--allow-target",
+        "exiting_factory:make",
+        "--json",
+        "r.json",
+        site=env_site,
+        cwd=tmp_path,
+    )
     text = done.stdout + done.stderr
     assert done.returncode == 3 and "Traceback" not in text, text[-3000:]
     report = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
@@ -214,7 +256,9 @@ DASH = {
 
 
 @pytest.mark.parametrize("argv", list(DASH.values()), ids=list(DASH))
-def test_dash_as_an_output_is_refused_not_a_file_named_dash(tmp_path: Path, argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dash_as_an_output_is_refused_not_a_file_named_dash(
+    tmp_path: Path, argv: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     code, out, _ = _invoke(*argv)
     flag = argv[argv.index("-") - 1]

@@ -23,7 +23,10 @@ def test_the_parser() -> None:
     [
         (["run", "--target", "reference", "--groups", "1,1"], "error: --groups: 1 is listed twice in '1,1'"),
         (["run", "--target", "reference", "--groups", "0"], "error: --groups: must be >= 1, got 0"),
-        (["estimate", "--recipe", "bf16", "--tokens", "64:8:x2", "--hidden", "64"], "error: --tokens: range '64:8:x2' needs 1 <= A <= B"),
+        (
+            ["estimate", "--recipe", "bf16", "--tokens", "64:8:x2", "--hidden", "64"],
+            "error: --tokens: range '64:8:x2' needs 1 <= A <= B",
+        ),
         (["estimate", "--recipe", "bf16", "--tokens", "64", "--hidden", "six"], "error: --hidden: expected an integer"),
     ],
 )

@@ -14,7 +14,18 @@ from memaudit.judge import exitcodes
 from memaudit.report import UNREAD_CHOICES, load_report
 
 runner = CliRunner()
-WASTE = ["--target", "tests.custom_factory:make_wasteful", "--tokens", "64", "--hidden", "32", "--ffn", "48", "--groups", "1"]
+WASTE = [
+    "--target",
+    "tests.custom_factory:make_wasteful",
+    "--tokens",
+    "64",
+    "--hidden",
+    "32",
+    "--ffn",
+    "48",
+    "--groups",
+    "1",
+]
 
 
 def test_the_methods_agree_with_the_analysis() -> None:
@@ -50,16 +61,37 @@ def test_max_unread_bytes_0_fails_on_the_waste(tmp_path: Path) -> None:
     scenario.write_text(
         '[cases]\ntarget = "tests.custom_factory:make_wasteful"\nrecipes = "bf16"\ngroups = [1]\n'
         "tokens = 64\nhidden = 32\nffn = 48\nunread = true\n\n"
-        '[[budget]]\nname = "nothing unread"\nmax_unread_bytes = 0\n', encoding="utf-8")
-    result = runner.invoke(app, ["run", "--scenario", str(scenario), "--allow-target", "tests.custom_factory:make_wasteful"])
+        '[[budget]]\nname = "nothing unread"\nmax_unread_bytes = 0\n',
+        encoding="utf-8",
+    )
+    result = runner.invoke(
+        app, ["run", "--scenario", str(scenario), "--allow-target", "tests.custom_factory:make_wasteful"]
+    )
     assert result.exit_code == exitcodes.FAIL, result.stdout + result.stderr
     assert "saved for backward and never read" in result.stdout
 
 
 def test_te_grouped_mlp_nvfp4_emulated(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    result = runner.invoke(app, ["run", "--target", "te-grouped-mlp", "--kernels", "emulated", "--arch", "sm100", "--recipe", "nvfp4",
-                                 "--groups", "8", "--unread", "--json", str(out)])
+    result = runner.invoke(
+        app,
+        [
+            "run",
+            "--target",
+            "te-grouped-mlp",
+            "--kernels",
+            "emulated",
+            "--arch",
+            "sm100",
+            "--recipe",
+            "nvfp4",
+            "--groups",
+            "8",
+            "--unread",
+            "--json",
+            str(out),
+        ],
+    )
     assert result.exit_code in (exitcodes.OK, exitcodes.CASE_ERROR), result.stdout + result.stderr
     for case in load_report(out).cases:
         if case.status == "ok":

@@ -28,13 +28,50 @@ pytestmark = [
 
 @pytest.mark.parametrize("routing", ["uniform", "hot"])
 def test_two_gpus_nccl_te_experts(tmp_path: Path, routing: str) -> None:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "memaudit", "run",
-           "--target", "ep-grouped-mlp", "--experts", "te", "--device", "cuda", "--dist-backend", "cpu:gloo,cuda:nccl",
-           "--recipe", "bf16,fp8-current", "--groups", "2", "--tokens", "1024", "--hidden", "256", "--ffn", "512",
-           "--routing", routing, "--verify-allocator", "--json", "ep.json", "--quiet"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "memaudit",
+        "run",
+        "--target",
+        "ep-grouped-mlp",
+        "--experts",
+        "te",
+        "--device",
+        "cuda",
+        "--dist-backend",
+        "cpu:gloo,cuda:nccl",
+        "--recipe",
+        "bf16,fp8-current",
+        "--groups",
+        "2",
+        "--tokens",
+        "1024",
+        "--hidden",
+        "256",
+        "--ffn",
+        "512",
+        "--routing",
+        routing,
+        "--verify-allocator",
+        "--json",
+        "ep.json",
+        "--quiet",
+    ]
     path = os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")) if p)
-    run = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path})
+    run = subprocess.run(
+        cmd,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path},
+    )
     assert run.returncode == 0, run.stderr[-4000:]
     merged = read_report(tmp_path / "ep.json")
     assert merged.dist is not None and merged.dist.world_size == 2

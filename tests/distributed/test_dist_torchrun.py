@@ -39,8 +39,9 @@ def _pythonpath() -> str:
 
 def memaudit(*args: str, cwd: Path, timeout: int = 240, **extra: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": _pythonpath(), "COLUMNS": "120", **extra}
-    return subprocess.run([sys.executable, "-m", "memaudit", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "memaudit", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def torchrun(nproc: int, *args: str, cwd: Path, timeout: int = 240) -> subprocess.CompletedProcess[str]:
@@ -56,8 +57,24 @@ def _signature(rows: list) -> list[tuple]:
     out = []
     for r in rows:
         storage = names.setdefault(r.storage, len(names)) if r.storage is not None else None
-        out.append((r.operand, r.group, r.kind, r.format, r.orientation, tuple(r.shape), r.dtype, r.bytes, r.storage_bytes,
-                    r.is_parameter, r.duplicate_of is not None, r.op, r.saved_as, storage))
+        out.append(
+            (
+                r.operand,
+                r.group,
+                r.kind,
+                r.format,
+                r.orientation,
+                tuple(r.shape),
+                r.dtype,
+                r.bytes,
+                r.storage_bytes,
+                r.is_parameter,
+                r.duplicate_of is not None,
+                r.op,
+                r.saved_as,
+                storage,
+            )
+        )
     return out
 
 
@@ -73,8 +90,18 @@ def check_ranks_against_one_process(merged) -> list[int]:
     saved = []
     for case in merged.cases:
         splits = tuple(case.splits)
-        single = run_case(ReferenceTarget(), CaseSpec.make(get_target("reference"), "bf16", case.groups, splits=splits,
-                                                           tokens=sum(splits), hidden=case.hidden, ffn=case.ffn))
+        single = run_case(
+            ReferenceTarget(),
+            CaseSpec.make(
+                get_target("reference"),
+                "bf16",
+                case.groups,
+                splits=splits,
+                tokens=sum(splits),
+                hidden=case.hidden,
+                ffn=case.ffn,
+            ),
+        )
         assert single.status == "ok"
         experts = [r for r in case.rows if not (r.operand or "").startswith("dispatch.")]
         assert _signature(experts) == _signature(single.rows), case.id
@@ -86,14 +113,15 @@ def check_ranks_against_one_process(merged) -> list[int]:
     return saved
 
 
-def predicted_saved(counts: list[int], *, ep: int, local: int, tokens: int = 128, hidden: int = 32, ffn: int = 64,
-                    topk: int = 2) -> list[int]:
+def predicted_saved(
+    counts: list[int], *, ep: int, local: int, tokens: int = 128, hidden: int = 32, ffn: int = 64, topk: int = 2
+) -> list[int]:
     """Saved bytes per expert-parallel rank from the routing's counts alone: affine in the tokens R a
     rank received, R x (H + 2F + F) bf16 activations + R fp32 scales, plus its split sizes (int64)
     and the dispatch's routing state."""
     out = []
     for r in range(ep):
-        received = ep * sum(counts[r * local:(r + 1) * local])
+        received = ep * sum(counts[r * local : (r + 1) * local])
         out.append(received * (2 * (hidden + 2 * ffn + ffn) + 4) + 8 * local + dispatch_bytes(tokens, ep * local, topk))
     return out
 
@@ -139,8 +167,23 @@ def test_four_ranks_under_torchrun(tmp_path: Path) -> None:
     """``torchrun --nproc-per-node 4 -m memaudit run --ep 2``: two expert-parallel groups of two,
     data-parallel replicas of each other: identical per replica pair, and each rank equal to one
     process at its splits; Zipf routing's imbalance is what the bytes give."""
-    run = torchrun(4, "-m", "memaudit", "run", "--target", "ep-grouped-mlp", *SHAPE, "--ep", "2", "--routing", "zipf:1.5",
-                   "--json", "z.json", "--quiet", cwd=tmp_path)
+    run = torchrun(
+        4,
+        "-m",
+        "memaudit",
+        "run",
+        "--target",
+        "ep-grouped-mlp",
+        *SHAPE,
+        "--ep",
+        "2",
+        "--routing",
+        "zipf:1.5",
+        "--json",
+        "z.json",
+        "--quiet",
+        cwd=tmp_path,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     merged = read_report(tmp_path / "z.json")
     assert [c.dist.key for c in merged.cases] == ["ep0-dp0", "ep1-dp0", "ep0-dp1", "ep1-dp1"]
@@ -160,11 +203,32 @@ def test_four_ranks_under_torchrun(tmp_path: Path) -> None:
 
 def test_a_killed_rank_is_a_clear_error_and_leaves_the_others_files(tmp_path: Path) -> None:
     """Rank 1 is killed (SIGKILL) in its forward once rank 0 has written its case."""
-    run = memaudit("run", "--nproc", "2", "--target", "dist_factory:killed_on_rank1", "--groups", "1", "--tokens", "16",
-                   "--hidden", "8", "--ffn", "16", "--json", "k.json", "--quiet", cwd=tmp_path,
-                   DIST_FACTORY_WAIT_FOR=str(tmp_path / "k.ranks" / "rank0.json"))
+    run = memaudit(
+        "run",
+        "--nproc",
+        "2",
+        "--target",
+        "dist_factory:killed_on_rank1",
+        "--groups",
+        "1",
+        "--tokens",
+        "16",
+        "--hidden",
+        "8",
+        "--ffn",
+        "16",
+        "--json",
+        "k.json",
+        "--quiet",
+        cwd=tmp_path,
+        DIST_FACTORY_WAIT_FOR=str(tmp_path / "k.ranks" / "rank0.json"),
+    )
     assert run.returncode == 3, run.stderr
-    assert "rank 1" in run.stderr and "was killed by SIGKILL" in run.stderr and "no merged report was written" in run.stderr
+    assert (
+        "rank 1" in run.stderr
+        and "was killed by SIGKILL" in run.stderr
+        and "no merged report was written" in run.stderr
+    )
     assert not (tmp_path / "k.json").exists()
     assert "k.ranks/rank0.json: 1 of 1 case(s)" in run.stderr and "k.ranks/rank1.json: missing" in run.stderr
     own = read_report(tmp_path / "k.ranks" / "rank0.json")
@@ -179,7 +243,7 @@ def test_a_killed_rank_is_a_clear_error_and_leaves_the_others_files(tmp_path: Pa
     assert "rank 1 has no report for this case" in merged.cases[1].reason
 
 
-PLUGIN_TEST = '''
+PLUGIN_TEST = """
 import os
 
 import pytest
@@ -191,7 +255,7 @@ def test_rank_dependent(saved_tensors):
     rank = int(os.environ["RANK"])
     x = torch.randn(16 * (1 + 2 * rank), 64, requires_grad=True)  # rank 0: 4 KiB saved, rank 1: 12 KiB
     (x * 2).tanh().sum()
-'''
+"""
 
 
 def test_pytest_plugin_under_torchrun_judges_each_rank(tmp_path: Path) -> None:

@@ -79,7 +79,12 @@ def test_routing_flags_are_checked() -> None:
 
 def test_coordinates_round_trip_megatron_order() -> None:
     layout = {"tp": 2, "ep": 2, "dp": 2}
-    assert [coords_key(coords_of(r, layout)) for r in range(4)] == ["tp0-ep0-dp0", "tp1-ep0-dp0", "tp0-ep1-dp0", "tp1-ep1-dp0"]
+    assert [coords_key(coords_of(r, layout)) for r in range(4)] == [
+        "tp0-ep0-dp0",
+        "tp1-ep0-dp0",
+        "tp0-ep1-dp0",
+        "tp1-ep1-dp0",
+    ]
     assert all(rank_of(coords_of(r, layout), layout) == r for r in range(8))
     assert info_problem(RankInfo(2, 4, {"ep": 2, "dp": 2}, {"ep": 0, "dp": 1})) is None
     assert info_problem(RankInfo(1, 4, {"ep": 2, "dp": 2}, {"ep": 0, "dp": 1}))[0] == "rank"
@@ -95,7 +100,9 @@ SPEC = dict(tokens=64, hidden=16, ffn=32)
 def rank_reports(target: str = "reference", world: int = 2, groups: int = 2, **options) -> list[tuple[str, Report]]:
     """Each rank's own report, as a data-parallel job's ranks make them (no collective runs)."""
     tgt = get_target(target).configure(options)
-    spec = CaseSpec.make(tgt, "bf16", groups, dtype=tgt.defaults["dtype"], device="cpu", options=dict(tgt.options), **SPEC)
+    spec = CaseSpec.make(
+        tgt, "bf16", groups, dtype=tgt.defaults["dtype"], device="cpu", options=dict(tgt.options), **SPEC
+    )
     planned = [spec.id if not hasattr(tgt, "place") else tgt.place(spec, 0, world)[0].id]
     out = []
     for r in range(world):
@@ -180,7 +187,7 @@ def test_replicas_that_differ_are_reported(monkeypatch, tests_on_path) -> None:
     reports = []
     for r in range(2):
         monkeypatch.setenv("RANK", str(r))
-        reports += rank_reports("dist_factory:rank1_saves_more", world=2, groups=1)[r:r + 1]
+        reports += rank_reports("dist_factory:rank1_saves_more", world=2, groups=1)[r : r + 1]
     merged = merge_reports(reports)
     (rep,) = merged.dist.summary[0].replicas
     assert not rep.identical
@@ -226,7 +233,11 @@ def fake_world(base: Report, world: int) -> Report:
         c.id = case.id.rsplit("/", 1)[0] + f"/dp{r}"
         cases.append(c)
     planned = base.dist.planned
-    return Report(cases=cases, environment=base.environment, dist=DistRun(world, planned, summary=summarize(cases, planned, world)))
+    return Report(
+        cases=cases,
+        environment=base.environment,
+        dist=DistRun(world, planned, summary=summarize(cases, planned, world)),
+    )
 
 
 def test_two_ranks_side_by_side_in_80_columns(dp_ranks) -> None:
@@ -258,19 +269,68 @@ def test_one_process_expert_parallel_and_usage_errors(cli_runner, tmp_path) -> N
     from memaudit.cli import app
 
     out = tmp_path / "one.json"
-    ok = cli_runner.invoke(app, ["run", "--target", "ep-grouped-mlp", "--groups", "2", "--tokens", "64", "--hidden", "16",
-                                 "--ffn", "32", "--routing", "zipf", "--json", str(out), "--quiet"])
+    ok = cli_runner.invoke(
+        app,
+        [
+            "run",
+            "--target",
+            "ep-grouped-mlp",
+            "--groups",
+            "2",
+            "--tokens",
+            "64",
+            "--hidden",
+            "16",
+            "--ffn",
+            "32",
+            "--routing",
+            "zipf",
+            "--json",
+            str(out),
+            "--quiet",
+        ],
+    )
     assert ok.exit_code == 0, ok.output
     (case,) = validate_report(json.loads(out.read_text()), source="one.json").cases
     assert case.dist is None and case.options == {"ep": 1, "routing": "zipf:1", "topk": 2} and sum(case.splits) == 128
-    assert {r.operand for r in case.rows} >= {"dispatch.sorted_indices", "dispatch.routing_map", "dispatch.probs", "fc1.input"}
-    for args, flag in ((["--ep", "2"], "--ep"), (["--rank-dir", str(tmp_path / "r")], "--rank-dir"),
-                       (["--dist-backend", "gloo"], "--dist-backend"), (["--routing", "hot:2"], "--routing")):
-        bad = cli_runner.invoke(app, ["run", "--target", "ep-grouped-mlp", "--tokens", "64", *args, "--json", str(tmp_path / "x.json")])
+    assert {r.operand for r in case.rows} >= {
+        "dispatch.sorted_indices",
+        "dispatch.routing_map",
+        "dispatch.probs",
+        "fc1.input",
+    }
+    for args, flag in (
+        (["--ep", "2"], "--ep"),
+        (["--rank-dir", str(tmp_path / "r")], "--rank-dir"),
+        (["--dist-backend", "gloo"], "--dist-backend"),
+        (["--routing", "hot:2"], "--routing"),
+    ):
+        bad = cli_runner.invoke(
+            app, ["run", "--target", "ep-grouped-mlp", "--tokens", "64", *args, "--json", str(tmp_path / "x.json")]
+        )
         assert bad.exit_code == 2 and flag in bad.output, (args, bad.output)
         assert not (tmp_path / "x.json").exists()
-    te = cli_runner.invoke(app, ["run", "--target", "ep-grouped-mlp", "--experts", "te", "--device", "cpu", "--tokens", "64",
-                                 "--groups", "2", "--hidden", "16", "--ffn", "32", "--quiet"])
+    te = cli_runner.invoke(
+        app,
+        [
+            "run",
+            "--target",
+            "ep-grouped-mlp",
+            "--experts",
+            "te",
+            "--device",
+            "cpu",
+            "--tokens",
+            "64",
+            "--groups",
+            "2",
+            "--hidden",
+            "16",
+            "--ffn",
+            "32",
+            "--quiet",
+        ],
+    )
     assert te.exit_code == 4 and "TransformerEngine runs on CUDA only" in te.output  # TE's own reason: a skipped cell
 
 
@@ -287,16 +347,54 @@ def test_nproc_starts_the_same_command_through_torch_distributed_run(cli_runner,
         return None
 
     monkeypatch.setattr("torch.distributed.run.run", fake_run)
-    res = cli_runner.invoke(app, ["run", "--nproc", "4", "--target", "ep-grouped-mlp", "--ep", "2", "--groups", "2",
-                                  "--tokens", "64", "--no-backward", "--routing", "hot", "--json", str(tmp_path / "m.json")])
+    res = cli_runner.invoke(
+        app,
+        [
+            "run",
+            "--nproc",
+            "4",
+            "--target",
+            "ep-grouped-mlp",
+            "--ep",
+            "2",
+            "--groups",
+            "2",
+            "--tokens",
+            "64",
+            "--no-backward",
+            "--routing",
+            "hot",
+            "--json",
+            str(tmp_path / "m.json"),
+        ],
+    )
     assert res.exit_code == 0, res.output
     args = seen["args"]
     # this interpreter with -P (the current folder cannot shadow memaudit), run as given (--no-python)
     assert args.nproc_per_node == "4" and args.standalone and args.no_python and not args.module
     assert args.training_script == sys.executable
-    assert args.training_script_args == ["-P", "-u", "-m", "memaudit", "run", "--target", "ep-grouped-mlp", "--groups", "2", "--tokens", "64",
-                                         "--no-backward", "--json", str(tmp_path / "m.json"), "--ep", "2", "--routing", "hot",
-                                         "--rank-dir", str(tmp_path / "m.ranks")]
+    assert args.training_script_args == [
+        "-P",
+        "-u",
+        "-m",
+        "memaudit",
+        "run",
+        "--target",
+        "ep-grouped-mlp",
+        "--groups",
+        "2",
+        "--tokens",
+        "64",
+        "--no-backward",
+        "--json",
+        str(tmp_path / "m.json"),
+        "--ep",
+        "2",
+        "--routing",
+        "hot",
+        "--rank-dir",
+        str(tmp_path / "m.ranks"),
+    ]
     assert launch.torchrun_args(2, ["run"])[:4] == ["--standalone", "--nproc-per-node", "2", "--max-restarts"]
     for argv, flag in ((["--nproc", "3", "--ep", "2"], "--ep"), (["--nproc", "0"], "--nproc")):
         bad = cli_runner.invoke(app, ["run", "--target", "ep-grouped-mlp", "--tokens", "64", *argv])
@@ -315,15 +413,19 @@ def test_merge_command_reads_rank_files_and_refuses_bad_input(cli_runner, tmp_pa
     folder.mkdir()
     for name, rep in dp_ranks:
         (folder / name).write_text(rep.to_json())
-    good = cli_runner.invoke(app, ["merge", str(folder), "--json", str(tmp_path / "m.json"), "--markdown", str(tmp_path / "m.md")])
+    good = cli_runner.invoke(
+        app, ["merge", str(folder), "--json", str(tmp_path / "m.json"), "--markdown", str(tmp_path / "m.md")]
+    )
     assert good.exit_code == 0, good.output
     assert validate_report(json.loads((tmp_path / "m.json").read_text()), source="m.json").dist.summary
     assert "| what | r0 | r1 | max/mean |" in (tmp_path / "m.md").read_text()
     before = (folder / "rank0.json").read_text()
-    for argv, needle in (([str(folder), "--json", str(folder / "rank0.json")], "never overwrites what memaudit reads"),
-                         ([str(tmp_path / "empty")], "no rank files"),
-                         ([str(folder / "rank0.json"), str(tmp_path / "m.json")], "merge takes the ranks' own files"),
-                         ([str(tmp_path / "nothere.json")], "no such file")):
+    for argv, needle in (
+        ([str(folder), "--json", str(folder / "rank0.json")], "never overwrites what memaudit reads"),
+        ([str(tmp_path / "empty")], "no rank files"),
+        ([str(folder / "rank0.json"), str(tmp_path / "m.json")], "merge takes the ranks' own files"),
+        ([str(tmp_path / "nothere.json")], "no such file"),
+    ):
         (tmp_path / "empty").mkdir(exist_ok=True)
         bad = cli_runner.invoke(app, ["merge", *argv])
         assert bad.exit_code == 2 and needle in bad.output, (argv, bad.output)

@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PREAMBLE = ("ERROR: pip's dependency resolver does not currently take into account all the packages that are "
-            "installed. This behaviour is the source of the following dependency conflicts.")
+PREAMBLE = (
+    "ERROR: pip's dependency resolver does not currently take into account all the packages that are "
+    "installed. This behaviour is the source of the following dependency conflicts."
+)
 KNOWN = "transformer-engine-torch 2.20.2 requires nvidia-cudnn-frontend>=1.29.0, which is not installed."
 OTHER = "transformer-engine-torch 2.20.2 requires onnx, which is not installed."
 
@@ -27,7 +29,9 @@ def _pipq(tmp_path: Path, output: str, rc: int) -> subprocess.CompletedProcess[s
     pip.write_text(f"#!/bin/bash\ncat {tmp_path / 'out.txt'}\nexit {rc}\n")
     pip.chmod(0o755)
     script = f"set -euo pipefail\n{function.group()}pipq anything\necho after\n"
-    return subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300)  # a hang bound only
+    return subprocess.run(
+        ["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )  # a hang bound only
 
 
 @pytest.mark.parametrize(

@@ -49,24 +49,39 @@ def local_target(path: Path, href: str) -> Path | None:
 
 
 def broken_links(root: Path) -> list[str]:
-    return [f"{p.relative_to(root)}: {href}" for p in markdown_files(root) if p.exists() for href in links(p)
-            if (t := local_target(p, href)) is not None and not t.exists()]
+    return [
+        f"{p.relative_to(root)}: {href}"
+        for p in markdown_files(root)
+        if p.exists()
+        for href in links(p)
+        if (t := local_target(p, href)) is not None and not t.exists()
+    ]
 
 
 def unindexed_pages(root: Path) -> list[str]:
     """Pages under docs/ that docs/README.md does not link to."""
     index = root / "docs" / "README.md"
     linked = {t for href in links(index) if (t := local_target(index, href)) is not None}
-    return [str(p.relative_to(root)) for p in sorted((root / "docs").rglob("*.md"))
-            if p != index and p.resolve() not in linked]
+    return [
+        str(p.relative_to(root))
+        for p in sorted((root / "docs").rglob("*.md"))
+        if p != index and p.resolve() not in linked
+    ]
 
 
 def cited_files(root: Path) -> list[Path]:
     """Every file a reader outside the project sees: the markdown, and the code, tests, benchmarks,
     scenarios and CI files (this test's own examples aside)."""
-    code = [p for folder in ("memaudit", "tests", "bench", "scenarios", ".ci") if (root / folder).exists()
-            for p in sorted((root / folder).rglob("*")) if p.is_file() and p.suffix in (".py", ".sh", ".toml", ".yml", ".md", "")
-            and p.resolve() != Path(__file__).resolve() and "__pycache__" not in p.parts]
+    code = [
+        p
+        for folder in ("memaudit", "tests", "bench", "scenarios", ".ci")
+        if (root / folder).exists()
+        for p in sorted((root / folder).rglob("*"))
+        if p.is_file()
+        and p.suffix in (".py", ".sh", ".toml", ".yml", ".md", "")
+        and p.resolve() != Path(__file__).resolve()
+        and "__pycache__" not in p.parts
+    ]
     return [*markdown_files(root), *code, *(p for p in (root / "action.yml", root / "pyproject.toml") if p.exists())]
 
 
@@ -76,8 +91,11 @@ def own_issue_citations(root: Path) -> list[str]:
         if not p.exists():
             continue
         for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-            out += [f"{p.relative_to(root)}:{n}: {m.group(0)}" for m in OWN_ISSUE.finditer(line)
-                    if not EXTERNAL.search(line[:m.start()])]
+            out += [
+                f"{p.relative_to(root)}:{n}: {m.group(0)}"
+                for m in OWN_ISSUE.finditer(line)
+                if not EXTERNAL.search(line[: m.start()])
+            ]
     return out
 
 
@@ -122,13 +140,17 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
 
 
 def test_controls(tmp_path: Path) -> None:
-    root = _tree(tmp_path, {
-        "README.md": "x\n" * (MAX_README_LINES + 1) + "[a](docs/guides/a.md) [gone](docs/gone.md) [w](https://example.com)\n",
-        "CHANGELOG.md": "- Fixes (issue 28), see Issues #7; TE PR #3545; PyTorch issue 12345; `#1, #3`\n",
-        "docs/README.md": "[a](guides/a.md#top) [self](#x)\n",
-        "docs/guides/a.md": "![img](../examples/p.png) [b](../reference/b.md) `[not a link](nowhere.md)`\n",
-        "docs/reference/b.md": "# b\n",
-    })
+    root = _tree(
+        tmp_path,
+        {
+            "README.md": "x\n" * (MAX_README_LINES + 1)
+            + "[a](docs/guides/a.md) [gone](docs/gone.md) [w](https://example.com)\n",
+            "CHANGELOG.md": "- Fixes (issue 28), see Issues #7; TE PR #3545; PyTorch issue 12345; `#1, #3`\n",
+            "docs/README.md": "[a](guides/a.md#top) [self](#x)\n",
+            "docs/guides/a.md": "![img](../examples/p.png) [b](../reference/b.md) `[not a link](nowhere.md)`\n",
+            "docs/reference/b.md": "# b\n",
+        },
+    )
     assert readme_lines(root) > MAX_README_LINES
     assert unindexed_pages(root) == ["docs/reference/b.md"]
     assert broken_links(root) == ["README.md: docs/gone.md", "docs/guides/a.md: ../examples/p.png"]

@@ -13,11 +13,27 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2] / "memaudit"
 
-LOWER = ("memaudit.spec", "memaudit.report", "memaudit.ranks", "memaudit.units", "memaudit.errors",
-         "memaudit.environment", "memaudit.capture")
+LOWER = (
+    "memaudit.spec",
+    "memaudit.report",
+    "memaudit.ranks",
+    "memaudit.units",
+    "memaudit.errors",
+    "memaudit.environment",
+    "memaudit.capture",
+)
 """The model and the recorder: they know nothing of what runs them, judges or shows them."""
-HIGHER = ("memaudit.targets", "memaudit.runner", "memaudit.unread", "memaudit.distributed", "memaudit.judge", "memaudit.te",
-          "memaudit.render", "memaudit.cli", "memaudit.pytest_plugin")
+HIGHER = (
+    "memaudit.targets",
+    "memaudit.runner",
+    "memaudit.unread",
+    "memaudit.distributed",
+    "memaudit.judge",
+    "memaudit.te",
+    "memaudit.render",
+    "memaudit.cli",
+    "memaudit.pytest_plugin",
+)
 
 
 def _modules() -> dict[str, Path]:
@@ -42,7 +58,8 @@ def _resolve(name: str) -> str | None:
 def _type_checking(node: ast.If) -> bool:
     test = node.test
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def imports(module: str) -> list[tuple[str, int, bool]]:
@@ -142,8 +159,13 @@ def test_no_import_circles() -> None:
 
 
 def test_no_arrow_from_a_lower_stage_to_a_higher_one() -> None:
-    up = [f"{m}:{line} imports {t}" for m in sorted(GRAPH) if _within(m, LOWER)
-          for t, line, _ in GRAPH[m] if _within(t, HIGHER)]
+    up = [
+        f"{m}:{line} imports {t}"
+        for m in sorted(GRAPH)
+        if _within(m, LOWER)
+        for t, line, _ in GRAPH[m]
+        if _within(t, HIGHER)
+    ]
     assert up == []
 
 
@@ -180,8 +202,13 @@ def test_every_import_points_down_the_pipeline() -> None:
 def test_nothing_outside_the_te_wing_imports_it() -> None:
     """TE enters through its extension (declared by ``"pkg.mod:name"`` strings): no module outside
     memaudit/te/ imports memaudit.te, not even for a type."""
-    into = [f"{m}:{line} imports {t}" for m in sorted(GRAPH) if not _within(m, ("memaudit.te",))
-            for t, line, _ in GRAPH[m] if _within(t, ("memaudit.te",))]
+    into = [
+        f"{m}:{line} imports {t}"
+        for m in sorted(GRAPH)
+        if not _within(m, ("memaudit.te",))
+        for t, line, _ in GRAPH[m]
+        if _within(t, ("memaudit.te",))
+    ]
     assert into == []
 
 
@@ -189,21 +216,32 @@ def test_the_te_wing_is_registered_as_an_extension_like_anyone_else() -> None:
     """memaudit's one entry point group holds TE's extension; the older per-kind groups are gone."""
     text = (ROOT.parent / "pyproject.toml").read_text(encoding="utf-8")
     assert '[project.entry-points."memaudit.extensions"]\nte = "memaudit.te:EXTENSION"' in text
-    assert "memaudit.targets\"]" not in text and "memaudit.plugins\"]" not in text
+    assert 'memaudit.targets"]' not in text and 'memaudit.plugins"]' not in text
 
 
 def test_te_is_above_targets() -> None:
     """The generic targets (the interface, custom factories, the matrix) know nothing of TE: TE's
     targets live in memaudit/te/ and import the interface."""
-    up = [f"{m}:{line} imports {t}" for m in sorted(GRAPH) if _within(m, ("memaudit.targets",))
-          for t, line, _ in GRAPH[m] if _within(t, ("memaudit.te", "memaudit.judge", "memaudit.render", "memaudit.cli"))]
+    up = [
+        f"{m}:{line} imports {t}"
+        for m in sorted(GRAPH)
+        if _within(m, ("memaudit.targets",))
+        for t, line, _ in GRAPH[m]
+        if _within(t, ("memaudit.te", "memaudit.judge", "memaudit.render", "memaudit.cli"))
+    ]
     assert up == []
 
 
 HEAVY = ("torch", "transformer_engine", "transformer_engine_torch", "matplotlib", "numpy")
 """Libraries a module may import only when it is used: torch and TE (TE after its fused switch is
 set), matplotlib and numpy (plots)."""
-LIGHT_ENTRY = ("memaudit.cli", "memaudit.pytest_plugin", "memaudit.__main__", "memaudit.te.commands", "memaudit.te.emulate.pytest")
+LIGHT_ENTRY = (
+    "memaudit.cli",
+    "memaudit.pytest_plugin",
+    "memaudit.__main__",
+    "memaudit.te.commands",
+    "memaudit.te.emulate.pytest",
+)
 """Entry modules that must start light (``memaudit --help`` and the commands extensions add; the plugin
 loads in every pytest run, and with it the emulators extensions declare):
 they import the stages a command uses inside the command."""
@@ -234,7 +272,8 @@ def _heavy(module: str) -> bool:
         _HEAVY[module] = any(
             name.split(".")[0] in HEAVY
             or (name.startswith("memaudit") and (t := _resolve(name)) is not None and t != module and _heavy(t))
-            for name in _top_level(module))
+            for name in _top_level(module)
+        )
     return _HEAVY[module]
 
 
@@ -266,8 +305,13 @@ def test_bench_imports_no_tests() -> None:
     found = []
     for path in sorted(bench.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             found += [f"{path.name}:{node.lineno} {n}" for n in names if n == "tests" or n.startswith("tests.")]
     assert found == []
 

@@ -101,7 +101,9 @@ def test_what_counts_as_a_name() -> None:
 
 def test_run_and_check_take_a_scenario_by_name(reference_run: Path) -> None:
     report = json.loads(reference_run.read_text(encoding="utf-8"))
-    assert [c["id"] for c in report["cases"]] == [s.id for s in load_scenario(ROOT / "scenarios" / "reference.toml").specs()]
+    assert [c["id"] for c in report["cases"]] == [
+        s.id for s in load_scenario(ROOT / "scenarios" / "reference.toml").specs()
+    ]
     assert all(b["verdict"] == "pass" for c in report["cases"] for b in c["budgets"])
     result = cli("check", reference_run, "--scenario", "reference")
     assert result.exit_code == 0, output(result)
@@ -132,17 +134,22 @@ def test_a_missing_path_is_not_taken_for_a_name(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "no such scenario file" in output(result)
 
 
-def test_an_existing_file_wins_over_a_shipped_name(reference_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_existing_file_wins_over_a_shipped_name(
+    reference_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     text = (ROOT / "scenarios" / "reference.toml").read_text(encoding="utf-8")
-    (tmp_path / "reference").write_text(text + '\n[[budget]]\nname = "local-file"\nmax_bytes = "1 B"\n', encoding="utf-8")
+    (tmp_path / "reference").write_text(
+        text + '\n[[budget]]\nname = "local-file"\nmax_bytes = "1 B"\n', encoding="utf-8"
+    )
     result = cli("check", reference_run, "--scenario", "reference")
     assert result.exit_code == 1 and "local-file" in result.stdout, output(result)
     assert resolve_scenario("reference")[0] == "reference"
 
 
-def test_a_folder_of_that_name_does_not_hide_the_shipped_scenario(reference_run: Path, tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_folder_of_that_name_does_not_hide_the_shipped_scenario(
+    reference_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "reference").mkdir()
     result = cli("check", reference_run, "--scenario", "reference")
@@ -184,16 +191,18 @@ def test_the_distribution_name_is_not_the_other_projects() -> None:
 def _fake_other_project(folder: Path, summary: str) -> None:
     info = folder / "memaudit-0.2.0.dist-info"
     info.mkdir(parents=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: memaudit\nVersion: 0.2.0\nSummary: {summary}\n",
-                                   encoding="utf-8")
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: memaudit\nVersion: 0.2.0\nSummary: {summary}\n", encoding="utf-8"
+    )
 
 
 def test_the_command_refuses_to_run_beside_the_other_memaudit(tmp_path: Path) -> None:
     """Both projects install a ``memaudit`` package folder and command; the command says so, exit 2."""
     _fake_other_project(tmp_path / "other", "Local Trainer/TRL plugin that audits fine-tunes for membership leakage")
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "other")}
-    done = subprocess.run([sys.executable, "-m", "memaudit", "--help"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "memaudit", "--help"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 2, done.stdout + done.stderr
     assert "'memaudit' 0.2.0 installed (Local Trainer/TRL plugin" in done.stderr
     assert f"pip uninstall -y memaudit {DISTRIBUTION} && pip install {DISTRIBUTION}" in done.stderr
@@ -201,10 +210,13 @@ def test_the_command_refuses_to_run_beside_the_other_memaudit(tmp_path: Path) ->
 
 
 def test_this_project_under_its_old_name_is_not_the_other_project(tmp_path: Path) -> None:
-    _fake_other_project(tmp_path / "old", "Saved-tensor memory auditor and regression gate for PyTorch and TransformerEngine")
+    _fake_other_project(
+        tmp_path / "old", "Saved-tensor memory auditor and regression gate for PyTorch and TransformerEngine"
+    )
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "old")}
-    done = subprocess.run([sys.executable, "-m", "memaudit", "--help"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "memaudit", "--help"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -250,7 +262,9 @@ def test_the_wheel_ships_the_scenarios_and_every_module(wheel: Path) -> None:
             assert z.read(f"memaudit/scenarios/{p.name}") == p.read_bytes()
         assert z.read("memaudit/gate.sh") == (ROOT / "memaudit" / "gate.sh").read_bytes()  # the CI gate's script
         metadata = next(z.read(n).decode() for n in names if n.endswith(".dist-info/METADATA"))
-    modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "memaudit").rglob("*.py") if "__pycache__" not in p.parts}
+    modules = {
+        p.relative_to(ROOT).as_posix() for p in (ROOT / "memaudit").rglob("*.py") if "__pycache__" not in p.parts
+    }
     assert modules <= names, sorted(modules - names)
     assert "memaudit/py.typed" in names
     assert not [n for n in names if n.startswith(("tests/", "reports/", "scenarios/", "bench/", "docs/"))]
@@ -288,8 +302,11 @@ check("torch-memaudit", ["", "te"], 1)
 
 
 def _readme_snippet() -> str:
-    fences = [t.content for t in MarkdownIt().parse((ROOT / "README.md").read_text(encoding="utf-8"))
-              if t.type == "fence" and t.info.strip() == "python" and "memaudit.capture(" in t.content]
+    fences = [
+        t.content
+        for t in MarkdownIt().parse((ROOT / "README.md").read_text(encoding="utf-8"))
+        if t.type == "fence" and t.info.strip() == "python" and "memaudit.capture(" in t.content
+    ]
     assert len(fences) == 1, "README.md should have one python block with memaudit.capture()"
     return fences[0]
 
@@ -314,11 +331,23 @@ def fresh_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
     assert ROOT not in work.parents and ROOT not in venv.parents
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     py, exe = venv / "bin" / "python", venv / "bin" / "memaudit"
-    done = subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", "--no-index", str(wheel)],
-                          env=_clean_env(), capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", "--no-index", str(wheel)],
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
-    purelib = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                  env=_clean_env(), capture_output=True, text=True, check=True).stdout.strip())
+    purelib = Path(
+        subprocess.run(
+            [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            env=_clean_env(),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     deps = [p for p in site.getsitepackages() if Path(p).is_dir()]
     (purelib / "_memaudit_test_deps.pth").write_text("".join(f"{p}\n" for p in deps), encoding="utf-8")
     # TE finds its CUDA libraries (cuDNN, NVRTC: the nvidia-* packages) under the running venv's own
@@ -328,7 +357,9 @@ def fresh_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Venv:
             (purelib / "nvidia").symlink_to(Path(p) / "nvidia", target_is_directory=True)
     # torch's console script torchrun (the .pth brings torch's modules, not its scripts)
     torchrun = venv / "bin" / "torchrun"
-    torchrun.write_text(f"#!{py}\nimport sys\nfrom torch.distributed.run import main\nsys.exit(main())\n", encoding="utf-8")
+    torchrun.write_text(
+        f"#!{py}\nimport sys\nfrom torch.distributed.run import main\nsys.exit(main())\n", encoding="utf-8"
+    )
     torchrun.chmod(0o755)
     env = _clean_env(CUDA_VISIBLE_DEVICES="", NO_COLOR="1", COLUMNS="200")
     return Venv(venv, py, exe, work, env)
@@ -344,8 +375,14 @@ def test_the_wheel_works_in_a_fresh_venv_outside_the_repo(fresh_venv: Venv) -> N
         assert done.returncode == code, f"{argv}: exit {done.returncode}\n{done.stdout}\n{done.stderr}"
         return done.stdout
 
-    where = json.loads(sh(py, "-c", "import json, memaudit; from memaudit.judge.shipped import shipped_dir, shipped_scenarios; "
-                                    "print(json.dumps([memaudit.__file__, str(shipped_dir()), list(shipped_scenarios())]))"))
+    where = json.loads(
+        sh(
+            py,
+            "-c",
+            "import json, memaudit; from memaudit.judge.shipped import shipped_dir, shipped_scenarios; "
+            "print(json.dumps([memaudit.__file__, str(shipped_dir()), list(shipped_scenarios())]))",
+        )
+    )
     assert Path(where[0]).is_relative_to(venv), where  # not the checkout's memaudit
     assert Path(where[1]) == Path(where[0]).parent / "scenarios", where  # the wheel's own package data
     assert where[2] == [p.stem for p in SCENARIOS]
@@ -358,14 +395,31 @@ def test_the_wheel_works_in_a_fresh_venv_outside_the_repo(fresh_venv: Venv) -> N
     from memaudit.te.targets.grouped_mlp import TEGroupedMLPTarget
 
     te = TEGroupedMLPTarget.runs_here()
-    te_imports = subprocess.run([str(py), "-c", "import torch, transformer_engine.pytorch"], cwd=work, env=env,
-                                capture_output=True, timeout=300).returncode == 0
-    sh(exe, "run", "--quiet", "--json", "plain.json", code=0 if not te or te_imports or torch.cuda.is_available() else 4)
+    te_imports = (
+        subprocess.run(
+            [str(py), "-c", "import torch, transformer_engine.pytorch"],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            timeout=300,
+        ).returncode
+        == 0
+    )
+    sh(
+        exe,
+        "run",
+        "--quiet",
+        "--json",
+        "plain.json",
+        code=0 if not te or te_imports or torch.cuda.is_available() else 4,
+    )
     plain = json.loads((work / "plain.json").read_text(encoding="utf-8"))
     assert {c["target"] for c in plain["cases"]} == ({"te-grouped-mlp"} if te else {"reference"})
     assert all(c["status"] == "ok" for c in plain["cases"])
     if te and te_imports and not torch.cuda.is_available():
-        assert {c["emulation"]["machine"]["host"] for c in plain["cases"] if c.get("execution") == "emulated"} == {"no GPU (fake CUDA)"}
+        assert {c["emulation"]["machine"]["host"] for c in plain["cases"] if c.get("execution") == "emulated"} == {
+            "no GPU (fake CUDA)"
+        }
     elif te and not torch.cuda.is_available():
         assert all(c["path"].get("estimated") for c in plain["cases"])
     sh(exe, "run", "--scenario", "reference", "--quiet", "--json", "reference.json")
@@ -386,28 +440,30 @@ NOT_RUN = {
     "bash .ci/setup && .venv/bin/python -m pytest -q": "a clone's setup and test suite",
     "pip install torch-memaudit==0.1.0": "the package index; the wheel under test is installed instead",
     "memaudit run --scenario grouped_mlp --json current.json": "TE on real kernels: the GPU runner (with no GPU every "
-                                                               "cell is skipped)",
-    "memaudit baseline update current.json --into reports/baseline/h200-te-grouped-mlp.json":
-        "the H200 baseline, from the GPU run's report",
+    "cell is skipped)",
+    "memaudit baseline update current.json --into reports/baseline/h200-te-grouped-mlp.json": "the H200 baseline, from the GPU run's report",
     "git add reports/baseline/h200-te-grouped-mlp.json": "the user's own repository",
-    'git commit -m "memaudit: accept +X MiB saved for ... (reason)" reports/baseline/h200-te-grouped-mlp.json':
-        "the user's own repository",
+    'git commit -m "memaudit: accept +X MiB saved for ... (reason)" reports/baseline/h200-te-grouped-mlp.json': "the user's own repository",
     "torchrun --nproc-per-node 8 -m memaudit run --scenario my_moe.toml --device cuda --json current.json --markdown "
     "comment.md": "8 CUDA GPUs and the user's own my_moe.toml",
-    "memaudit run --nproc 8 --scenario my_moe.toml --device cuda --json current.json --markdown comment.md":
-        "8 CUDA GPUs and the user's own my_moe.toml",
-    "memaudit compare reports/baseline/h200x8-ep.json current.json --markdown comment.md":
-        "the 8-GPU run's report and the user's own 8-rank baseline",
-    **dict.fromkeys((
-        "PYTHONPATH=. memaudit run --target model:build --json before.json --quiet",
-        "memaudit baseline update before.json --into test-baseline.json",
-        "GROW=1 PYTHONPATH=. memaudit run --target model:build --json after.json --quiet",
-        "memaudit compare test-baseline.json after.json --markdown comment.md",
-    ), "the test variant of a baseline needs the doc's model.py: tests/cli/test_first_impressions.py runs it with it"),
+    "memaudit run --nproc 8 --scenario my_moe.toml --device cuda --json current.json --markdown comment.md": "8 CUDA GPUs and the user's own my_moe.toml",
+    "memaudit compare reports/baseline/h200x8-ep.json current.json --markdown comment.md": "the 8-GPU run's report and the user's own 8-rank baseline",
+    **dict.fromkeys(
+        (
+            "PYTHONPATH=. memaudit run --target model:build --json before.json --quiet",
+            "memaudit baseline update before.json --into test-baseline.json",
+            "GROW=1 PYTHONPATH=. memaudit run --target model:build --json after.json --quiet",
+            "memaudit compare test-baseline.json after.json --markdown comment.md",
+        ),
+        "the test variant of a baseline needs the doc's model.py: tests/cli/test_first_impressions.py runs it with it",
+    ),
 }
 """Commands of the docs' shell blocks that this test does not run, with why (each must still be in a doc)."""
 STATED = {
-    "COLUMNS=120 memaudit run --recipe nvfp4 --quiet -v": ((4,), "A run in which\nnothing was measured or emulated exits 4"),
+    "COLUMNS=120 memaudit run --recipe nvfp4 --quiet -v": (
+        (4,),
+        "A run in which\nnothing was measured or emulated exits 4",
+    ),
 }
 """Exit codes a doc states in its prose for a command (besides 0), with the sentence that states them."""
 _EXIT_COMMENT = re.compile(r"#.*?\bexit (\d+)")
@@ -483,8 +539,10 @@ def test_the_docs_commands_run_against_the_wheel(fresh_venv: Venv, tmp_path: Pat
     shutil.copytree(ROOT / "reports" / "baseline", work / "reports" / "baseline")
     shim, log = tmp_path / "shim", tmp_path / "memaudit.log"
     shim.mkdir()
-    (shim / "memaudit").write_text(f'#!/bin/sh\n"{fresh_venv.memaudit}" "$@"\nrc=$?\n'
-                                   f'printf \'%s\\t%s\\n\' "$rc" "$*" >> "{log}"\nexit $rc\n', encoding="utf-8")
+    (shim / "memaudit").write_text(
+        f'#!/bin/sh\n"{fresh_venv.memaudit}" "$@"\nrc=$?\nprintf \'%s\\t%s\\n\' "$rc" "$*" >> "{log}"\nexit $rc\n',
+        encoding="utf-8",
+    )
     (shim / "memaudit").chmod(0o755)
     env = dict(fresh_venv.env, PATH=f"{shim}:{fresh_venv.root / 'bin'}:{os.environ.get('PATH', '')}")
     ran = []
@@ -492,9 +550,14 @@ def test_the_docs_commands_run_against_the_wheel(fresh_venv: Venv, tmp_path: Pat
         todo = [c for c in block.commands if bare(c) not in NOT_RUN]
         if not any(invokes_memaudit(c) for c in todo):
             continue
-        script = "\n".join(c if bare(c) not in NOT_RUN else ": " + shlex.quote(f"not run: {NOT_RUN[bare(c)]}") for c in block.commands)
-        allowed = {0, *(int(n) for c in todo for n in _EXIT_COMMENT.findall(c)),
-                   *(n for c in todo for n in STATED.get(bare(c), ((), ""))[0])}
+        script = "\n".join(
+            c if bare(c) not in NOT_RUN else ": " + shlex.quote(f"not run: {NOT_RUN[bare(c)]}") for c in block.commands
+        )
+        allowed = {
+            0,
+            *(int(n) for c in todo for n in _EXIT_COMMENT.findall(c)),
+            *(n for c in todo for n in STATED.get(bare(c), ((), ""))[0]),
+        }
         log.write_text("", encoding="utf-8")
         t0 = time.perf_counter()
         done = subprocess.run(["bash", "-c", script], cwd=work, env=env, capture_output=True, text=True, timeout=600)

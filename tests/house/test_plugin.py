@@ -50,7 +50,9 @@ def test_plugin_module_is_light() -> None:
         "import sys, memaudit; before = 'torch' in sys.modules; import memaudit.pytest_plugin; "
         "print(before, 'torch' in sys.modules, 'transformer_engine' in sys.modules)"
     )
-    before, after, te = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    before, after, te = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert te == "False"
     assert after == before  # whatever the package itself imports, the plugin adds no torch
 
@@ -256,9 +258,13 @@ def test_marker_is_registered(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["*saved_budget(max_bytes=None*"])
 
 
-@pytest.mark.skipif(not _entry_point_installed(), reason="needs memaudit installed (pip install -e .: the torch-memaudit distribution)")
+@pytest.mark.skipif(
+    not _entry_point_installed(), reason="needs memaudit installed (pip install -e .: the torch-memaudit distribution)"
+)
 @pytest.mark.parametrize("args", [("-p", "memaudit"), ()], ids=["dash-p", "auto"])
-def test_loads_by_entry_point(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...]) -> None:
+def test_loads_by_entry_point(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...]
+) -> None:
     """``pytest -p memaudit`` (plugin autoload off) and plain auto-registration both provide the plugin."""
     if args:
         monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
@@ -425,4 +431,6 @@ def test_unnameable(saved_tensors):
     out = result.stdout.str()
     result.assert_outcomes(failed=3)
     assert out.count("forbid blocks.0.mlp.1:GeluBackward0.self: forbidden rows were saved (1 row)") == 2
-    assert "forbid pattern 'blocks.0.mlp.9:GeluBackward0.self' matches no saved row and no name memaudit could give" in out
+    assert (
+        "forbid pattern 'blocks.0.mlp.9:GeluBackward0.self' matches no saved row and no name memaudit could give" in out
+    )

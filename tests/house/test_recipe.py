@@ -92,9 +92,17 @@ def run_steps(workflow: dict) -> list[Step]:
             continue
         cond = step.get("if")
         if cond is not None and cond not in CONDITIONS:
-            raise AssertionError(f"{RECIPE.name}: step {step.get('name', i)} has `if: {cond}`, which this test does not know")
-        steps.append(Step(step.get("name", f"step {i}"), step["run"], {**base, **_env(step.get("env"))},
-                          True if cond is None else CONDITIONS[cond]))
+            raise AssertionError(
+                f"{RECIPE.name}: step {step.get('name', i)} has `if: {cond}`, which this test does not know"
+            )
+        steps.append(
+            Step(
+                step.get("name", f"step {i}"),
+                step["run"],
+                {**base, **_env(step.get("env"))},
+                True if cond is None else CONDITIONS[cond],
+            )
+        )
     return steps
 
 
@@ -102,7 +110,8 @@ def run_steps(workflow: dict) -> list[Step]:
 def test_docs_show_the_recipe_file_itself() -> None:
     text = RECIPE.read_text(encoding="utf-8")
     assert f"```yaml\n{text}```\n" in DOCS.read_text(encoding="utf-8"), (
-        "docs/guides/ci.md must show docs/guides/ci/no-gpu.yml byte for byte in a ```yaml block: copy the file into it")
+        "docs/guides/ci.md must show docs/guides/ci/no-gpu.yml byte for byte in a ```yaml block: copy the file into it"
+    )
 
 
 def test_the_run_steps_are_plain_shell() -> None:
@@ -110,7 +119,9 @@ def test_the_run_steps_are_plain_shell() -> None:
     (job,) = workflow["jobs"].values()
     for step in job["steps"]:
         if "run" in step:
-            assert "${{" not in step["run"], f"step {step.get('name')}: pass GitHub expressions through env:, not into the script"
+            assert "${{" not in step["run"], (
+                f"step {step.get('name')}: pass GitHub expressions through env:, not into the script"
+            )
     steps = run_steps(workflow)  # every env expression and if: known
     names = [s.name for s in steps]
     assert any("Build" in n for n in names) and "memaudit gate" in names
@@ -131,16 +142,20 @@ def test_the_cache_key_names_te_torch_and_python() -> None:
 # ---- opt-in: the recipe for real --------------------------------------------------------------------
 def _machine() -> str:
     gpu = shutil.which("nvidia-smi")
-    return (f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}; "
-            f"GPU: {'nvidia-smi at ' + gpu if gpu else 'none (no nvidia-smi)'}; "
-            f"CUDA toolkit: {'/usr/local/cuda exists (TE may find its nvcc there)' if Path('/usr/local/cuda').exists() else 'none'}; "
-            f"load average {os.getloadavg()[0]:.1f}")
+    return (
+        f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}; "
+        f"GPU: {'nvidia-smi at ' + gpu if gpu else 'none (no nvidia-smi)'}; "
+        f"CUDA toolkit: {'/usr/local/cuda exists (TE may find its nvcc there)' if Path('/usr/local/cuda').exists() else 'none'}; "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
 
 
 @pytest.mark.recipe
-@pytest.mark.skipif(os.environ.get("MEMAUDIT_RECIPE_TEST") != "1",
-                    reason="the no-GPU recipe for real (downloads torch and TE, compiles TE's torch extension, "
-                           "15-30 min): set MEMAUDIT_RECIPE_TEST=1 to run it")
+@pytest.mark.skipif(
+    os.environ.get("MEMAUDIT_RECIPE_TEST") != "1",
+    reason="the no-GPU recipe for real (downloads torch and TE, compiles TE's torch extension, "
+    "15-30 min): set MEMAUDIT_RECIPE_TEST=1 to run it",
+)
 def test_the_no_gpu_recipe_runs_as_written(tmp_path: Path) -> None:
     log_path = Path(os.environ.get("MEMAUDIT_RECIPE_LOG") or tmp_path / "recipe.log")
     work = tmp_path / "work"
@@ -151,14 +166,23 @@ def test_the_no_gpu_recipe_runs_as_written(tmp_path: Path) -> None:
     base_python = Path(getattr(sys, "_base_executable", sys.executable)).resolve()
     for name in ("python", "python3"):
         (pybin / name).symlink_to(base_python)
-    gh = {name: tmp_path / "github" / name for name in ("GITHUB_PATH", "GITHUB_ENV", "GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY")}
+    gh = {
+        name: tmp_path / "github" / name
+        for name in ("GITHUB_PATH", "GITHUB_ENV", "GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY")
+    }
     gh["GITHUB_PATH"].parent.mkdir()
     for f in gh.values():
         f.touch()
     env = {k: os.environ[k] for k in ("HOME", "LANG", "TMPDIR", "PIP_CERT", "PIP_DEFAULT_TIMEOUT") if k in os.environ}
-    env |= {"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "CI": "true",
-            "GITHUB_ACTIONS": "true", "GITHUB_WORKSPACE": str(work), "RUNNER_TEMP": str(tmp_path),
-            **{k: str(v) for k, v in gh.items()}}
+    env |= {
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "CI": "true",
+        "GITHUB_ACTIONS": "true",
+        "GITHUB_WORKSPACE": str(work),
+        "RUNNER_TEMP": str(tmp_path),
+        **{k: str(v) for k, v in gh.items()},
+    }
     if os.environ.get("MEMAUDIT_RECIPE_NO_PIP_CACHE") == "1":
         env["PIP_NO_CACHE_DIR"] = "1"
     overrides = {"MEMAUDIT_PACKAGE": str(ROOT), "MEMAUDIT_COMMENT": "false"}
@@ -173,13 +197,24 @@ def test_the_no_gpu_recipe_runs_as_written(tmp_path: Path) -> None:
                 continue
             added_path = [line for line in gh["GITHUB_PATH"].read_text().splitlines() if line.strip()]
             added_env = dict(line.split("=", 1) for line in gh["GITHUB_ENV"].read_text().splitlines() if "=" in line)
-            step_env = {**env, **step.env, **added_env, **overrides,
-                        "PATH": ":".join([*reversed(added_path), str(pybin), "/usr/bin", "/bin"])}
+            step_env = {
+                **env,
+                **step.env,
+                **added_env,
+                **overrides,
+                "PATH": ":".join([*reversed(added_path), str(pybin), "/usr/bin", "/bin"]),
+            }
             log.write(f"\n## step: {step.name}\n")
             log.flush()
             start = time.monotonic()
-            rc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step.script], cwd=work,
-                                env=step_env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+            rc = subprocess.run(
+                ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step.script],
+                cwd=work,
+                env=step_env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            ).returncode
             took = time.monotonic() - start
             timings.append((step.name, took, rc))
             log.write(f"## step: {step.name}: exit {rc} after {took:.0f} s\n")

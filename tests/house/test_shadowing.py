@@ -54,8 +54,9 @@ def test_te_history_installed_from_a_folder_holding_memaudit(tmp_path: Path) -> 
 
 @pytest.mark.skipif(not torch.distributed.is_gloo_available(), reason="torch.distributed without gloo")
 def test_run_nproc_2_from_a_folder_holding_memaudit(tmp_path: Path) -> None:
-    done = _memaudit("run", "--nproc", "2", "--target", "reference", *SMALL, "--quiet", "--json", "r.json",
-                     cwd=_shadowed(tmp_path))
+    done = _memaudit(
+        "run", "--nproc", "2", "--target", "reference", *SMALL, "--quiet", "--json", "r.json", cwd=_shadowed(tmp_path)
+    )
     text = done.stdout + done.stderr
     assert done.returncode == 0, text[-3000:]
     assert "__version__" not in text and "Traceback" not in text, text[-3000:]
@@ -63,7 +64,9 @@ def test_run_nproc_2_from_a_folder_holding_memaudit(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is here")
-@pytest.mark.skipif(importlib.util.find_spec("transformer_engine") is None, reason="TE not installed: the default target is CPU")
+@pytest.mark.skipif(
+    importlib.util.find_spec("transformer_engine") is None, reason="TE not installed: the default target is CPU"
+)
 def test_bare_run_nproc_without_cuda_says_why_once(tmp_path: Path) -> None:
     done = _memaudit("run", "--nproc", "2", "--quiet", cwd=tmp_path)
     text = done.stdout + done.stderr

@@ -14,12 +14,32 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2] / "memaudit"
 RECIPES = ("fp8-delayed", "fp8-current", "fp8-block", "mxfp8", "nvfp4")
-TE_NAMES = frozenset({
-    "QuantizedTensor", "QuantizedTensorStorage", "Float8Tensor", "Float8TensorStorage", "MXFP8Tensor", "NVFP4Tensor",
-    "Float8BlockwiseQTensor", "GroupedTensor", "GroupedLinear", "ScaledSwiGLU", "te_version", "TE_VERSION",
-    "TEGroupedMLPTarget", "te_version_of", "is_fp8_available", "is_nvfp4_available", "is_mxfp8_available",
-})
-ALLOWED = {("memaudit/judge", "te_version"), ("memaudit/judge", "te_version_of"), ("memaudit/cli/check.py", "te_version_of")}
+TE_NAMES = frozenset(
+    {
+        "QuantizedTensor",
+        "QuantizedTensorStorage",
+        "Float8Tensor",
+        "Float8TensorStorage",
+        "MXFP8Tensor",
+        "NVFP4Tensor",
+        "Float8BlockwiseQTensor",
+        "GroupedTensor",
+        "GroupedLinear",
+        "ScaledSwiGLU",
+        "te_version",
+        "TE_VERSION",
+        "TEGroupedMLPTarget",
+        "te_version_of",
+        "is_fp8_available",
+        "is_nvfp4_available",
+        "is_mxfp8_available",
+    }
+)
+ALLOWED = {
+    ("memaudit/judge", "te_version"),
+    ("memaudit/judge", "te_version_of"),
+    ("memaudit/cli/check.py", "te_version_of"),
+}
 """(path prefix, name): the budget language's ``te`` key (see the module docstring)."""
 
 
@@ -37,13 +57,18 @@ def lookups(path: Path) -> list[str]:
         what = None
         if isinstance(n, ast.Import | ast.ImportFrom):
             mods = [a.name for a in n.names] if isinstance(n, ast.Import) else [n.module or ""]
-            what = next((f"imports {m}" for m in mods if m.split(".")[0] in ("transformer_engine", "transformer_engine_torch")), None)
+            what = next(
+                (f"imports {m}" for m in mods if m.split(".")[0] in ("transformer_engine", "transformer_engine_torch")),
+                None,
+            )
             names = [a.name for a in n.names] if isinstance(n, ast.ImportFrom) else []
             what = what or next((f"imports {x}" for x in names if x in TE_NAMES and not _allowed(rel, x)), None)
         elif isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs:
             if "transformer_engine" in n.value or "transformer-engine" in n.value:
                 what = f"names TE's package: {n.value[:60]!r}"
-            what = what or next((f"recipe {r!r}" for r in RECIPES if re.search(rf"(?<![\w-]){re.escape(r)}(?![\w-])", n.value)), None)
+            what = what or next(
+                (f"recipe {r!r}" for r in RECIPES if re.search(rf"(?<![\w-]){re.escape(r)}(?![\w-])", n.value)), None
+            )
         elif isinstance(n, ast.Name | ast.Attribute):
             name = n.id if isinstance(n, ast.Name) else n.attr
             if name in TE_NAMES and not _allowed(rel, name):

@@ -30,8 +30,9 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def memaudit(site: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(site), "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "memaudit", *args], capture_output=True, text=True, env=env,
-                          cwd=cwd or ROOT, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "memaudit", *args], capture_output=True, text=True, env=env, cwd=cwd or ROOT, timeout=300
+    )
 
 
 def test_memaudit_names_the_package_nowhere() -> None:
@@ -58,7 +59,9 @@ def test_run_and_compare_end_to_end(site: Path, tmp_path: Path) -> None:
     assert report["cases"][0]["totals"]["saved_bytes"] == 64 * 16 * 4  # the Linear's input, fp32
     refused = memaudit(site, "run", "--target", "attn", "--tokens", "64")
     assert refused.returncode == 2 and "--tokens" in refused.stderr
-    assert memaudit(site, "run", "--target", "attn", "--groups", "1,2", "--seq", "64", "--json", str(new)).returncode == 0
+    assert (
+        memaudit(site, "run", "--target", "attn", "--groups", "1,2", "--seq", "64", "--json", str(new)).returncode == 0
+    )
     compared = memaudit(site, "compare", str(base), str(new))
     assert compared.returncode == 0, compared.stderr + compared.stdout
     assert "over 2 compared cases" in compared.stdout  # the reports were read (their ids checked against the target)
@@ -66,9 +69,11 @@ def test_run_and_compare_end_to_end(site: Path, tmp_path: Path) -> None:
 
 def test_a_scenario_with_the_targets_keys(site: Path, tmp_path: Path) -> None:
     scenario = tmp_path / "attn.toml"
-    scenario.write_text('[cases]\ntarget = "attn"\nrecipes = ["bf16"]\ngroups = [1]\nseq = 64\nheads = 2\nhead_dim = 8\n'
-                        'dtype = "fp32"\n\n[[budget]]\nname = "the input only"\nmax_bytes = "seq * heads * head_dim * elt"\n',
-                        encoding="utf-8")
+    scenario.write_text(
+        '[cases]\ntarget = "attn"\nrecipes = ["bf16"]\ngroups = [1]\nseq = 64\nheads = 2\nhead_dim = 8\n'
+        'dtype = "fp32"\n\n[[budget]]\nname = "the input only"\nmax_bytes = "seq * heads * head_dim * elt"\n',
+        encoding="utf-8",
+    )
     out = memaudit(site, "run", "--scenario", str(scenario))
     assert out.returncode == 0, out.stderr + out.stdout
     assert "the input only" in out.stdout
@@ -91,10 +96,17 @@ def test_the_pytest_plugin_audits_the_packages_model(site: Path, tmp_path: Path)
         "def test_attn_tight(saved_tensors):\n"
         "    target = get_target('attn')\n"
         "    target.build(target.spec('bf16', 1, seq=64, heads=2, head_dim=8)).forward(saved_tensors)\n",
-        encoding="utf-8")
+        encoding="utf-8",
+    )
     env = {**os.environ, "PYTHONPATH": str(site)}
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test)], capture_output=True,
-                         text=True, env=env, cwd=tmp_path, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert "1 failed, 1 passed" in out.stdout, out.stdout + out.stderr
     assert "test_attn_tight" in out.stdout
 

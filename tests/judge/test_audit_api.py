@@ -39,9 +39,11 @@ def test_a_bad_value_is_refused_before_anything_runs() -> None:
 
 def test_a_scenario_without_budgets_judged_nothing_and_fails_in_the_judge(tmp_path: Path) -> None:
     scenario = tmp_path / "s.toml"
-    scenario.write_text('[cases]\ntarget = "reference"\nrecipes = ["bf16"]\ngroups = [1]\ntokens = 64\nhidden = 16\n'
-                        'ffn = 32\n\n[[budget]]\nname = "fused only"\nmax_bytes = "1 KiB"\nwhen = { fused = true }\n',
-                        encoding="utf-8")
+    scenario.write_text(
+        '[cases]\ntarget = "reference"\nrecipes = ["bf16"]\ngroups = [1]\ntokens = 64\nhidden = 16\n'
+        'ffn = 32\n\n[[budget]]\nname = "fused only"\nmax_bytes = "1 KiB"\nwhen = { fused = true }\n',
+        encoding="utf-8",
+    )
     p = audit.plan(scenario=scenario)
     outcome = audit.conclude(audit.run(p), p.scenario)
     assert outcome.code == exitcodes.FAIL

@@ -248,7 +248,11 @@ def test_row_count_growth() -> None:
     cmp = compare_reports(base, cur)
     assert cmp.regressed
     # the counts say which operand and kind gained a row, though no byte changed
-    assert failing_labels(cmp) == {(REF_BF16, "rows"), (REF_BF16, "operand fc1.input rows"), (REF_BF16, "kind container rows")}
+    assert failing_labels(cmp) == {
+        (REF_BF16, "rows"),
+        (REF_BF16, "operand fc1.input rows"),
+        (REF_BF16, "kind container rows"),
+    }
     # A byte tolerance does not gate counts; a percent tolerance gates them by the same fraction.
     assert not compare_reports(base, cur, tolerance="1 MiB").regressed
     assert not compare_reports(base, cur, tolerance="30%").regressed
@@ -314,7 +318,13 @@ def test_update_baseline_merges_keeps_and_prunes() -> None:
     merged, changes = update_baseline(cur, old, prune=False)
     assert [c.id for c in merged.cases] == [TE_FP8, TE_BF16, TE_NVFP4, REF_BF16, new_id]
     actions = {ch.case: ch.action for ch in changes}
-    assert actions == {TE_FP8: "updated", TE_BF16: "kept", TE_NVFP4: "unchanged", REF_BF16: "unchanged", new_id: "added"}
+    assert actions == {
+        TE_FP8: "updated",
+        TE_BF16: "kept",
+        TE_NVFP4: "unchanged",
+        REF_BF16: "unchanged",
+        new_id: "added",
+    }
     upd = next(ch for ch in changes if ch.case == TE_FP8)
     assert upd.after - upd.before == 1 and "+1 B" in upd.text()
     assert merged.environment["torch"] == "2.15.0"

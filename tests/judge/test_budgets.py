@@ -35,13 +35,34 @@ def rule(check, select: Selection | None = None, **kw) -> Rule:
 
 # ---- rows and selections ----------------------------------------------------------------------
 def test_format_row_is_one_jax_style_line() -> None:
-    r = Row(index=7, kind="data", format="nvfp4", shape=[3072, 41344], dtype="uint8", bytes=3072 * 41344,
-            operand="fc1.input", orientation="columnwise", container="GroupedTensorStorage", slot="columnwise_data")
+    r = Row(
+        index=7,
+        kind="data",
+        format="nvfp4",
+        shape=[3072, 41344],
+        dtype="uint8",
+        bytes=3072 * 41344,
+        operand="fc1.input",
+        orientation="columnwise",
+        container="GroupedTensorStorage",
+        slot="columnwise_data",
+    )
     assert format_row(r) == (
         "#7  fc1.input  nvfp4  data  columnwise  (3072, 41344)  uint8  121.1 MiB  [GroupedTensorStorage.columnwise_data]"
     )
-    r2 = Row(index=3, kind="tensor", format="bf16", shape=[16], dtype="torch.bfloat16", bytes=32, operand="fc1.input",
-             group=2, is_parameter=True, duplicate_of=1, container_index=0)
+    r2 = Row(
+        index=3,
+        kind="tensor",
+        format="bf16",
+        shape=[16],
+        dtype="torch.bfloat16",
+        bytes=32,
+        operand="fc1.input",
+        group=2,
+        is_parameter=True,
+        duplicate_of=1,
+        container_index=0,
+    )
     assert format_row(r2) == "#3  fc1.input[2]  bf16  tensor  -  (16,)  bfloat16  32 B  [param, dup of #1, in #0]"
 
 
@@ -67,7 +88,10 @@ def test_selection_fields_all_must_match() -> None:
     case = fp8_case("fp8-current", 4)
     sel = Selection(operand=INPUTS, kind=("data",), orientation=("columnwise",), container=("Float8*",), group=(0,))
     got = [r for r in case.rows if sel.matches(r)]
-    assert [(r.operand, r.group, r.slot) for r in got] == [("fc1.input", 0, "_transpose"), ("fc2.input", 0, "_transpose")]
+    assert [(r.operand, r.group, r.slot) for r in got] == [
+        ("fc1.input", 0, "_transpose"),
+        ("fc2.input", 0, "_transpose"),
+    ]
     assert not [r for r in case.rows if Selection(orientation=("none",), kind=("data",)).matches(r)]
     params = [r for r in bf16_case(4).rows if Selection(is_parameter=True).matches(r)]
     assert params and all(r.operand and ".weight[" in r.operand for r in params)
@@ -79,7 +103,11 @@ def test_nonempty_group_selection_skips_zero_token_groups() -> None:
     case = fp8_case("fp8-delayed", 4, zero_group_rows=True)
     assert case.splits[1] == 0
     sel = Selection(operand=("fc1.input",), group="nonempty")
-    assert {r.group for r in case.rows if sel.matches(r, frozenset(i for i, n in enumerate(case.splits) if n))} == {0, 2, 3}
+    assert {r.group for r in case.rows if sel.matches(r, frozenset(i for i, n in enumerate(case.splits) if n))} == {
+        0,
+        2,
+        3,
+    }
 
 
 # ---- count --------------------------------------------------------------------------------------
@@ -148,7 +176,10 @@ def test_count_that_needs_rows_rejects_an_unknown_operand() -> None:
     assert "s.toml: budget[0].select.operand" in msg and "'fc1.inptu'" in msg and "did you mean 'fc1.input'" in msg
     # an upper bound or == 0 needs nothing to exist
     for op, n in (("<=", 1), ("==", 0)):
-        assert evaluate_rule(rule(Count(op, n), Selection(operand=("fc9.input",))), fp8_case("fp8-current", 4)).verdict == "pass"
+        assert (
+            evaluate_rule(rule(Count(op, n), Selection(operand=("fc9.input",))), fp8_case("fp8-current", 4)).verdict
+            == "pass"
+        )
 
 
 # ---- forbid -------------------------------------------------------------------------------------
@@ -159,7 +190,9 @@ def test_forbid_lists_offending_rows() -> None:
     assert v.verdict == "fail"
     assert v.actual == "4 rows"
     assert "no-rowwise: forbidden rows were saved (4 rows)" in v.message
-    assert "fc1.input  nvfp4  data  rowwise  (2097152,)  uint8  2.0 MiB  [GroupedTensorStorage.rowwise_data]" in v.message
+    assert (
+        "fc1.input  nvfp4  data  rowwise  (2097152,)  uint8  2.0 MiB  [GroupedTensorStorage.rowwise_data]" in v.message
+    )
     assert len(v.rows) == 4
 
 
@@ -214,7 +247,10 @@ def test_saved_measure_skips_parameters_and_counts_storage_once() -> None:
     b.add("w", "tensor", "bf16", [8], "bfloat16", 16, is_parameter=True)
     case = make_case("bf16", 1, b.rows, tokens=16)
     sel = Selection(operand=("x", "w"))
-    got = {m: evaluate_rule(rule(ExactBytes(ByteExpr.parse(0), m), sel), case).actual for m in ("logical", "physical", "saved")}
+    got = {
+        m: evaluate_rule(rule(ExactBytes(ByteExpr.parse(0), m), sel), case).actual
+        for m in ("logical", "physical", "saved")
+    }
     assert got == {"logical": "32 B", "physical": "80 B", "saved": "64 B"}
 
 
@@ -314,8 +350,13 @@ def test_verdict_dict_and_summary() -> None:
 
 
 def test_violation_text_is_its_own() -> None:
-    v = Violation("r", "== 1", "fc1.input[0]: 2", (1, 2), ("#1 a", "#2 b"), "failing: fc1.input[0]: 2", "kind=data", "count")
-    assert str(v) == "r: expected count == 1; fc1.input[0]: 2\nselection: kind=data\nfailing: fc1.input[0]: 2\n    #1 a\n    #2 b"
+    v = Violation(
+        "r", "== 1", "fc1.input[0]: 2", (1, 2), ("#1 a", "#2 b"), "failing: fc1.input[0]: 2", "kind=data", "count"
+    )
+    assert (
+        str(v)
+        == "r: expected count == 1; fc1.input[0]: 2\nselection: kind=data\nfailing: fc1.input[0]: 2\n    #1 a\n    #2 b"
+    )
 
 
 @pytest.mark.parametrize(
@@ -337,7 +378,12 @@ def test_violation_headline_by_rule_kind(kind: str, headline: str) -> None:
 def test_byte_checks_share_op_and_target() -> None:
     case = bf16_case(4)
     most, exact = MaxBytes(ByteExpr.parse("tokens * hidden * elt")), ExactBytes(ByteExpr.parse(0), "physical")
-    assert (most.kind, most.op, most.expr, most.expected()) == ("max_bytes", "<=", most.limit, "<= tokens * hidden * elt (saved)")
+    assert (most.kind, most.op, most.expr, most.expected()) == (
+        "max_bytes",
+        "<=",
+        most.limit,
+        "<= tokens * hidden * elt (saved)",
+    )
     assert (exact.kind, exact.op, exact.expr, exact.expected()) == ("exact_bytes", "==", exact.value, "== 0 (physical)")
     assert most.holds(3, 3) and not most.holds(4, 3) and exact.holds(0, 0) and not exact.holds(0, 1)
     assert rule(most).byte_target(case) == case.tokens * case.hidden * 2
@@ -400,7 +446,11 @@ def test_te_version_of_environment() -> None:
     assert te_version_of({}) is None
 
 
-@pytest.mark.parametrize("case", [bf16_case(4), fp8_case("fp8-current", 8), fused_case("nvfp4", 1, pruned=False)], ids=["bf16", "fp8", "nvfp4-dense"])
+@pytest.mark.parametrize(
+    "case",
+    [bf16_case(4), fp8_case("fp8-current", 8), fused_case("nvfp4", 1, pruned=False)],
+    ids=["bf16", "fp8", "nvfp4-dense"],
+)
 def test_measures_of_all_rows_agree_with_the_totals(case) -> None:
     from memaudit.judge.checks import measure_bytes
 

@@ -110,10 +110,19 @@ def test_every_existing_scenario_expression_parses_as_before() -> None:
     t, h, f, g, e = 1024, 256, 512, 8, 4
     assert value("tokens * hidden * elt", case) == t * h * e
     assert value("tokens * ffn * elt", case) == t * f * e
-    assert value("tokens * hidden * elt + tokens * 2 * ffn * elt + tokens * ffn * elt + tokens * 4 + groups * 8", case) == (
-        t * h * e + t * 2 * f * e + t * f * e + t * 4 + g * 8)
-    for text, expected in (("1 GiB", 2**30), ("1 MiB", 2**20), ("100 KiB", 102400), ("2 GiB", 2**31), ("64 MiB", 2**26),
-                           ("16", 16), ("1 B", 1), (96477376, 96477376)):
+    assert value(
+        "tokens * hidden * elt + tokens * 2 * ffn * elt + tokens * ffn * elt + tokens * 4 + groups * 8", case
+    ) == (t * h * e + t * 2 * f * e + t * f * e + t * 4 + g * 8)
+    for text, expected in (
+        ("1 GiB", 2**30),
+        ("1 MiB", 2**20),
+        ("100 KiB", 102400),
+        ("2 GiB", 2**31),
+        ("64 MiB", 2**26),
+        ("16", 16),
+        ("1 B", 1),
+        (96477376, 96477376),
+    ):
         assert parse(text).const == expected
 
 
@@ -153,9 +162,15 @@ def test_equal_texts_are_equal_expressions() -> None:
         (".5 * tokens", "'.5' at column 1 of '.5 * tokens' is not a whole number of bytes"),
         ("1e3", "unknown unit 'e3'"),
         ("0x10 * tokens", "unknown unit 'x10'"),
-        ("tokens * 2 MiBs", "malformed byte quantity '2 MiBs' at column 10 of 'tokens * 2 MiBs': unknown unit 'MiBs' (did you mean 'MiB'?)"),
+        (
+            "tokens * 2 MiBs",
+            "malformed byte quantity '2 MiBs' at column 10 of 'tokens * 2 MiBs': unknown unit 'MiBs' (did you mean 'MiB'?)",
+        ),
         ("2 tokens", "write 2 * tokens"),
-        ("tokens * MiB", "'MiB' at column 10 of 'tokens * MiB' ('MiB' is a unit: put a number before it, e.g. '1 MiB')"),
+        (
+            "tokens * MiB",
+            "'MiB' at column 10 of 'tokens * MiB' ('MiB' is a unit: put a number before it, e.g. '1 MiB')",
+        ),
         ("_ * tokens", "unknown variable '_' at column 1"),
         ("os", "unknown variable 'os' at column 1"),
         ("(tokens", "'(' was never closed at column 1"),
@@ -272,10 +287,27 @@ def test_a_variable_the_case_cannot_supply() -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("1 B", 1), ("1 kB", 1000), ("1 KB", 1000), ("1 MB", 10**6), ("1 GB", 10**9), ("1 TB", 10**12),
-        ("1 KiB", 1024), ("1 MiB", 2**20), ("1 GiB", 2**30), ("1 TiB", 2**40), ("4096", 4096), ("0", 0),
-        ("1.5 KiB", 1536), ("0.5 B", None), ("0.3 KiB", None), ("1.9 GiB", None), ("1.5", None),
-        ("2.5 kB", 2500), ("0.001 KB", 1), ("1.000000001 GB", 10**9 + 1), ("8388607.999999 TiB", None),
+        ("1 B", 1),
+        ("1 kB", 1000),
+        ("1 KB", 1000),
+        ("1 MB", 10**6),
+        ("1 GB", 10**9),
+        ("1 TB", 10**12),
+        ("1 KiB", 1024),
+        ("1 MiB", 2**20),
+        ("1 GiB", 2**30),
+        ("1 TiB", 2**40),
+        ("4096", 4096),
+        ("0", 0),
+        ("1.5 KiB", 1536),
+        ("0.5 B", None),
+        ("0.3 KiB", None),
+        ("1.9 GiB", None),
+        ("1.5", None),
+        ("2.5 kB", 2500),
+        ("0.001 KB", 1),
+        ("1.000000001 GB", 10**9 + 1),
+        ("8388607.999999 TiB", None),
         ("8388607 TiB", 8388607 * 2**40),
     ],
 )
@@ -299,12 +331,24 @@ def test_fractional_messages_give_the_exact_value() -> None:
     ("unit", "needle"),
     [
         ("b", "ambiguous unit 'b' (a lowercase b can mean bits): write B for bytes"),
-        ("kb", "ambiguous unit 'kb'"), ("Kb", "ambiguous unit 'Kb'"), ("mb", "ambiguous unit 'mb'"),
-        ("Mb", "ambiguous unit 'Mb'"), ("Gb", "ambiguous unit 'Gb'"), ("gb", "ambiguous unit 'gb'"),
-        ("Tb", "ambiguous unit 'Tb'"), ("Mib", "ambiguous unit 'Mib'"), ("gib", "ambiguous unit 'gib'"),
-        ("MIB", "unit 'MIB' is spelled 'MiB'"), ("GIB", "is spelled 'GiB'"), ("kiB", "is spelled 'KiB'"),
-        ("mB", "is spelled 'MB'"), ("K", "unknown unit 'K'"), ("M", "unknown unit 'M'"),
-        ("bytes", "unknown unit 'bytes'"), ("PiB", "unknown unit 'PiB'"), ("MiBs", "(did you mean 'MiB'?)"),
+        ("kb", "ambiguous unit 'kb'"),
+        ("Kb", "ambiguous unit 'Kb'"),
+        ("mb", "ambiguous unit 'mb'"),
+        ("Mb", "ambiguous unit 'Mb'"),
+        ("Gb", "ambiguous unit 'Gb'"),
+        ("gb", "ambiguous unit 'gb'"),
+        ("Tb", "ambiguous unit 'Tb'"),
+        ("Mib", "ambiguous unit 'Mib'"),
+        ("gib", "ambiguous unit 'gib'"),
+        ("MIB", "unit 'MIB' is spelled 'MiB'"),
+        ("GIB", "is spelled 'GiB'"),
+        ("kiB", "is spelled 'KiB'"),
+        ("mB", "is spelled 'MB'"),
+        ("K", "unknown unit 'K'"),
+        ("M", "unknown unit 'M'"),
+        ("bytes", "unknown unit 'bytes'"),
+        ("PiB", "unknown unit 'PiB'"),
+        ("MiBs", "(did you mean 'MiB'?)"),
     ],
 )
 def test_refused_units_name_the_accepted_ones(unit: str, needle: str) -> None:
@@ -318,9 +362,15 @@ def test_refused_units_name_the_accepted_ones(unit: str, needle: str) -> None:
 
 def test_parse_bytes_still_takes_ints_and_refuses_the_rest() -> None:
     assert parse_bytes(0) == 0 and parse_bytes(MAX_BYTES) == MAX_BYTES
-    for bad, needle in ((-1, ">= 0"), (2**63, "at most 2**63-1"), (True, "expected a byte quantity"),
-                        ("1 MiB + 1", "malformed byte quantity"), ("-5 B", "malformed"), ("", "malformed"),
-                        ("x" * 10_000_000, "malformed byte quantity 'xxxx")):
+    for bad, needle in (
+        (-1, ">= 0"),
+        (2**63, "at most 2**63-1"),
+        (True, "expected a byte quantity"),
+        ("1 MiB + 1", "malformed byte quantity"),
+        ("-5 B", "malformed"),
+        ("", "malformed"),
+        ("x" * 10_000_000, "malformed byte quantity 'xxxx"),
+    ):
         with pytest.raises(UsageError, match=None) as info:
             parse_bytes(bad, key="--tolerance")
         assert needle in str(info.value) and len(str(info.value)) < 300

@@ -35,7 +35,9 @@ def test_h200_matrix_cells_are_what_the_issue_says() -> None:
     assert by_recipe["mxfp8"] == by_recipe["nvfp4"] == {"skipped"}
     for case in report.cases:
         if case.recipe in ("mxfp8", "nvfp4"):
-            assert case.reason == f"Device compute capability 10.0 or higher required for {case.recipe.upper()} execution."
+            assert (
+                case.reason == f"Device compute capability 10.0 or higher required for {case.recipe.upper()} execution."
+            )
         if case.recipe == "fp8-block":
             assert "CUBLAS_STATUS_NOT_SUPPORTED" in (case.reason or "")
         for row in case.rows:  # every row of an ok cell is classified
@@ -64,7 +66,17 @@ def test_check_on_cpu_gives_the_h200_verdicts(tmp_path: Path) -> None:
     stored = {(c.id, b["rule"]): b["verdict"] for c in report.cases for b in c.budgets}
     assert stored and "fail" not in stored.values()
     out = tmp_path / "judged.json"
-    result = runner.invoke(app, ["check", str(H200 / "scenario.json"), "--scenario", str(ROOT / "scenarios" / "grouped_mlp.toml"), "--json", str(out)])
+    result = runner.invoke(
+        app,
+        [
+            "check",
+            str(H200 / "scenario.json"),
+            "--scenario",
+            str(ROOT / "scenarios" / "grouped_mlp.toml"),
+            "--json",
+            str(out),
+        ],
+    )
     assert result.exit_code == exitcodes.CASE_ERROR, result.stdout  # fp8-block errors, nothing fails
     judged = load_report(out)
     again = {(c.id, b["rule"]): b["verdict"] for c in judged.cases for b in c.budgets}

@@ -65,7 +65,9 @@ def test_grouped_mlp_on_the_h200() -> None:
     s = grouped_structural()
     report = h200_report()
     verdicts = evaluate(report, s)
-    assert not [v for v in verdicts if v.verdict in ("fail", "XPASS", "xfail")], [v.message for v in verdicts if v.failed]
+    assert not [v for v in verdicts if v.verdict in ("fail", "XPASS", "xfail")], [
+        v.message for v in verdicts if v.failed
+    ]
     assert by_rule(verdicts, "fp8-one-transpose-per-group") == {
         "bf16/g1": "n/a", "bf16/g4": "n/a", "bf16/g8": "n/a",
         "fp8-delayed/g1": "pass", "fp8-delayed/g4": "pass", "fp8-delayed/g8": "pass",
@@ -75,10 +77,19 @@ def test_grouped_mlp_on_the_h200() -> None:
         "nvfp4/g1": "n/a", "nvfp4/g4": "n/a", "nvfp4/g8": "n/a",
     }  # fmt: skip
     passed = {v.rule for v in verdicts if v.verdict == "pass"}
-    assert {"unfused-path", "bf16-fc1-input-is-a-view", "bf16-inputs-share-one-storage", "bf16-weights-are-parameters",
-            "fp8-one-scale-inv-per-group", "fp8-at-most-one-data-per-group", "fp8-no-rowwise-input"} <= passed
+    assert {
+        "unfused-path",
+        "bf16-fc1-input-is-a-view",
+        "bf16-inputs-share-one-storage",
+        "bf16-weights-are-parameters",
+        "fp8-one-scale-inv-per-group",
+        "fp8-at-most-one-data-per-group",
+        "fp8-no-rowwise-input",
+    } <= passed
     assert all(v.verdict == "n/a" for v in verdicts if v.case_id.split("/")[1] in ("fp8-block", "mxfp8", "nvfp4"))
-    assert OUTCOME_CODES[outcome(report, verdicts, s)] == exitcodes.CASE_ERROR  # on_error = "warn" and fp8-block errored
+    assert (
+        OUTCOME_CODES[outcome(report, verdicts, s)] == exitcodes.CASE_ERROR
+    )  # on_error = "warn" and fp8-block errored
     strict = Scenario(s.path, s.name, s.cases, s.rules, on_error="fail")
     assert OUTCOME_CODES[outcome(report, verdicts, strict)] == exitcodes.FAIL
 
@@ -226,16 +237,23 @@ def test_several_case_blocks_and_all_recipes() -> None:
     s = scenario(text)
     assert [(x.recipe, x.groups, x.tokens) for x in s.specs()][-2:] == [("nvfp4", 4, 4096), ("bf16", 8, 8192)]
     with pytest.raises(UsageError, match=r"cases\[1\]\.target: .*one target per scenario"):
-        scenario(text.replace('target = "te-grouped-mlp"\n    recipes = ["bf16"]', 'target = "reference"\n    recipes = ["bf16"]'))
+        scenario(
+            text.replace(
+                'target = "te-grouped-mlp"\n    recipes = ["bf16"]', 'target = "reference"\n    recipes = ["bf16"]'
+            )
+        )
 
 
 def test_ratio_against_must_be_run_by_the_scenario() -> None:
-    text = BASE + """
+    text = (
+        BASE
+        + """
     [[budget]]
     name = "vs"
     ratio = 0.5
     against = { groups = 4 }
     """
+    )
     s = scenario(text)  # g1 vs g4 and g4 vs itself both exist
     assert s.rules[0].kind == "ratio"
     with pytest.raises(UsageError, match=r"budget\[0\]\.against: .*does not run"):
@@ -304,8 +322,16 @@ def test_every_table_is_strict_and_forbids_unknown_keys() -> None:
         assert m.model_config.get("extra") == "forbid" and m.model_config.get("strict") is True, m.__name__
         for f in m.model_fields.values():
             todo += [t for t in _types_in(f.annotation) if isinstance(t, type) and issubclass(t, BaseModel)]
-    assert {m.__name__ for m in seen} >= {"ScenarioTable", "CasesTable", "BudgetTable", "SelectTable", "KnownFailureTable",
-                                         "AgainstTable", "WhenTable", "FlagsTable"}
+    assert {m.__name__ for m in seen} >= {
+        "ScenarioTable",
+        "CasesTable",
+        "BudgetTable",
+        "SelectTable",
+        "KnownFailureTable",
+        "AgainstTable",
+        "WhenTable",
+        "FlagsTable",
+    }
 
 
 def _types_in(t):
@@ -316,17 +342,32 @@ def _types_in(t):
         yield from _types_in(a)
 
 
-@pytest.mark.parametrize(("edit", "key", "message"), [
-    ('recipes = "bf17"', "cases.recipes", "unknown value 'bf17' (did you mean 'bf16'?)"),  # one value: no [0] in the key
-    ('recipes = ["bf16", "bf17"]', "cases.recipes[1]", "unknown value 'bf17'"),
-    ("recipes = 5", "cases.recipes", "expected a string or a non-empty array of strings, got 5 (integer)"),
-    ("recipes = []", "cases.recipes", "expected a string or a non-empty array of strings, got []"),
-    ("tokens = true", "cases.tokens", "expected an integer, got True (boolean)"),
-    ("tokens = 2.5", "cases.tokens", "expected an integer, got 2.5 (float)"),
-    ('dtype = "fp32"\noptions = { a = [1] }', "cases.options.a", "option values must be strings, numbers or booleans"),
-    ('dtype = "fp32"\ntokns = 3', "cases.tokns", "unknown key 'tokns' (did you mean 'tokens'?); allowed keys: target, recipes, "
-                                                 "groups, tokens, hidden, ffn, dtype, options"),
-])
+@pytest.mark.parametrize(
+    ("edit", "key", "message"),
+    [
+        (
+            'recipes = "bf17"',
+            "cases.recipes",
+            "unknown value 'bf17' (did you mean 'bf16'?)",
+        ),  # one value: no [0] in the key
+        ('recipes = ["bf16", "bf17"]', "cases.recipes[1]", "unknown value 'bf17'"),
+        ("recipes = 5", "cases.recipes", "expected a string or a non-empty array of strings, got 5 (integer)"),
+        ("recipes = []", "cases.recipes", "expected a string or a non-empty array of strings, got []"),
+        ("tokens = true", "cases.tokens", "expected an integer, got True (boolean)"),
+        ("tokens = 2.5", "cases.tokens", "expected an integer, got 2.5 (float)"),
+        (
+            'dtype = "fp32"\noptions = { a = [1] }',
+            "cases.options.a",
+            "option values must be strings, numbers or booleans",
+        ),
+        (
+            'dtype = "fp32"\ntokns = 3',
+            "cases.tokns",
+            "unknown key 'tokns' (did you mean 'tokens'?); allowed keys: target, recipes, "
+            "groups, tokens, hidden, ffn, dtype, options",
+        ),
+    ],
+)
 def test_schema_errors_name_the_key_as_written_and_the_value(edit: str, key: str, message: str) -> None:
     old = edit.split(" = ")[0].split("\n")[0]
     text = re.sub(rf"^{old} = .*$", edit, BASE, count=1, flags=re.M) if old in BASE else BASE + edit + "\n"
@@ -343,5 +384,9 @@ def test_a_third_party_targets_dimensions_are_its_cases_keys() -> None:
     model = cases_model(("seq", "heads"), ("bf16",))
     assert model.keys() == ["target", "recipes", "groups", "seq", "heads", "dtype", "options", "unread"]
     with pytest.raises(UsageError) as info:
-        scenario("[cases]\ntarget = 'reference'\nrecipes = 'bf16'\ngroups = 1\ntokens = 64\nhidden = 8\nffn = 16\nseq = 3\n")
-    assert info.value.key == "cases.seq" and "allowed keys: target, recipes, groups, tokens, hidden, ffn" in str(info.value)
+        scenario(
+            "[cases]\ntarget = 'reference'\nrecipes = 'bf16'\ngroups = 1\ntokens = 64\nhidden = 8\nffn = 16\nseq = 3\n"
+        )
+    assert info.value.key == "cases.seq" and "allowed keys: target, recipes, groups, tokens, hidden, ffn" in str(
+        info.value
+    )

@@ -36,8 +36,14 @@ def test_byte_and_count_rules_whose_selection_names_no_operand() -> None:
     scales = [r for r in case.rows if r.kind == "scale_inv"]
     sel = Selection(kind=("scale_inv",))
     exact = sum(r.bytes for r in scales)
-    assert evaluate_rule(rule(MaxBytes(ByteExpr.parse(str(exact), source="s", key="k"), "logical"), sel), case).verdict == "pass"
-    assert evaluate_rule(rule(MaxBytes(ByteExpr.parse(str(exact - 1), source="s", key="k"), "logical"), sel), case).verdict == "fail"
+    assert (
+        evaluate_rule(rule(MaxBytes(ByteExpr.parse(str(exact), source="s", key="k"), "logical"), sel), case).verdict
+        == "pass"
+    )
+    assert (
+        evaluate_rule(rule(MaxBytes(ByteExpr.parse(str(exact - 1), source="s", key="k"), "logical"), sel), case).verdict
+        == "fail"
+    )
     assert evaluate_rule(rule(Count("==", len(scales)), sel), case).verdict == "pass"
     assert evaluate_rule(rule(Count("==", len(scales) + 1), sel), case).verdict == "fail"
     # without an operand, a case that saved nothing is bad input, not a pass
@@ -71,32 +77,64 @@ def test_per_operand_group_counts_with_uneven_rows() -> None:
     assert evaluate_rule(rule(Count("<=", 2, per="operand,group"), sel), case).verdict == "pass"
     assert evaluate_rule(rule(Count("==", 3, per="operand"), sel), case).verdict == "fail"
     per_op = evaluate_rule(rule(Count(">=", 3, per="operand"), sel), case)
-    assert per_op.verdict == "fail" and "fc2.input: 2" in per_op.message and "fc1.input: 3" not in per_op.message.split("failing:")[1]
+    assert (
+        per_op.verdict == "fail"
+        and "fc2.input: 2" in per_op.message
+        and "fc1.input: 3" not in per_op.message.split("failing:")[1]
+    )
 
 
 # ---- rows without a storage ---------------------------------------------------------------------------
 def test_rows_without_a_storage_count_by_their_own_bytes() -> None:
     rows = [
-        Row(index=0, kind="tensor", format="bf16", shape=[4], dtype="bfloat16", bytes=8, storage="s0", storage_bytes=64),
+        Row(
+            index=0, kind="tensor", format="bf16", shape=[4], dtype="bfloat16", bytes=8, storage="s0", storage_bytes=64
+        ),
         Row(index=1, kind="tensor", format="bf16", shape=[2], dtype="bfloat16", bytes=4, storage=None),
-        Row(index=2, kind="tensor", format="bf16", shape=[3], dtype="bfloat16", bytes=6, storage=None, is_parameter=True),
+        Row(
+            index=2, kind="tensor", format="bf16", shape=[3], dtype="bfloat16", bytes=6, storage=None, is_parameter=True
+        ),
     ]
     assert measure_bytes(rows, "logical") == 18
     assert measure_bytes(rows, "physical") == 64 + 4 + 6
     assert measure_bytes(rows, "saved") == 64 + 4  # a loose parameter row is not saved memory
     case = make_case("bf16", 1, rows, target="reference", tokens=16, hidden=16, ffn=16)
     sel = Selection(kind=("tensor",))
-    assert evaluate_rule(rule(MaxBytes(ByteExpr.parse("68", source="s", key="k"), "saved"), sel), case).verdict == "pass"
-    assert evaluate_rule(rule(MaxBytes(ByteExpr.parse("67", source="s", key="k"), "saved"), sel), case).verdict == "fail"
+    assert (
+        evaluate_rule(rule(MaxBytes(ByteExpr.parse("68", source="s", key="k"), "saved"), sel), case).verdict == "pass"
+    )
+    assert (
+        evaluate_rule(rule(MaxBytes(ByteExpr.parse("67", source="s", key="k"), "saved"), sel), case).verdict == "fail"
+    )
 
 
 def test_a_saved_row_sharing_a_parameters_storage_is_not_saved_memory() -> None:
     """A view of a weight that autograd saved without the parameter flag still lives in the weight's storage."""
-    param = Row(index=0, kind="tensor", format="bf16", shape=[8, 8], dtype="bfloat16", bytes=128, storage="s0", storage_bytes=128,
-                is_parameter=True)
-    view = Row(index=1, kind="tensor", format="bf16", shape=[8], dtype="bfloat16", bytes=16, storage="s0", storage_bytes=128,
-               storage_offset=16)
-    own = Row(index=2, kind="tensor", format="bf16", shape=[8], dtype="bfloat16", bytes=16, storage="s1", storage_bytes=16)
+    param = Row(
+        index=0,
+        kind="tensor",
+        format="bf16",
+        shape=[8, 8],
+        dtype="bfloat16",
+        bytes=128,
+        storage="s0",
+        storage_bytes=128,
+        is_parameter=True,
+    )
+    view = Row(
+        index=1,
+        kind="tensor",
+        format="bf16",
+        shape=[8],
+        dtype="bfloat16",
+        bytes=16,
+        storage="s0",
+        storage_bytes=128,
+        storage_offset=16,
+    )
+    own = Row(
+        index=2, kind="tensor", format="bf16", shape=[8], dtype="bfloat16", bytes=16, storage="s1", storage_bytes=16
+    )
     t = compute_totals([param, view, own])
     assert (t.physical_bytes, t.parameter_bytes, t.saved_bytes, t.logical_bytes) == (144, 128, 16, 160)
     alone = compute_totals([view, own])  # without the parameter row, the view's storage is saved memory
@@ -111,7 +149,10 @@ def test_a_ratio_exactly_at_its_maximum_passes_and_just_above_fails() -> None:
     num = measure_bytes([r for r in base.rows if sel.matches(r)], "logical")
     ctx = Context(find_case=lambda case, ratio: other)
     assert evaluate_rule(rule(Ratio(1.0, (("recipe", "bf16"),), "logical"), sel), base, ctx).verdict == "pass"
-    assert num and evaluate_rule(rule(Ratio(1.0 - 1e-9, (("recipe", "bf16"),), "logical"), sel), base, ctx).verdict == "fail"
+    assert (
+        num
+        and evaluate_rule(rule(Ratio(1.0 - 1e-9, (("recipe", "bf16"),), "logical"), sel), base, ctx).verdict == "fail"
+    )
 
 
 def test_tolerance_limits() -> None:
@@ -142,7 +183,18 @@ def test_counts_and_bytes_at_2_to_the_63_minus_1(tmp_path: Path) -> None:
     for bad in (MAX_INT + 1, f">= {MAX_INT + 1}", "== " + "9" * 5000):
         with pytest.raises(UsageError, match="2\\*\\*63-1"):
             parse_count(bad, source="s", key="k")
-    rows = [Row(index=0, kind="tensor", format="bf16", shape=[1], dtype="bfloat16", bytes=MAX_INT, storage="s0", storage_bytes=MAX_INT)]
+    rows = [
+        Row(
+            index=0,
+            kind="tensor",
+            format="bf16",
+            shape=[1],
+            dtype="bfloat16",
+            bytes=MAX_INT,
+            storage="s0",
+            storage_bytes=MAX_INT,
+        )
+    ]
     rep = make_report([make_case("bf16", 1, rows, target="reference", tokens=16, hidden=16, ffn=16)])
     path = write(rep, tmp_path / "max.json")
     assert load_report(path).cases[0].totals.saved_bytes == MAX_INT
@@ -185,14 +237,36 @@ def test_nesting_at_the_depth_limit(tmp_path: Path, where: str, base: int) -> No
 def test_totals_are_checked_field_by_field(tmp_path: Path) -> None:
     """Each field of the totals, one off, is refused naming that field (the case and the file too)."""
     rep = sample_report()
-    rep.cases[0].rows = [*rep.cases[0].rows[:3],
-                         Row(index=3, kind="tensor", format="bf16", shape=[2], dtype="bfloat16", bytes=4, resides="host"),
-                         Row(index=4, kind="tensor", format="bf16", shape=[2], dtype="bfloat16", bytes=4, resides="unknown"),
-                         Row(index=5, kind="tensor", format="bf16", shape=[2], dtype="bfloat16", bytes=4, storage="s9",
-                             storage_bytes=4, aliases_output=True),
-                         Row(index=6, kind="tensor", format="bf16", shape=[2], dtype="bfloat16", bytes=4, storage="s8",
-                             storage_bytes=4, via="ctx")]
-    rep.cases[0].freed = [Row(index=0, kind="tensor", format="bf16", shape=[2], dtype="bfloat16", bytes=6, storage="s7", storage_bytes=6)]
+    rep.cases[0].rows = [
+        *rep.cases[0].rows[:3],
+        Row(index=3, kind="tensor", format="bf16", shape=[2], dtype="bfloat16", bytes=4, resides="host"),
+        Row(index=4, kind="tensor", format="bf16", shape=[2], dtype="bfloat16", bytes=4, resides="unknown"),
+        Row(
+            index=5,
+            kind="tensor",
+            format="bf16",
+            shape=[2],
+            dtype="bfloat16",
+            bytes=4,
+            storage="s9",
+            storage_bytes=4,
+            aliases_output=True,
+        ),
+        Row(
+            index=6,
+            kind="tensor",
+            format="bf16",
+            shape=[2],
+            dtype="bfloat16",
+            bytes=4,
+            storage="s8",
+            storage_bytes=4,
+            via="ctx",
+        ),
+    ]
+    rep.cases[0].freed = [
+        Row(index=0, kind="tensor", format="bf16", shape=[2], dtype="bfloat16", bytes=6, storage="s7", storage_bytes=6)
+    ]
     rep.cases[0].totals = compute_totals(rep.cases[0].rows, rep.cases[0].freed)
     t = rep.cases[0].totals
     assert min(t.host_bytes, t.unknown_bytes, t.output_bytes, t.ctx_bytes, t.freed_rows, t.freed_bytes) > 0
@@ -215,9 +289,21 @@ def test_te_offload_rows_reside_on_the_host() -> None:
     assert te.resides("te-offload", 3) == "host"  # TE's offload hands back an int index for a moved tensor
     assert te.resides("te-offload", SimpleNamespace()) is None  # a tensor it kept
     assert te.resides("other", 3) is None and te.resides(None, 3) is None
-    host = Row(index=0, kind="tensor", format="bf16", shape=[4], dtype="bfloat16", bytes=8, storage="s0", storage_bytes=8, resides="host")
+    host = Row(
+        index=0,
+        kind="tensor",
+        format="bf16",
+        shape=[4],
+        dtype="bfloat16",
+        bytes=8,
+        storage="s0",
+        storage_bytes=8,
+        resides="host",
+    )
     loose = Row(index=1, kind="tensor", format="bf16", shape=[4], dtype="bfloat16", bytes=8, resides="host")
-    dev = Row(index=2, kind="tensor", format="bf16", shape=[4], dtype="bfloat16", bytes=8, storage="s1", storage_bytes=32)
+    dev = Row(
+        index=2, kind="tensor", format="bf16", shape=[4], dtype="bfloat16", bytes=8, storage="s1", storage_bytes=32
+    )
     t = compute_totals([host, loose, dev])
     assert (t.host_bytes, t.saved_bytes, t.physical_bytes, t.logical_bytes) == (16, 32, 32, 24)
 
@@ -256,8 +342,22 @@ def _fuser(groups: int, *, fused: bool, single: bool = False) -> tuple[_Fuser, i
 
 
 def _rows_of(n: int) -> list[Row]:
-    return [Row(index=i, kind="tensor", format="bf16", shape=[1], dtype="bfloat16", bytes=2, op="_Fuser",
-                saved_as=f"saved_tensors[{i}]", slot=f"saved_tensors[{i}]", storage=f"s{i}", storage_bytes=2) for i in range(n)]
+    return [
+        Row(
+            index=i,
+            kind="tensor",
+            format="bf16",
+            shape=[1],
+            dtype="bfloat16",
+            bytes=2,
+            op="_Fuser",
+            saved_as=f"saved_tensors[{i}]",
+            slot=f"saved_tensors[{i}]",
+            storage=f"s{i}",
+            storage_bytes=2,
+        )
+        for i in range(n)
+    ]
 
 
 @pytest.mark.parametrize("groups", [1, 4])
@@ -268,12 +368,19 @@ def test_the_fused_layout_names_the_pr_3545_buffers(groups: int) -> None:
     rows = _rows_of(n)
     label_fuser_rows(node, rows)
     names = [r.operand for r in rows]
-    assert names[:7] == ["fc1.split_sizes", "fc1.base_split_offsets", "fc1.split_points", "fc1.input_offsets",
-                         "fc1.output_offsets", "fc2.input_offsets", "fc2.output_offsets"]
+    assert names[:7] == [
+        "fc1.split_sizes",
+        "fc1.base_split_offsets",
+        "fc1.split_points",
+        "fc1.input_offsets",
+        "fc1.output_offsets",
+        "fc2.input_offsets",
+        "fc2.output_offsets",
+    ]
     assert names[7] == "fc1.input"
-    assert names[8:8 + groups] == [f"fc1.weight[{g}]" for g in range(groups)]
-    assert names[8 + groups:11 + groups] == ["activation.activation_in", "activation.scales", "fc2.input"]
-    assert names[11 + groups:] == [f"fc2.weight[{g}]" for g in range(groups)]
+    assert names[8 : 8 + groups] == [f"fc1.weight[{g}]" for g in range(groups)]
+    assert names[8 + groups : 11 + groups] == ["activation.activation_in", "activation.scales", "fc2.input"]
+    assert names[11 + groups :] == [f"fc2.weight[{g}]" for g in range(groups)]
     assert [r.group for r in rows if r.operand and ".weight[" in r.operand] == [*range(groups), *range(groups)]
 
 
@@ -284,21 +391,36 @@ def test_the_fused_layout_with_one_grouped_weight_and_the_unfused_layout() -> No
     node, n = _fuser(4, fused=True, single=True)
     rows = _rows_of(n)
     label_fuser_rows(node, rows)
-    assert [r.operand for r in rows][7:] == ["fc1.input", "fc1.weight", "activation.activation_in", "activation.scales",
-                                             "fc2.input", "fc2.weight"]
+    assert [r.operand for r in rows][7:] == [
+        "fc1.input",
+        "fc1.weight",
+        "activation.activation_in",
+        "activation.scales",
+        "fc2.input",
+        "fc2.weight",
+    ]
     # the unfused path: the activation context saves two entries, so this is not the fused layout
     unfused, m = _fuser(4, fused=False)
     assert fused_layout(unfused.basic_ops, unfused.basic_op_ctxs) is None
     rows = _rows_of(m)
     label_fuser_rows(unfused, rows)
     names = [r.operand for r in rows]
-    assert names[:5] == ["fc1.split_sizes", "fc1.base_split_offsets", "fc1.split_points", "fc1.input_offsets", "fc1.output_offsets"]
+    assert names[:5] == [
+        "fc1.split_sizes",
+        "fc1.base_split_offsets",
+        "fc1.split_points",
+        "fc1.input_offsets",
+        "fc1.output_offsets",
+    ]
     assert names[5:9] == ["fc1.input"] * 4 and [r.group for r in rows[5:9]] == [0, 1, 2, 3]
     assert names[9:13] == [f"fc1.weight[{g}]" for g in range(4)]
     assert names[13:15] == ["activation.activation_in", "activation.scales"]
     # too few entries for the fused save, or another op sequence: not the fused layout either
-    short = _Fuser(basic_ops=node.basic_ops, basic_op_ctxs=[SimpleNamespace(_saved_tensors_range=(0, 5)), None, None],
-                   tensor_objects=[None] * 5)
+    short = _Fuser(
+        basic_ops=node.basic_ops,
+        basic_op_ctxs=[SimpleNamespace(_saved_tensors_range=(0, 5)), None, None],
+        tensor_objects=[None] * 5,
+    )
     assert fused_layout(short.basic_ops, short.basic_op_ctxs) is None
     assert fused_layout([ScaledSwiGLU(), GroupedLinear(), GroupedLinear()], node.basic_op_ctxs) is None
     assert fused_layout(node.basic_ops[:2], node.basic_op_ctxs[:2]) is None
@@ -328,17 +450,22 @@ def test_groups_of_one_is_a_value_a_byte_expression_reads() -> None:
 def test_byte_expressions_nest_to_the_limit_and_no_further() -> None:
     from memaudit.judge.byte_expr import MAX_DEPTH
 
-    assert ByteExpr.parse("1+" * (MAX_DEPTH - 1) + "1", source="s", key="k").const == MAX_DEPTH  # leaves at depth MAX_DEPTH
+    assert (
+        ByteExpr.parse("1+" * (MAX_DEPTH - 1) + "1", source="s", key="k").const == MAX_DEPTH
+    )  # leaves at depth MAX_DEPTH
     with pytest.raises(UsageError, match=f"nested more than {MAX_DEPTH} deep"):
         ByteExpr.parse("1+" * MAX_DEPTH + "1", source="s", key="k")
 
 
-@pytest.mark.parametrize(("text", "says"), [
-    ("tokens tokens", "invalid syntax at column 8"),
-    ("tokens)", "unmatched ')' at column 7"),
-    ("  (tokens", "'(' was never closed at column 3"),
-    ("tokens +", "invalid syntax at the end"),
-])
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("tokens tokens", "invalid syntax at column 8"),
+        ("tokens)", "unmatched ')' at column 7"),
+        ("  (tokens", "'(' was never closed at column 3"),
+        ("tokens +", "invalid syntax at the end"),
+    ],
+)
 def test_where_a_malformed_byte_expression_goes_wrong(text: str, says: str) -> None:
     with pytest.raises(UsageError, match=re_escape(f"malformed byte expression {text!r}: {says}")):
         ByteExpr.parse(text, source="s", key="k")
@@ -360,9 +487,13 @@ def test_format_and_slot_filters_select_and_exclude() -> None:
     assert not [r for r in case.rows if Selection(slot=("nothing*",)).matches(r)]
     fp8 = [r.index for r in case.rows if r.format == "fp8"]
     assert fp8 and [r.index for r in case.rows if Selection(format=("fp8",)).matches(r)] == fp8
-    assert [r.index for r in case.rows if Selection(format=("fp*",)).matches(r)] == [r.index for r in case.rows if r.format.startswith("fp")]
+    assert [r.index for r in case.rows if Selection(format=("fp*",)).matches(r)] == [
+        r.index for r in case.rows if r.format.startswith("fp")
+    ]
     assert evaluate_rule(rule(Count("==", len(transposes)), Selection(slot=("_transpose",))), case).verdict == "pass"
-    assert evaluate_rule(rule(Count("==", 0), Selection(operand=("fc1.input",), slot=("_data",))), case).verdict == "pass"
+    assert (
+        evaluate_rule(rule(Count("==", 0), Selection(operand=("fc1.input",), slot=("_data",))), case).verdict == "pass"
+    )
 
 
 # ---- per-bucket counts: labels, order and the rows shown -----------------------------------------------
@@ -387,10 +518,15 @@ def test_per_operand_buckets_are_sorted_with_the_unlabelled_last() -> None:
     v = evaluate_rule(rule(Count(">=", 9, per="operand"), Selection(kind=("data", "tensor"))), case)
     assert v.actual.startswith("fc1.input: 3, fc1.weight[0]: 1, fc1.weight[1]: 1, fc2.input: 1, (unlabelled): 1")
     # a bucket short of rows shows its operand's other rows, and only those
-    short = evaluate_rule(rule(Count(">=", 2, per="operand"), Selection(operand=("fc1.input", "fc2.input"), orientation=("rowwise",))), case)
+    short = evaluate_rule(
+        rule(Count(">=", 2, per="operand"), Selection(operand=("fc1.input", "fc2.input"), orientation=("rowwise",))),
+        case,
+    )
     assert short.verdict == "fail" and "failing: fc1.input: 1, fc2.input: 0" in short.message
     shown = short.message.split("did not match:")[1]
-    assert shown.count("fc2.input") == 1 and shown.count("fc1.input") == 4  # its rowwise row, then its transposes and scale
+    assert (
+        shown.count("fc2.input") == 1 and shown.count("fc1.input") == 4
+    )  # its rowwise row, then its transposes and scale
     assert "fc1.weight" not in shown
 
 
@@ -409,8 +545,12 @@ def test_per_operand_group_buckets_count_each_group_of_each_operand() -> None:
     v = evaluate_rule(rule(Count("==", 1, per="operand,group"), sel), case)
     # fc1.input: groups 0 and 2 (group 1 has no tokens); fc1.weight[1] lives in the empty group: left out
     assert v.verdict == "pass" and v.actual == "1 each (3 x operand,group)"
-    more = evaluate_rule(rule(Count("==", 2, per="operand,group"), Selection(operand=("fc1.input",), kind=("data",))), case)
-    assert more.verdict == "fail" and more.actual == "fc1.input[2]: 1, fc1.input: 0"  # the scale has no group: a bucket of its own
+    more = evaluate_rule(
+        rule(Count("==", 2, per="operand,group"), Selection(operand=("fc1.input",), kind=("data",))), case
+    )
+    assert (
+        more.verdict == "fail" and more.actual == "fc1.input[2]: 1, fc1.input: 0"
+    )  # the scale has no group: a bucket of its own
     shown = more.message.split("\n")
     assert any("_transpose" in line and "fc1.input[2]" in line for line in shown)
     assert not any("fc1.input[0]" in line for line in shown)  # group 0 holds 2: not failing, its rows not shown
@@ -581,8 +721,9 @@ def _ideal_scale_bytes(recipe: str, m: int, k: int, orientation: str, block_dim:
     return (_blocks(m, k, 1, block) if orientation == "rowwise" else _blocks(m, k, block, 1)) * item
 
 
-@pytest.mark.parametrize(("recipe", "m", "k"), [("mxfp8", 100, 70), ("nvfp4", 48, 40), ("fp8-block", 300, 130),
-                                                     ("fp8-block", 257, 386)])  # 257 and 386 take one more 128-block than 129-blocks
+@pytest.mark.parametrize(
+    ("recipe", "m", "k"), [("mxfp8", 100, 70), ("nvfp4", 48, 40), ("fp8-block", 300, 130), ("fp8-block", 257, 386)]
+)  # 257 and 386 take one more 128-block than 129-blocks
 def test_unpadded_scale_elements_are_one_per_block(recipe: str, m: int, k: int) -> None:
     from memaudit.te.estimate.shapes import unpadded_scale_elems
 
@@ -627,7 +768,12 @@ def test_the_padding_an_estimate_reports_is_what_scale_blocks_leave_over(recipe:
     else:
         pytest.skip(f"{recipe} has no {path} path")
     case = estimate_config(c)
-    dims = {"fc1.input": (None, hidden), "fc2.input": (None, ffn), "fc1.weight": (2 * ffn, hidden), "fc2.weight": (hidden, ffn)}
+    dims = {
+        "fc1.input": (None, hidden),
+        "fc2.input": (None, ffn),
+        "fc1.weight": (2 * ffn, hidden),
+        "fc2.weight": (hidden, ffn),
+    }
     expected_ideal, entries = 0, {}
     for r in case.rows:
         ideal = r.bytes
@@ -653,8 +799,21 @@ def test_the_padding_an_estimate_reports_is_what_scale_blocks_leave_over(recipe:
 
 # ---- more guards from the second mutation run ----------------------------------------------------------
 def test_row_notes_name_every_flag() -> None:
-    r = Row(index=0, kind="tensor", format="bf16", shape=[1], dtype="bfloat16", bytes=2, is_parameter=True, via="ctx",
-            resides="host", aliases_output=True, duplicate_of=3, container_index=1, note="kept as a cpu copy")
+    r = Row(
+        index=0,
+        kind="tensor",
+        format="bf16",
+        shape=[1],
+        dtype="bfloat16",
+        bytes=2,
+        is_parameter=True,
+        via="ctx",
+        resides="host",
+        aliases_output=True,
+        duplicate_of=3,
+        container_index=1,
+        note="kept as a cpu copy",
+    )
     assert r.notes() == ["param", "ctx", "host", "output", "dup of #3", "in #1", "kept as a cpu copy"]
     assert Row(index=0, kind="tensor", format="bf16", shape=[1], dtype="bfloat16", bytes=2).notes() == []
 
@@ -663,11 +822,31 @@ def test_report_errors_name_the_exact_key(tmp_path: Path) -> None:
     d = json.loads(sample_report().to_json())
     cid = d["cases"][0]["id"]
     cases = {
-        "missing": (lambda x: x["cases"][0]["rows"][1].pop("bytes"), rf"cases\[{cid}\]\.rows\[1\]: missing key\(s\) bytes$"),
-        "unknown": (lambda x: x["cases"][0]["totals"].update(bonus=1), rf"cases\[{cid}\]\.totals: unknown key\(s\) bonus$"),
-        "budget row": (lambda x: x["cases"][0].update(budgets=[{"rule": "r", "kind": "count", "verdict": "pass", "expected": "",
-                                                                 "actual": "", "select": "", "message": "", "rows": [0, -1]}]),
-                       rf"cases\[{cid}\]\.budgets\[0\]\.rows\[1\]: input should be greater than or equal to 0, got -1$"),
+        "missing": (
+            lambda x: x["cases"][0]["rows"][1].pop("bytes"),
+            rf"cases\[{cid}\]\.rows\[1\]: missing key\(s\) bytes$",
+        ),
+        "unknown": (
+            lambda x: x["cases"][0]["totals"].update(bonus=1),
+            rf"cases\[{cid}\]\.totals: unknown key\(s\) bonus$",
+        ),
+        "budget row": (
+            lambda x: x["cases"][0].update(
+                budgets=[
+                    {
+                        "rule": "r",
+                        "kind": "count",
+                        "verdict": "pass",
+                        "expected": "",
+                        "actual": "",
+                        "select": "",
+                        "message": "",
+                        "rows": [0, -1],
+                    }
+                ]
+            ),
+            rf"cases\[{cid}\]\.budgets\[0\]\.rows\[1\]: input should be greater than or equal to 0, got -1$",
+        ),
         "long id": (lambda x: x["cases"][0].update(id="r" * 300, status=7), r"cases\[0\]\.status: "),
     }
     for name, (mutate, pattern) in cases.items():
@@ -712,7 +891,9 @@ def test_two_outputs_that_are_hard_links_of_one_file_are_refused(tmp_path: Path)
 
 def test_a_count_per_operand_says_which_rows_it_did_not_match_on_a_line_of_its_own() -> None:
     case = _bucket_case()
-    v = evaluate_rule(rule(Count(">=", 2, per="operand"), Selection(operand=("fc1.input",), orientation=("rowwise",))), case)
+    v = evaluate_rule(
+        rule(Count(">=", 2, per="operand"), Selection(operand=("fc1.input",), orientation=("rowwise",))), case
+    )
     assert "failing: fc1.input: 1\nrows of those operands that the selection did not match:" in v.message
 
 
@@ -750,10 +931,21 @@ def test_the_hook_pair_of_a_capture() -> None:
 
 
 def test_a_selection_describes_every_field() -> None:
-    sel = Selection(operand=("fc1.*",), kind=("data", "scale_inv"), orientation=("none",), format=("fp8",), container=("F*",),
-                    slot=("_data",), group=(0, 2), is_parameter=False, duplicate=True)
-    assert sel.describe() == ("operand=fc1.*, kind=data|scale_inv, orientation=none, format=fp8, container=F*, slot=_data, "
-                              "group=0|2, is_parameter=false, duplicate=true")
+    sel = Selection(
+        operand=("fc1.*",),
+        kind=("data", "scale_inv"),
+        orientation=("none",),
+        format=("fp8",),
+        container=("F*",),
+        slot=("_data",),
+        group=(0, 2),
+        is_parameter=False,
+        duplicate=True,
+    )
+    assert sel.describe() == (
+        "operand=fc1.*, kind=data|scale_inv, orientation=none, format=fp8, container=F*, slot=_data, "
+        "group=0|2, is_parameter=false, duplicate=true"
+    )
     assert Selection(group="nonempty").describe() == "group=nonempty" and Selection().describe() == "all rows"
 
 
@@ -768,7 +960,9 @@ def test_a_group_with_one_token_is_not_empty() -> None:
 
 
 def test_power_and_modulo_are_refused_where_they_stand() -> None:
-    with pytest.raises(UsageError, match=re_escape("'**' at column 8 of 'tokens ** 2' is not allowed (use a unit such as MiB")):
+    with pytest.raises(
+        UsageError, match=re_escape("'**' at column 8 of 'tokens ** 2' is not allowed (use a unit such as MiB")
+    ):
         ByteExpr.parse("tokens ** 2", source="s", key="k")
     with pytest.raises(UsageError) as err:
         ByteExpr.parse("tokens % 2", source="s", key="k")
@@ -858,14 +1052,19 @@ def test_a_grouped_input_row_names_the_te_file_that_quantized_it() -> None:
         case = estimate(make_spec("mxfp8", 256, 128, 128, 2), path=path, arch="sm100")
         notes = {r.slot: r.note for r in case.rows if r.operand == "fc1.input"}
         for slot in ("columnwise_data", "columnwise_scale_inv"):
-            assert notes[slot] == f"tex.group_quantize, scales sized from totals ({where}; csrc/quantizer.cpp create_grouped_tensor)"
+            assert (
+                notes[slot]
+                == f"tex.group_quantize, scales sized from totals ({where}; csrc/quantizer.cpp create_grouped_tensor)"
+            )
 
 
 def test_a_failing_group_shows_the_rows_of_that_group_only() -> None:
     """Group 0 holds its rowwise row (passes); group 2 and the ungrouped scale fail: the rows shown
     are theirs (the group-2 transpose, the scale), never group 0's."""
     case = _bucket_case()
-    v = evaluate_rule(rule(Count(">=", 1, per="group"), Selection(operand=("fc1.input",), orientation=("rowwise",))), case)
+    v = evaluate_rule(
+        rule(Count(">=", 1, per="group"), Selection(operand=("fc1.input",), orientation=("rowwise",))), case
+    )
     assert v.verdict == "fail" and v.actual == "group 2: 0, group None: 0"
     shown = v.message.split("did not match:\n")[1].splitlines()
     assert [line.split()[0] for line in shown] == ["#2", "#7"]

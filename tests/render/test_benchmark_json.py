@@ -72,15 +72,18 @@ def test_the_same_reports_give_the_same_bytes(tmp_path: Path) -> None:
     for name in ("a.json", "b.json"):
         assert invoke("compare", H200_BASE, H200, "--benchmark-json", tmp_path / name).exit_code == 0
     assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
-    assert (tmp_path / "a.json").read_text(encoding="utf-8") == render_benchmark_json(load_report(H200), compare_reports(
-        load_report(H200_BASE), load_report(H200)))
+    assert (tmp_path / "a.json").read_text(encoding="utf-8") == render_benchmark_json(
+        load_report(H200), compare_reports(load_report(H200_BASE), load_report(H200))
+    )
 
 
 def test_a_regression_is_written_too_with_its_delta(tmp_path: Path) -> None:
     base = sample_report()
     grown = resize_row(base, TE_FP8, 3, 4096)
     out = tmp_path / "bench.json"
-    result = invoke("compare", write(base, tmp_path / "base.json"), write(grown, tmp_path / "cur.json"), "--benchmark-json", out)
+    result = invoke(
+        "compare", write(base, tmp_path / "base.json"), write(grown, tmp_path / "cur.json"), "--benchmark-json", out
+    )
     assert result.exit_code == 1, result.output
     entries = {e["name"]: e for e in json.loads(out.read_text(encoding="utf-8"))}
     assert list(entries) == [TE_FP8, TE_BF16, REF_BF16]  # the skipped NVFP4 cell has no saved bytes
@@ -91,8 +94,16 @@ def test_a_regression_is_written_too_with_its_delta(tmp_path: Path) -> None:
 
 def test_new_skipped_emulated_and_incomplete_cases() -> None:
     base = make_report([make_case(TE_BF16), make_case(TE_FP8, status="error", reason="boom")])
-    cur = copy_report(make_report([make_case(TE_BF16), make_case(TE_FP8), make_case(REF_BF16),
-                                   make_case(TE_NVFP4, status="skipped", reason="needs sm100")]))
+    cur = copy_report(
+        make_report(
+            [
+                make_case(TE_BF16),
+                make_case(TE_FP8),
+                make_case(REF_BF16),
+                make_case(TE_NVFP4, status="skipped", reason="needs sm100"),
+            ]
+        )
+    )
     cur.case(REF_BF16).complete = False
     entries = {e["name"]: e["extra"] for e in benchmark_entries(cur, compare_reports(base, cur, allow_incomplete=True))}
     assert list(entries) == [TE_BF16, TE_FP8, REF_BF16]
@@ -141,8 +152,11 @@ def test_the_workflow_history_job_is_the_one_docs_ci_shows() -> None:
     from markdown_it import MarkdownIt
 
     text = (ROOT / "docs" / "guides" / "ci.md").read_text(encoding="utf-8")
-    (block,) = [t.content for t in MarkdownIt().parse(text)
-                if t.type == "fence" and t.info.strip() == "yaml" and t.content.startswith("  history:")]
+    (block,) = [
+        t.content
+        for t in MarkdownIt().parse(text)
+        if t.type == "fence" and t.info.strip() == "yaml" and t.content.startswith("  history:")
+    ]
     workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "memaudit.yml").read_text(encoding="utf-8"))
     assert yaml.safe_load(block) == {"history": workflow["jobs"]["history"]}
     (step,) = [s for s in workflow["jobs"]["history"]["steps"] if "github-action-benchmark" in s.get("uses", "")]

@@ -19,8 +19,8 @@ MIB = 1 << 20
 def _case_with_a_view():
     """A 4.7 MiB tensor, a 4.0 MiB metadata view of its storage, a 1 MiB scale and a parameter."""
     b = RowBuilder()
-    b.add("fc1.input", "tensor", nbytes=4_928_307)          # 4.7 MiB
-    b.add("fc1.input", "metadata", nbytes=4 * MIB)          # 4.0 MiB: a view of the tensor's storage
+    b.add("fc1.input", "tensor", nbytes=4_928_307)  # 4.7 MiB
+    b.add("fc1.input", "metadata", nbytes=4 * MIB)  # 4.0 MiB: a view of the tensor's storage
     b.rows[1] = dataclasses.replace(b.rows[1], storage=b.rows[0].storage, storage_bytes=b.rows[0].storage_bytes)
     b.add("fc1.input", "scale_inv", nbytes=MIB)
     b.add("fc1.weight", "tensor", nbytes=8 * MIB, is_parameter=True)
@@ -47,7 +47,7 @@ def test_the_by_kind_deltas_use_the_same_measure() -> None:
     b.add("fc1.input", "tensor", nbytes=4_928_307)
     b.add("fc1.input", "metadata", nbytes=4 * MIB)
     b.rows[1] = dataclasses.replace(b.rows[1], storage=b.rows[0].storage, storage_bytes=b.rows[0].storage_bytes)
-    b.add("fc1.input", "scale_inv", nbytes=2 * MIB)         # +1 MiB
+    b.add("fc1.input", "scale_inv", nbytes=2 * MIB)  # +1 MiB
     b.add("fc1.weight", "tensor", nbytes=8 * MIB, is_parameter=True)
     cur = make_case(TE_BF16, b.rows)
     (diff,) = compare_reports(make_report([base]), make_report([cur])).cases

@@ -128,7 +128,11 @@ def tables(text: str) -> list[list[list[str]]]:
 
 
 def details(text: str) -> list[str]:
-    return [t.content.strip().split("\n")[1] for t in MD.parse(text) if t.type == "html_block" and t.content.lstrip().startswith("<details")]
+    return [
+        t.content.strip().split("\n")[1]
+        for t in MD.parse(text)
+        if t.type == "html_block" and t.content.lstrip().startswith("<details")
+    ]
 
 
 def test_marker_headline_and_the_unchanged_cases_collapsed() -> None:
@@ -255,7 +259,18 @@ def test_a_path_change_is_named() -> None:
 
 def big_pair(n_per_recipe: int, recipes=("bf16", "fp8-delayed", "fp8-current", "fp8-block")):
     cases = [
-        make_case(CaseSpec.make(get_target("te-grouped-mlp"), r, 8, tokens=1024 * (i + 1), hidden=4096, ffn=8192, options={"activation": "swiglu"}).id, bf16_rows(64, 32, 16))
+        make_case(
+            CaseSpec.make(
+                get_target("te-grouped-mlp"),
+                r,
+                8,
+                tokens=1024 * (i + 1),
+                hidden=4096,
+                ffn=8192,
+                options={"activation": "swiglu"},
+            ).id,
+            bf16_rows(64, 32, 16),
+        )
         for r in recipes
         for i in range(n_per_recipe)
     ]
@@ -331,8 +346,13 @@ def _live(text: str) -> list[str]:
 
 def _inline_types(tokens: list[Token]) -> set[str]:
     """Inline token types, memaudit's own footer tags aside."""
-    return {c.type for t in tokens if t.type == "inline" for c in t.children or []
-            if not (c.type == "html_inline" and c.content in ("<sub>", "</sub>"))}
+    return {
+        c.type
+        for t in tokens
+        if t.type == "inline"
+        for c in t.children or []
+        if not (c.type == "html_inline" and c.content in ("<sub>", "</sub>"))
+    }
 
 
 def test_environment_values_in_the_footer_are_text() -> None:
@@ -345,7 +365,9 @@ def test_environment_values_in_the_footer_are_text() -> None:
         assert len(footer) == 1
         tokens = MD.parse(footer[0].removeprefix("<sub>").removesuffix("</sub>"))
         assert not _inline_types(tokens) & LINK_TOKENS, _inline_types(tokens)
-        shown = "".join(c.content for t in tokens if t.type == "inline" for c in t.children or [] if c.type.startswith("text"))
+        shown = "".join(
+            c.content for t in tokens if t.type == "inline" for c in t.children or [] if c.type.startswith("text")
+        )
         assert "octocat" in shown and not _live(shown), shown
 
 
@@ -358,7 +380,9 @@ def test_ids_reasons_and_findings_neither_mention_nor_link() -> None:
     text = render_markdown(cur, compare_reports(base, cur))
     tokens = MD.parse(text)
     assert not _inline_types(tokens) & LINK_TOKENS
-    shown = " ".join(c.content for t in tokens if t.type == "inline" for c in t.children or [] if c.type.startswith("text"))
+    shown = " ".join(
+        c.content for t in tokens if t.type == "inline" for c in t.children or [] if c.type.startswith("text")
+    )
     html = " ".join(t.content for t in tokens if t.type == "html_block")
     assert shown.count("octocat") >= 3 and not _live(shown), [w for w in _live(shown)]
     assert not _live(html)
@@ -370,8 +394,9 @@ def test_a_comment_name_with_a_newline_or_control_character_is_refused() -> None
             render_markdown(sample_report(), None, name=bad)
 
 
-@pytest.mark.parametrize(("text", "shown"), [("0.1.0", "0.1.0"), ("12) x", "12) x"), ("# h", "# h"), ("- x", "- x"),
-                                             ("+ x", "+ x")])
+@pytest.mark.parametrize(
+    ("text", "shown"), [("0.1.0", "0.1.0"), ("12) x", "12) x"), ("# h", "# h"), ("- x", "- x"), ("+ x", "+ x")]
+)
 def test_a_leading_marker_is_escaped_so_that_it_shows_as_written(text: str, shown: str) -> None:
     """A cell or list item that starts like a list or heading marker renders as the text itself
     (GitHub-flavoured markdown through markdown-it): no list, no heading, no stray backslash."""

@@ -69,8 +69,16 @@ def test_case_table_fits_and_keeps_values_whole(width: int) -> None:
     case = fp8_case()
     lines = render(case_table(case, width=width), width)
     assert_fits(lines, width)
-    assert_whole(lines, case.id, "fc1.weight[7]", "activation.activation_in", "(4096, 4096)", "32.0 MiB",
-                 "960.0 KiB", "fp8 data columnwise")
+    assert_whole(
+        lines,
+        case.id,
+        "fc1.weight[7]",
+        "activation.activation_in",
+        "(4096, 4096)",
+        "32.0 MiB",
+        "960.0 KiB",
+        "fp8 data columnwise",
+    )
     assert_whole(lines, fmt_bytes(case.totals.saved_bytes))
     assert not any(c in "".join(lines) for c in BOX)  # the compact layout: no vertical rules
     assert "where" not in headers(lines[:3])  # the compact layout drops the slot and storage columns
@@ -116,21 +124,37 @@ def _comparison():
     base = sample_report()
     cur = resize_row(base, TE_FP8, 0, 1536)
     cur = resize_row(cur, REF_BF16, 1, -512)
-    cur.cases[1] = make_case(TE_BF16, status="error", reason="cublas_gemm: Assertion failed: status != "
-                             "CUBLAS_STATUS_NOT_SUPPORTED. Unable to find suitable cuBLAS GEMM algorithm")
+    cur.cases[1] = make_case(
+        TE_BF16,
+        status="error",
+        reason="cublas_gemm: Assertion failed: status != "
+        "CUBLAS_STATUS_NOT_SUPPORTED. Unable to find suitable cuBLAS GEMM algorithm",
+    )
     return compare_reports(base, cur)
 
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_compare_table_does_not_collapse(width: int) -> None:
     cmp = _comparison()
-    lines = render(comparison_table(cmp, title="memaudit compare: reports/baseline/h200.json -> current.json", width=width), width)
+    lines = render(
+        comparison_table(cmp, title="memaudit compare: reports/baseline/h200.json -> current.json", width=width), width
+    )
     assert_fits(lines, width)
     for case_id in (TE_FP8, TE_BF16, REF_BF16):
         assert case_id in lines  # the id on a line of its own, not a squeezed column
     assert {"change", "current", "baseline", "delta", "verdict"} <= headers(lines)  # no header folded to 3 columns
-    assert_whole(lines, "+1.5 KiB", "4.0 MiB", "44.0 MiB", "-512 B", "operand fc1.input", "orientation columnwise",
-                 "regression", "improvement", "reports/baseline/h200.json")
+    assert_whole(
+        lines,
+        "+1.5 KiB",
+        "4.0 MiB",
+        "44.0 MiB",
+        "-512 B",
+        "operand fc1.input",
+        "orientation columnwise",
+        "regression",
+        "improvement",
+        "reports/baseline/h200.json",
+    )
 
 
 @pytest.mark.parametrize("width", WIDTHS)
@@ -139,10 +163,18 @@ def test_compare_output_with_rows_and_messages_fits(width: int) -> None:
     print_comparison(console, _comparison(), verbose=True, title="memaudit compare: a.json -> b.json")
     lines = console.export_text().splitlines()
     assert_fits(lines, width)
-    assert_whole(lines, f"rows behind {TE_FP8}", "fc1.input data columnwise fp8", "(1024, 4096)",
-                 "(44.0 MiB -> 44.0 MiB; +1536 B)" if width >= 120 else "+1536 B", "FAIL: 2 cases regressed")
-    assert not any(re.search(r"\d$", ln.rstrip()) and re.match(r"^\s*(B|KiB|MiB)\b", nxt)
-                   for ln, nxt in zip(lines, lines[1:], strict=False)), "a quantity split from its unit"
+    assert_whole(
+        lines,
+        f"rows behind {TE_FP8}",
+        "fc1.input data columnwise fp8",
+        "(1024, 4096)",
+        "(44.0 MiB -> 44.0 MiB; +1536 B)" if width >= 120 else "+1536 B",
+        "FAIL: 2 cases regressed",
+    )
+    assert not any(
+        re.search(r"\d$", ln.rstrip()) and re.match(r"^\s*(B|KiB|MiB)\b", nxt)
+        for ln, nxt in zip(lines, lines[1:], strict=False)
+    ), "a quantity split from its unit"
 
 
 def test_rows_table_compact_keeps_dtype_and_baseline_shape() -> None:
@@ -158,10 +190,22 @@ def test_rows_table_compact_keeps_dtype_and_baseline_shape() -> None:
 def _verdicts() -> list[Verdict]:
     out = []
     for case in H200.cases[:6]:
-        out.append(Verdict(case.id, "saved-at-most", "max_bytes", "pass", "<= 96.0 MiB", fmt_bytes(case.totals.saved_bytes)))
-        out.append(Verdict(case.id, "weights-are-parameters", "parameters", "fail", "every fc*.weight row is a parameter",
-                           "3 rows are not: #17 fc1.weight[0] data columnwise 4.0 MiB, #19, #21"))
-    out.append(Verdict(H200.cases[9].id, "saved-at-most", "max_bytes", "n/a", "", message="case error: RuntimeError: cuBLAS"))
+        out.append(
+            Verdict(case.id, "saved-at-most", "max_bytes", "pass", "<= 96.0 MiB", fmt_bytes(case.totals.saved_bytes))
+        )
+        out.append(
+            Verdict(
+                case.id,
+                "weights-are-parameters",
+                "parameters",
+                "fail",
+                "every fc*.weight row is a parameter",
+                "3 rows are not: #17 fc1.weight[0] data columnwise 4.0 MiB, #19, #21",
+            )
+        )
+    out.append(
+        Verdict(H200.cases[9].id, "saved-at-most", "max_bytes", "n/a", "", message="case error: RuntimeError: cuBLAS")
+    )
     return out
 
 
@@ -169,8 +213,9 @@ def _verdicts() -> list[Verdict]:
 def test_verdict_table_fits(width: int) -> None:
     lines = render(render_verdicts(_verdicts(), width=width), width)
     assert_fits(lines, width)
-    assert_whole(lines, *(c.id for c in H200.cases[:6]), "weights-are-parameters", "<= 96.0 MiB", "56.0 MiB",
-                 "fc1.weight[0]")
+    assert_whole(
+        lines, *(c.id for c in H200.cases[:6]), "weights-are-parameters", "<= 96.0 MiB", "56.0 MiB", "fc1.weight[0]"
+    )
     if width < COMPACT_WIDTH:
         assert lines.count(H200.cases[0].id) == 1  # compact: one id line above its rules
 
@@ -253,8 +298,11 @@ def test_cli_run_at_columns(width: int) -> None:
 
 
 def test_cli_estimate_at_80() -> None:
-    result = CliRunner().invoke(app, ["estimate", "--recipe", "mxfp8", "--tokens", "4096", "--hidden", "1024",
-                                      "--groups", "2", "--diff", "ideal"], env={"COLUMNS": "80"})
+    result = CliRunner().invoke(
+        app,
+        ["estimate", "--recipe", "mxfp8", "--tokens", "4096", "--hidden", "1024", "--groups", "2", "--diff", "ideal"],
+        env={"COLUMNS": "80"},
+    )
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert_fits(lines, 80)
@@ -272,11 +320,15 @@ def test_every_column_survives_60_columns() -> None:
     assert_whole(lines, "(1024, 4096) uint8", "fp8 data columnwise", "activation.activation_in", "32.0 MiB")
     lines = render(render_verdicts(_verdicts(), width=60), 60)
     assert_fits(lines, 60)
-    assert_whole(lines, "<= 96.0 MiB", "56.0 MiB", "weights-are-parameters", "columnwise", "4.0 MiB,")  # the old one cut "96.|0 MiB"
+    assert_whole(
+        lines, "<= 96.0 MiB", "56.0 MiB", "weights-are-parameters", "columnwise", "4.0 MiB,"
+    )  # the old one cut "96.|0 MiB"
     console = Console(width=60, record=True, file=io.StringIO())
     print_comparison(console, _comparison(), verbose=True, title="a -> b")
     lines = console.export_text().splitlines()
     assert_fits(lines, 60)
     assert_whole(lines, "operand fc1.input", "orientation columnwise", "+1.5 KiB", "regression", "improvement")
-    assert not any(re.search(r"\d$", ln.rstrip()) and re.match(r"^\s*(B|KiB|MiB)\b", nxt)
-                   for ln, nxt in zip(lines, lines[1:], strict=False)), "a quantity split from its unit"
+    assert not any(
+        re.search(r"\d$", ln.rstrip()) and re.match(r"^\s*(B|KiB|MiB)\b", nxt)
+        for ln, nxt in zip(lines, lines[1:], strict=False)
+    ), "a quantity split from its unit"

@@ -180,8 +180,12 @@ def test_other_shapes_of_a_sweep_are_named_not_mixed_in() -> None:
 # ---- saved bytes by storage ------------------------------------------------------------------------
 
 
-PATH_CASES = [(r, p) for r in RECIPES for p in ("fused", "unfused-grouped", "unfused-split")
-              if (p != "fused" or r in ("mxfp8", "nvfp4")) and (r, p) != ("fp8-delayed", "unfused-grouped")]
+PATH_CASES = [
+    (r, p)
+    for r in RECIPES
+    for p in ("fused", "unfused-grouped", "unfused-split")
+    if (p != "fused" or r in ("mxfp8", "nvfp4")) and (r, p) != ("fp8-delayed", "unfused-grouped")
+]
 
 
 @pytest.mark.parametrize("recipe,path", PATH_CASES)
@@ -202,7 +206,8 @@ def test_bf16_views_of_one_storage_count_once_and_parameters_not_at_all() -> Non
     segs, total = saved_segments(case.rows)
     assert total == case.totals.saved_bytes < case.totals.physical_bytes
     assert sum(s.bytes for s in segs if s.kind == "tensor") == sum(
-        r.storage_bytes for r in {r.storage: r for r in case.rows if r.kind == "tensor" and not r.is_parameter}.values())
+        r.storage_bytes for r in {r.storage: r for r in case.rows if r.kind == "tensor" and not r.is_parameter}.values()
+    )
 
 
 def test_a_shared_storage_goes_to_its_first_row() -> None:
@@ -255,8 +260,15 @@ def bar_heights(fig) -> dict[str, int]:
 def test_kinds_bars_sum_to_saved_bytes_and_pr3545_sits_beside_nvfp4() -> None:
     data = kinds_from_estimate(RECIPES, 82944, 8, H, F, "te-2.20", "pr3545")
     labels = [b.label for b in data.bars]
-    assert labels == ["bf16\nunfused-split", "fp8-delayed\nunfused-split", "fp8-current\nunfused-split",
-                      "fp8-block\nunfused-split", "mxfp8\nfused", "nvfp4\nfused", "nvfp4\npr3545"]
+    assert labels == [
+        "bf16\nunfused-split",
+        "fp8-delayed\nunfused-split",
+        "fp8-current\nunfused-split",
+        "fp8-block\nunfused-split",
+        "mxfp8\nfused",
+        "nvfp4\nfused",
+        "nvfp4\npr3545",
+    ]
     fig = draw_kinds(data)
     heights = bar_heights(fig)
     for b in data.bars:
@@ -330,8 +342,9 @@ def test_figure_1_of_a_report_draws_its_cases_saved_bytes() -> None:
     fig = draw_tokens(data)
     lines = lines_by_gid(fig)
     for r in RECIPES:
-        mine = sorted((c for c in report.cases if c.recipe == r and c.groups == 64 and c.status == "ok"),
-                      key=lambda c: c.tokens)
+        mine = sorted(
+            (c for c in report.cases if c.recipe == r and c.groups == 64 and c.status == "ok"), key=lambda c: c.tokens
+        )
         if not mine:
             continue
         ln = lines[f"{r}:measured"]
@@ -379,6 +392,7 @@ def test_bad_group_or_token_choice_is_a_usage_error() -> None:
 def test_formatters() -> None:
     assert [fmt_tokens(t) for t in (1000, 1024, 82944, 131072, 2**20)] == ["1000", "1K", "81K", "128K", "1M"]
     assert [fmt_axis_bytes(v) for v in (0, 512, 2**24, 1.25 * 2**30)] == ["0", "512 B", "16 MiB", "1.25 GiB"]
+
     def inside(locator, lo: float, hi: float) -> list[int]:
         return [int(v) for v in locator.tick_values(lo, hi) if lo <= v <= hi]
 
@@ -391,8 +405,16 @@ def test_formatters() -> None:
 
 
 def test_render_is_png_or_svg_and_the_same_twice() -> None:
-    data = KindsFigure("t", "s", 1024, 1, (Bar("bf16", "bf16", (Segment("tensor", "none", 2**20),), 2**20),
-                                            Bar("x", "x", missing=Missing("x", "error", "boom"))))
+    data = KindsFigure(
+        "t",
+        "s",
+        1024,
+        1,
+        (
+            Bar("bf16", "bf16", (Segment("tensor", "none", 2**20),), 2**20),
+            Bar("x", "x", missing=Missing("x", "error", "boom")),
+        ),
+    )
     a, b = render(draw_kinds(data), "png"), render(draw_kinds(data), "png")
     assert a.startswith(PNG) and a == b
     svg = render(draw_kinds(data), "svg").decode()
@@ -419,8 +441,20 @@ def run(app, *args) -> object:
     return CliRunner().invoke(app, [str(a) for a in args], env={"COLUMNS": "200"})
 
 
-SWEEP = ["estimate", "--recipe", "all", "--tokens", "1024:8192:x2", "--groups", "1,8", "--hidden", str(H),
-         "--ffn", str(F), "--quiet"]
+SWEEP = [
+    "estimate",
+    "--recipe",
+    "all",
+    "--tokens",
+    "1024:8192:x2",
+    "--groups",
+    "1,8",
+    "--hidden",
+    str(H),
+    "--ffn",
+    str(F),
+    "--quiet",
+]
 
 
 def test_estimate_plot_writes_both_figures(app, tmp_path) -> None:
@@ -433,8 +467,18 @@ def test_estimate_plot_writes_both_figures(app, tmp_path) -> None:
 
 
 def test_estimate_plot_kinds_tokens_and_groups(app, tmp_path) -> None:
-    res = run(app, *SWEEP, "--plot", tmp_path / "a.svg", "--plot-kinds", tmp_path / "k.png", "--plot-groups", "1",
-              "--plot-tokens", "82944")
+    res = run(
+        app,
+        *SWEEP,
+        "--plot",
+        tmp_path / "a.svg",
+        "--plot-kinds",
+        tmp_path / "k.png",
+        "--plot-groups",
+        "1",
+        "--plot-tokens",
+        "82944",
+    )
     assert res.exit_code == 0, res.stderr
     svg = (tmp_path / "a.svg").read_text()
     assert "G = 1" in svg and "128K" not in svg and "8K" in svg
@@ -442,16 +486,42 @@ def test_estimate_plot_kinds_tokens_and_groups(app, tmp_path) -> None:
 
 
 def test_estimate_plot_kinds_alone_on_one_configuration(app, tmp_path) -> None:
-    res = run(app, "estimate", "--recipe", "nvfp4", "--tokens", "82944", "--hidden", str(H), "--ffn", str(F),
-              "--quiet", "--plot-kinds", tmp_path / "k.svg")
+    res = run(
+        app,
+        "estimate",
+        "--recipe",
+        "nvfp4",
+        "--tokens",
+        "82944",
+        "--hidden",
+        str(H),
+        "--ffn",
+        str(F),
+        "--quiet",
+        "--plot-kinds",
+        tmp_path / "k.svg",
+    )
     assert res.exit_code == 0, res.stderr
     svg = (tmp_path / "k.svg").read_text()
     assert "pr3545" in svg and "82,944" in svg
 
 
 def test_estimate_plot_with_one_token_count_says_so(app, tmp_path) -> None:
-    res = run(app, "estimate", "--recipe", "all", "--tokens", "4096", "--groups", "8", "--hidden", "1024",
-              "--quiet", "--plot", tmp_path / "s.png")
+    res = run(
+        app,
+        "estimate",
+        "--recipe",
+        "all",
+        "--tokens",
+        "4096",
+        "--groups",
+        "8",
+        "--hidden",
+        "1024",
+        "--quiet",
+        "--plot",
+        tmp_path / "s.png",
+    )
     assert res.exit_code == 0, res.stderr
     assert not (tmp_path / "s.png").exists() and (tmp_path / "s.kinds.png").exists()
     assert "not drawn: one --tokens value" in res.stdout.replace("\n", " ")

@@ -26,8 +26,12 @@ def specs(*groups: int) -> list[CaseSpec]:
 
 def test_run_matrix_announces_each_case_before_it_runs() -> None:
     events: list[tuple] = []
-    run_matrix(get_target("reference"), specs(1, 4), on_start=lambda s, i, n: events.append(("start", s.id, i, n)),
-               on_case=lambda c: events.append(("done", c.id)))
+    run_matrix(
+        get_target("reference"),
+        specs(1, 4),
+        on_start=lambda s, i, n: events.append(("start", s.id, i, n)),
+        on_case=lambda c: events.append(("done", c.id)),
+    )
     a, b = (s.id for s in specs(1, 4))
     assert events == [("start", a, 1, 2), ("done", a), ("start", b, 2, 2), ("done", b)]
 
@@ -42,7 +46,9 @@ def test_a_log_gets_one_line_per_finished_case_even_with_quiet() -> None:
 
 
 def test_the_log_line_of_a_skipped_or_errored_case_says_why() -> None:
-    (case,) = run_matrix(get_target("reference"), [CaseSpec.make(get_target("reference"), "nvfp4", 1, tokens=128, hidden=16, ffn=32)]).cases
+    (case,) = run_matrix(
+        get_target("reference"), [CaseSpec.make(get_target("reference"), "nvfp4", 1, tokens=128, hidden=16, ffn=32)]
+    ).cases
     line = case_line(case, 3, 18, 0.04).plain
     assert line.startswith(f"[3/18] {case.id} skipped 0.0 s: ") and case.reason and case.reason.splitlines()[0] in line
 
@@ -56,7 +62,9 @@ def test_a_terminal_gets_a_bar_with_the_running_case_and_an_eta() -> None:
         assert any(isinstance(c, TimeRemainingColumn) for c in progress.progress.columns)
         progress.start(todo[0], 1, 3)
         task = progress.progress.tasks[0]
-        assert task.description == f"running {todo[0].id}" and task.completed == 0  # the case that runs, not the last one done
+        assert (
+            task.description == f"running {todo[0].id}" and task.completed == 0
+        )  # the case that runs, not the last one done
         record = Console(record=True, width=160, file=io.StringIO())
         record.print(progress.progress.make_tasks_table(progress.progress.tasks))
         shown = record.export_text()

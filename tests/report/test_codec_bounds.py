@@ -40,7 +40,9 @@ def test_a_shape_dimension_starts_at_one(validator, value: int, ok: bool) -> Non
     if ok:
         assert validate_report(d, source="r.json").cases[0].spec.hidden == 1
     else:
-        with pytest.raises(UsageError, match=r"cases\[reference/bf16/g1/t1024-h256-f512/bf16\]\.hidden: a shape dimension is from 1"):
+        with pytest.raises(
+            UsageError, match=r"cases\[reference/bf16/g1/t1024-h256-f512/bf16\]\.hidden: a shape dimension is from 1"
+        ):
             validate_report(d, source="r.json")
 
 

@@ -152,7 +152,9 @@ def test_cpu_baseline_regenerates(fresh_cpu_report: Path, tmp_path: Path) -> Non
     """``memaudit baseline update reference.json --into cpu-reference.json``, written from nothing."""
     out = tmp_path / "cpu-reference.json"
     cli("baseline", "update", str(fresh_cpu_report), "--into", str(out))
-    assert_regenerated(CPU_BASELINE.read_bytes(), out.read_text(encoding="utf-8"), "reports/baseline/cpu-reference.json")
+    assert_regenerated(
+        CPU_BASELINE.read_bytes(), out.read_text(encoding="utf-8"), "reports/baseline/cpu-reference.json"
+    )
 
 
 def test_cpu_baseline_refresh_leaves_it_unchanged(fresh_cpu_report: Path, tmp_path: Path) -> None:

@@ -15,8 +15,11 @@ from typer.testing import CliRunner
 from memaudit.cli.root import app
 
 ROOT = Path(__file__).resolve().parents[2]
-REPORTS = [ROOT / "reports/cpu/reference.json", ROOT / "reports/baseline/cpu-te-emulated.json",
-           ROOT / "reports/h200/headline/headline-nvfp4.json"]
+REPORTS = [
+    ROOT / "reports/cpu/reference.json",
+    ROOT / "reports/baseline/cpu-te-emulated.json",
+    ROOT / "reports/h200/headline/headline-nvfp4.json",
+]
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +61,9 @@ def _mutations(report: dict) -> list[tuple[str, dict]]:
     return out
 
 
-@pytest.mark.parametrize(("name", "bad"), _mutations(json.loads(REPORTS[0].read_text())), ids=lambda x: x if isinstance(x, str) else "")
+@pytest.mark.parametrize(
+    ("name", "bad"), _mutations(json.loads(REPORTS[0].read_text())), ids=lambda x: x if isinstance(x, str) else ""
+)
 def test_an_invalid_report_fails(validator, name: str, bad: dict, tmp_path: Path) -> None:
     assert list(validator.iter_errors(bad)), name
     from memaudit.errors import UsageError

@@ -21,7 +21,9 @@ from memaudit.report import (
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("name", ["reports/cpu/reference.json", "reports/h200/te-grouped-mlp.json", "reports/emulated/sm100-fused.json"])
+@pytest.mark.parametrize(
+    "name", ["reports/cpu/reference.json", "reports/h200/te-grouped-mlp.json", "reports/emulated/sm100-fused.json"]
+)
 def test_streamed_bytes_equal_write_report(name: str, tmp_path: Path) -> None:
     report = load_report(ROOT / name)
     write_report(report, tmp_path / "a.json")

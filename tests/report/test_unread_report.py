@@ -43,9 +43,14 @@ runner = CliRunner()
 # reference/bf16/g1: 0 split_sizes s0, 1 fc1.input s1, 2 fc1.weight[0] s2 (param), 3 fc1.output s3,
 # 4 activation.scales s4, 5 split_sizes s0, 6 fc2.input s5, 7 fc2.weight[0] s6 (param)
 VERDICTS: dict[int, tuple[str, str | None]] = {
-    0: ("read", "aten.split_with_sizes"), 1: ("unread", None), 2: ("read", "aten.mm"), 3: ("read", "aten.gelu_backward"),
-    4: ("unknown", "received by mylib.kernel, which memaudit does not observe"), 5: ("unread", None),
-    6: ("unread", None), 7: ("unread", None),
+    0: ("read", "aten.split_with_sizes"),
+    1: ("unread", None),
+    2: ("read", "aten.mm"),
+    3: ("read", "aten.gelu_backward"),
+    4: ("unknown", "received by mylib.kernel, which memaudit does not observe"),
+    5: ("unread", None),
+    6: ("unread", None),
+    7: ("unread", None),
 }
 
 
@@ -81,13 +86,16 @@ def test_a_storage_with_an_unknown_row_and_no_read_is_not_counted() -> None:
     assert _case(_report(verdicts)).totals.unread_bytes == 8 + 524288 + 1048576
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({1: None}, "have no verdict"),
-    ({1: ("never", None)}, "not one of read, unread, unknown"),
-    ({1: ("unread", "aten.mm")}, "names no reader"),
-    ({4: ("unknown", None)}, "says why"),
-    ({9: ("read", "x")}, "verdicts for row"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({1: None}, "have no verdict"),
+        ({1: ("never", None)}, "not one of read, unread, unknown"),
+        ({1: ("unread", "aten.mm")}, "names no reader"),
+        ({4: ("unknown", None)}, "says why"),
+        ({9: ("read", "x")}, "verdicts for row"),
+    ],
+)
 def test_with_verdicts_refuses_what_a_row_cannot_hold(change: dict[int, Any], message: str) -> None:
     report = _report(None)
     verdicts = {i: v for i, v in {**VERDICTS, **change}.items() if v is not None}
@@ -150,6 +158,7 @@ def _set(path: str, value: Any) -> Any:
             del obj[last]
         else:
             obj[last] = value
+
     return edit
 
 
@@ -180,11 +189,14 @@ def test_a_report_that_lies_about_verdicts_is_refused(name: str, tmp_path: Path)
     assert "r.json" in result.stderr
 
 
-def _scenario_file(tmp_path: Path, budget: str = "max_bytes = \"1 GiB\"") -> str:
+def _scenario_file(tmp_path: Path, budget: str = 'max_bytes = "1 GiB"') -> str:
     """A scenario whose one case is the report's (reference, bf16, g1, T=1024, H=256, F=512)."""
     path = tmp_path / "s.toml"
-    path.write_text('[cases]\ntarget = "reference"\nrecipes = "bf16"\ngroups = [1]\ntokens = 1024\nhidden = 256\nffn = 512\n\n'
-                    f'[[budget]]\nname = "b"\n{budget}\n', encoding="utf-8")
+    path.write_text(
+        '[cases]\ntarget = "reference"\nrecipes = "bf16"\ngroups = [1]\ntokens = 1024\nhidden = 256\nffn = 512\n\n'
+        f'[[budget]]\nname = "b"\n{budget}\n',
+        encoding="utf-8",
+    )
     return str(path)
 
 
@@ -192,10 +204,14 @@ def test_the_honest_report_passes_the_same_check(tmp_path: Path) -> None:
     write_report(_report(), tmp_path / "r.json")
     result = runner.invoke(app, ["check", str(tmp_path / "r.json"), "--scenario", _scenario_file(tmp_path)])
     assert result.exit_code == exitcodes.OK, result.stdout + result.stderr
-    result = runner.invoke(app, ["check", str(tmp_path / "r.json"), "--scenario", _scenario_file(tmp_path, "max_unread_bytes = 0")])
+    result = runner.invoke(
+        app, ["check", str(tmp_path / "r.json"), "--scenario", _scenario_file(tmp_path, "max_unread_bytes = 0")]
+    )
     assert result.exit_code == exitcodes.FAIL and "saved for backward and never read" in result.stdout, result.stdout
     write_report(_report(None), tmp_path / "plain.json")
-    result = runner.invoke(app, ["check", str(tmp_path / "plain.json"), "--scenario", _scenario_file(tmp_path, "max_unread_bytes = 0")])
+    result = runner.invoke(
+        app, ["check", str(tmp_path / "plain.json"), "--scenario", _scenario_file(tmp_path, "max_unread_bytes = 0")]
+    )
     assert result.exit_code == exitcodes.FAIL and "not analysed" in result.stdout, result.stdout
 
 
@@ -249,10 +265,14 @@ def test_max_unread_bytes_takes_no_measure() -> None:
         parse_rule({"name": "u", "max_unread_bytes": 0, "measure": "saved"}, source="t", key="budget")
 
 
-SCENARIO = {"cases": {"target": "reference", "recipes": "bf16", "groups": [1], "tokens": 1024, "hidden": 256, "ffn": 512}}
+SCENARIO = {
+    "cases": {"target": "reference", "recipes": "bf16", "groups": [1], "tokens": 1024, "hidden": 256, "ffn": 512}
+}
 
 
-@pytest.mark.parametrize(("value", "method"), [(True, "observed"), (False, None), ("poisoned", "poisoned"), ("both", "both")])
+@pytest.mark.parametrize(
+    ("value", "method"), [(True, "observed"), (False, None), ("poisoned", "poisoned"), ("both", "both")]
+)
 def test_scenario_case_option_unread(value: Any, method: str | None) -> None:
     data = copy.deepcopy(SCENARIO)
     data["cases"]["unread"] = value
@@ -307,8 +327,9 @@ def test_compare_cli_exits_1_on_unread_growth(tmp_path: Path) -> None:
     more[3] = ("unread", None)
     write_report(_report(), tmp_path / "base.json")
     write_report(_report(more), tmp_path / "cur.json")
-    result = runner.invoke(app, ["compare", str(tmp_path / "base.json"), str(tmp_path / "cur.json"),
-                                 "--markdown", str(tmp_path / "c.md")])
+    result = runner.invoke(
+        app, ["compare", str(tmp_path / "base.json"), str(tmp_path / "cur.json"), "--markdown", str(tmp_path / "c.md")]
+    )
     assert result.exit_code == exitcodes.FAIL, result.stdout + result.stderr
     assert "unread_bytes grew" in result.stdout
     md = (tmp_path / "c.md").read_text(encoding="utf-8")
@@ -370,7 +391,9 @@ def test_markdown_lists_unread_buffers_before_the_tables() -> None:
 def test_unread_method_without_unread_is_a_usage_error(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     result = runner.invoke(app, ["run", "--target", "reference", "--unread-method", "poisoned", "--json", str(out)])
-    assert result.exit_code == exitcodes.USAGE and "--unread-method" in result.stderr and "add --unread" in result.stderr
+    assert (
+        result.exit_code == exitcodes.USAGE and "--unread-method" in result.stderr and "add --unread" in result.stderr
+    )
     assert not out.exists()
 
 
@@ -390,9 +413,13 @@ def test_check_and_compare_show_unread_buffers_first(tmp_path: Path) -> None:
     write_report(_report(), tmp_path / "r.json")
     result = runner.invoke(app, ["check", str(tmp_path / "r.json"), "--scenario", _scenario_file(tmp_path)])
     assert result.exit_code == exitcodes.OK, result.stdout + result.stderr
-    assert result.stdout.splitlines()[0] == "saved for backward, never read: fc2.input[0] tensor 1,048,576 B", result.stdout
+    assert result.stdout.splitlines()[0] == "saved for backward, never read: fc2.input[0] tensor 1,048,576 B", (
+        result.stdout
+    )
     result = runner.invoke(app, ["compare", str(tmp_path / "r.json"), str(tmp_path / "r.json")])
-    assert result.exit_code == exitcodes.OK and result.stdout.splitlines()[0].startswith("saved for backward, never read: ")
+    assert result.exit_code == exitcodes.OK and result.stdout.splitlines()[0].startswith(
+        "saved for backward, never read: "
+    )
 
 
 @pytest.fixture
@@ -436,7 +463,9 @@ def test_run_passes_each_cases_unread_through(tmp_path: Path, stand_in_analysis:
     scenario.write_text(
         '[[cases]]\ntarget = "reference"\nrecipes = "bf16"\ngroups = [1, 2]\ntokens = 64\nhidden = 16\nffn = 32\nunread = "both"\n\n'
         '[[cases]]\ntarget = "reference"\nrecipes = "bf16"\ngroups = [1]\ntokens = 128\nhidden = 16\nffn = 32\n\n'
-        '[[budget]]\nname = "nothing unread"\ngroups = [2]\nmax_unread_bytes = 0\n', encoding="utf-8")
+        '[[budget]]\nname = "nothing unread"\ngroups = [2]\nmax_unread_bytes = 0\n',
+        encoding="utf-8",
+    )
     out = tmp_path / "r.json"
     result = runner.invoke(app, ["run", "--scenario", str(scenario), "--json", str(out), "--quiet"])
     assert result.exit_code == exitcodes.OK, result.stdout + result.stderr
@@ -447,6 +476,8 @@ def test_run_passes_each_cases_unread_through(tmp_path: Path, stand_in_analysis:
     assert [c.id for c in cases] == [i for ids, _ in stand_in_analysis for i in ids]
     assert "not analysed" in result.stdout  # the summary's never-read column for the third case
     stand_in_analysis.clear()
-    result = runner.invoke(app, ["run", "--scenario", str(scenario), "--unread", "--unread-method", "poisoned", "--quiet"])
+    result = runner.invoke(
+        app, ["run", "--scenario", str(scenario), "--unread", "--unread-method", "poisoned", "--quiet"]
+    )
     assert result.exit_code == exitcodes.OK, result.stdout + result.stderr
     assert stand_in_analysis and [m for _, m in stand_in_analysis] == ["poisoned"]  # the command line wins, one matrix

@@ -51,13 +51,15 @@ def test_a_module_in_the_current_folder_gets_the_pythonpath_hint(project: Path) 
 def test_optional_spec_no_grouped_mlp_ids_and_the_built_dtype(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(project))
     assert custom.takes_spec("gpt_demo:build") is False and custom.takes_spec("gpt_demo:build_told") is True
-    result = CliRunner().invoke(app, ["run", "--target", "gpt_demo:build", "--quiet", "--json", "r.json"],
-                                env={"COLUMNS": "200"})
+    result = CliRunner().invoke(
+        app, ["run", "--target", "gpt_demo:build", "--quiet", "--json", "r.json"], env={"COLUMNS": "200"}
+    )
     assert result.exit_code == 0, result.output
     assert "gpt_demo:build/bf16" in result.stdout and "/g1/" not in result.stdout and "t1024" not in result.stdout
     # --dtype given and not what the factory builds: an error cell that says how to fix it
-    result = CliRunner().invoke(app, ["run", "--target", "gpt_demo:build", "--dtype", "fp32", "--quiet"],
-                                env={"COLUMNS": "400"})
+    result = CliRunner().invoke(
+        app, ["run", "--target", "gpt_demo:build", "--dtype", "fp32", "--quiet"], env={"COLUMNS": "400"}
+    )
     assert result.exit_code == 3 and "run with --dtype bf16" in result.output, result.output
     # a dimension flag for a factory that is not told one: refused, saying why
     result = CliRunner().invoke(app, ["run", "--target", "gpt_demo:build", "--tokens", "64"], env={"COLUMNS": "400"})

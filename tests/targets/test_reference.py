@@ -48,7 +48,19 @@ def test_rows_are_exactly_what_the_model_saves(groups: int, dtype: str) -> None:
     G = groups
     assert len(rows) == 4 * G + 4
 
-    def check(idx: int, op: str, slot: int, kind: str, form: str, shape: list[int], nbytes: int, operand: str | None, group: int | None, *, param: bool = False) -> None:
+    def check(
+        idx: int,
+        op: str,
+        slot: int,
+        kind: str,
+        form: str,
+        shape: list[int],
+        nbytes: int,
+        operand: str | None,
+        group: int | None,
+        *,
+        param: bool = False,
+    ) -> None:
         r = rows[idx]
         got = (r.index, r.op, r.slot, r.kind, r.format, r.shape, r.bytes, r.operand, r.group, r.is_parameter)
         want = (idx, op, f"saved_tensors[{slot}]", kind, form, shape, nbytes, operand, group, param)

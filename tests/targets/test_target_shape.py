@@ -43,8 +43,15 @@ def test_spec_orders_dims_as_declared_and_ids_use_the_targets_letters(attn) -> N
 
 
 def test_build_specs_takes_the_targets_dims_and_refuses_others(attn) -> None:
-    specs = build_specs(attn, recipe=None, groups="1,2", dims={"seq": 64, "heads": None, "tokens": None},
-                        dtype=None, device="cpu", options={})
+    specs = build_specs(
+        attn,
+        recipe=None,
+        groups="1,2",
+        dims={"seq": 64, "heads": None, "tokens": None},
+        dtype=None,
+        device="cpu",
+        options={},
+    )
     assert [s.id for s in specs] == ["attn/bf16/g1/s64-n2-d8/fp32", "attn/bf16/g2/s64-n2-d8/fp32"]
     with pytest.raises(UsageError) as exc:
         build_specs(attn, recipe=None, groups=None, dims={"ffn": 128}, dtype=None, device="cpu", options={})
@@ -94,12 +101,15 @@ def test_a_scenario_speaks_the_targets_dims_end_to_end(attn, tmp_path: Path) -> 
     assert [v.verdict for v in verdicts] == ["pass"]
 
 
-@pytest.mark.parametrize(("text", "key"), [
-    (SCENARIO.replace("seq = 64", "tokens = 64"), "tokens"),
-    (SCENARIO.replace("head_dim = 8\n", ""), "head_dim"),
-    (SCENARIO.replace("seq * heads", "seq * hidden"), "hidden"),
-    (SCENARIO.replace("seq * heads * head_dim", "seq * heads * head_dim * 2"), None),
-])
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        (SCENARIO.replace("seq = 64", "tokens = 64"), "tokens"),
+        (SCENARIO.replace("head_dim = 8\n", ""), "head_dim"),
+        (SCENARIO.replace("seq * heads", "seq * hidden"), "hidden"),
+        (SCENARIO.replace("seq * heads * head_dim", "seq * heads * head_dim * 2"), None),
+    ],
+)
 def test_a_scenario_refuses_another_targets_dims(attn, tmp_path: Path, text: str, key: str | None) -> None:
     path = tmp_path / "attn.toml"
     path.write_text(text, encoding="utf-8")

@@ -40,8 +40,19 @@ runner = CliRunner()
 def gate(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``memaudit run --scenario grouped_mlp_emulated --json current.json --markdown run.md``."""
     out = tmp_path_factory.mktemp("gate")
-    result = runner.invoke(app, ["run", "--scenario", "grouped_mlp_emulated", "--quiet", "--json", str(out / "current.json"),
-                                 "--markdown", str(out / "run.md")])
+    result = runner.invoke(
+        app,
+        [
+            "run",
+            "--scenario",
+            "grouped_mlp_emulated",
+            "--quiet",
+            "--json",
+            str(out / "current.json"),
+            "--markdown",
+            str(out / "run.md"),
+        ],
+    )
     assert result.exit_code == exitcodes.OK, result.output
     return out
 
@@ -57,7 +68,9 @@ def test_the_scenario_checks_every_recipe_fused_and_unfused(gate: Path) -> None:
     xfail = {rule for (_, rule), v in verdicts.items() if v == "xfail"}
     assert xfail == {"nvfp4-no-rowwise-input", "nvfp4-inputs-vs-bf16"}  # PR #3545, not in TE 2.20.2
     applied = {rule for (_, rule), v in verdicts.items() if v != "n/a"}
-    assert "one-columnwise-data-per-quantized-input" in applied and "one-columnwise-scale-per-quantized-input" in applied
+    assert (
+        "one-columnwise-data-per-quantized-input" in applied and "one-columnwise-scale-per-quantized-input" in applied
+    )
 
 
 def test_the_run_equals_the_committed_baseline(gate: Path) -> None:

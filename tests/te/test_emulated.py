@@ -33,7 +33,10 @@ from memaudit.judge.checks import Context  # noqa: E402
 from memaudit.judge.scenario import load_scenario  # noqa: E402
 from memaudit.te.estimate import estimate  # noqa: E402
 
-SCENARIOS = [Path(__file__).resolve().parents[2] / "scenarios" / f"{name}.toml" for name in ("grouped_mlp", "grouped_mlp_emulated")]
+SCENARIOS = [
+    Path(__file__).resolve().parents[2] / "scenarios" / f"{name}.toml"
+    for name in ("grouped_mlp", "grouped_mlp_emulated")
+]
 
 
 def _rows(case, operand: str, kind: str, orientation: str) -> int:
@@ -61,15 +64,24 @@ def test_pr3545_end_to_end(groups: int, frontend: str) -> None:
     est = {v: estimate(spec, path="fused", variant=v, dense_single_group=groups != 1) for v in ("te-2.20", "pr3545")}
     for kind in ("data", "scale_inv"):
         gone = _rows(before, "fc2.input", kind, "rowwise") - _rows(after, "fc2.input", kind, "rowwise")
-        assert gone == _rows(est["te-2.20"], "fc2.input", kind, "rowwise") - _rows(est["pr3545"], "fc2.input", kind, "rowwise") > 0
-    assert before.totals.saved_bytes - after.totals.saved_bytes == est["te-2.20"].totals.saved_bytes - est["pr3545"].totals.saved_bytes
+        assert (
+            gone
+            == _rows(est["te-2.20"], "fc2.input", kind, "rowwise") - _rows(est["pr3545"], "fc2.input", kind, "rowwise")
+            > 0
+        )
+    assert (
+        before.totals.saved_bytes - after.totals.saved_bytes
+        == est["te-2.20"].totals.saved_bytes - est["pr3545"].totals.saved_bytes
+    )
     # compare lists them as improvements, and names the buffers that went
     cmp = compare_reports(report_of(before), report_of(after))
     better = {f.label for d in cmp.cases for f in d.findings if f.verdict == "improvement"}
     assert {"operand fc1.input", "operand fc2.input", "kind data", "kind scale_inv", "orientation rowwise"} <= better
     assert not cmp.regressed
     gone = {rd.key: rd.baseline.bytes for d in cmp.cases for rd in d.row_diffs if rd.current is None and rd.baseline}
-    assert gone["fc1.input data rowwise nvfp4"] == 127_401_984 and gone["fc1.input scale_inv rowwise nvfp4"] == 15_925_248
+    assert (
+        gone["fc1.input data rowwise nvfp4"] == 127_401_984 and gone["fc1.input scale_inv rowwise nvfp4"] == 15_925_248
+    )
     # the shipped known_failure rules: xfail on 2.20.2, XPASS under the patch
     ctx = Context(te_version="2.20.2")
     for scenario in SCENARIOS:
@@ -92,7 +104,9 @@ def baselines() -> dict[tuple[str, int, bool], object]:
 def test_compare_catches_every_injected_regression(mutation: Mutation, baselines) -> None:
     base = baselines[(mutation.recipe, mutation.groups, mutation.fused)]
     with saving(mutation.mutate):
-        mutated = emulated_case(mutation.recipe, mutation.groups, fused=mutation.fused, tokens=2048, hidden=512, ffn=512)
+        mutated = emulated_case(
+            mutation.recipe, mutation.groups, fused=mutation.fused, tokens=2048, hidden=512, ffn=512
+        )
     assert base.status == mutated.status == "ok", (base.reason, mutated.reason)
     hit, labels = caught(mutation, base, mutated)
     assert hit, f"{mutation.name}: not caught ({labels})"

@@ -58,14 +58,19 @@ def test_pr3545_diff_is_exactly_the_nvfp4_rowwise_input_buffers(groups: int) -> 
     b = estimate(spec, variant="pr3545")
     entries, ta, tb = diff_cases(a, b)
     assert sorted((e.operand, e.slot) for e in entries) == [
-        ("fc1.input", "rowwise_data"), ("fc1.input", "scale_inv"),
-        ("fc2.input", "rowwise_data"), ("fc2.input", "scale_inv"),
+        ("fc1.input", "rowwise_data"),
+        ("fc1.input", "scale_inv"),
+        ("fc2.input", "rowwise_data"),
+        ("fc2.input", "scale_inv"),
     ]
     assert all(e.bytes_b == 0 and e.bytes_a > 0 and e.note for e in entries)
     assert tb.saved_bytes - ta.saved_bytes == -sum(e.bytes_a for e in entries)
     # the amax tensors are untouched (PR description)
     for case in (a, b):
-        assert {r.slot for r in case.rows if r.operand == "fc1.input" and r.kind == "amax"} == {"amax", "columnwise_amax"}
+        assert {r.slot for r in case.rows if r.operand == "fc1.input" and r.kind == "amax"} == {
+            "amax",
+            "columnwise_amax",
+        }
 
 
 def test_mxfp8_fused_already_prunes_rowwise_inputs() -> None:
@@ -78,8 +83,16 @@ def test_mxfp8_fused_already_prunes_rowwise_inputs() -> None:
 
 # ---- the H200 split path (expected_rows) ---------------------------------------------------------
 def h200_spec(recipe: str, groups: int = 4, **kw) -> CaseSpec:
-    return CaseSpec.make(get_target("te-grouped-mlp"), recipe=recipe, groups=groups, tokens=1024, hidden=256, ffn=128,
-                    device="cuda", **kw)
+    return CaseSpec.make(
+        get_target("te-grouped-mlp"),
+        recipe=recipe,
+        groups=groups,
+        tokens=1024,
+        hidden=256,
+        ffn=128,
+        device="cuda",
+        **kw,
+    )
 
 
 def test_expected_rows_bf16_views_share_the_input_storage() -> None:
@@ -108,7 +121,8 @@ def test_expected_rows_fp8_transpose_and_scale_per_group(recipe: str) -> None:
     splits = spec.split_sizes()
     xs = [r for r in rows if r.operand == "fc1.input"]
     assert [(r.group, r.slot, r.shape, r.dtype) for r in xs] == [
-        x for g, m in enumerate(splits)
+        x
+        for g, m in enumerate(splits)
         for x in ((g, "_transpose", [256, m], "uint8"), (g, "_scale_inv", [1], "float32"))
     ]
     assert {r.container for r in xs} == {"Float8TensorStorage"}
@@ -126,8 +140,16 @@ def test_expected_rows_order_and_duplicates() -> None:
     assert rows is not None
     ops = [r.operand.split("[")[0] for r in rows]
     first = list(dict.fromkeys(ops))
-    assert first == ["fc1.split_sizes", "fc1.input", "fc1.weight", "activation.activation_in",
-                     "activation.scales", "fc2.split_sizes", "fc2.input", "fc2.weight"]
+    assert first == [
+        "fc1.split_sizes",
+        "fc1.input",
+        "fc1.weight",
+        "activation.activation_in",
+        "activation.scales",
+        "fc2.split_sizes",
+        "fc2.input",
+        "fc2.weight",
+    ]
     s1, s2 = rows_of_list(rows, "fc1.split_sizes"), rows_of_list(rows, "fc2.split_sizes")
     assert s2.duplicate_of == s1.index and s2.storage == s1.storage and s1.dtype == "int64" and s1.shape == [4]
     act = rows_of_list(rows, "activation.activation_in")
@@ -167,9 +189,19 @@ def test_fused_offsets_are_from_blob_views_each_its_own_storage() -> None:
     # bulk_allocate hands out from_blob views: the H200's real splits_to_offsets_multi gave four
     # storages of exactly 16, 40, 40 and 40 B for G=4 (reports/emulated/standin-diff.json)
     case = estimate(make_spec("nvfp4", 4096, 1024, 512, 4))
-    meta = [r for r in case.rows if r.operand in (
-        "fc1.base_split_offsets", "fc1.split_points", "fc1.input_offsets", "fc1.output_offsets",
-        "fc2.input_offsets", "fc2.output_offsets")]
+    meta = [
+        r
+        for r in case.rows
+        if r.operand
+        in (
+            "fc1.base_split_offsets",
+            "fc1.split_points",
+            "fc1.input_offsets",
+            "fc1.output_offsets",
+            "fc2.input_offsets",
+            "fc2.output_offsets",
+        )
+    ]
     assert len(meta) == 6 and len({r.storage for r in meta}) == 6
     assert all(r.storage_offset == 0 and r.storage_bytes == r.bytes for r in meta)
     sp = [r for r in meta if r.operand == "fc1.split_points"][0]
@@ -179,7 +211,11 @@ def test_fused_offsets_are_from_blob_views_each_its_own_storage() -> None:
 @pytest.mark.parametrize("recipe", ["fp8-block", "mxfp8", "nvfp4"])
 def test_split_quantize_bulk_views(recipe: str) -> None:
     splits = [256, 0, 512, 256]
-    case = estimate(make_spec(recipe, 1024, 256, 128, 4, splits), path="unfused-split", arch="sm100" if recipe != "fp8-block" else "sm90")
+    case = estimate(
+        make_spec(recipe, 1024, 256, 128, 4, splits),
+        path="unfused-split",
+        arch="sm100" if recipe != "fp8-block" else "sm90",
+    )
     xs = [r for r in case.rows if r.operand == "fc1.input"]
     # every bulk view is a from_blob Storage of its own, exactly its bytes (no alignment slack visible)
     assert len({r.storage for r in xs}) == len(xs)
@@ -209,7 +245,10 @@ def test_padding_breakdown_for_mxfp8_scales() -> None:
 # ---- variants, totals and the fast path ---------------------------------------------------------
 GRID = [
     (r, p, a, g, t, h, f)
-    for r in RECIPES for p in PATHS for a in ARCHS for g in (1, 3, 8, 64)
+    for r in RECIPES
+    for p in PATHS
+    for a in ARCHS
+    for g in (1, 3, 8, 64)
     for (t, h, f) in ((16384, 1024, 512), (8192, 3072, 1536))
 ]
 
@@ -236,7 +275,10 @@ def test_fast_totals_equal_row_totals(variant: str) -> None:
         ft = estimate_totals(c, variant)
         t = compute_totals(case.rows)
         assert (t.logical_bytes, t.physical_bytes, t.parameter_bytes) == (
-            ft.logical_bytes, ft.physical_bytes, ft.parameter_bytes), (c, variant)
+            ft.logical_bytes,
+            ft.physical_bytes,
+            ft.parameter_bytes,
+        ), (c, variant)
         assert bytes_by_kind(case) == ft.by_kind, (c, variant)
         assert case.totals == t
 
@@ -257,7 +299,10 @@ def test_fast_totals_equal_row_totals_with_explicit_uneven_splits() -> None:
             for variant in VARIANTS:
                 case, ft = estimate_config(c, variant), estimate_totals(c, variant)
                 assert (case.totals.logical_bytes, case.totals.physical_bytes, bytes_by_kind(case)) == (
-                    ft.logical_bytes, ft.physical_bytes, ft.by_kind), (c, variant)
+                    ft.logical_bytes,
+                    ft.physical_bytes,
+                    ft.by_kind,
+                ), (c, variant)
                 checked += 1
     assert checked > 100
 
@@ -293,10 +338,20 @@ def test_dense_single_group_saves_a_whole_grouped_tensor() -> None:
     dense = estimate(make_spec("nvfp4", 1024, 256, 128, 1))
     cont = [r for r in dense.rows if r.kind == "container"]
     assert [(r.operand, r.container, r.bytes, r.storage) for r in cont] == [
-        ("fc1.input", "GroupedTensor", 0, None), ("fc2.input", "GroupedTensor", 0, None)]
+        ("fc1.input", "GroupedTensor", 0, None),
+        ("fc2.input", "GroupedTensor", 0, None),
+    ]
     inner = [r for r in dense.rows if r.container_index == cont[0].index]
-    assert [r.slot for r in inner] == ["rowwise_data", "columnwise_data", "scale_inv", "columnwise_scale_inv",
-                                      "amax", "columnwise_amax", "first_dims", "tensor_offsets"]
+    assert [r.slot for r in inner] == [
+        "rowwise_data",
+        "columnwise_data",
+        "scale_inv",
+        "columnwise_scale_inv",
+        "amax",
+        "columnwise_amax",
+        "first_dims",
+        "tensor_offsets",
+    ]
     raw = estimate(make_spec("nvfp4", 1024, 256, 128, 1), dense_single_group=False)
     assert not [r for r in raw.rows if r.kind == "container"]
     assert raw.totals.saved_bytes == dense.totals.saved_bytes  # same buffers, other wrapping

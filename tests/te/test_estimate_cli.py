@@ -79,7 +79,10 @@ def test_compare_works_on_two_variants(runner, app, tmp_path) -> None:
         (["--recipe", "mxfp8", "--tokens", "1024", "--hidden", "3072", "--arch", "sm90"], "--arch"),
         (["--recipe", "bf16", "--tokens", "1:64:x1", "--hidden", "64"], "--tokens"),
         (["--recipe", "bf16", "--tokens", "1024,2048", "--hidden", "64", "--splits", "512,512"], "--splits"),
-        (["--recipe", "bf16", "--tokens", "1024", "--hidden", "64", "--groups", "2", "--splits", "1000,24"], "--splits"),
+        (
+            ["--recipe", "bf16", "--tokens", "1024", "--hidden", "64", "--groups", "2", "--splits", "1000,24"],
+            "--splits",
+        ),
         (["--recipe", "nvfp4", "--tokens", "100:120:+10", "--hidden", "3072"], "--tokens"),
     ],
 )
@@ -93,8 +96,18 @@ def test_bad_input_exits_2_naming_the_flag(runner, app, tmp_path, args, flag) ->
 
 def test_plot_without_matplotlib_is_a_clear_usage_error(runner, app, tmp_path, monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
-    res = invoke(runner, app, "--recipe", "all", "--tokens", "1024:4096:x2", "--hidden", "1024", "--plot",
-                 str(tmp_path / "p.svg"))
+    res = invoke(
+        runner,
+        app,
+        "--recipe",
+        "all",
+        "--tokens",
+        "1024:4096:x2",
+        "--hidden",
+        "1024",
+        "--plot",
+        str(tmp_path / "p.svg"),
+    )
     assert res.exit_code == 2
     assert "--plot" in res.stderr and "torch-memaudit[plot]" in res.stderr
     assert not (tmp_path / "p.svg").exists()
@@ -102,16 +115,48 @@ def test_plot_without_matplotlib_is_a_clear_usage_error(runner, app, tmp_path, m
 
 def test_plot_with_matplotlib(runner, app, tmp_path) -> None:
     pytest.importorskip("matplotlib")
-    res = invoke(runner, app, "--recipe", "all", "--tokens", "1024:131072:x2", "--groups", "1,8,64", "--hidden",
-                 "3072", "--ffn", "1536", "--plot", str(tmp_path / "saved.svg"), "--quiet")
+    res = invoke(
+        runner,
+        app,
+        "--recipe",
+        "all",
+        "--tokens",
+        "1024:131072:x2",
+        "--groups",
+        "1,8,64",
+        "--hidden",
+        "3072",
+        "--ffn",
+        "1536",
+        "--plot",
+        str(tmp_path / "saved.svg"),
+        "--quiet",
+    )
     assert res.exit_code == 0, res.stderr
     assert (tmp_path / "saved.svg").read_text().lstrip().startswith("<?xml")
 
 
 def test_sweep_prints_one_line_per_point_and_skips_invalid_ones(runner, app, tmp_path) -> None:
-    res = invoke(runner, app, "--recipe", "bf16,nvfp4", "--tokens", "1024:4096:x2", "--groups", "1,64",
-                 "--hidden", "1024", "--ffn", "512", "--diff", "ideal", "--json", str(tmp_path / "s.json"),
-                 "--markdown", str(tmp_path / "s.md"))
+    res = invoke(
+        runner,
+        app,
+        "--recipe",
+        "bf16,nvfp4",
+        "--tokens",
+        "1024:4096:x2",
+        "--groups",
+        "1,64",
+        "--hidden",
+        "1024",
+        "--ffn",
+        "512",
+        "--diff",
+        "ideal",
+        "--json",
+        str(tmp_path / "s.json"),
+        "--markdown",
+        str(tmp_path / "s.md"),
+    )
     assert res.exit_code == 0, res.stderr
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith(("bf16", "nvfp4"))]
     assert len(lines) == 2 * 3 * 2
@@ -135,8 +180,22 @@ def test_single_config_markdown_has_the_diff(runner, app, tmp_path) -> None:
 
 
 def test_split_path_default_for_fp8(runner, app, tmp_path) -> None:
-    res = invoke(runner, app, "--recipe", "fp8-current", "--tokens", "1024", "--hidden", "256", "--ffn", "128",
-                 "--groups", "4", "--json", str(tmp_path / "f.json"))
+    res = invoke(
+        runner,
+        app,
+        "--recipe",
+        "fp8-current",
+        "--tokens",
+        "1024",
+        "--hidden",
+        "256",
+        "--ffn",
+        "128",
+        "--groups",
+        "4",
+        "--json",
+        str(tmp_path / "f.json"),
+    )
     assert res.exit_code == 0, res.stderr
     case = load_report(tmp_path / "f.json").cases[0]
     assert case.path["name"] == "unfused-split" and case.path["fused"] is False and case.options["arch"] == "sm90"

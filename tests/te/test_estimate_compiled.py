@@ -46,9 +46,12 @@ def sample(n: int, seed: int) -> list[Config]:
         align = ALIGNMENT[recipe]
         tokens = align * rng.choice((1, 2, 3, 7, 8, 33, 64, 129, 1000))
         kw: dict[str, Any] = {
-            "path": rng.choice((None, *PATHS)), "arch": rng.choice((None, "sm90", "sm100")),
-            "dtype": rng.choice(("bf16", "fp32")), "dense_single_group": rng.random() < 0.7,
-            "probs_dtype": rng.choice(("float32", "bfloat16")), "split_sizes_dtype": rng.choice(("int64", "int32")),
+            "path": rng.choice((None, *PATHS)),
+            "arch": rng.choice((None, "sm90", "sm100")),
+            "dtype": rng.choice(("bf16", "fp32")),
+            "dense_single_group": rng.random() < 0.7,
+            "probs_dtype": rng.choice(("float32", "bfloat16")),
+            "split_sizes_dtype": rng.choice(("int64", "int32")),
         }
         if groups > 1 and rng.random() < 0.5:
             units = tokens // align
@@ -69,7 +72,9 @@ def same_case(a: Any, b: Any) -> None:
     assert [list(vars(r)) for r in a.rows] == [[f.name for f in dataclasses.fields(r)] for r in a.rows]
     names = [f.name for f in dataclasses.fields(a.rows[0])] if a.rows else []
     assert [[getattr(r, n) for n in names] for r in a.rows] == [[getattr(r, n) for n in names] for r in b.rows]
-    assert [[type(getattr(r, n)) for n in names] for r in a.rows] == [[type(getattr(r, n)) for n in names] for r in b.rows]
+    assert [[type(getattr(r, n)) for n in names] for r in a.rows] == [
+        [type(getattr(r, n)) for n in names] for r in b.rows
+    ]
     assert [dataclasses.asdict(r) for r in a.rows] == [dataclasses.asdict(r) for r in b.rows]
     assert [dataclasses.replace(r) for r in a.rows] == b.rows and [repr(r) for r in a.rows] == [repr(r) for r in b.rows]
     for r in a.rows[:3]:  # copies and pickles of a compiled row are the row
@@ -91,8 +96,11 @@ def test_one_compiled_structure_serves_every_shape(always_compiled: Any) -> None
     first = resolve("nvfp4", 4096, 1024, 512, 4, path="unfused-grouped")
     fn = compiled_mod.compiled(first, "te-2.20")
     a = ALIGNMENT["nvfp4"]
-    for tokens, hidden, ffn, splits in ((8192, 3072, 1536, None), (a * 9, 48, 16, [0, a * 9, 0, 0]),
-                                        (a * 648, 3072, 1536, [a * 645, a, a, a])):
+    for tokens, hidden, ffn, splits in (
+        (8192, 3072, 1536, None),
+        (a * 9, 48, 16, [0, a * 9, 0, 0]),
+        (a * 648, 3072, 1536, [a * 645, a, a, a]),
+    ):
         c = resolve("nvfp4", tokens, hidden, ffn, 4, path="unfused-grouped", splits=splits)
         assert compiled_mod.compiled(c, "te-2.20") is fn
         same_case(estimate_config(c), estimate_config_direct(c))
@@ -122,7 +130,9 @@ def test_structures_are_compiled_after_a_few_uses() -> None:
         compiled_mod.clear()
 
 
-def test_a_model_that_reads_a_value_keeps_the_direct_path(always_compiled: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_model_that_reads_a_value_keeps_the_direct_path(
+    always_compiled: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Tracing stops where the model branches on a dimension; the case is still right."""
     from memaudit.te.estimate.model import Model
 
@@ -159,17 +169,37 @@ def test_large_structures_stay_direct(always_compiled: Any, monkeypatch: pytest.
 
 def test_estimate_and_make_spec_take_the_fast_constructors_faithfully() -> None:
     spec = make_spec("nvfp4", 8192, 3072, 1536, 4, None, probs_dtype="bfloat16")
-    made = CaseSpec.make(get_target("te-grouped-mlp"), "nvfp4", 4, tokens=8192, hidden=3072, ffn=1536, options={"probs_dtype": "bfloat16"})
+    made = CaseSpec.make(
+        get_target("te-grouped-mlp"),
+        "nvfp4",
+        4,
+        tokens=8192,
+        hidden=3072,
+        ffn=1536,
+        options={"probs_dtype": "bfloat16"},
+    )
     # the fast constructors carry no target object (the estimator is below the TE target); the
     # registry finds it by name, and everything else is what CaseSpec.make gives
-    assert spec == made and spec.options == made.options and {**vars(spec), "owner": None} == {**vars(made), "owner": None}
+    assert (
+        spec == made and spec.options == made.options and {**vars(spec), "owner": None} == {**vars(made), "owner": None}
+    )
     assert spec.owner is None and type(owner_of(spec)) is type(made.owner)
     c = resolve("nvfp4", 8192, 3072, 1536, 4)
     normal = Config(**{f.name: getattr(c, f.name) for f in dataclasses.fields(Config)})
     assert c == normal and hash(c) == hash(normal) and vars(c) == vars(normal) and repr(c) == repr(normal)
     case = estimate(spec)
-    expect = CaseSpec.make(get_target("te-grouped-mlp"), "nvfp4", 4, tokens=8192, hidden=3072, ffn=1536, dtype="bf16",
-                           device="cuda:0", options=case.spec.options, splits=tuple(c.splits))
+    expect = CaseSpec.make(
+        get_target("te-grouped-mlp"),
+        "nvfp4",
+        4,
+        tokens=8192,
+        hidden=3072,
+        ffn=1536,
+        dtype="bf16",
+        device="cuda:0",
+        options=case.spec.options,
+        splits=tuple(c.splits),
+    )
     assert {**vars(case.spec), "owner": None} == {**vars(expect), "owner": None}
 
 
@@ -234,8 +264,11 @@ def test_a_token_sweep_makes_the_weights_rows_once(always_compiled: Any) -> None
         same_case(cases[-1], estimate_config_direct(c))
     a, b, c_, d = cases
     weights = [i for i, r in enumerate(a.rows) if ".weight[" in (r.operand or "") and r.kind == "data"]
-    per_call = [i for i, r in enumerate(a.rows)
-                if r.kind in ("data", "tensor") and ((r.operand or "").endswith(".input") or r.operand.startswith("activation"))]
+    per_call = [
+        i
+        for i, r in enumerate(a.rows)
+        if r.kind in ("data", "tensor") and ((r.operand or "").endswith(".input") or r.operand.startswith("activation"))
+    ]
     assert len(weights) == 16 and per_call
     assert all(a.rows[i] is b.rows[i] is c_.rows[i] for i in weights)
     assert not any(a.rows[i] is d.rows[i] for i in weights)

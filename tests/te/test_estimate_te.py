@@ -106,7 +106,12 @@ def test_scale_shape_matches_te(cpu_shims, recipe: str, block_dim: int) -> None:
         for k in DIMS:
             for col in (False, True):
                 assert tuple(q.get_scale_shape((m, k), col)) == scale_shape(recipe, m, k, col, block_dim=block_dim), (
-                    recipe, block_dim, m, k, col)
+                    recipe,
+                    block_dim,
+                    m,
+                    k,
+                    col,
+                )
                 checked += 1
     assert checked == 2 * len(DIMS) ** 2
 
@@ -120,8 +125,9 @@ def test_block_fp8_scale_shapes_match_te_where_a_dim_is_not_a_multiple_of_128(cp
     for m in dims:
         for k in dims:
             for col in (False, True):
-                assert tuple(q.get_scale_shape((m, k), col)) == scale_shape("fp8-block", m, k, col, block_dim=block_dim), (
-                    block_dim, m, k, col)
+                assert tuple(q.get_scale_shape((m, k), col)) == scale_shape(
+                    "fp8-block", m, k, col, block_dim=block_dim
+                ), (block_dim, m, k, col)
 
 
 # ---- make_empty / prepare_for_saving / update_usage ----------------------------------------------
@@ -138,12 +144,14 @@ def _sample_shapes(mult: int, n: int, seed: int) -> list[tuple[int, int]]:
     [("mxfp8", 1, 32), ("nvfp4", 1, 16), ("fp8-block", 1, 16), ("fp8-block", 2, 16)],
 )
 @pytest.mark.parametrize("usage", [(True, True), (True, False), (False, True)])
-def test_make_empty_matches_single_buffers(cpu_shims, recipe: str, block_dim: int, mult: int,
-                                           usage: tuple[bool, bool]) -> None:
+def test_make_empty_matches_single_buffers(
+    cpu_shims, recipe: str, block_dim: int, mult: int, usage: tuple[bool, bool]
+) -> None:
     rowwise, columnwise = usage
     for m, k in _sample_shapes(mult, 12, seed=hash((recipe, block_dim, usage)) & 0xFFFF):
         x = _quantizer(recipe, rowwise=rowwise, columnwise=columnwise, block_dim=block_dim).make_empty(
-            (m, k), dtype=torch.bfloat16, device="cpu")
+            (m, k), dtype=torch.bfloat16, device="cpu"
+        )
         assert type(x).__name__ == SINGLE_CONTAINER[recipe]
         saved, _ = x.prepare_for_saving()
         order = SLOTS[type(x).__name__]
@@ -174,10 +182,17 @@ def test_fp8_per_tensor_specs_match_te(cpu_shims, arch: str) -> None:
 
 def _fp8_storage(m: int, k: int, arch: str) -> Float8TensorStorage:
     """A Float8TensorStorage with the buffers the C++ quantizer allocates for both usages."""
-    bufs = {slot: torch.empty(shape, dtype=getattr(torch, dtype))
-            for slot, shape, dtype in single_buffers("fp8-current", m, k, arch=arch)}
-    return Float8TensorStorage(data=bufs.get("_data"), fp8_scale_inv=bufs["_scale_inv"], fp8_dtype=E4M3,
-                               data_transpose=bufs.get("_transpose"), fake_dtype=torch.bfloat16)
+    bufs = {
+        slot: torch.empty(shape, dtype=getattr(torch, dtype))
+        for slot, shape, dtype in single_buffers("fp8-current", m, k, arch=arch)
+    }
+    return Float8TensorStorage(
+        data=bufs.get("_data"),
+        fp8_scale_inv=bufs["_scale_inv"],
+        fp8_dtype=E4M3,
+        data_transpose=bufs.get("_transpose"),
+        fake_dtype=torch.bfloat16,
+    )
 
 
 SPLITS = {1: [1024], 4: [256, 0, 512, 256], 8: [128, 0, 256, 128, 384, 0, 64, 64]}
@@ -222,39 +237,55 @@ def _group_splits(groups: int, total_units: int, unit: int, rng: random.Random) 
 
 def _te_grouped(groups: int, shapes: list[tuple[int, int]], q) -> dict[str, tuple[int, str, int]]:
     """``{slot: (numel, dtype, nbytes)}`` of TE's grouped allocation for ``shapes``, None slots left out."""
-    gt = GroupedTensorStorage.make_grouped_tensor_with_shapes(groups, shapes, quantizer=q, device="cpu",
-                                                              dtype=torch.bfloat16)
+    gt = GroupedTensorStorage.make_grouped_tensor_with_shapes(
+        groups, shapes, quantizer=q, device="cpu", dtype=torch.bfloat16
+    )
     saved, _ = gt.prepare_for_saving()
-    return {slot: (t.numel(), str(t.dtype).removeprefix("torch."), t.numel() * t.element_size())
-            for slot, t in zip(SLOTS["GroupedTensorStorage"], saved, strict=True) if t is not None}
+    return {
+        slot: (t.numel(), str(t.dtype).removeprefix("torch."), t.numel() * t.element_size())
+        for slot, t in zip(SLOTS["GroupedTensorStorage"], saved, strict=True)
+        if t is not None
+    }
 
 
 @pytest.mark.parametrize("recipe,block_dim", [("mxfp8", 1), ("nvfp4", 1), ("fp8-block", 1)])
 @pytest.mark.parametrize("groups", [1, 4, 8, 64])
-def test_cpp_totals_rule_equals_te_where_splits_are_128_aligned(cpu_shims, recipe: str, block_dim: int,
-                                                                groups: int) -> None:
+def test_cpp_totals_rule_equals_te_where_splits_are_128_aligned(
+    cpu_shims, recipe: str, block_dim: int, groups: int
+) -> None:
     """TE sizes group_quantize scales from totals (C++, not runnable on CPU); its comment says that
     equals the per-group sum when splits are multiples of 128. Check that against TE's Python sum."""
     rng = random.Random(groups)
     for k in (128, 1536, 3072):
         splits = _group_splits(groups, 4 * groups + 3, 128, rng)
-        got = {slot: v[:2] for slot, v in _te_grouped(groups, [(m, k) for m in splits],
-                                                       _quantizer(recipe, block_dim=block_dim)).items()}
+        got = {
+            slot: v[:2]
+            for slot, v in _te_grouped(
+                groups, [(m, k) for m in splits], _quantizer(recipe, block_dim=block_dim)
+            ).items()
+        }
         got.pop("first_dims", None)
         got.pop("tensor_offsets", None)
         assert got == grouped_buffers_cpp(recipe, sum(splits), k, groups, block_dim=block_dim)
 
 
 GROUPED_INPUT_CASES = [("fused", r, "sm100", v) for r in ("mxfp8", "nvfp4") for v in ("te-2.20", "pr3545")]
-GROUPED_INPUT_CASES += [("unfused-grouped", r, a, "te-2.20") for r, a in (
-    ("bf16", "sm90"), ("fp8-current", "sm90"), ("fp8-current", "sm100"), ("fp8-block", "sm90"),
-    ("mxfp8", "sm100"), ("nvfp4", "sm100"))]
+GROUPED_INPUT_CASES += [
+    ("unfused-grouped", r, a, "te-2.20")
+    for r, a in (
+        ("bf16", "sm90"),
+        ("fp8-current", "sm90"),
+        ("fp8-current", "sm100"),
+        ("fp8-block", "sm90"),
+        ("mxfp8", "sm100"),
+        ("nvfp4", "sm100"),
+    )
+]
 
 
 @pytest.mark.parametrize("path,recipe,arch,variant", GROUPED_INPUT_CASES)
 @pytest.mark.parametrize("groups", [4, 8, 64])
-def test_grouped_input_rows_match_te(cpu_shims, path: str, recipe: str, arch: str, variant: str,
-                                     groups: int) -> None:
+def test_grouped_input_rows_match_te(cpu_shims, path: str, recipe: str, arch: str, variant: str, groups: int) -> None:
     """FC1 input rows (GroupedTensorStorage slots) = TE's grouped allocation, minus the rowwise prune.
 
     The unfused-grouped path prunes the rowwise copy whenever a columnwise one exists; the fused path
@@ -284,9 +315,14 @@ def test_fused_dense_single_group_rows_match_te(cpu_shims, recipe: str, tokens: 
     x = _quantizer(recipe).make_empty((tokens, hidden), dtype=torch.bfloat16, device="cpu")
     saved, _ = x.prepare_for_saving()
     names = dict(zip(SLOTS[SINGLE_CONTAINER[recipe]], saved, strict=True))
-    mapping = {"_rowwise_data": "rowwise_data", "_columnwise_data": "columnwise_data",
-               "_rowwise_scale_inv": "scale_inv", "_columnwise_scale_inv": "columnwise_scale_inv",
-               "_amax_rowwise": "amax", "_amax_columnwise": "columnwise_amax"}
+    mapping = {
+        "_rowwise_data": "rowwise_data",
+        "_columnwise_data": "columnwise_data",
+        "_rowwise_scale_inv": "scale_inv",
+        "_columnwise_scale_inv": "columnwise_scale_inv",
+        "_amax_rowwise": "amax",
+        "_amax_columnwise": "columnwise_amax",
+    }
     want = {mapping[s]: t.numel() * t.element_size() for s, t in names.items() if t is not None}
     if recipe == "mxfp8":  # pruned in 2.20.2
         want.pop("rowwise_data")
@@ -304,11 +340,13 @@ def test_prepare_for_saving_slot_orders_match_te(cpu_shims) -> None:
     objs = {
         "Float8TensorStorage": _fp8_storage(32, 32, "sm90"),
         "MXFP8TensorStorage": _quantizer("mxfp8").make_empty((32, 32), dtype=torch.bfloat16, device="cpu"),
-        "Float8BlockwiseQTensorStorage": _quantizer("fp8-block").make_empty((32, 32), dtype=torch.bfloat16,
-                                                                            device="cpu"),
+        "Float8BlockwiseQTensorStorage": _quantizer("fp8-block").make_empty(
+            (32, 32), dtype=torch.bfloat16, device="cpu"
+        ),
         "NVFP4TensorStorage": _quantizer("nvfp4").make_empty((32, 32), dtype=torch.bfloat16, device="cpu"),
         "GroupedTensorStorage": GroupedTensorStorage.make_grouped_tensor_with_shapes(
-            2, [(32, 32), (64, 32)], quantizer=_quantizer("nvfp4"), device="cpu", dtype=torch.bfloat16),
+            2, [(32, 32), (64, 32)], quantizer=_quantizer("nvfp4"), device="cpu", dtype=torch.bfloat16
+        ),
     }
     for cls, obj in objs.items():
         assert type(obj).__name__ == cls

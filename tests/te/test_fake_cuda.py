@@ -78,7 +78,9 @@ def test_every_committed_h200_emulated_case_comes_out_byte_for_byte(group: Any, 
 
 
 @pytest.mark.parametrize("name", sorted(MEASURED))
-def test_sm90_all_standin_cases_equal_the_h200_real_kernels_row_for_row(name: str, replays: dict[str, list[Any]]) -> None:
+def test_sm90_all_standin_cases_equal_the_h200_real_kernels_row_for_row(
+    name: str, replays: dict[str, list[Any]]
+) -> None:
     """The only real-kernel ground truth: every kernel a stand-in on an emulated sm90, on fake CUDA,
     against the H200 running the real kernels: every row in order, byte for byte in its JSON
     (operand, kind, orientation, shape, dtype, bytes, storage and offset, op, slot, ...), the
@@ -94,8 +96,12 @@ def test_sm90_all_standin_cases_equal_the_h200_real_kernels_row_for_row(name: st
 
 # ---- the layer itself --------------------------------------------------------------------------
 def test_torch_cuda_answers_are_the_emulated_machines_and_are_put_back() -> None:
-    before = (torch.cuda.current_device, torch.cuda.get_device_properties, torch.cuda.current_stream,
-              torch.cuda.is_current_stream_capturing)
+    before = (
+        torch.cuda.current_device,
+        torch.cuda.get_device_properties,
+        torch.cuda.current_stream,
+        torch.cuda.is_current_stream_capturing,
+    )
     with fakecuda.fake_cuda("sm100") as mode:
         assert fakecuda.active() is mode and host.cuda_here() and host.name() == fakecuda.HOST_NAME
         assert torch.cuda.get_device_capability() == (10, 0) and torch.cuda.current_device() == 0
@@ -104,8 +110,12 @@ def test_torch_cuda_answers_are_the_emulated_machines_and_are_put_back() -> None
         assert x.is_cuda and type(x).__name__ == "FakeTensor" and x.untyped_storage().nbytes() == 128
         assert torch.Tensor().cuda().is_cuda  # cpp_extensions/gemm.py:408
     assert fakecuda.active() is None and not host.cuda_here()
-    assert (torch.cuda.current_device, torch.cuda.get_device_properties, torch.cuda.current_stream,
-            torch.cuda.is_current_stream_capturing) == before
+    assert (
+        torch.cuda.current_device,
+        torch.cuda.get_device_properties,
+        torch.cuda.current_stream,
+        torch.cuda.is_current_stream_capturing,
+    ) == before
     assert "data_ptr" not in vars(type(x))
 
 
@@ -151,7 +161,11 @@ def test_a_value_read_beyond_the_known_sites_is_an_error_cell_naming_it(monkeypa
     case = run_case(*_emulated("bf16", 4))
     assert case.status == "error" and case.execution == "emulated"
     assert "UnknownValueRead: a tensor's value was read at" in (case.reason or "")
-    assert "test_fake_cuda.py" in case.reason and "reads_a_value" in case.reason and "grouped_linear.py:1222" in case.reason
+    assert (
+        "test_fake_cuda.py" in case.reason
+        and "reads_a_value" in case.reason
+        and "grouped_linear.py:1222" in case.reason
+    )
 
 
 def test_te_reads_the_split_sizes_where_memaudit_knows_them() -> None:
@@ -228,9 +242,16 @@ def test_the_fused_layout_names_the_pr3545_buffers(monkeypatch: pytest.MonkeyPat
     assert case.status == "ok" and case.fused, case.reason
     ops = {r.op for r in case.rows}
     assert ops == {"_OperationFuserAutogradFunctionBackward"}  # one save, through TE's OperationFuser node
-    named = {(r.operand, r.kind, r.orientation): r.bytes for r in case.rows if r.orientation == "rowwise" and r.kind != "amax"}
+    named = {
+        (r.operand, r.kind, r.orientation): r.bytes
+        for r in case.rows
+        if r.orientation == "rowwise" and r.kind != "amax"
+    }
     t, h, f = SMALL["tokens"], SMALL["hidden"], SMALL["ffn"]
-    assert named[("fc1.input", "data", "rowwise")] == t * h // 2 and named[("fc1.input", "scale_inv", "rowwise")] == t * h // 16
+    assert (
+        named[("fc1.input", "data", "rowwise")] == t * h // 2
+        and named[("fc1.input", "scale_inv", "rowwise")] == t * h // 16
+    )
     assert named[("fc2.input", "data", "rowwise")] == t * f // 2
     assert [r.operand for r in case.rows if r.operand and r.operand.startswith("fc2.weight")][-1] == "fc2.weight[7]"
     est = estimate(case.spec, path="fused", arch="sm100")
@@ -292,9 +313,15 @@ def test_te_cpu_offload_rows_reside_on_the_host(monkeypatch: pytest.MonkeyPatch)
             outs, n_cap, bytes_cap = two_layers(built, cap)
         rep = cap.report(outputs=outs)
         host_rows = [r for r in rep.rows if r.resides == "host"]
-        return {"bare": [n_bare, bytes_bare], "capture": [n_cap, bytes_cap], "host_rows": len(host_rows),
-                "host_row_bytes": sum(r.bytes for r in host_rows), "host_bytes": rep.totals.host_bytes,
-                "storages": [r.storage for r in host_rows], "operands": [r.operand for r in host_rows]}
+        return {
+            "bare": [n_bare, bytes_bare],
+            "capture": [n_cap, bytes_cap],
+            "host_rows": len(host_rows),
+            "host_row_bytes": sum(r.bytes for r in host_rows),
+            "host_bytes": rep.totals.host_bytes,
+            "storages": [r.storage for r in host_rows],
+            "operands": [r.operand for r in host_rows],
+        }
 
     got = host.call_in_child("sm100", offloaded)
     n, nbytes = got["bare"]
@@ -305,7 +332,7 @@ def test_te_cpu_offload_rows_reside_on_the_host(monkeypatch: pytest.MonkeyPatch)
 
 
 # ---- the pytest plugin --------------------------------------------------------------------------
-TE_TEST = '''
+TE_TEST = """
 import pytest
 import torch
 import transformer_engine.pytorch as te
@@ -344,7 +371,7 @@ def test_pr3545_buffers_are_forbidden(saved_tensors):
                                                   "known_failure": {"te": "<2.21", "reason": "PR #3545"}}])
 def test_known_failure(saved_tensors):
     forward()
-'''
+"""
 
 
 def test_the_pytest_plugin_emulates_a_tests_te_forward_with_no_gpu(pytester: pytest.Pytester) -> None:
@@ -382,7 +409,9 @@ def _with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize("groups", [1, 4, 8])
-def test_nvfp4_single_grouped_weight_fails_at_the_suspected_te_bug(groups: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nvfp4_single_grouped_weight_fails_at_the_suspected_te_bug(
+    groups: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With NVTE_GROUPED_LINEAR_SINGLE_PARAM=1 TE keeps one grouped weight, and the fused NVFP4
     forward fails at every group count where the weight scales are viewed (grouped_mlp.py:1626);
     MXFP8, whose packed and unpacked K are the same, runs."""
@@ -391,8 +420,9 @@ def test_nvfp4_single_grouped_weight_fails_at_the_suspected_te_bug(groups: int, 
     assert case.status == "error" and case.execution == "emulated"
     # FC1 weight (2F, H) = (256, 128): TE allocates 256 x ru(128 / 16, 4) scales per group and the
     # view asks for ceil(256 / 128) x ceil(128 / 32) x 512, twice that (with the packed K: 128 / 2 / 32)
-    assert (case.reason or "").startswith(f"RuntimeError: shape '[{groups}, 2, 4, 32, 4, 4]' is invalid for input of size "
-                                          f"{groups * 256 * 8} (")
+    assert (case.reason or "").startswith(
+        f"RuntimeError: shape '[{groups}, 2, 4, 32, 4, 4]' is invalid for input of size {groups * 256 * 8} ("
+    )
     assert "(suspected TE bug: NVFP4 FC1 weight scales viewed with the unpacked K" in case.reason
     assert "docs/investigations/te-nvfp4-weight-scale-view.md" in case.reason
     mxfp8 = run_case(*_emulated("mxfp8", groups, fused=True, single_grouped_weight=True))

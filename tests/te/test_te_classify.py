@@ -136,7 +136,11 @@ def test_float8_storage_hopper_layout_keeps_positions() -> None:
     """Hopper drops ``_data``: the hook sees ``_transpose`` + ``_scale_inv`` at positions 1 and 2."""
     M, K = 32, 48
     obj = Float8TensorStorage(
-        data=None, fp8_scale_inv=torch.empty(1), fp8_dtype=E4M3, fake_dtype=torch.bfloat16, data_transpose=torch.empty(K, M, dtype=U8)
+        data=None,
+        fp8_scale_inv=torch.empty(1),
+        fp8_dtype=E4M3,
+        fake_dtype=torch.bfloat16,
+        data_transpose=torch.empty(K, M, dtype=U8),
     )
     plain = torch.randn(4, 4)
     rows, _, _ = save_like_fuser([plain, obj])
@@ -162,7 +166,17 @@ def test_mxfp8_storage_from_quantizer(shape: tuple[int, ...]) -> None:
         (pos(0), "_rowwise_data", C, "data", "rowwise", "mxfp8", list(shape), "uint8", M * K),
         (pos(1), "_columnwise_data", C, "data", "columnwise", "mxfp8", list(shape), "uint8", M * K),
         (pos(2), "_rowwise_scale_inv", C, "scale_inv", "rowwise", "mxfp8", row_scale, "uint8", math.prod(row_scale)),
-        (pos(3), "_columnwise_scale_inv", C, "scale_inv", "columnwise", "mxfp8", col_scale, "uint8", math.prod(col_scale)),
+        (
+            pos(3),
+            "_columnwise_scale_inv",
+            C,
+            "scale_inv",
+            "columnwise",
+            "mxfp8",
+            col_scale,
+            "uint8",
+            math.prod(col_scale),
+        ),
     ]
 
 
@@ -183,8 +197,28 @@ def test_float8_blockwise_storage_from_quantizer(dim: int) -> None:
     assert [summary(r) for r in rows] == [
         (pos(0), "_rowwise_data", C, "data", "rowwise", "fp8-block", [M, K], "uint8", M * K),
         (pos(1), "_columnwise_data", C, "data", "columnwise", "fp8-block", [K, M], "uint8", K * M),
-        (pos(2), "_rowwise_scale_inv", C, "scale_inv", "rowwise", "fp8-block", row_scale, "float32", math.prod(row_scale) * F32),
-        (pos(3), "_columnwise_scale_inv", C, "scale_inv", "columnwise", "fp8-block", col_scale, "float32", math.prod(col_scale) * F32),
+        (
+            pos(2),
+            "_rowwise_scale_inv",
+            C,
+            "scale_inv",
+            "rowwise",
+            "fp8-block",
+            row_scale,
+            "float32",
+            math.prod(row_scale) * F32,
+        ),
+        (
+            pos(3),
+            "_columnwise_scale_inv",
+            C,
+            "scale_inv",
+            "columnwise",
+            "fp8-block",
+            col_scale,
+            "float32",
+            math.prod(col_scale) * F32,
+        ),
     ]
 
 
@@ -263,7 +297,9 @@ def offsets_of(shapes: list[tuple[int, int]]) -> list[int]:
 def test_grouped_mxfp8_storage() -> None:
     q = MXFP8Quantizer(E4M3)
     q.internal = True
-    obj = GroupedTensorStorage.make_grouped_tensor_with_shapes(G, SHAPES, quantizer=q, device="cpu", dtype=torch.bfloat16)
+    obj = GroupedTensorStorage.make_grouped_tensor_with_shapes(
+        G, SHAPES, quantizer=q, device="cpu", dtype=torch.bfloat16
+    )
     assert type(obj) is GroupedTensorStorage
     first_dims, offsets = obj.first_dims, obj.tensor_offsets
     row_scale = sum(roundup(m, 128) * roundup(k // 32, 4) for m, k in SHAPES)
@@ -288,7 +324,9 @@ def test_grouped_mxfp8_storage() -> None:
 
 def test_grouped_nvfp4_storage_rowwise_vs_columnwise(cuda_device_is_cpu: None) -> None:
     q = nvfp4_quantizer(internal=True)
-    obj = GroupedTensorStorage.make_grouped_tensor_with_shapes(G, SHAPES, quantizer=q, device="cpu", dtype=torch.bfloat16)
+    obj = GroupedTensorStorage.make_grouped_tensor_with_shapes(
+        G, SHAPES, quantizer=q, device="cpu", dtype=torch.bfloat16
+    )
     assert obj.rowwise_data.shape == obj.columnwise_data.shape == (T * K // 2,)
     assert obj.rowwise_data.dtype == obj.columnwise_data.dtype == U8
     row_scale = sum(roundup(m, 128) * roundup(cdiv(k, 16), 4) for m, k in SHAPES)
@@ -340,15 +378,30 @@ def test_grouped_fp8_current_scaling_shared_scale_tensor() -> None:
 
 
 def check_whole(
-    rows: list[Row], container: str, fmt: str, shape: list[int], inner: list[tuple[str, str, str | None, list[int], str, int]], *, op: str = OP
+    rows: list[Row],
+    container: str,
+    fmt: str,
+    shape: list[int],
+    inner: list[tuple[str, str, str | None, list[int], str, int]],
+    *,
+    op: str = OP,
 ) -> None:
     cont, *bufs = rows
     assert (cont.index, cont.op, cont.saved_as, cont.slot) == (0, op, pos(0), pos(0))
-    assert (cont.kind, cont.bytes, cont.container, cont.format, cont.shape, cont.dtype) == ("container", 0, container, fmt, shape, "bfloat16")
+    assert (cont.kind, cont.bytes, cont.container, cont.format, cont.shape, cont.dtype) == (
+        "container",
+        0,
+        container,
+        fmt,
+        shape,
+        "bfloat16",
+    )
     assert cont.storage is None and cont.container_index is None and cont.storage_bytes == 0
     got = [(r.slot, r.kind, r.orientation, r.shape, r.dtype, r.bytes) for r in bufs]
     assert got == inner
-    assert all(r.container == container and r.container_index == 0 and r.op == op and r.saved_as == pos(0) for r in bufs)
+    assert all(
+        r.container == container and r.container_index == 0 and r.op == op and r.saved_as == pos(0) for r in bufs
+    )
     assert all(r.format == (r.dtype if r.kind == "metadata" else fmt) for r in bufs)
 
 
@@ -426,7 +479,15 @@ def test_float8_tensor_saved_whole() -> None:
 def test_nvfp4_tensor_saved_whole() -> None:
     M = K = 128
     b = nvfp4_buffers(M, K)
-    t = NVFP4Tensor((M, K), torch.bfloat16, fp4_dtype=tex.DType.kFloat4E2M1, quantizer=None, with_gemm_swizzled_scales=False, device="cpu", **b)
+    t = NVFP4Tensor(
+        (M, K),
+        torch.bfloat16,
+        fp4_dtype=tex.DType.kFloat4E2M1,
+        quantizer=None,
+        with_gemm_swizzled_scales=False,
+        device="cpu",
+        **b,
+    )
     rows, _, _ = save_like_fuser([t])
     D, S = [M, K // 2], [roundup(M, 128), roundup(K // 16, 4)]
     check_whole(
@@ -481,7 +542,10 @@ def test_grouped_nvfp4_tensor_saved_whole(cuda_device_is_cpu: None) -> None:
         ("rowwise_data", "rowwise", [T * K // 2]),
         ("columnwise_data", "columnwise", [T * K // 2]),
     ]
-    assert [(r.slot, r.orientation) for r in bufs if r.kind == "amax"] == [("amax", "rowwise"), ("columnwise_amax", "columnwise")]
+    assert [(r.slot, r.orientation) for r in bufs if r.kind == "amax"] == [
+        ("amax", "rowwise"),
+        ("columnwise_amax", "columnwise"),
+    ]
     assert all(r.container_index == 0 for r in bufs)
 
 
@@ -551,7 +615,11 @@ def test_prepare_for_saving_is_wrapped_once_and_inert_outside_capture() -> None:
     # Outside a capture the wrapper only calls TE's method: nothing is noted.
     scale = torch.ones(1)
     obj = Float8TensorStorage(
-        data=torch.zeros(4, 4, dtype=torch.uint8), fp8_scale_inv=scale, fp8_dtype=E4M3, fake_dtype=torch.bfloat16, data_transpose=None
+        data=torch.zeros(4, 4, dtype=torch.uint8),
+        fp8_scale_inv=scale,
+        fp8_dtype=E4M3,
+        fake_dtype=torch.bfloat16,
+        data_transpose=None,
     )
     hooks.state().provenance.clear()
     tensors, _ = obj.prepare_for_saving()
@@ -580,16 +648,24 @@ def test_fuser_roles_name_decomposed_fp8_inputs() -> None:
 
     def fp8_t(m: int, k: int) -> Float8TensorStorage:
         return Float8TensorStorage(
-            data=None, fp8_scale_inv=torch.empty(1), fp8_dtype=E4M3, fake_dtype=torch.bfloat16, data_transpose=torch.empty(k, m, dtype=U8)
+            data=None,
+            fp8_scale_inv=torch.empty(1),
+            fp8_dtype=E4M3,
+            fake_dtype=torch.bfloat16,
+            data_transpose=torch.empty(k, m, dtype=U8),
         )
 
     split_sizes = torch.tensor(splits)
     h = torch.empty(sum(splits), 2 * ffn, dtype=torch.bfloat16)
     probs = torch.empty(sum(splits))
     ctxs = [OperationContext() for _ in ops]
-    ctxs[0].save_for_backward(split_sizes, None, None, None, None, *[fp8_t(m, hidden) for m in splits], *ops[0].parameters())
+    ctxs[0].save_for_backward(
+        split_sizes, None, None, None, None, *[fp8_t(m, hidden) for m in splits], *ops[0].parameters()
+    )
     ctxs[1].save_for_backward(h, probs)
-    ctxs[2].save_for_backward(split_sizes, None, None, None, None, *[fp8_t(m, ffn) for m in splits], *ops[2].parameters())
+    ctxs[2].save_for_backward(
+        split_sizes, None, None, None, None, *[fp8_t(m, ffn) for m in splits], *ops[2].parameters()
+    )
     to_save: list[Any] = []
     for ctx in ctxs:  # fuser.py:218-224
         start = len(to_save)
@@ -598,8 +674,16 @@ def test_fuser_roles_name_decomposed_fp8_inputs() -> None:
         ctx._saved_tensors_range = (start, len(to_save))
     rows, _, _ = save_like_fuser(to_save, basic_ops=ops, basic_op_ctxs=ctxs)
     got = [(r.slot, r.operand, r.group) for r in rows]
-    fc1 = [("_transpose", "fc1.input", g) if j == 0 else ("_scale_inv", "fc1.input", g) for g in range(groups) for j in range(2)]
-    fc2 = [("_transpose", "fc2.input", g) if j == 0 else ("_scale_inv", "fc2.input", g) for g in range(groups) for j in range(2)]
+    fc1 = [
+        ("_transpose", "fc1.input", g) if j == 0 else ("_scale_inv", "fc1.input", g)
+        for g in range(groups)
+        for j in range(2)
+    ]
+    fc2 = [
+        ("_transpose", "fc2.input", g) if j == 0 else ("_scale_inv", "fc2.input", g)
+        for g in range(groups)
+        for j in range(2)
+    ]
     assert got == [
         (pos(0), "fc1.split_sizes", None),
         *fc1,
@@ -612,4 +696,6 @@ def test_fuser_roles_name_decomposed_fp8_inputs() -> None:
         (pos(26), "fc2.weight[0]", 0),
         (pos(27), "fc2.weight[1]", 1),
     ]
-    assert [r.shape for r in rows if r.slot == "_transpose"] == [[hidden, m] for m in splits] + [[ffn, m] for m in splits]
+    assert [r.shape for r in rows if r.slot == "_transpose"] == [[hidden, m] for m in splits] + [
+        [ffn, m] for m in splits
+    ]

@@ -73,15 +73,20 @@ class DeclaredNovelStorage(QuantizedTensorStorage):
         return tensors[2:]
 
 
-DeclaredNovelStorage._INNER_TENSORS = (("_novel_payload", None), ("_rowwise_data", None))  # after the class: TE's base resets it
+DeclaredNovelStorage._INNER_TENSORS = (
+    ("_novel_payload", None),
+    ("_rowwise_data", None),
+)  # after the class: TE's base resets it
 
 
 def test_an_unknown_declared_buffer_is_warned_on_every_call() -> None:
     """The first call names by identity and finds the class positional; later calls take the queue:
     each capture still says which buffer it could not classify."""
     tec.forget_plans()
-    reports = [save_like_fuser([DeclaredNovelStorage(torch.empty(3, dtype=torch.float16), torch.empty(5, dtype=U8))])
-               for _ in range(3)]
+    reports = [
+        save_like_fuser([DeclaredNovelStorage(torch.empty(3, dtype=torch.float16), torch.empty(5, dtype=U8))])
+        for _ in range(3)
+    ]
     assert tec.named_by_position(DeclaredNovelStorage) is True
     for rows, warnings, _ in reports:
         assert [(r.slot, r.kind) for r in rows] == [("_novel_payload", "tensor"), ("_rowwise_data", "data")]
@@ -95,8 +100,15 @@ def test_one_tensor_returned_by_two_objects_is_named_for_each() -> None:
     for _ in range(2):  # the second round runs the positional queue for both classes
         shared = torch.empty(16, 8, dtype=U8)
         fp8 = Float8TensorStorage(data=shared, fp8_scale_inv=torch.empty(1), fp8_dtype=E4M3, fake_dtype=torch.bfloat16)
-        mx = MXFP8TensorStorage(rowwise_data=shared, rowwise_scale_inv=torch.empty(16, 4, dtype=U8), columnwise_data=None,
-                                columnwise_scale_inv=None, fp8_dtype=E4M3, quantizer=None, with_gemm_swizzled_scales=False)
+        mx = MXFP8TensorStorage(
+            rowwise_data=shared,
+            rowwise_scale_inv=torch.empty(16, 4, dtype=U8),
+            columnwise_data=None,
+            columnwise_scale_inv=None,
+            fp8_dtype=E4M3,
+            quantizer=None,
+            with_gemm_swizzled_scales=False,
+        )
         rows, _, _ = save_like_fuser([fp8, mx])
         named = [(r.container, r.slot) for r in rows if r.shape == [16, 8]]
         assert named == [("Float8TensorStorage", "_data"), ("MXFP8TensorStorage", "_rowwise_data")]
@@ -181,8 +193,17 @@ class _Fuser(SimpleNamespace):
 
 
 def _row(i: int, kind: str = "data", **kw: Any) -> Row:
-    return Row(index=i, kind=kind, format="mxfp8", shape=[1], dtype="uint8", bytes=0 if kind == "container" else 1,
-               op=kw.pop("op", "_Fuser"), saved_as=kw.pop("saved_as", f"saved_tensors[{i}]"), **kw)
+    return Row(
+        index=i,
+        kind=kind,
+        format="mxfp8",
+        shape=[1],
+        dtype="uint8",
+        bytes=0 if kind == "container" else 1,
+        op=kw.pop("op", "_Fuser"),
+        saved_as=kw.pop("saved_as", f"saved_tensors[{i}]"),
+        **kw,
+    )
 
 
 def test_annotate_names_a_containers_buffers_with_its_role() -> None:
@@ -190,8 +211,11 @@ def test_annotate_names_a_containers_buffers_with_its_role() -> None:
     every buffer row inside it take the role; rows of other nodes are left alone."""
     fc1 = GroupedLinear(num_groups=2, single_grouped_weight=True, _scale_bias=False)
     fc2 = GroupedLinear(num_groups=2, single_grouped_weight=True, _scale_bias=False)
-    ctxs = [SimpleNamespace(_saved_tensors_range=(0, 7), use_grouped_tensor_path=True),
-            SimpleNamespace(_saved_tensors_range=(7, 9)), SimpleNamespace(_saved_tensors_range=(9, 9))]
+    ctxs = [
+        SimpleNamespace(_saved_tensors_range=(0, 7), use_grouped_tensor_path=True),
+        SimpleNamespace(_saved_tensors_range=(7, 9)),
+        SimpleNamespace(_saved_tensors_range=(9, 9)),
+    ]
     node = _Fuser(basic_ops=[fc1, ScaledSwiGLU(), fc2], basic_op_ctxs=ctxs, tensor_objects=[None] * 9)
     rows = [_row(i) for i in range(5)]
     rows.append(_row(5, "container", saved_as="saved_tensors[5]"))
@@ -216,16 +240,27 @@ def test_unfused_roles_with_a_scale_bias_and_weights_per_group() -> None:
     fc1 = GroupedLinear(num_groups=2, single_grouped_weight=False, _scale_bias=True)
     ctx = SimpleNamespace(use_grouped_tensor_path=False)
     roles = [te_roles.unfused_role(fc1, ctx, "fc1", k) for k in range(10)]
-    assert roles[:5] == [("fc1.split_sizes", None), ("fc1.base_split_offsets", None), ("fc1.split_points", None),
-                         ("fc1.input_offsets", None), ("fc1.output_offsets", None)]
+    assert roles[:5] == [
+        ("fc1.split_sizes", None),
+        ("fc1.base_split_offsets", None),
+        ("fc1.split_points", None),
+        ("fc1.input_offsets", None),
+        ("fc1.output_offsets", None),
+    ]
     assert roles[5] == ("fc1.scales", None)
     assert roles[6:8] == [("fc1.input", 0), ("fc1.input", 1)]
     assert roles[8:10] == [("fc1.weight[0]", 0), ("fc1.weight[1]", 1)]
     grouped = SimpleNamespace(use_grouped_tensor_path=True)
     assert [te_roles.unfused_role(fc1, grouped, "fc1", k) for k in (6, 7, 8)] == [
-        ("fc1.input", None), ("fc1.weight[0]", 0), ("fc1.weight[1]", 1)]
+        ("fc1.input", None),
+        ("fc1.weight[0]", 0),
+        ("fc1.weight[1]", 1),
+    ]
     single = GroupedLinear(num_groups=2, single_grouped_weight=True, _scale_bias=False)
-    assert [te_roles.unfused_role(single, grouped, "fc2", k) for k in (5, 6)] == [("fc2.input", None), ("fc2.weight", None)]
+    assert [te_roles.unfused_role(single, grouped, "fc2", k) for k in (5, 6)] == [
+        ("fc2.input", None),
+        ("fc2.weight", None),
+    ]
     assert summary is not None
 
 

@@ -40,8 +40,13 @@ FUSED_ENV = "NVTE_CUTEDSL_FUSED_GROUPED_MLP"
 def _bindings() -> dict[tuple[str, str], int]:
     """Every binding of a tex function in every TE module, by identity."""
     ids = {id(f) for f in tex_functions().values()}
-    return {(name, attr): id(v) for name, m in list(sys.modules.items()) if m is not None and name.startswith("transformer_engine")
-            for attr, v in vars(m).items() if id(v) in ids}
+    return {
+        (name, attr): id(v)
+        for name, m in list(sys.modules.items())
+        if m is not None and name.startswith("transformer_engine")
+        for attr, v in vars(m).items()
+        if id(v) in ids
+    }
 
 
 # ---- the kernel table ---------------------------------------------------------------------------
@@ -77,7 +82,11 @@ def test_the_table_is_restored_when_the_block_raises_and_rejects_unknown_names()
 def test_emulation_registers_the_fused_op_and_puts_everything_back(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(FUSED_ENV, "1")
     fusions = list(OperationFuser.forward_backward_fusion_functions)
-    version_fn, capability_fn, before = gm._cudnn_frontend_version_at_least, torch.cuda.get_device_capability, _bindings()
+    version_fn, capability_fn, before = (
+        gm._cudnn_frontend_version_at_least,
+        torch.cuda.get_device_capability,
+        _bindings(),
+    )
     with emulation(Machine("sm100", 130600, "1.28.0"), {}, CUDNN_STANDINS) as log:
         assert gm.GroupedMLP_CuTeGEMMGLU.is_supported()  # TE's own check, on the emulated machine
         assert gm.fuse_glu_ops in OperationFuser.forward_backward_fusion_functions
@@ -157,7 +166,11 @@ def test_float8_delayed_follows_the_emulated_architecture() -> None:
     with emulation(Machine("sm100"), {}, {}):
         blackwell = _shapes(si.quantize(x, q))
     # as the H200's real kernel allocated (144 x 256 split, reports/emulated/standin-diff.json)
-    assert hopper == {"_data": ((144, 256), torch.uint8), "_transpose": ((256, 144), torch.uint8), "_scale_inv": ((1,), torch.float32)}
+    assert hopper == {
+        "_data": ((144, 256), torch.uint8),
+        "_transpose": ((256, 144), torch.uint8),
+        "_scale_inv": ((1,), torch.float32),
+    }
     # quantizer.cpp:363-384: non-TN architectures keep one _data buffer and no transpose
     assert blackwell == {"_data": ((144, 256), torch.uint8), "_scale_inv": ((1,), torch.float32)}
 
@@ -178,8 +191,12 @@ def test_current_scaling_group_quantize_shares_one_scale_inv() -> None:
 
 def test_offsets_are_computed_as_the_kernel_computes_them() -> None:
     sizes, (points, base, xin, xout) = si.splits_to_offsets_multi(
-        torch.tensor([3, 0, 5]), "cpu", strides=[1, 1, 16, 32], include_leading_zero=[False, True, True, True],
-        dtypes=[torch.int32, torch.int64, torch.int64, torch.int64])
+        torch.tensor([3, 0, 5]),
+        "cpu",
+        strides=[1, 1, 16, 32],
+        include_leading_zero=[False, True, True, True],
+        dtypes=[torch.int32, torch.int64, torch.int64, torch.int64],
+    )
     assert points.tolist() == [3, 3, 8] and points.dtype == torch.int32
     assert base.tolist() == [0, 3, 3, 8] and xin.tolist() == [0, 48, 48, 128] and xout.tolist() == [0, 96, 96, 256]
 
@@ -187,8 +204,14 @@ def test_offsets_are_computed_as_the_kernel_computes_them() -> None:
 def test_fc1_cudnn_stand_in_allocates_what_the_frontend_returns() -> None:
     m, n1, g = 256, 512, 2
     out = CUDNN_STANDINS["grouped_gemm_glu_wrapper_sm100"](
-        a_tensor=torch.empty(m, 128, 1, dtype=torch.float8_e4m3fn), sfa_tensor=torch.empty(8, dtype=torch.float8_e8m0fnu),
-        padded_offsets=torch.empty(g, dtype=torch.int32), n=n1, c_dtype=torch.bfloat16, d_dtype=torch.float8_e4m3fn, sf_vec_size=32)
+        a_tensor=torch.empty(m, 128, 1, dtype=torch.float8_e4m3fn),
+        sfa_tensor=torch.empty(8, dtype=torch.float8_e8m0fnu),
+        padded_offsets=torch.empty(g, dtype=torch.int32),
+        n=n1,
+        c_dtype=torch.bfloat16,
+        d_dtype=torch.float8_e4m3fn,
+        sf_vec_size=32,
+    )
     assert out["c_tensor"].shape == (m, n1, 1) and out["c_tensor"].stride() == (n1, 1, m * n1)
     assert out["d_tensor"].shape == out["d_col_tensor"].shape == (m, n1 // 2, 1)
     assert out["amax_tensor"] is None  # fp8 D
@@ -203,18 +226,33 @@ def test_backward_cudnn_stand_ins_allocate_what_the_frontend_returns() -> None:
     m, n, g = 256, 192, 2
     dprob = torch.zeros(m, 1, 1)
     out = CUDNN_STANDINS["grouped_gemm_dglu_wrapper_sm100"](
-        a_tensor=torch.empty(m, 128, 1, dtype=torch.float8_e4m3fn), sfa_tensor=torch.empty(8, dtype=torch.float8_e8m0fnu),
-        b_tensor=torch.empty(n, 128, g, dtype=torch.float8_e4m3fn), d_dtype=torch.float8_e4m3fn, sf_vec_size=32,
-        dprob_tensor=dprob, generate_dbias=False)
+        a_tensor=torch.empty(m, 128, 1, dtype=torch.float8_e4m3fn),
+        sfa_tensor=torch.empty(8, dtype=torch.float8_e8m0fnu),
+        b_tensor=torch.empty(n, 128, g, dtype=torch.float8_e4m3fn),
+        d_dtype=torch.float8_e4m3fn,
+        sf_vec_size=32,
+        dprob_tensor=dprob,
+        generate_dbias=False,
+    )
     assert out["d_row_tensor"].shape == out["d_col_tensor"].shape == (m, 2 * n, 1)
     assert out["d_row_tensor"].stride() == (2 * n, 1, m * 2 * n) and out["dprob_tensor"] is dprob
     assert out["amax_tensor"] is None and out["dbias_tensor"] is None
     assert out["sfd_row_tensor"].shape == (32, 4, 2, 4, 3, 1)  # (1, M/128, ceil(2N/32/4), 32, 4, 4) permuted
     nv = CUDNN_STANDINS["grouped_gemm_dglu_wrapper_sm100"](
-        a_tensor=torch.empty(m, 64, 1, dtype=torch.float4_e2m1fn_x2), sfa_tensor=torch.empty(8, dtype=torch.float8_e4m3fn),
-        b_ptrs=torch.empty(g, dtype=torch.int64), n=n, d_dtype=torch.bfloat16, sf_vec_size=16, dprob_tensor=dprob,
-        generate_dbias=True)
-    assert nv["sfd_row_tensor"] is None and nv["amax_tensor"].shape == (g, 2, 1) and nv["dbias_tensor"].shape == (g, 2 * n, 1)
+        a_tensor=torch.empty(m, 64, 1, dtype=torch.float4_e2m1fn_x2),
+        sfa_tensor=torch.empty(8, dtype=torch.float8_e4m3fn),
+        b_ptrs=torch.empty(g, dtype=torch.int64),
+        n=n,
+        d_dtype=torch.bfloat16,
+        sf_vec_size=16,
+        dprob_tensor=dprob,
+        generate_dbias=True,
+    )
+    assert (
+        nv["sfd_row_tensor"] is None
+        and nv["amax_tensor"].shape == (g, 2, 1)
+        and nv["dbias_tensor"].shape == (g, 2 * n, 1)
+    )
     w = torch.empty(g, 8, 8)
     assert CUDNN_STANDINS["grouped_gemm_wgrad_wrapper_sm100"](wgrad_tensor=w)["wgrad_tensor"] is w
     with pytest.raises(MissingStandIn):
@@ -252,15 +290,22 @@ def test_target_flags_and_cpu_skip_reason(monkeypatch: pytest.MonkeyPatch) -> No
     if unavailable() is None:  # a GPU, or torch's CUDA build for fake CUDA
         assert t.skip_reason(spec.replace(device="cuda")) is None
     for bad in ("yes", 1):
-        assert t.skip_reason(spec.replace(device="cuda", options={"fused": bad})) == f"option fused must be true or false, got {bad!r}"
+        assert (
+            t.skip_reason(spec.replace(device="cuda", options={"fused": bad}))
+            == f"option fused must be true or false, got {bad!r}"
+        )
     real = TEGroupedMLPTarget()
     real = real.configure({"fused": False})
     assert "choose it with --fused/--no-fused" in real.skip_reason(spec.replace(device="cuda", options={"fused": True}))
 
 
 # ---- labels and gates ----------------------------------------------------------------------------
-EMU = Emulation({"arch": "sm100", "cublaslt": "13.6.0", "cudnn_frontend": "1.28.0", "kernels": "emulated"},
-                ["quantize"], [], ["GroupedMLP_CuTeGEMMGLU"])
+EMU = Emulation(
+    {"arch": "sm100", "cublaslt": "13.6.0", "cudnn_frontend": "1.28.0", "kernels": "emulated"},
+    ["quantize"],
+    [],
+    ["GroupedMLP_CuTeGEMMGLU"],
+)
 CASE = "te-grouped-mlp/nvfp4/g1/t256-h128-f128/bf16"
 
 
@@ -307,8 +352,10 @@ def test_a_scenario_can_require_measured_cases(tmp_path) -> None:
     from memaudit.judge.scenario import evaluate, load_scenario
 
     path = tmp_path / "s.toml"
-    body = ('[cases]\ntarget = "te-grouped-mlp"\nrecipes = ["nvfp4"]\ngroups = [1]\ntokens = 256\nhidden = 128\nffn = 128\n\n'
-            '[[budget]]\nname = "small"\nmax_bytes = "1 GiB"\n')
+    body = (
+        '[cases]\ntarget = "te-grouped-mlp"\nrecipes = ["nvfp4"]\ngroups = [1]\ntokens = 256\nhidden = 128\nffn = 128\n\n'
+        '[[budget]]\nname = "small"\nmax_bytes = "1 GiB"\n'
+    )
     path.write_text("require_measured = true\n" + body, encoding="utf-8")
     verdicts = evaluate(_emulated_report(), load_scenario(path))
     assert [(v.rule, v.verdict) for v in verdicts] == [("require_measured", "fail")]
@@ -319,7 +366,9 @@ def test_a_scenario_can_require_measured_cases(tmp_path) -> None:
 def test_a_scenario_can_ask_for_emulated_kernels(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     from memaudit.judge.scenario import load_scenario
 
-    body = '[cases]\ntarget = "te-grouped-mlp"\nrecipes = ["nvfp4"]\ngroups = [1]\ntokens = 256\nhidden = 128\nffn = 128\n'
+    body = (
+        '[cases]\ntarget = "te-grouped-mlp"\nrecipes = ["nvfp4"]\ngroups = [1]\ntokens = 256\nhidden = 128\nffn = 128\n'
+    )
     path = tmp_path / "s.toml"
     path.write_text('[flags]\nkernels = "emulated"\narch = "sm100"\n' + body, encoding="utf-8")
     assert load_scenario(path).flags == {"kernels": "emulated", "arch": "sm100"}
@@ -335,4 +384,6 @@ def test_a_scenario_can_ask_for_emulated_kernels(tmp_path, monkeypatch: pytest.M
     path.write_text('[flags]\nkernels = "emulated"\n' + body, encoding="utf-8")
     out = tmp_path / "r.json"
     result = CliRunner().invoke(app, ["run", "--scenario", str(path), "--device", "cpu", "--json", str(out)])
-    assert "emulated kernels run TE's forward on CUDA tensors (device 'cpu'" in out.read_text(encoding="utf-8"), result.output
+    assert "emulated kernels run TE's forward on CUDA tensors (device 'cpu'" in out.read_text(encoding="utf-8"), (
+        result.output
+    )

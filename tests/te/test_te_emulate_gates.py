@@ -32,8 +32,11 @@ NVFP4_REASON = "Device compute capability 10.0 or higher required for NVFP4 exec
 
 
 def _bindings() -> dict[str, object]:
-    return {name: getattr(m, GATE_NAME) for name, m in sys.modules.items()
-            if name.startswith("transformer_engine") and m is not None and hasattr(m, GATE_NAME)}
+    return {
+        name: getattr(m, GATE_NAME)
+        for name, m in sys.modules.items()
+        if name.startswith("transformer_engine") and m is not None and hasattr(m, GATE_NAME)
+    }
 
 
 def test_sm100_makes_te_say_yes_and_sm90_gives_tes_own_reasons() -> None:

@@ -30,7 +30,16 @@ TARGET = TEGroupedMLPTarget()
 
 
 def _case(recipe: str, groups: int):
-    spec = CaseSpec.make(get_target("te-grouped-mlp"), recipe, groups, tokens=T, hidden=H, ffn=F, device="cuda", options={"fused_env": "0"})
+    spec = CaseSpec.make(
+        get_target("te-grouped-mlp"),
+        recipe,
+        groups,
+        tokens=T,
+        hidden=H,
+        ffn=F,
+        device="cuda",
+        options={"fused_env": "0"},
+    )
     return spec, run_case(TARGET, spec)
 
 
@@ -102,7 +111,9 @@ def test_gradients_match_without_capture(recipe: str) -> None:
 @pytest.mark.parametrize("recipe", ["bf16", "fp8-delayed", "fp8-current"])
 def test_allocator_growth_is_what_the_rows_name(recipe: str) -> None:
     """Ground truth from the CUDA caching allocator: nothing the forward keeps is unseen."""
-    spec = CaseSpec.make(get_target("te-grouped-mlp"), recipe, 4, tokens=T, hidden=H, ffn=F, device="cuda", options={"fused_env": "0"})
+    spec = CaseSpec.make(
+        get_target("te-grouped-mlp"), recipe, 4, tokens=T, hidden=H, ffn=F, device="cuda", options={"fused_env": "0"}
+    )
     case = run_case(TARGET, spec, verify_allocator=True)
     assert case.status == "ok", case.reason
     alloc = case.allocator

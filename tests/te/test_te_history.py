@@ -28,16 +28,27 @@ ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "reports" / "te-history"
 CASE = HistoryCase("nvfp4", 8, True, 4096, 1024, 2048)
 PR3545_BEFORE = "            if not use_nvfp4:\n                for grouped_fc_x in (saved_fc1_x, saved_grouped_fc2_x):"
-PR3545_AFTER = ("            if True:  # PR #3545: NVFP4 inputs saved columnwise only\n"
-                "                for grouped_fc_x in (saved_fc1_x, saved_grouped_fc2_x):")
+PR3545_AFTER = (
+    "            if True:  # PR #3545: NVFP4 inputs saved columnwise only\n"
+    "                for grouped_fc_x in (saved_fc1_x, saved_grouped_fc2_x):"
+)
 
 te_installed = pytest.importorskip("transformer_engine", reason="TE is not installed") is not None
 
 
 def _git(repo: Path, *args: str) -> str:
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
-           "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z", "PATH": "/usr/bin:/bin"}
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env).stdout.strip()
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+        "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
+        "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
+        "PATH": "/usr/bin:/bin",
+    }
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env
+    ).stdout.strip()
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +100,9 @@ def test_scan_finds_tex_names_members_and_from_imports(tmp_path: Path) -> None:
         "w = getattr(tex, 'dynamic', None)\n"
     )
     (tmp_path / "transformer_engine" / "jax").mkdir()
-    (tmp_path / "transformer_engine" / "jax" / "b.py").write_text("import transformer_engine_torch as tex\ntex.jaxonly()\n")
+    (tmp_path / "transformer_engine" / "jax" / "b.py").write_text(
+        "import transformer_engine_torch as tex\ntex.jaxonly()\n"
+    )
     names = compat.scan_tex_names(tmp_path)
     assert names.names == {"foo", "Enum", "DType", "bar"}  # getattr by string and JAX are left out
     assert names.members == {("Enum", "MEMBER"), ("DType", "kNew")}
@@ -102,7 +115,9 @@ def test_placeholders_fill_only_what_is_missing_and_name_themselves() -> None:
     tex = types.ModuleType("fake_tex")
     tex.DType = DType
     tex.real = lambda: "real"
-    added = compat.fill_missing(tex, compat.TexNames({"real", "gone", "DType"}, {("DType", "kFloat32"), ("DType", "kOld")}), "2.20.2")
+    added = compat.fill_missing(
+        tex, compat.TexNames({"real", "gone", "DType"}, {("DType", "kFloat32"), ("DType", "kOld")}), "2.20.2"
+    )
     assert added == ["tex.gone", "tex.DType.kOld"]
     assert tex.real() == "real" and DType.kFloat32 == 1
     assert repr(DType.kOld) == "<missing tex.DType.kOld>"
@@ -114,10 +129,14 @@ def test_registrations_are_read_from_the_module_source(tmp_path: Path) -> None:
     from memaudit.te.emulate.context import Registration, registrations
 
     f = tmp_path / "m.py"
-    f.write_text("if A.is_supported():\n    register_forward_fusion(fuse_a, prepend=True)\n"
-                 "if B.is_supported():\n    register_forward_backward_fusion(fuse_b)\nx = 1\n")
-    assert registrations(str(f)) == (Registration("A", "register_forward_fusion", "fuse_a", (("prepend", True),)),
-                                     Registration("B", "register_forward_backward_fusion", "fuse_b", ()))
+    f.write_text(
+        "if A.is_supported():\n    register_forward_fusion(fuse_a, prepend=True)\n"
+        "if B.is_supported():\n    register_forward_backward_fusion(fuse_b)\nx = 1\n"
+    )
+    assert registrations(str(f)) == (
+        Registration("A", "register_forward_fusion", "fuse_a", (("prepend", True),)),
+        Registration("B", "register_forward_backward_fusion", "fuse_b", ()),
+    )
 
 
 def test_operand_layouts_of_older_te() -> None:
@@ -224,8 +243,10 @@ def _compare_allocations() -> list[str]:
                         return {k: (tuple(v.shape), v.dtype) for k, v in vars(t).items() if isinstance(v, torch.Tensor)}
 
                     if type(a) is not type(b) or inner(a) != inner(b):
-                        out.append(f"{name} row={row} col={col} internal={internal}: {type(a).__name__} {inner(a)} != "
-                                   f"{type(b).__name__} {inner(b)}")
+                        out.append(
+                            f"{name} row={row} col={col} internal={internal}: {type(a).__name__} {inner(a)} != "
+                            f"{type(b).__name__} {inner(b)}"
+                        )
                     out.append("checked")
     return out
 
@@ -291,8 +312,19 @@ def test_bisect_names_the_commit_that_made_the_change(te_repo: dict[str, Any]) -
 
 
 def test_bisect_names_its_flag_for_an_unknown_revision(te_repo: dict[str, Any], tmp_path: Path) -> None:
-    done = _cli("te-history", "--te-repo", str(te_repo["repo"]), "--bisect", "nosuchrev..main", "--case", CASE.id,
-                "--out", str(tmp_path / "out"), "--cache", str(te_repo["cache"]))
+    done = _cli(
+        "te-history",
+        "--te-repo",
+        str(te_repo["repo"]),
+        "--bisect",
+        "nosuchrev..main",
+        "--case",
+        CASE.id,
+        "--out",
+        str(tmp_path / "out"),
+        "--cache",
+        str(te_repo["cache"]),
+    )
     assert done.returncode == 2, done.stdout + done.stderr
     assert "--bisect: unknown revision 'nosuchrev'" in done.stderr
     assert not (tmp_path / "out").exists()
@@ -308,8 +340,13 @@ def test_bisect_refuses_a_range_without_a_change(te_repo: dict[str, Any]) -> Non
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "memaudit.cli.root", *args], capture_output=True, text=True, check=False,
-                          env={**os.environ, "COLUMNS": "200"})
+    return subprocess.run(
+        [sys.executable, "-m", "memaudit.cli.root", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "COLUMNS": "200"},
+    )
 
 
 def test_history_over_revisions_twice_is_byte_identical(te_repo: dict[str, Any], tmp_path: Path) -> None:
@@ -317,12 +354,30 @@ def test_history_over_revisions_twice_is_byte_identical(te_repo: dict[str, Any],
     outs = []
     for k in range(2):
         out = tmp_path / f"run{k}"
-        done = _cli("te-history", "--te-repo", str(repo), "--rev", a, "--rev", c, "--case", CASE.id, "--out", str(out),
-                    "--cache", str(te_repo["cache"]), "--no-plot")
+        done = _cli(
+            "te-history",
+            "--te-repo",
+            str(repo),
+            "--rev",
+            a,
+            "--rev",
+            c,
+            "--case",
+            CASE.id,
+            "--out",
+            str(out),
+            "--cache",
+            str(te_repo["cache"]),
+            "--no-plot",
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         outs.append(out)
     names = sorted(p.name for p in outs[0].iterdir())
-    assert names == sorted(p.name for p in outs[1].iterdir()) == ["history.json", "history.md", f"te-{a[:12]}.json", f"te-{c[:12]}.json"]
+    assert (
+        names
+        == sorted(p.name for p in outs[1].iterdir())
+        == ["history.json", "history.md", f"te-{a[:12]}.json", f"te-{c[:12]}.json"]
+    )
     for n in names:
         assert (outs[0] / n).read_bytes() == (outs[1] / n).read_bytes(), n
     h = json.loads((outs[0] / "history.json").read_text())
@@ -345,8 +400,19 @@ def test_local_tree_against_the_installed_te(te_repo: dict[str, Any], tmp_path: 
     VERSION.txt's version with +local and its hash, and differs from the installed TE exactly by the
     rowwise input buffers PR #3545 prunes."""
     out = tmp_path / "out"
-    done = _cli("te-history", "--te-tree", str(te_repo["repo"]), "--installed", "--case", CASE.id, "--out", str(out),
-                "--cache", str(te_repo["cache"]), "--no-plot")
+    done = _cli(
+        "te-history",
+        "--te-tree",
+        str(te_repo["repo"]),
+        "--installed",
+        "--case",
+        CASE.id,
+        "--out",
+        str(out),
+        "--cache",
+        str(te_repo["cache"]),
+        "--no-plot",
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     h = json.loads((out / "history.json").read_text())
     local, inst = h["versions"]
@@ -357,7 +423,9 @@ def test_local_tree_against_the_installed_te(te_repo: dict[str, Any], tmp_path: 
     (change,) = h["cases"][0]["changes"]
     assert change["before"] == local["label"] and change["saved_delta"] > 0
     assert {(r["operand"], r["orientation"]) for r in change["rows"] if r["before"] is None} == {
-        ("fc1.input", "rowwise"), ("fc2.input", "rowwise")}
+        ("fc1.input", "rowwise"),
+        ("fc2.input", "rowwise"),
+    }
 
 
 def test_cli_refuses_bad_input_and_writes_nothing(tmp_path: Path) -> None:
@@ -384,8 +452,13 @@ def test_cli_refuses_bad_input_and_writes_nothing(tmp_path: Path) -> None:
 def test_default_cases_are_the_issue_list() -> None:
     cases = default_cases()
     assert len(cases) == 20
-    assert {(c.recipe, c.fused) for c in cases} == {("nvfp4", True), ("mxfp8", True), ("nvfp4", False), ("mxfp8", False),
-                                                     ("fp8-current", False)}
+    assert {(c.recipe, c.fused) for c in cases} == {
+        ("nvfp4", True),
+        ("mxfp8", True),
+        ("nvfp4", False),
+        ("mxfp8", False),
+        ("fp8-current", False),
+    }
     assert {c.groups for c in cases} == {1, 8}
     assert {(c.tokens, c.hidden, c.ffn) for c in cases} == {(4096, 1024, 2048), (82944, 3072, 1536)}
 

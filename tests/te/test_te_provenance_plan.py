@@ -202,14 +202,20 @@ def test_fuser_roles_hold_for_a_class_whose_save_order_is_longer_than_it_declare
     ]
 
     def ref(m: int, k: int) -> Any:
-        return NVFP4TensorRef(data=torch.empty(m, k // 2, dtype=U8), scale=torch.empty(m, k // 16, dtype=U8),
-                              data_t=torch.empty(k, m // 2, dtype=U8), scale_t=torch.empty(k, m // 16, dtype=U8))
+        return NVFP4TensorRef(
+            data=torch.empty(m, k // 2, dtype=U8),
+            scale=torch.empty(m, k // 16, dtype=U8),
+            data_t=torch.empty(k, m // 2, dtype=U8),
+            scale_t=torch.empty(k, m // 16, dtype=U8),
+        )
 
     tec.forget_plans()
     for call in ("identity", "position"):
         ctxs = [OperationContext() for _ in ops]
         sizes = torch.tensor(splits)
-        ctxs[0].save_for_backward(sizes, None, None, None, None, *[ref(m, hidden) for m in splits], *ops[0].parameters())
+        ctxs[0].save_for_backward(
+            sizes, None, None, None, None, *[ref(m, hidden) for m in splits], *ops[0].parameters()
+        )
         ctxs[1].save_for_backward(torch.empty(sum(splits), 2 * ffn, dtype=torch.bfloat16), torch.empty(sum(splits)))
         ctxs[2].save_for_backward(sizes, None, None, None, None, *[ref(m, ffn) for m in splits], *ops[2].parameters())
         to_save: list[Any] = []
@@ -223,7 +229,12 @@ def test_fuser_roles_hold_for_a_class_whose_save_order_is_longer_than_it_declare
             y = FuserLike.apply(x, to_save, {"basic_ops": ops, "basic_op_ctxs": ctxs})
         rows = cap.report(outputs=y).rows
         inputs = [(r.slot, r.operand, r.group) for r in rows if r.container == "NVFP4TensorRef"]
-        expect = [(slot, f"fc{n}.input", g) for n in (1, 2) for g in range(groups) for slot in ("data", "data_t", "scale", "scale_t")]
+        expect = [
+            (slot, f"fc{n}.input", g)
+            for n in (1, 2)
+            for g in range(groups)
+            for slot in ("data", "data_t", "scale", "scale_t")
+        ]
         assert inputs == expect, call
         assert [r.operand for r in rows if r.container is None][-2:] == ["fc2.weight[0]", "fc2.weight[1]"], call
         assert tec.named_by_position(NVFP4TensorRef) is True

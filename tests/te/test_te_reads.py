@@ -63,7 +63,9 @@ def test_fp8_tensor_scaling_reads_the_transpose_only_where_the_architecture_is_t
     assert _ids(a_tn) == _ids([hopper._data, hopper._scale_inv])  # type: ignore[attr-defined]
     with emulation(Machine("sm100"), {}, {}):
         blackwell = _float8()
-        assert _ids(reads._operand(blackwell, False, True, grouped=False)) == _ids([blackwell._data, blackwell._scale_inv])  # type: ignore[attr-defined]
+        assert _ids(reads._operand(blackwell, False, True, grouped=False)) == _ids(
+            [blackwell._data, blackwell._scale_inv]
+        )  # type: ignore[attr-defined]
 
 
 def test_an_entry_point_with_no_read_set_leaves_what_it_received_unknown() -> None:

@@ -23,13 +23,20 @@ from memaudit.te.emulate import fakecuda
 
 pytestmark = [
     pytest.mark.te,
-    pytest.mark.skipif(torch.cuda.is_available() or fakecuda.unavailable() is not None
-                       or importlib.util.find_spec("transformer_engine") is None,
-                       reason="TE's backward on fake CUDA: no GPU, torch's CUDA build and TE"),
+    pytest.mark.skipif(
+        torch.cuda.is_available()
+        or fakecuda.unavailable() is not None
+        or importlib.util.find_spec("transformer_engine") is None,
+        reason="TE's backward on fake CUDA: no GPU, torch's CUDA build and TE",
+    ),
 ]
 
-PR_BYTES = {("fc1.input", "rowwise_data"): 127_401_984, ("fc1.input", "scale_inv"): 15_925_248,
-            ("fc2.input", "rowwise_data"): 63_700_992, ("fc2.input", "scale_inv"): 7_962_624}
+PR_BYTES = {
+    ("fc1.input", "rowwise_data"): 127_401_984,
+    ("fc1.input", "scale_inv"): 15_925_248,
+    ("fc2.input", "rowwise_data"): 63_700_992,
+    ("fc2.input", "scale_inv"): 7_962_624,
+}
 """PR #3545's description: what its prune frees per layer (T=82,944, H=3,072, F=1,536)."""
 
 
@@ -47,12 +54,16 @@ def _unread(case: dict[str, Any]) -> dict[tuple[str, str], int]:
 
 
 @pytest.mark.parametrize("groups", [4, 8])
-def test_fused_nvfp4_saves_the_inputs_rowwise_halves_for_nothing(pr_cases: dict[int, dict[str, Any]], groups: int) -> None:
+def test_fused_nvfp4_saves_the_inputs_rowwise_halves_for_nothing(
+    pr_cases: dict[int, dict[str, Any]], groups: int
+) -> None:
     case = pr_cases[groups]
     assert case["error"] is None and case["fused"], case["error"]
     assert not [r for r in case["rows"] if r["verdict"] == "unknown"], "nothing is unknown"
     unread = _unread(case)
-    inputs = {k: v for k, v in unread.items() if k[0] in ("fc1.input", "fc2.input") and k[1] in ("rowwise_data", "scale_inv")}
+    inputs = {
+        k: v for k, v in unread.items() if k[0] in ("fc1.input", "fc2.input") and k[1] in ("rowwise_data", "scale_inv")
+    }
     assert inputs == PR_BYTES
     # The rest of what backward never reads, each explained in docs/internals/te-unread.md: the inputs'
     # rowwise amax (PR #3545 keeps it), every weight's rowwise buffers, two offset tensors.
@@ -61,7 +72,9 @@ def test_fused_nvfp4_saves_the_inputs_rowwise_halves_for_nothing(pr_cases: dict[
     assert {k[1] for k in weights} == {"_rowwise_data", "_rowwise_scale_inv", "_amax_rowwise"}
     assert len(weights) == 2 * groups * 3
     offsets = {r["storage"] for r in case["rows"] if r["operand"] in ("fc1.base_split_offsets", "fc2.input_offsets")}
-    others = {(r["operand"], r["slot"]) for r in case["rows"] if r["verdict"] == "unread" and r["storage"] not in offsets}
+    others = {
+        (r["operand"], r["slot"]) for r in case["rows"] if r["verdict"] == "unread" and r["storage"] not in offsets
+    }
     assert others - weights - set(PR_BYTES) == {("fc1.input", "amax"), ("fc2.input", "amax")}
     assert all(unread[k] == 8 * (groups + 1) for k in rest - weights - others)  # int64 [G+1] offsets
     # Every columnwise buffer is read, by the kernel TE's layout rules name.
@@ -117,12 +130,34 @@ def test_after_pr_3545_the_inputs_rowwise_halves_are_neither_saved_nor_unread(tm
     before = "            if not use_nvfp4:\n                for grouped_fc_x in (saved_fc1_x, saved_grouped_fc2_x):"
     text = fused.read_text()
     assert before in text
-    fused.write_text(text.replace(before, "            if True:\n                for grouped_fc_x in (saved_fc1_x, saved_grouped_fc2_x):"))
+    fused.write_text(
+        text.replace(
+            before, "            if True:\n                for grouped_fc_x in (saved_fc1_x, saved_grouped_fc2_x):"
+        )
+    )
     root = Path(__file__).resolve().parents[2]
     for name, args in (("fixed", ["--te-tree", str(tree), "--cache", str(tmp_path / "cache")]), ("released", [])):
-        subprocess.run([sys.executable, str(root / "bench" / "verify" / "te_unread.py"), "--recipes", "nvfp4", "--fused-only",
-                        "--groups", "4,8", "--shape", "pr", "--out", str(tmp_path / name), *args],
-                       check=True, cwd=root, capture_output=True, text=True, timeout=600)
+        subprocess.run(
+            [
+                sys.executable,
+                str(root / "bench" / "verify" / "te_unread.py"),
+                "--recipes",
+                "nvfp4",
+                "--fused-only",
+                "--groups",
+                "4,8",
+                "--shape",
+                "pr",
+                "--out",
+                str(tmp_path / name),
+                *args,
+            ],
+            check=True,
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     from bench.verify.te_unread import unread_bytes
 
     fixed = json.loads((tmp_path / "fixed" / "emulated-pr.json").read_text())
@@ -132,6 +167,11 @@ def test_after_pr_3545_the_inputs_rowwise_halves_are_neither_saved_nor_unread(tm
         saved = {(row["operand"], row["slot"]) for row in f["rows"]}
         assert not saved & set(PR_BYTES)
         assert not [row for row in f["rows"] if row["verdict"] == "unknown"]
-        assert not [row for row in f["rows"] if row["verdict"] == "unread" and row["operand"].endswith(".input")
-                    and row["slot"] in ("rowwise_data", "scale_inv", "columnwise_data", "columnwise_scale_inv")]
+        assert not [
+            row
+            for row in f["rows"]
+            if row["verdict"] == "unread"
+            and row["operand"].endswith(".input")
+            and row["slot"] in ("rowwise_data", "scale_inv", "columnwise_data", "columnwise_scale_inv")
+        ]
         assert unread_bytes(r) - unread_bytes(f) == sum(PR_BYTES.values())

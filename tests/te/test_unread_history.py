@@ -25,8 +25,11 @@ def _report(unread_rows: set[int] | None, case_id: str = "c") -> Report:
     case = report.cases[0]
     case.id = case_id
     if unread_rows is not None:
-        with_verdicts(case, {r.index: ("unread", None) if r.index in unread_rows else ("read", "aten.mm") for r in case.rows},
-                      Unread(["observed"]))
+        with_verdicts(
+            case,
+            {r.index: ("unread", None) if r.index in unread_rows else ("read", "aten.mm") for r in case.rows},
+            Unread(["observed"]),
+        )
     report.cases = [case]
     return report
 
@@ -110,6 +113,8 @@ def test_te_history_flags_are_checked_before_anything_runs(tmp_path: Path) -> No
     out = tmp_path / "out"
     result = runner.invoke(app, ["te-history", "--te", "2.15", "--bisect-on", "unread", "--out", str(out)])
     assert result.exit_code == exitcodes.USAGE and "--bisect-on" in result.stderr and "add --bisect" in result.stderr
-    result = runner.invoke(app, ["te-history", "--te", "2.15", "--bisect", "a..b", "--bisect-on", "bytes", "--out", str(out)])
+    result = runner.invoke(
+        app, ["te-history", "--te", "2.15", "--bisect", "a..b", "--bisect-on", "bytes", "--out", str(out)]
+    )
     assert result.exit_code == exitcodes.USAGE and "expected saved or unread" in result.stderr
     assert not out.exists()

@@ -98,7 +98,9 @@ def _container_name(obj: Any) -> str:
     return type(obj).__name__
 
 
-def slot_fields(cls: str, attr: str, fmt: str, shared_scale: bool, dtype: torch.dtype, warnings: list[str]) -> dict[str, Any]:
+def slot_fields(
+    cls: str, attr: str, fmt: str, shared_scale: bool, dtype: torch.dtype, warnings: list[str]
+) -> dict[str, Any]:
     """Row fields for buffer ``attr`` of a TE object of class ``cls`` and format ``fmt``."""
     slot = _CLASS_SLOT_OVERRIDES.get((cls, attr)) or SLOTS.get(attr)
     fields: dict[str, Any] = {"container": cls, "slot": attr}
@@ -223,7 +225,8 @@ class _Plan:
         fns = self.fns.get(fmt)
         if fns is None:
             fns = self.fns[fmt] = tuple(  # type: ignore[assignment]
-                tuple(partial(slot_fields, cls, name, fmt, sh, warnings=[]) for name in self.names or ()) for sh in (False, True)
+                tuple(partial(slot_fields, cls, name, fmt, sh, warnings=[]) for name in self.names or ())
+                for sh in (False, True)
             )
         return fns[shared]  # type: ignore[index]
 
@@ -350,7 +353,8 @@ def _wrap(original: Callable[..., Any]) -> Callable[..., Any]:
             # every buffer sat in its own slot (a failed check keeps this class on identity).
             plan.checked = True
             plan.positional = len(tensors) == len(plan.names) and all(  # type: ignore[arg-type]
-                t is None or a == n for t, a, n in zip(tensors, attrs, plan.names, strict=True)  # type: ignore[arg-type]
+                t is None or a == n
+                for t, a, n in zip(tensors, attrs, plan.names, strict=True)  # type: ignore[arg-type]
             )
         return tensors, self_obj
 
@@ -486,8 +490,9 @@ def _entry_counts(tensor_objects: list[Any]) -> list[int]:
     return counts
 
 
-def label_fuser_rows(node: Any, rows: list[Row], mine: list[int] | None = None,
-                     children: dict[int, list[int]] | None = None) -> None:
+def label_fuser_rows(
+    node: Any, rows: list[Row], mine: list[int] | None = None, children: dict[int, list[int]] | None = None
+) -> None:
     """Name operands of the rows a TE ``OperationFuser`` saved (:func:`memaudit.te.capture.roles.name_rows`,
     the grouped MLP's roles), with each ``to_save`` entry's buffer count as this module reads it."""
     roles.name_rows(node, rows, _entry_counts(list(node.tensor_objects)), mine, children)

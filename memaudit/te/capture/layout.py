@@ -47,9 +47,19 @@ GROUPED_SLOTS = (
 SAVE_ORDER: dict[str, tuple[str, ...]] = {
     "Float8TensorStorage": ("_data", "_transpose", "_scale_inv"),
     "MXFP8TensorStorage": ("_rowwise_data", "_columnwise_data", "_rowwise_scale_inv", "_columnwise_scale_inv"),
-    "Float8BlockwiseQTensorStorage": ("_rowwise_data", "_columnwise_data", "_rowwise_scale_inv", "_columnwise_scale_inv"),
+    "Float8BlockwiseQTensorStorage": (
+        "_rowwise_data",
+        "_columnwise_data",
+        "_rowwise_scale_inv",
+        "_columnwise_scale_inv",
+    ),
     "NVFP4TensorStorage": (
-        "_rowwise_data", "_columnwise_data", "_rowwise_scale_inv", "_columnwise_scale_inv", "_amax_rowwise", "_amax_columnwise",
+        "_rowwise_data",
+        "_columnwise_data",
+        "_rowwise_scale_inv",
+        "_columnwise_scale_inv",
+        "_amax_rowwise",
+        "_amax_columnwise",
     ),
     "GroupedTensorStorage": GROUPED_SLOTS,
     "IdentityTensorStorage": ("_hp_data",),

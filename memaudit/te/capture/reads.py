@@ -94,18 +94,28 @@ def buffers(t: Any) -> Buffers | None:
     from transformer_engine.pytorch.tensor.storage.nvfp4_tensor_storage import NVFP4TensorStorage
 
     if isinstance(t, GroupedTensorStorage):
-        return Buffers(_kind_of_quantizer(t.quantizer), (t.rowwise_data, t.scale_inv, t.amax),
-                       (t.columnwise_data, t.columnwise_scale_inv, t.columnwise_amax),
-                       (t.first_dims, t.last_dims, t.tensor_offsets))
+        return Buffers(
+            _kind_of_quantizer(t.quantizer),
+            (t.rowwise_data, t.scale_inv, t.amax),
+            (t.columnwise_data, t.columnwise_scale_inv, t.columnwise_amax),
+            (t.first_dims, t.last_dims, t.tensor_offsets),
+        )
     if isinstance(t, Float8TensorStorage):  # one scale_inv for both (the transpose is the data's)
         return Buffers("fp8", (t._data, t._scale_inv, None), (t._transpose, t._scale_inv, None))
     if isinstance(t, MXFP8TensorStorage):
-        return Buffers("mxfp8", (t._rowwise_data, t._rowwise_scale_inv, None), (t._columnwise_data, t._columnwise_scale_inv, None))
+        return Buffers(
+            "mxfp8", (t._rowwise_data, t._rowwise_scale_inv, None), (t._columnwise_data, t._columnwise_scale_inv, None)
+        )
     if isinstance(t, NVFP4TensorStorage):
-        return Buffers("nvfp4", (t._rowwise_data, t._rowwise_scale_inv, t._amax_rowwise),
-                       (t._columnwise_data, t._columnwise_scale_inv, t._amax_columnwise))
+        return Buffers(
+            "nvfp4",
+            (t._rowwise_data, t._rowwise_scale_inv, t._amax_rowwise),
+            (t._columnwise_data, t._columnwise_scale_inv, t._amax_columnwise),
+        )
     if isinstance(t, Float8BlockwiseQTensorStorage):
-        return Buffers("block", (t._rowwise_data, t._rowwise_scale_inv, None), (t._columnwise_data, t._columnwise_scale_inv, None))
+        return Buffers(
+            "block", (t._rowwise_data, t._rowwise_scale_inv, None), (t._columnwise_data, t._columnwise_scale_inv, None)
+        )
     if isinstance(t, torch.Tensor):
         return Buffers("plain", (t, None, None), (None, None, None))
     return None
@@ -183,8 +193,11 @@ def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], i: int, name: str, defau
     return args[i] if len(args) > i else kwargs.get(name, default)
 
 
-@_reads("te_general_grouped_gemm_for_grouped_tensor", "te_general_grouped_gemm_for_discrete_in",
-        "te_general_grouped_gemm_for_discrete_out")
+@_reads(
+    "te_general_grouped_gemm_for_grouped_tensor",
+    "te_general_grouped_gemm_for_discrete_in",
+    "te_general_grouped_gemm_for_discrete_out",
+)
 def _grouped_gemm(*args: Any, **kwargs: Any) -> list[Any]:
     """(A, transa, B, transb, D, bias, bias_scale, alpha, beta, ...) (extensions/gemm.cpp:639-836):
     A and B by :func:`gemm_side` (a list A member by member, the same rule,
@@ -319,7 +332,11 @@ def _swizzle(*args: Any, **kwargs: Any) -> list[Any]:
     if getattr(t, "_with_gemm_swizzled_scales", False):
         return []
     b = buffers(t)
-    return [] if b is None else [x for x in (b.row[1] if b.has_row else None, b.col[1] if b.has_col else None) if x is not None]
+    return (
+        []
+        if b is None
+        else [x for x in (b.row[1] if b.has_row else None, b.col[1] if b.has_col else None) if x is not None]
+    )
 
 
 @_reads("grouped_swizzle_for_gemm")
@@ -395,7 +412,9 @@ def pointees(table: Any) -> list[Any]:
 def _remember_tables(name: str, args: tuple[Any, ...], result: Any) -> None:
     if name == "copy_data_ptrs_to_device" and hasattr(result, "untyped_storage"):
         _pointee_table()[result] = [t for t in args[0] if t is not None]
-    elif name == "grouped_mlp_experimental.swizzle_scales_and_pack_ptrs_for_discrete_weights" and isinstance(result, tuple):
+    elif name == "grouped_mlp_experimental.swizzle_scales_and_pack_ptrs_for_discrete_weights" and isinstance(
+        result, tuple
+    ):
         _pointee_table()[result[0]] = [t for t in args[0] if t is not None]
         _pointee_table()[result[1]] = [result[2]]  # the scale pointers address the swizzled copy
 

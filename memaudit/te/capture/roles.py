@@ -12,8 +12,13 @@ from typing import Any
 from memaudit.report import Row
 
 
-def name_rows(node: Any, rows: list[Row], counts: list[int], mine: list[int] | None = None,
-              children: dict[int, list[int]] | None = None) -> None:
+def name_rows(
+    node: Any,
+    rows: list[Row],
+    counts: list[int],
+    mine: list[int] | None = None,
+    children: dict[int, list[int]] | None = None,
+) -> None:
     """Name operands of the rows a TE ``OperationFuser`` saved (roles from te-internals §2.1/§2.4):
     the named rows replace the originals in ``rows`` (a row's ``index`` is its position).
     ``counts``: how many buffers each ``to_save`` entry became; ``mine``: the indices of the rows
@@ -53,7 +58,7 @@ def name_rows(node: Any, rows: list[Row], counts: list[int], mine: list[int] | N
         meta = meta_count(op, ctx, prefixes[i], end - start)
         for k in range(end - start):
             roles[start + k] = unfused_role(op, ctx, prefixes[i], k, meta)
-    for row in (rows if mine is None else [rows[i] for i in mine]):
+    for row in rows if mine is None else [rows[i] for i in mine]:
         slot = row.saved_as
         if row.op != op_name or not slot or not slot.startswith("saved_tensors["):
             continue
@@ -66,12 +71,17 @@ def name_rows(node: Any, rows: list[Row], counts: list[int], mine: list[int] | N
         set_role(row, rows, found, children)
 
 
-def set_role(row: Row, rows: list[Row], role: tuple[str, int | None], children: dict[int, list[int]] | None = None) -> None:
+def set_role(
+    row: Row, rows: list[Row], role: tuple[str, int | None], children: dict[int, list[int]] | None = None
+) -> None:
     operand, group = role
     targets = [row]
     if row.kind == "container":
-        targets += ([r for r in rows if r.container_index == row.index] if children is None
-                    else [rows[i] for i in children.get(row.index, ())])
+        targets += (
+            [r for r in rows if r.container_index == row.index]
+            if children is None
+            else [rows[i] for i in children.get(row.index, ())]
+        )
     for r in targets:
         rows[r.index] = dataclasses.replace(r, operand=operand, group=r.group if group is None else group)
 
@@ -96,8 +106,11 @@ def early_fused_roles(op: Any, ctx: Any, prefix: str, n: int) -> list[tuple[str,
     roles: list[tuple[str, int | None]] = [(f"{prefix}.split_sizes", None)]
     if lead == 2:
         roles.append((f"{prefix}.split_points", None))
-    roles += [(f"{prefix}.weight", None)] if ws == 1 and getattr(op, "single_grouped_weight", False) else [
-        (f"{prefix}.weight[{g}]", g) for g in range(ws)]
+    roles += (
+        [(f"{prefix}.weight", None)]
+        if ws == 1 and getattr(op, "single_grouped_weight", False)
+        else [(f"{prefix}.weight[{g}]", g) for g in range(ws)]
+    )
     return roles + [(f"{prefix}.input", None), (f"{prefix}.input", None), (f"{prefix}.input_offsets", None)]
 
 
@@ -176,7 +189,9 @@ def fused_layout(basic_ops: list[Any], ctxs: list[Any]) -> Callable[[int], list[
         if single and w == 1:
             return [(f"{prefix}.weight", None)]
         # more entries than groups: TE saved something its 2.20.2 layout does not have; never a group that does not exist
-        return [(f"{prefix}.weight[{g}]", g) if g < groups else (f"{prefix}.extra[{g - groups}]", None) for g in range(w)]
+        return [
+            (f"{prefix}.weight[{g}]", g) if g < groups else (f"{prefix}.extra[{g - groups}]", None) for g in range(w)
+        ]
 
     def layout(n: int) -> list[tuple[str, int | None]]:
         meta = len(FUSED_META)

@@ -76,7 +76,9 @@ def _splits(text: str) -> list[int]:
         try:
             v = int(part.strip())
         except ValueError:
-            raise UsageError(f"expected non-negative integers separated by commas, got {text!r}", key="--splits") from None
+            raise UsageError(
+                f"expected non-negative integers separated by commas, got {text!r}", key="--splits"
+            ) from None
         if v < 0:
             raise UsageError(f"splits must be >= 0, got {v}", key="--splits")
         out.append(v)
@@ -85,28 +87,90 @@ def _splits(text: str) -> list[int]:
 
 @exits
 def estimate_cmd(
-    recipe: Annotated[str, typer.Option(autocompletion=_complete_recipe, help=f"{' | '.join(RECIPES)} | all; comma-separated for several.")],
-    tokens: Annotated[Ints, typer.Option(parser=INT_RANGE, metavar=INT_RANGE.metavar, help="Tokens T: N, a list N1,N2 or a range FROM:TO:xK (multiply) / FROM:TO:+K (add).")],
-    hidden: Annotated[Ints, typer.Option(parser=INT_RANGE, metavar=INT_RANGE.metavar, help="Hidden size H (N, list or range).")],
-    ffn: Annotated[Ints | None, typer.Option(parser=INT_RANGE, metavar=INT_RANGE.metavar, help="FFN size F; FC1 has 2F outputs. Default: --hidden.")] = None,
-    groups: Annotated[Ints, typer.Option(parser=INT_RANGE, metavar=INT_RANGE.metavar, help="Group (expert) counts G, e.g. 1,8,64.")] = "1",
-    splits: Annotated[str | None, typer.Option(help="Explicit token splits, e.g. 256,0,512,256 (one T and one G only). Default: the uneven splits memaudit run uses.")] = None,
+    recipe: Annotated[
+        str,
+        typer.Option(
+            autocompletion=_complete_recipe, help=f"{' | '.join(RECIPES)} | all; comma-separated for several."
+        ),
+    ],
+    tokens: Annotated[
+        Ints,
+        typer.Option(
+            parser=INT_RANGE,
+            metavar=INT_RANGE.metavar,
+            help="Tokens T: N, a list N1,N2 or a range FROM:TO:xK (multiply) / FROM:TO:+K (add).",
+        ),
+    ],
+    hidden: Annotated[
+        Ints, typer.Option(parser=INT_RANGE, metavar=INT_RANGE.metavar, help="Hidden size H (N, list or range).")
+    ],
+    ffn: Annotated[
+        Ints | None,
+        typer.Option(
+            parser=INT_RANGE, metavar=INT_RANGE.metavar, help="FFN size F; FC1 has 2F outputs. Default: --hidden."
+        ),
+    ] = None,
+    groups: Annotated[
+        Ints, typer.Option(parser=INT_RANGE, metavar=INT_RANGE.metavar, help="Group (expert) counts G, e.g. 1,8,64.")
+    ] = "1",
+    splits: Annotated[
+        str | None,
+        typer.Option(
+            help="Explicit token splits, e.g. 256,0,512,256 (one T and one G only). Default: the uneven splits memaudit run uses."
+        ),
+    ] = None,
     path: Annotated[Path_ | None, typer.Option(help=DEFAULT_PATH_HELP)] = None,
     variant: Annotated[Variant, typer.Option(help="Which saved set.")] = "te-2.20",
-    diff: Annotated[Variant | None, typer.Option(help="Also estimate this variant and show the difference (what a fix would save).")] = None,
+    diff: Annotated[
+        Variant | None, typer.Option(help="Also estimate this variant and show the difference (what a fix would save).")
+    ] = None,
     arch: Annotated[Arch | None, typer.Option(help=DEFAULT_ARCH_HELP)] = None,
-    dense_single_group: Annotated[bool, typer.Option(help="Fused path, G=1: the single-group dense path (cuDNN frontend >= 1.27) saves a grouped tensor whole.")] = True,
+    dense_single_group: Annotated[
+        bool,
+        typer.Option(
+            help="Fused path, G=1: the single-group dense path (cuDNN frontend >= 1.27) saves a grouped tensor whole."
+        ),
+    ] = True,
     probs_dtype: Annotated[ProbsDtype, typer.Option(help="dtype of the routing probs the caller passes.")] = "float32",
-    split_dtype: Annotated[SplitDtype, typer.Option(help="dtype of the split sizes the caller passes (int64: one tensor for FC1 and FC2).")] = "int64",
+    split_dtype: Annotated[
+        SplitDtype, typer.Option(help="dtype of the split sizes the caller passes (int64: one tensor for FC1 and FC2).")
+    ] = "int64",
     padding: Annotated[bool, typer.Option(help="Show the per-buffer padding table (one configuration).")] = True,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the --variant estimate as a memaudit report (schema memaudit.report/3) here, atomically.")] = None,
+    json_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--json",
+            help="Write the --variant estimate as a memaudit report (schema memaudit.report/3) here, atomically.",
+        ),
+    ] = None,
     markdown: Annotated[Path | None, typer.Option(help="Write a markdown summary here.")] = None,
-    plot: Annotated[Path | None, typer.Option(help="Draw saved bytes vs tokens, one line per recipe at --plot-groups (.png or .svg; needs matplotlib, the 'plot' extra, and two or more --tokens), and what is saved by kind to --plot-kinds.")] = None,
-    plot_kinds: Annotated[Path | None, typer.Option(help="Draw what is saved by kind and orientation, a stacked bar per recipe at (--plot-tokens, --plot-groups). Default with --plot: its name with .kinds before the extension.")] = None,
-    plot_groups: Annotated[int | None, typer.Option(help="The G the plots show (one of --groups). Default: the largest.")] = None,
-    plot_tokens: Annotated[int | None, typer.Option(help="The T of the kinds plot (any T; estimated at the sweep's first H and F). Default: the largest --tokens.")] = None,
-    quiet: Annotated[bool, typer.Option(help="Only the totals (one configuration) or nothing but the files (sweep).")] = False,
-    max_points: Annotated[int, typer.Option(help="Refuse a sweep of more configurations than this (recipes x T x H x F x G).")] = 100_000,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            help="Draw saved bytes vs tokens, one line per recipe at --plot-groups (.png or .svg; needs matplotlib, the 'plot' extra, and two or more --tokens), and what is saved by kind to --plot-kinds."
+        ),
+    ] = None,
+    plot_kinds: Annotated[
+        Path | None,
+        typer.Option(
+            help="Draw what is saved by kind and orientation, a stacked bar per recipe at (--plot-tokens, --plot-groups). Default with --plot: its name with .kinds before the extension."
+        ),
+    ] = None,
+    plot_groups: Annotated[
+        int | None, typer.Option(help="The G the plots show (one of --groups). Default: the largest.")
+    ] = None,
+    plot_tokens: Annotated[
+        int | None,
+        typer.Option(
+            help="The T of the kinds plot (any T; estimated at the sweep's first H and F). Default: the largest --tokens."
+        ),
+    ] = None,
+    quiet: Annotated[
+        bool, typer.Option(help="Only the totals (one configuration) or nothing but the files (sweep).")
+    ] = False,
+    max_points: Annotated[
+        int, typer.Option(help="Refuse a sweep of more configurations than this (recipes x T x H x F x G).")
+    ] = 100_000,
 ) -> int:
     """Estimate what TE 2.20.2 saves for backward, from shapes and its layout rules alone."""
     out, _ = consoles()
@@ -123,8 +187,11 @@ def estimate_cmd(
     if max_points < 1:
         raise UsageError(f"must be >= 1, got {max_points}", key="--max-points")
     if n_points > max_points:
-        raise UsageError(f"the sweep has {n_points:,} configurations, more than --max-points {max_points:,}; "
-                         "narrow a range or raise --max-points", key="--max-points")
+        raise UsageError(
+            f"the sweep has {n_points:,} configurations, more than --max-points {max_points:,}; "
+            "narrow a range or raise --max-points",
+            key="--max-points",
+        )
     g_plot = max(g_list) if plot_groups is None else plot_groups
     if g_plot not in g_list:
         raise UsageError(f"{g_plot} is not one of --groups {','.join(map(str, g_list))}", key="--plot-groups")
@@ -133,10 +200,18 @@ def estimate_cmd(
         raise UsageError(f"must be >= 1, got {t_plot}", key="--plot-tokens")
     if split_list is not None and t_plot != t_list[0]:
         raise UsageError(f"with --splits the kinds plot is at --tokens {t_list[0]}, not {t_plot}", key="--plot-tokens")
-    combos = [(r, t, h, f, g) for r, t, h, g in itertools.product(recipes, t_list, h_list, g_list)
-              for f in (f_list if f_list is not None else [h])]
-    kwargs: dict[str, Any] = dict(path=path, arch=arch, dense_single_group=dense_single_group,
-                                  probs_dtype=probs_dtype, split_sizes_dtype=split_dtype)
+    combos = [
+        (r, t, h, f, g)
+        for r, t, h, g in itertools.product(recipes, t_list, h_list, g_list)
+        for f in (f_list if f_list is not None else [h])
+    ]
+    kwargs: dict[str, Any] = dict(
+        path=path,
+        arch=arch,
+        dense_single_group=dense_single_group,
+        probs_dtype=probs_dtype,
+        split_sizes_dtype=split_dtype,
+    )
 
     def plots(points: list[SweepPoint]) -> None:
         if plot is None and kinds_path is None:
@@ -144,8 +219,11 @@ def estimate_cmd(
         compare = comparison_variant(variant, diff)
         h, f = combos[0][2], combos[0][3]
         tokens_data = tokens_from_sweep(points, g_plot, variant, compare) if plot is not None else None
-        kinds_data = kinds_from_estimate(recipes, t_plot, g_plot, h, f, variant, compare, splits=split_list,
-                                         **kwargs) if kinds_path is not None else None
+        kinds_data = (
+            kinds_from_estimate(recipes, t_plot, g_plot, h, f, variant, compare, splits=split_list, **kwargs)
+            if kinds_path is not None
+            else None
+        )
         draw_and_write(out, tokens_data, kinds_data, plot, kinds_path, f"one --tokens value at G = {g_plot}")
 
     if len(combos) == 1:
@@ -160,8 +238,10 @@ def estimate_cmd(
     if not quiet:
         typer.echo("\n".join(sweep_lines(points, variant, diff)))
     if json_path is not None:
-        cases = (estimate_config(p.config, variant) if p.config is not None else skipped_case(p, variant, path)
-                 for p in points)  # one case in memory at a time
+        cases = (
+            estimate_config(p.config, variant) if p.config is not None else skipped_case(p, variant, path)
+            for p in points
+        )  # one case in memory at a time
         write_report_streaming(estimate_report([]), cases, json_path)
         out.print(Text(f"wrote {json_path}"), soft_wrap=True)
     if markdown is not None:
@@ -171,8 +251,16 @@ def estimate_cmd(
     return exitcodes.OK
 
 
-def _single(out: Console, c: Config, variant: str, diff: str | None, padding: bool, json_path: Path | None,
-            markdown: Path | None, quiet: bool) -> int:
+def _single(
+    out: Console,
+    c: Config,
+    variant: str,
+    diff: str | None,
+    padding: bool,
+    json_path: Path | None,
+    markdown: Path | None,
+    quiet: bool,
+) -> int:
     case = estimate_config(c, variant)
     other = estimate_config(c, diff) if diff else None
     if not quiet:
@@ -189,7 +277,9 @@ def _single(out: Console, c: Config, variant: str, diff: str | None, padding: bo
         write_report(estimate_report([case]), json_path)
         out.print(Text(f"wrote {json_path}"), soft_wrap=True)
     if markdown is not None:
-        atomic_write_text(markdown, markdown_single(case, variant, (other, diff) if other is not None and diff else None))
+        atomic_write_text(
+            markdown, markdown_single(case, variant, (other, diff) if other is not None and diff else None)
+        )
         out.print(Text(f"wrote {markdown}"), soft_wrap=True)
     return exitcodes.OK
 

@@ -60,8 +60,11 @@ def select_cases(shapes: str, groups: str, recipes: str | None, paths: str, case
         if missing:
             raise UsageError(f"unknown case {missing[0]!r}; e.g. {every[0].id}", key="--case")
         return [by_id[i] for i in case_ids]
-    out = [c for c in default_cases(names, gs)
-           if ("fused" if c.fused else "unfused") in want_paths and (want is None or c.recipe in want)]
+    out = [
+        c
+        for c in default_cases(names, gs)
+        if ("fused" if c.fused else "unfused") in want_paths and (want is None or c.recipe in want)
+    ]
     if not out:
         raise UsageError("the selection has no case", key="--recipes")
     return out
@@ -69,21 +72,71 @@ def select_cases(shapes: str, groups: str, recipes: str | None, paths: str, case
 
 @exits
 def te_history(
-    te: Annotated[str | None, typer.Option("--te", help="Released TE versions, comma-separated (2.15,2.17.1): each version's pure-Python wheel from the package index.")] = None,
-    te_repo: Annotated[Path | None, typer.Option("--te-repo", help="A TE git checkout (or bare repository) whose history to read.")] = None,
-    rev: Annotated[list[str] | None, typer.Option("--rev", help="A revision of --te-repo, or a range A..B (A, then B's first-parent line after A). Repeatable.")] = None,
+    te: Annotated[
+        str | None,
+        typer.Option(
+            "--te",
+            help="Released TE versions, comma-separated (2.15,2.17.1): each version's pure-Python wheel from the package index.",
+        ),
+    ] = None,
+    te_repo: Annotated[
+        Path | None, typer.Option("--te-repo", help="A TE git checkout (or bare repository) whose history to read.")
+    ] = None,
+    rev: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--rev",
+            help="A revision of --te-repo, or a range A..B (A, then B's first-parent line after A). Repeatable.",
+        ),
+    ] = None,
     te_tree: Annotated[list[str] | None, typer.Option("--te-tree", help=TREE_HELP)] = None,
     installed: Annotated[bool, typer.Option("--installed", help="Also the installed TE's own Python.")] = False,
-    out_dir: Annotated[Path | None, typer.Option("--out", help="Folder for the reports and the history (created; files in it are replaced atomically).")] = None,
-    shape: Annotated[str, typer.Option(help="Named shapes, comma-separated: small (T=4096 H=1024 F=2048), pr3545 (T=82944 H=3072 F=1536).")] = "small",
+    out_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", help="Folder for the reports and the history (created; files in it are replaced atomically)."
+        ),
+    ] = None,
+    shape: Annotated[
+        str,
+        typer.Option(
+            help="Named shapes, comma-separated: small (T=4096 H=1024 F=2048), pr3545 (T=82944 H=3072 F=1536)."
+        ),
+    ] = "small",
     groups: Annotated[str, typer.Option(help="Group counts G, comma-separated.")] = "1,8",
     recipes: Annotated[str | None, typer.Option(help=RECIPES_HELP)] = None,
     path: Annotated[str, typer.Option("--path", help="fused, unfused or both (comma-separated).")] = "fused,unfused",
-    case: Annotated[list[str] | None, typer.Option("--case", help="A case id (as the reports name it) instead of the selection above. Repeatable.")] = None,
-    bisect: Annotated[str | None, typer.Option("--bisect", help="GOOD..BAD of --te-repo: find the first commit that changed the one selected case's saved state.")] = None,
-    unread: Annotated[bool, typer.Option("--unread", help="Run each version with the read analysis (observed reads): unread bytes per version in the history.")] = False,
-    bisect_on: Annotated[str, typer.Option("--bisect-on", help="With --bisect: saved (the saved state) or unread (the bytes backward never read; runs the read analysis).")] = "saved",
-    cache: Annotated[Path | None, typer.Option(help="Cache for wheels and trees. Default: $MEMAUDIT_CACHE, else $XDG_CACHE_HOME/memaudit or ~/.cache/memaudit.")] = None,
+    case: Annotated[
+        list[str] | None,
+        typer.Option("--case", help="A case id (as the reports name it) instead of the selection above. Repeatable."),
+    ] = None,
+    bisect: Annotated[
+        str | None,
+        typer.Option(
+            "--bisect",
+            help="GOOD..BAD of --te-repo: find the first commit that changed the one selected case's saved state.",
+        ),
+    ] = None,
+    unread: Annotated[
+        bool,
+        typer.Option(
+            "--unread",
+            help="Run each version with the read analysis (observed reads): unread bytes per version in the history.",
+        ),
+    ] = False,
+    bisect_on: Annotated[
+        str,
+        typer.Option(
+            "--bisect-on",
+            help="With --bisect: saved (the saved state) or unread (the bytes backward never read; runs the read analysis).",
+        ),
+    ] = "saved",
+    cache: Annotated[
+        Path | None,
+        typer.Option(
+            help="Cache for wheels and trees. Default: $MEMAUDIT_CACHE, else $XDG_CACHE_HOME/memaudit or ~/.cache/memaudit."
+        ),
+    ] = None,
     plot: Annotated[bool, typer.Option("--plot/--no-plot", help="Draw history.png (needs matplotlib).")] = True,
 ) -> int:
     """Audit TE's saved state across TE versions, or bisect one change."""
@@ -123,7 +176,9 @@ def te_history(
     history = history_of(runs, cases)
     from memaudit.te.history.render import history_figure, history_markdown, history_table
 
-    files: list[tuple[Path, str | bytes]] = [(out_dir / r.info.report, r.report.to_json()) for r in runs if r.info.report]
+    files: list[tuple[Path, str | bytes]] = [
+        (out_dir / r.info.report, r.report.to_json()) for r in runs if r.info.report
+    ]
     files += [(out_dir / "history.json", history.to_json()), (out_dir / "history.md", history_markdown(history))]
     if plot:
         from memaudit.render.plots import render
@@ -147,8 +202,12 @@ def te_history(
         for cell in c.cells:
             if (s := known_failure(cell.status, cell.reason)) is not None:
                 err.print(Text(f"expected failure: {c.id} on TE {cell.version}: {s.note}"), soft_wrap=True)
-    unexpected = [cell for c in history.cases for cell in c.cells
-                  if cell.status != "ok" and known_failure(cell.status, cell.reason) is None]
+    unexpected = [
+        cell
+        for c in history.cases
+        for cell in c.cells
+        if cell.status != "ok" and known_failure(cell.status, cell.reason) is None
+    ]
     return exitcodes.CASE_ERROR if unexpected else exitcodes.OK
 
 
@@ -162,9 +221,14 @@ def _bisect(out, repo, spec: str, cases: list, cache: Path, out_dir: Path, other
     if ".." not in spec:
         raise UsageError(f"expected GOOD..BAD, got {spec!r}", key="--bisect")
     if any(others):
-        raise UsageError("--bisect takes one range of --te-repo, not --te, --rev, --te-tree or --installed", key="--bisect")
+        raise UsageError(
+            "--bisect takes one range of --te-repo, not --te, --rev, --te-tree or --installed", key="--bisect"
+        )
     if len(cases) != 1:
-        raise UsageError(f"--bisect needs exactly one case (--case ID, or a selection of one); the selection has {len(cases)}", key="--case")
+        raise UsageError(
+            f"--bisect needs exactly one case (--case ID, or a selection of one); the selection has {len(cases)}",
+            key="--case",
+        )
     good, bad = spec.split("..", 1)
 
     def show(p, n: int) -> None:  # noqa: ANN001 - a Probe
@@ -176,8 +240,10 @@ def _bisect(out, repo, spec: str, cases: list, cache: Path, out_dir: Path, other
     out_dir.mkdir(parents=True, exist_ok=True)
     import json
 
-    targets = [(out_dir / "bisect.json", json.dumps(result.to_dict(), sort_keys=True, indent=1) + "\n"),
-               (out_dir / "bisect.md", bisect_markdown(result))]
+    targets = [
+        (out_dir / "bisect.json", json.dumps(result.to_dict(), sort_keys=True, indent=1) + "\n"),
+        (out_dir / "bisect.md", bisect_markdown(result)),
+    ]
     for p, _ in targets:
         check_output(p, "--out")
     for p, text in targets:

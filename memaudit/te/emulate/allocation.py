@@ -52,7 +52,10 @@ def quantized_specs(q: Any, shape: tuple[int, ...]) -> dict[str, tuple[tuple[int
             out["columnwise_data"] = ((*colshape[:-1], colshape[-1] // 2), torch.uint8)
             out["columnwise_scale_inv"] = (tuple(q.get_scale_shape(shape, columnwise=True)), torch.uint8)
         if row:
-            out["amax_rowwise"] = ((math.prod(shape[:-1]),) if getattr(q, "row_scaled_nvfp4", False) else (1,), torch.float32)
+            out["amax_rowwise"] = (
+                (math.prod(shape[:-1]),) if getattr(q, "row_scaled_nvfp4", False) else (1,),
+                torch.float32,
+            )
         if col:
             out["amax_columnwise"] = ((1,), torch.float32)
     elif isinstance(q, Float8Quantizer | Float8CurrentScalingQuantizer):
@@ -63,8 +66,10 @@ def quantized_specs(q: Any, shape: tuple[int, ...]) -> dict[str, tuple[tuple[int
             out["data_transpose"] = ((shape[-1], *shape[:-1]), torch.uint8)
         out["fp8_scale_inv"] = ((1,), torch.float32)
     else:
-        raise NotImplementedError(f"empty_quantized stand-in without TensorSpec: {type(q).__name__} "
-                                  "(MXFP8, NVFP4 and FP8 quantizers are modelled)")
+        raise NotImplementedError(
+            f"empty_quantized stand-in without TensorSpec: {type(q).__name__} "
+            "(MXFP8, NVFP4 and FP8 quantizers are modelled)"
+        )
     return out
 
 
@@ -102,8 +107,14 @@ def _classes(q: Any) -> tuple[type, type]:
 
 BUFFERS = {
     "MXFP8TensorStorage": ("rowwise_data", "rowwise_scale_inv", "columnwise_data", "columnwise_scale_inv"),
-    "NVFP4TensorStorage": ("rowwise_data", "rowwise_scale_inv", "columnwise_data", "columnwise_scale_inv",
-                           "amax_rowwise", "amax_columnwise"),
+    "NVFP4TensorStorage": (
+        "rowwise_data",
+        "rowwise_scale_inv",
+        "columnwise_data",
+        "columnwise_scale_inv",
+        "amax_rowwise",
+        "amax_columnwise",
+    ),
     "Float8TensorStorage": ("data", "fp8_scale_inv", "data_transpose"),
 }
 """Every buffer argument of the storage classes' constructors (None where not allocated)."""

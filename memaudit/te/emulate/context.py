@@ -48,7 +48,11 @@ class Machine:
 
     def describe(self) -> dict[str, str]:
         v = self.cublaslt
-        return {"arch": self.arch, "cublaslt": f"{v // 10000}.{v // 100 % 100}.{v % 100}", "cudnn_frontend": self.cudnn_frontend}
+        return {
+            "arch": self.arch,
+            "cublaslt": f"{v // 10000}.{v // 100 % 100}.{v % 100}",
+            "cudnn_frontend": self.cudnn_frontend,
+        }
 
 
 @dataclass
@@ -150,13 +154,22 @@ def registrations(path: str) -> tuple[Registration, ...]:
         tree = ast.parse(f.read(), path)
     out = []
     for node in tree.body:
-        if not (isinstance(node, ast.If) and isinstance(node.test, ast.Call) and isinstance(node.test.func, ast.Attribute)
-                and node.test.func.attr == "is_supported" and isinstance(node.test.func.value, ast.Name)):
+        if not (
+            isinstance(node, ast.If)
+            and isinstance(node.test, ast.Call)
+            and isinstance(node.test.func, ast.Attribute)
+            and node.test.func.attr == "is_supported"
+            and isinstance(node.test.func.value, ast.Name)
+        ):
             continue
         for stmt in node.body:
             call = stmt.value if isinstance(stmt, ast.Expr) else None
-            if (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and len(call.args) == 1
-                    and isinstance(call.args[0], ast.Name)):
+            if (
+                isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Name)
+                and len(call.args) == 1
+                and isinstance(call.args[0], ast.Name)
+            ):
                 kwargs = tuple((k.arg, ast.literal_eval(k.value)) for k in call.keywords if k.arg is not None)
                 out.append(Registration(node.test.func.value.id, call.func.id, call.args[0].id, kwargs))
     return tuple(out)
@@ -165,7 +178,9 @@ def registrations(path: str) -> tuple[Registration, ...]:
 def _fusion_tables() -> list[list[Any]]:
     from transformer_engine.pytorch.ops.fuser import OperationFuser
 
-    return [v for k, v in sorted(vars(OperationFuser).items()) if k.endswith("fusion_functions") and isinstance(v, list)]
+    return [
+        v for k, v in sorted(vars(OperationFuser).items()) if k.endswith("fusion_functions") and isinstance(v, list)
+    ]
 
 
 @contextmanager
@@ -218,7 +233,9 @@ def emulation(
         stack.enter_context(_frontend_supported(version))
         stack.enter_context(_patched(torch.cuda, "get_device_capability", lambda device=None: capability))
         table = {**standins, "get_cublasLt_version": lambda: machine.cublaslt}
-        log.kernels = stack.enter_context(kernel_table(table, real, route=lambda name, fn, answers: routed(name, fn, answers=answers)))
+        log.kernels = stack.enter_context(
+            kernel_table(table, real, route=lambda name, fn, answers: routed(name, fn, answers=answers))
+        )
         stack.enter_context(emulation_table())
         stack.enter_context(_cudnn_module({name: _noted(log, name, fn) for name, fn in cudnn.items()}))
         for gm in modules:
@@ -242,8 +259,13 @@ def _frontend_supported(version: PkgVersionAnswer) -> Iterator[None]:
     def supported() -> bool:
         return version("1.23.0")
 
-    bound = [m for name, m in list(sys.modules.items())
-             if m is not None and name.startswith("transformer_engine") and vars(m).get("_cudnn_frontend_version_supported") is original]
+    bound = [
+        m
+        for name, m in list(sys.modules.items())
+        if m is not None
+        and name.startswith("transformer_engine")
+        and vars(m).get("_cudnn_frontend_version_supported") is original
+    ]
     for m in bound:
         setattr(m, "_cudnn_frontend_version_supported", supported)  # noqa: B010 - mypy: modules of any TE version
     try:

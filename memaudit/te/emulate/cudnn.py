@@ -132,7 +132,9 @@ def _dact_outputs(kwargs: dict[str, Any], *, glu: bool) -> dict[str, Any]:
         out["sfd_row_tensor"] = row.permute(3, 4, 1, 5, 2, 0)
         out["sfd_col_tensor"] = col.permute(3, 4, 1, 5, 2, 0)
     if d_dtype in (torch.bfloat16, torch.float16):
-        out["amax_tensor"] = torch.full((groups, 2, 1) if glu else (groups, 1), float("-inf"), dtype=torch.float32, device=dev)
+        out["amax_tensor"] = torch.full(
+            (groups, 2, 1) if glu else (groups, 1), float("-inf"), dtype=torch.float32, device=dev
+        )
     if kwargs.get("generate_dbias"):
         out["dbias_tensor"] = torch.zeros((groups, n_out, 1), dtype=torch.bfloat16, device=dev)
     return out
@@ -163,12 +165,14 @@ def grouped_gemm_wgrad_wrapper_sm100(**kwargs: Any) -> dict[str, Any]:
 
 
 CUDNN_STANDINS: dict[str, Callable[..., Any]] = {name: _missing(name) for name in WRAPPERS}
-CUDNN_STANDINS.update({
-    "grouped_gemm_glu_wrapper_sm100": grouped_gemm_glu_wrapper_sm100,
-    "grouped_gemm_glu_hadamard_wrapper_sm100": grouped_gemm_glu_hadamard_wrapper_sm100,
-    "grouped_gemm_quant_wrapper_sm100": grouped_gemm_quant_wrapper_sm100,
-    "grouped_gemm_dglu_wrapper_sm100": grouped_gemm_dglu_wrapper_sm100,
-    "grouped_gemm_dsrelu_wrapper_sm100": grouped_gemm_dsrelu_wrapper_sm100,
-    "grouped_gemm_wgrad_wrapper_sm100": grouped_gemm_wgrad_wrapper_sm100,
-})
+CUDNN_STANDINS.update(
+    {
+        "grouped_gemm_glu_wrapper_sm100": grouped_gemm_glu_wrapper_sm100,
+        "grouped_gemm_glu_hadamard_wrapper_sm100": grouped_gemm_glu_hadamard_wrapper_sm100,
+        "grouped_gemm_quant_wrapper_sm100": grouped_gemm_quant_wrapper_sm100,
+        "grouped_gemm_dglu_wrapper_sm100": grouped_gemm_dglu_wrapper_sm100,
+        "grouped_gemm_dsrelu_wrapper_sm100": grouped_gemm_dsrelu_wrapper_sm100,
+        "grouped_gemm_wgrad_wrapper_sm100": grouped_gemm_wgrad_wrapper_sm100,
+    }
+)
 """``cudnn`` name -> stand-in (a module attribute of the fake ``cudnn`` module)."""

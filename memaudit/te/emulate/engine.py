@@ -57,8 +57,10 @@ def _call(node: Any, grads: list[torch.Tensor | None]) -> list[tuple[Any, torch.
         return [(nxt, g) for nxt, g in zip(node.next_functions, out, strict=False) if nxt[0] is not None]
     metadata: Any = getattr(node, "_input_metadata")  # noqa: B009 - the C++ node's, untyped in torch's stubs
     if getattr(node, "materialize_grads", True):
-        grads = [g if g is not None else torch.zeros(tuple(m.shape), dtype=m.dtype, device=m.device)
-                 for g, m in zip(grads, metadata, strict=True)]
+        grads = [
+            g if g is not None else torch.zeros(tuple(m.shape), dtype=m.dtype, device=m.device)
+            for g, m in zip(grads, metadata, strict=True)
+        ]
     out = node.apply(*grads)
     out = out if isinstance(out, tuple) else (out,)
     # A Python backward returns one gradient per forward argument, tensors or not; the C++ engine
@@ -66,7 +68,9 @@ def _call(node: Any, grads: list[torch.Tensor | None]) -> list[tuple[Any, torch.
     # a next function (``needs_input_grad``), in order; the rest get None and go nowhere.
     needs = node.needs_input_grad
     if len(out) != len(needs):
-        raise RuntimeError(f"{type(node).__name__}: backward returned {len(out)} gradients for {len(needs)} forward arguments")
+        raise RuntimeError(
+            f"{type(node).__name__}: backward returned {len(out)} gradients for {len(needs)} forward arguments"
+        )
     wanted = [g for g, need in zip(out, needs, strict=True) if need]
     edges = [nxt for nxt in node.next_functions if nxt[0] is not None]
     return list(zip(edges, wanted, strict=True))

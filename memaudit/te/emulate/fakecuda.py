@@ -55,29 +55,53 @@ class Patch:
 
 
 PATCHES = (
-    Patch("current_device", "torch.cuda.current_device() -> 0",
-          "TE utils.py:806 canonicalize_device (every module's constructor); tensor/nvfp4_tensor.py:176 and 196 "
-          "(NVFP4Quantizer); utils.py:161 get_device_compute_capability; utils.py:844 get_sm_count"),
-    Patch("get_device_properties", "torch.cuda.get_device_properties() -> the emulated architecture's (major, minor, SMs)",
-          "TE utils.py:154 _get_device_compute_capability; utils.py:743 is_bf16_compatible (via torch's "
-          "get_device_capability); utils.py:844 get_sm_count (the GEMM stand-ins' argument only); "
-          "cpp_extensions/gemm.py:43 get_cublas_workspace_size_bytes"),
-    Patch("current_stream", "torch.cuda.current_stream() -> a stream stub (cuda_stream 0)",
-          "TE ops/fused/grouped_mlp.py:1508 (the fused op hands it to the cuDNN-frontend stand-in)"),
-    Patch("streams", "torch.cuda.Stream, Event and stream(): stubs with nothing to order (no device work)",
-          "TE's CPU offload only (cpu_offload.py:76-77, 287-312, 351-357, 397-398, 441, 509); the grouped MLP's "
-          "forward makes none"),
-    Patch("is_current_stream_capturing", "torch.cuda.is_current_stream_capturing() -> False",
-          "TE quantization.py:594 FP8GlobalStateManager.fp8_graph_capturing (from ops/op.py:440, every quantized forward)"),
-    Patch("sign_mask", "NVFP4's RHT sign mask: TE's own get_sign_from_vector on the vector's CPU value",
-          "TE tensor/nvfp4_tensor.py:45-46 (mask |= (v == -1) << i; mask.item()): the meta kernel of bool << int "
-          "refuses what CUDA accepts, and .item() reads a value"),
-    Patch("data_ptr", "a fake tensor's data_ptr() -> its storage's own address plus its byte offset",
-          "TE ops/fused/grouped_mlp.py:1251 (FC1's and FC2's split sizes must be one tensor): torch answers 0 for "
-          "every fake tensor, so two different tensors would compare equal"),
-    Patch("values", "small tensors made from Python numbers keep their value beside the fake (FakeCudaMode)",
-          "TE ops/basic/grouped_linear.py:1222 split_sizes.tolist() (split-quantize path: fp8-delayed, fp8-block, "
-          "and any recipe on an architecture without the grouped-tensor path)"),
+    Patch(
+        "current_device",
+        "torch.cuda.current_device() -> 0",
+        "TE utils.py:806 canonicalize_device (every module's constructor); tensor/nvfp4_tensor.py:176 and 196 "
+        "(NVFP4Quantizer); utils.py:161 get_device_compute_capability; utils.py:844 get_sm_count",
+    ),
+    Patch(
+        "get_device_properties",
+        "torch.cuda.get_device_properties() -> the emulated architecture's (major, minor, SMs)",
+        "TE utils.py:154 _get_device_compute_capability; utils.py:743 is_bf16_compatible (via torch's "
+        "get_device_capability); utils.py:844 get_sm_count (the GEMM stand-ins' argument only); "
+        "cpp_extensions/gemm.py:43 get_cublas_workspace_size_bytes",
+    ),
+    Patch(
+        "current_stream",
+        "torch.cuda.current_stream() -> a stream stub (cuda_stream 0)",
+        "TE ops/fused/grouped_mlp.py:1508 (the fused op hands it to the cuDNN-frontend stand-in)",
+    ),
+    Patch(
+        "streams",
+        "torch.cuda.Stream, Event and stream(): stubs with nothing to order (no device work)",
+        "TE's CPU offload only (cpu_offload.py:76-77, 287-312, 351-357, 397-398, 441, 509); the grouped MLP's "
+        "forward makes none",
+    ),
+    Patch(
+        "is_current_stream_capturing",
+        "torch.cuda.is_current_stream_capturing() -> False",
+        "TE quantization.py:594 FP8GlobalStateManager.fp8_graph_capturing (from ops/op.py:440, every quantized forward)",
+    ),
+    Patch(
+        "sign_mask",
+        "NVFP4's RHT sign mask: TE's own get_sign_from_vector on the vector's CPU value",
+        "TE tensor/nvfp4_tensor.py:45-46 (mask |= (v == -1) << i; mask.item()): the meta kernel of bool << int "
+        "refuses what CUDA accepts, and .item() reads a value",
+    ),
+    Patch(
+        "data_ptr",
+        "a fake tensor's data_ptr() -> its storage's own address plus its byte offset",
+        "TE ops/fused/grouped_mlp.py:1251 (FC1's and FC2's split sizes must be one tensor): torch answers 0 for "
+        "every fake tensor, so two different tensors would compare equal",
+    ),
+    Patch(
+        "values",
+        "small tensors made from Python numbers keep their value beside the fake (FakeCudaMode)",
+        "TE ops/basic/grouped_linear.py:1222 split_sizes.tolist() (split-quantize path: fp8-delayed, fp8-block, "
+        "and any recipe on an architecture without the grouped-tensor path)",
+    ),
 )
 """Everything fake CUDA changes. torch's own ``FakeTensorMode`` does the rest: TE's
 ``torch.Tensor().cuda()`` (cpp_extensions/gemm.py:408) and ``alpha.is_cuda`` (gemm.py:658) just work."""
@@ -96,15 +120,31 @@ class ValueSite:
 
 
 VALUE_SITES = (
-    ValueSite("pytorch/ops/basic/grouped_linear.py", "_fuser_forward_split_quantize", 1222,
-              "split_sizes.tolist(): the split sizes the case gave"),
-    ValueSite("pytorch/ops/basic/grouped_linear.py", "_fuser_backward_split_quantize", 1540,
-              "split_sizes.tolist() in the split-quantize path's backward: the split sizes the case gave"),
-    ValueSite("pytorch/tensor/nvfp4_tensor.py", "get_sign_from_vector", 45,
-              "mask |= (v == -1) << i; mask.item(): the RHT sign vector TE builds from a constant list"),
-    ValueSite("pytorch/ops/basic/grouped_linear.py", "fuser_forward", 769,
-              "split_sizes.tolist() in TE 2.14-2.16 (GroupedLinear.fuser_forward, before the split-quantize "
-              "path was its own function; line of 2.15.0): the split sizes the case gave"),
+    ValueSite(
+        "pytorch/ops/basic/grouped_linear.py",
+        "_fuser_forward_split_quantize",
+        1222,
+        "split_sizes.tolist(): the split sizes the case gave",
+    ),
+    ValueSite(
+        "pytorch/ops/basic/grouped_linear.py",
+        "_fuser_backward_split_quantize",
+        1540,
+        "split_sizes.tolist() in the split-quantize path's backward: the split sizes the case gave",
+    ),
+    ValueSite(
+        "pytorch/tensor/nvfp4_tensor.py",
+        "get_sign_from_vector",
+        45,
+        "mask |= (v == -1) << i; mask.item(): the RHT sign vector TE builds from a constant list",
+    ),
+    ValueSite(
+        "pytorch/ops/basic/grouped_linear.py",
+        "fuser_forward",
+        769,
+        "split_sizes.tolist() in TE 2.14-2.16 (GroupedLinear.fuser_forward, before the split-quantize "
+        "path was its own function; line of 2.15.0): the split sizes the case gave",
+    ),
 )
 """The only places TE 2.20.2's grouped MLP reads a tensor's value (the first three: forward and
 backward), and the one older TE versions read instead (:mod:`memaudit.te.history`)."""
@@ -135,9 +175,11 @@ class UnknownValueRead(RuntimeError):
 def unavailable() -> str | None:
     """None where fake CUDA can run here (torch's CUDA build), else why not."""
     if torch.version.cuda is None or not torch.backends.cuda.is_built():
-        return (f"torch {torch.__version__} is a CPU-only build: with no GPU, TE's forward runs on fake CUDA tensors, which "
-                "need torch's CUDA build (no driver or GPU; the default wheel): on a CPU-only build the first autograd op "
-                "on a CUDA tensor aborts the process")
+        return (
+            f"torch {torch.__version__} is a CPU-only build: with no GPU, TE's forward runs on fake CUDA tensors, which "
+            "need torch's CUDA build (no driver or GPU; the default wheel): on a CPU-only build the first autograd op "
+            "on a CUDA tensor aborts the process"
+        )
     return None
 
 
@@ -152,7 +194,7 @@ def _te_frame() -> Frame | None:
         name = f.f_code.co_filename
         at = name.rfind("/transformer_engine/")
         if at >= 0:
-            return name[at + len("/transformer_engine/"):], f.f_lineno, f.f_code.co_name
+            return name[at + len("/transformer_engine/") :], f.f_lineno, f.f_code.co_name
         f = f.f_back
     return None
 
@@ -163,10 +205,14 @@ def _reader() -> Frame | None:
     f: Any = sys._getframe(1)
     while f is not None:
         name = f.f_code.co_filename
-        if (name != __file__ and "/torch/" not in name and not name.startswith("<")
-                and f.f_code.co_name != "__torch_dispatch__"):
+        if (
+            name != __file__
+            and "/torch/" not in name
+            and not name.startswith("<")
+            and f.f_code.co_name != "__torch_dispatch__"
+        ):
             at = name.rfind("/transformer_engine/")
-            return (name[at + len("/transformer_engine/"):] if at >= 0 else name), f.f_lineno, f.f_code.co_name
+            return (name[at + len("/transformer_engine/") :] if at >= 0 else name), f.f_lineno, f.f_code.co_name
         f = f.f_back
     return None
 
@@ -185,10 +231,15 @@ def _known_sites() -> str:
 def unknown_read(why: str) -> UnknownValueRead:
     """The error for a value read memaudit cannot answer, naming who read it (and TE's frame)."""
     reader, te = _reader(), _te_frame()
-    where = _where(reader) + ("" if te is None or (reader is not None and reader[0] == te[0] and reader[1] == te[1])
-                              else f", called from {_where(te)}")
-    return UnknownValueRead(f"a tensor's value was read at {where}: {why}; with no GPU tensors hold no values, "
-                            f"and memaudit knows them only at {_known_sites()}")
+    where = _where(reader) + (
+        ""
+        if te is None or (reader is not None and reader[0] == te[0] and reader[1] == te[1])
+        else f", called from {_where(te)}"
+    )
+    return UnknownValueRead(
+        f"a tensor's value was read at {where}: {why}; with no GPU tensors hold no values, "
+        f"and memaudit knows them only at {_known_sites()}"
+    )
 
 
 class FakeCudaMode(FakeTensorMode):
@@ -230,13 +281,19 @@ class FakeCudaMode(FakeTensorMode):
         found = self._writes.get(func)
         if found is None:
             args = getattr(func, "_schema", None)
-            found = tuple(i for i, a in enumerate(args.arguments) if a.alias_info is not None and a.alias_info.is_write) if args else ()
+            found = (
+                tuple(i for i, a in enumerate(args.arguments) if a.alias_info is not None and a.alias_info.is_write)
+                if args
+                else ()
+            )
             self._writes[func] = found
         return found
 
     def _read(self, func: Any, t: Any) -> Any:
         frame = _reader()
-        site = next((s for s in VALUE_SITES if frame is not None and frame[0] == s.file and frame[2] == s.function), None)
+        site = next(
+            (s for s in VALUE_SITES if frame is not None and frame[0] == s.file and frame[2] == s.function), None
+        )
         value = self.value_of(t)
         if site is None:
             raise unknown_read(f"{func} is not a read memaudit knows")
@@ -408,7 +465,9 @@ def fake_cuda(arch: str) -> Iterator[FakeCudaMode]:
         stack.enter_context(_set(nvfp4, "get_sign_from_vector", get_sign_from_vector))
         stack.enter_context(_set(FakeTensor, "data_ptr", lambda self: mode.address(self)))
         stack.enter_context(warnings.catch_warnings())
-        warnings.filterwarnings("ignore", message="Accessing the data pointer of FakeTensor")  # memaudit's storage check
+        warnings.filterwarnings(
+            "ignore", message="Accessing the data pointer of FakeTensor"
+        )  # memaudit's storage check
         stack.enter_context(mode)
         _ACTIVE.append(mode)
         stack.callback(_ACTIVE.pop)

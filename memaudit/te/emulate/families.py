@@ -56,8 +56,13 @@ def swiglu(input: torch.Tensor, quantizer: Any) -> Any:  # noqa: A002 - TE's nam
     return empty_quantized(quantizer, shape, input.dtype, input.device)
 
 
-def get_device_pointer_for_data_and_scales(data_tensors: list[torch.Tensor], scale_tensors: list[torch.Tensor],
-                                           swizzle: bool = False, rowwise: bool = True, data_dtype: Any = None) -> tuple[Any, ...]:
+def get_device_pointer_for_data_and_scales(
+    data_tensors: list[torch.Tensor],
+    scale_tensors: list[torch.Tensor],
+    swizzle: bool = False,
+    rowwise: bool = True,
+    data_dtype: Any = None,
+) -> tuple[Any, ...]:
     """``tex.get_device_pointer_for_data_and_scales`` (TE 2.15-2.16 csrc/extensions/utils.cpp:51-162,
     the fused MXFP8 op's discrete weights): int64 [G] data pointers and int64 [G] scale pointers,
     each a device tensor of its own (``collect_pointers_in_device_tensor``), and the swizzled
@@ -77,7 +82,9 @@ def get_device_pointer_for_data_and_scales(data_tensors: list[torch.Tensor], sca
     return (torch.empty(g, dtype=torch.int64, device=device), torch.empty(g, dtype=torch.int64, device=device), keep)
 
 
-def transform_and_copy_data_ptrs_to_device(transform_type: str, tensors: list[torch.Tensor], device: Any) -> tuple[Any, Any]:
+def transform_and_copy_data_ptrs_to_device(
+    transform_type: str, tensors: list[torch.Tensor], device: Any
+) -> tuple[Any, Any]:
     """``tex.transform_and_copy_data_ptrs_to_device`` (main between PR #3048 and 2.17,
     csrc/extensions/utils.cpp:41-150 at 920a7db1a): without a transform, the pointers only (int64
     [G]) and None; with a ``uniform_*_swizzle``, the pointers of the swizzled scales and their one
@@ -90,14 +97,18 @@ def transform_and_copy_data_ptrs_to_device(transform_type: str, tensors: list[to
     return ptrs, torch.empty(stride * g, dtype=torch.uint8, device=device)
 
 
-def bulk_allocate(shapes: list[list[int]], dtypes: list[torch.dtype], device: Any = None,
-                  alignments: list[int] | None = None) -> list[torch.Tensor]:
+def bulk_allocate(
+    shapes: list[list[int]], dtypes: list[torch.dtype], device: Any = None, alignments: list[int] | None = None
+) -> list[torch.Tensor]:
     """``tex.bulk_allocate`` (TE 2.16-2.17 csrc/extensions/allocate.cpp:15-90, the grouped linear's
     weight gradients in backward): one buffer, each tensor an ``at::from_blob`` view of it with a
     Storage of its own (an empty shape: ``at::empty``), so a separate tensor of each shape and
     dtype stands in for it."""
     dev = device if device is not None else "cuda"
-    return [torch.empty(tuple(int(d) for d in shape), dtype=dtype, device=dev) for shape, dtype in zip(shapes, dtypes, strict=True)]
+    return [
+        torch.empty(tuple(int(d) for d in shape), dtype=dtype, device=dev)
+        for shape, dtype in zip(shapes, dtypes, strict=True)
+    ]
 
 
 def dswiglu(grad: torch.Tensor, input: torch.Tensor, quantizer: Any = None) -> Any:  # noqa: A002 - TE's name
@@ -163,10 +174,19 @@ def call_sites(tree: Path, names: set[str]) -> Iterator[CallSite]:
             module = ast.parse(path.read_text(encoding="utf-8"), str(path))
         except (SyntaxError, UnicodeDecodeError):
             continue
-        aliases = {a.asname or a.name for n in ast.walk(module) if isinstance(n, ast.Import)
-                   for a in n.names if a.name == "transformer_engine_torch"}
-        imported = {a.asname or a.name: a.name for n in ast.walk(module)
-                    if isinstance(n, ast.ImportFrom) and n.module == "transformer_engine_torch" for a in n.names}
+        aliases = {
+            a.asname or a.name
+            for n in ast.walk(module)
+            if isinstance(n, ast.Import)
+            for a in n.names
+            if a.name == "transformer_engine_torch"
+        }
+        imported = {
+            a.asname or a.name: a.name
+            for n in ast.walk(module)
+            if isinstance(n, ast.ImportFrom) and n.module == "transformer_engine_torch"
+            for a in n.names
+        }
         for node in ast.walk(module):
             if not isinstance(node, ast.Call):
                 continue
@@ -174,12 +194,24 @@ def call_sites(tree: Path, names: set[str]) -> Iterator[CallSite]:
             name = None
             if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in aliases:
                 name = f.attr
-            elif (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Attribute)
-                  and isinstance(f.value.value, ast.Name) and f.value.value.id in aliases):
+            elif (
+                isinstance(f, ast.Attribute)
+                and isinstance(f.value, ast.Attribute)
+                and isinstance(f.value.value, ast.Name)
+                and f.value.value.id in aliases
+            ):
                 name = f"{f.value.attr}.{f.attr}"
             elif isinstance(f, ast.Name) and f.id in imported:
                 name = imported[f.id]
             if name in names:
-                starred = any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords)
-                yield CallSite(name, rel.as_posix(), node.lineno, len(node.args),
-                               tuple(k.arg for k in node.keywords if k.arg is not None), starred)
+                starred = any(isinstance(a, ast.Starred) for a in node.args) or any(
+                    k.arg is None for k in node.keywords
+                )
+                yield CallSite(
+                    name,
+                    rel.as_posix(),
+                    node.lineno,
+                    len(node.args),
+                    tuple(k.arg for k in node.keywords if k.arg is not None),
+                    starred,
+                )

@@ -105,7 +105,7 @@ def _child(arch: str, fn: Callable[[], Any], out: int) -> None:
         data = json.dumps(payload, sort_keys=True).encode()
         view = memoryview(data)
         while view:
-            view = view[os.write(out, view):]
+            view = view[os.write(out, view) :]
         sys.stdout.flush()
         sys.stderr.flush()
     finally:

@@ -81,8 +81,11 @@ def _owners() -> dict[str, tuple[Any, str]]:
 
 
 def _te_modules() -> list[Any]:
-    return [m for name, m in list(sys.modules.items())
-            if m is not None and (name.startswith("transformer_engine") or name == "transformer_engine_torch")]
+    return [
+        m
+        for name, m in list(sys.modules.items())
+        if m is not None and (name.startswith("transformer_engine") or name == "transformer_engine_torch")
+    ]
 
 
 Route = Callable[[str, Callable[..., Any], bool], Callable[..., Any]]
@@ -91,8 +94,9 @@ Route = Callable[[str, Callable[..., Any], bool], Callable[..., Any]]
 
 
 @contextmanager
-def kernel_table(standins: dict[str, Callable[..., Any]], real: frozenset[str] = frozenset(),
-                 route: Route | None = None) -> Iterator[KernelLog]:
+def kernel_table(
+    standins: dict[str, Callable[..., Any]], real: frozenset[str] = frozenset(), route: Route | None = None
+) -> Iterator[KernelLog]:
     """Guard every ``tex`` function for the block (see the module docstring); yields the log.
     With ``route``, every stand-in and real call (not a query) goes through it."""
     owners = _owners()
@@ -101,8 +105,10 @@ def kernel_table(standins: dict[str, Callable[..., Any]], real: frozenset[str] =
     if unknown:
         raise ValueError(f"not tex functions: {', '.join(unknown)}")
     log = KernelLog()
-    guards = {id(fn): _guard(name, fn, standins.get(name), name in real or name in QUERIES, log, route)
-              for name, fn in originals.items()}
+    guards = {
+        id(fn): _guard(name, fn, standins.get(name), name in real or name in QUERIES, log, route)
+        for name, fn in originals.items()
+    }
     patched: list[tuple[Any, str, Any]] = []
     for name, (owner, attr) in owners.items():
         patched.append((owner, attr, originals[name]))
@@ -125,8 +131,14 @@ def kernel_table(standins: dict[str, Callable[..., Any]], real: frozenset[str] =
             setattr(module, attr, value)
 
 
-def _guard(name: str, original: Any, standin: Callable[..., Any] | None, passthrough: bool, log: KernelLog,
-           route: Route | None = None) -> Any:
+def _guard(
+    name: str,
+    original: Any,
+    standin: Callable[..., Any] | None,
+    passthrough: bool,
+    log: KernelLog,
+    route: Route | None = None,
+) -> Any:
     if standin is not None:
         run = standin if route is None else route(name, standin, True)
 
@@ -141,9 +153,11 @@ def _guard(name: str, original: Any, standin: Callable[..., Any] | None, passthr
             log.note(kind, name)
             return real(*args, **kwargs)
     else:
+
         def call(*args: Any, **kwargs: Any) -> Any:
             log.missing.append(name)
             raise MissingStandIn(name)
+
     call.__name__ = call.__qualname__ = name
     call.entry_point = name  # type: ignore[attr-defined]
     return call

@@ -52,8 +52,15 @@ class EmulatedRun:
     """``kernels`` is ``emulated`` (real kernels where this GPU is the emulated architecture,
     GEMMs and cuDNN-frontend kernels always stand-ins) or ``standins`` (every kernel)."""
 
-    def __init__(self, kernels: str, arch: str, fused: bool, recipe: str, cublaslt: int | None = None,
-                 cudnn_frontend: str = Machine.cudnn_frontend) -> None:
+    def __init__(
+        self,
+        kernels: str,
+        arch: str,
+        fused: bool,
+        recipe: str,
+        cublaslt: int | None = None,
+        cudnn_frontend: str = Machine.cudnn_frontend,
+    ) -> None:
         self.kernels = kernels
         self.machine = Machine(arch, cublaslt if cublaslt is not None else default_cublaslt(arch), cudnn_frontend)
         self.fused = fused
@@ -92,6 +99,7 @@ class EmulatedRun:
     def describe(self) -> Emulation:
         """The case's label: machine, the stand-ins and real kernels its forward called."""
         from memaudit.te.emulate.host import name  # imports torch (fake CUDA): only when asked
+
         log = self.log
         kernels: Any = log.kernels if log is not None else None
 

@@ -62,9 +62,14 @@ def _nvfp4_swizzled(quantizer: Any, shape: Sequence[int]) -> bool:
         return False
     if quantizer.with_rht:
         return m % 64 == 0 and k % 128 == 0 and 100 <= _sm() <= 110
-    return (quantizer.with_2d_quantization and not _nvfp4_flag(quantizer, "row_scaled_nvfp4")
-            and not _nvfp4_flag(quantizer, "nvfp4_use_4over6")
-            and m % 128 == 0 and k % 128 == 0 and 100 <= _sm() <= 110)
+    return (
+        quantizer.with_2d_quantization
+        and not _nvfp4_flag(quantizer, "row_scaled_nvfp4")
+        and not _nvfp4_flag(quantizer, "nvfp4_use_4over6")
+        and m % 128 == 0
+        and k % 128 == 0
+        and 100 <= _sm() <= 110
+    )
 
 
 NVFP4_OPTIONS = ("row_scaled_nvfp4", "nvfp4_use_4over6", "nvfp4_e4m3_max")
@@ -142,8 +147,12 @@ def quantize(tensor: torch.Tensor, quantizer: Any, output: Any = None, noop: Any
     return empty_quantized(quantizer, tensor.shape, tensor.dtype, tensor.device)
 
 
-def split_quantize(tensor: torch.Tensor, split_sections: Sequence[int], quantizer_list: Sequence[Any],
-                   disable_bulk_allocation: bool = False) -> list[Any]:
+def split_quantize(
+    tensor: torch.Tensor,
+    split_sections: Sequence[int],
+    quantizer_list: Sequence[Any],
+    disable_bulk_allocation: bool = False,
+) -> list[Any]:
     """``tex.split_quantize`` (cast.cpp:1895-2059): one quantized tensor per split of dim 0.
 
     Float8 delayed/current scaling (or ``disable_bulk_allocation``): per split ``create_tensor``
@@ -187,7 +196,9 @@ def _bulk_storage(q: Any, shape: tuple[int, ...], device: torch.device) -> Any:
             empty(q.get_scale_shape(shape, False), torch.uint8) if row else None,
             empty(shape, torch.uint8) if col else None,
             empty(q.get_scale_shape(shape, True), torch.uint8) if col else None,
-            q.dtype, q, q.optimize_for_gemm,
+            q.dtype,
+            q,
+            q.optimize_for_gemm,
         )
     if isinstance(q, Float8BlockQuantizer):
         return Float8BlockwiseQTensorStorage(
@@ -195,7 +206,9 @@ def _bulk_storage(q: Any, shape: tuple[int, ...], device: torch.device) -> Any:
             empty(q.get_scale_shape(shape, False), torch.float32) if row else None,
             empty((shape[-1], *shape[:-1]), torch.uint8) if col else None,
             empty(q.get_scale_shape(shape, True), torch.float32) if col else None,
-            q.dtype, q, q.block_scaling_dim == 2,
+            q.dtype,
+            q,
+            q.block_scaling_dim == 2,
         )
     swizzled = q.optimize_for_gemm and q.with_rht and m % 128 == 0 and k % 128 == 0 and 100 <= _sm() <= 110
     return NVFP4TensorStorage(
@@ -205,13 +218,23 @@ def _bulk_storage(q: Any, shape: tuple[int, ...], device: torch.device) -> Any:
         empty(q.get_scale_shape(shape, True), torch.uint8) if col else None,
         empty((m if _nvfp4_flag(q, "row_scaled_nvfp4") else 1,), torch.float32) if row else None,
         empty((k if _nvfp4_flag(q, "row_scaled_nvfp4") else 1,), torch.float32) if col else None,
-        q.dtype, q, swizzled, **nvfp4_options(q),
+        q.dtype,
+        q,
+        swizzled,
+        **nvfp4_options(q),
     )
 
 
-def group_quantize(tensor: torch.Tensor, quantizer: Any, num_tensors: int, first_dims: torch.Tensor | None,
-                   last_dims: torch.Tensor | None = None, tensor_offsets: torch.Tensor | None = None,
-                   noop_flag: Any = None, output: Any = None) -> Any:
+def group_quantize(
+    tensor: torch.Tensor,
+    quantizer: Any,
+    num_tensors: int,
+    first_dims: torch.Tensor | None,
+    last_dims: torch.Tensor | None = None,
+    tensor_offsets: torch.Tensor | None = None,
+    noop_flag: Any = None,
+    output: Any = None,
+) -> Any:
     """``tex.group_quantize`` (cast.cpp:277-427) via ``create_grouped_tensor`` (quantizer.cpp):
     separate 1-D buffers sized from the logical totals (not per member)."""
     if output is not None:
@@ -219,8 +242,14 @@ def group_quantize(tensor: torch.Tensor, quantizer: Any, num_tensors: int, first
     return grouped_empty(tensor, quantizer, int(num_tensors), first_dims, last_dims, tensor_offsets)
 
 
-def grouped_empty(tensor: torch.Tensor, q: Any, g: int, first_dims: torch.Tensor | None,
-                  last_dims: torch.Tensor | None, tensor_offsets: torch.Tensor | None) -> Any:
+def grouped_empty(
+    tensor: torch.Tensor,
+    q: Any,
+    g: int,
+    first_dims: torch.Tensor | None,
+    last_dims: torch.Tensor | None,
+    tensor_offsets: torch.Tensor | None,
+) -> Any:
     """``Quantizer::create_grouped_tensor`` for current scaling (quantizer.cpp:770-873: one fp32
     [G] scale_inv, set as the scale of each usage that has data, 798-814), block
     scaling (1170-1280), MXFP8 (1615-1723) and NVFP4 (2129-2244)."""
@@ -267,7 +296,9 @@ def grouped_empty(tensor: torch.Tensor, q: Any, g: int, first_dims: torch.Tensor
             bufs["scale_inv"] = empty(total // 32 if both_vary else _ru(l0, 128) * _ru(l1 // 32, 4), torch.uint8)
         if col:
             bufs["columnwise_data"] = empty(total, torch.uint8)
-            bufs["columnwise_scale_inv"] = empty(total // 32 if both_vary else _ru(l0 // 32, 4) * _ru(l1, 128), torch.uint8)
+            bufs["columnwise_scale_inv"] = empty(
+                total // 32 if both_vary else _ru(l0 // 32, 4) * _ru(l1, 128), torch.uint8
+            )
         swizzled = q.optimize_for_gemm
     elif isinstance(q, NVFP4Quantizer):
         if row:
@@ -281,24 +312,47 @@ def grouped_empty(tensor: torch.Tensor, q: Any, g: int, first_dims: torch.Tensor
         swizzled = q.optimize_for_gemm
         extra = nvfp4_options(q)
     else:
-        raise NotImplementedError(f"group_quantize stand-in: {type(q).__name__} (TE's group_quantize supports MXFP8, NVFP4, current and block scaling)")
+        raise NotImplementedError(
+            f"group_quantize stand-in: {type(q).__name__} (TE's group_quantize supports MXFP8, NVFP4, current and block scaling)"
+        )
     if tensor_offsets is None and first_dims is not None and last_dims is None:
         # quantizer.cpp:118-180: nvte_splits_to_offsets(first_dims, stride=L1), int64 [G+1]
-        tensor_offsets = torch.cat([torch.zeros(1, dtype=torch.int64, device=first_dims.device),
-                                    torch.cumsum(first_dims.to(torch.int64), 0) * l1])
+        tensor_offsets = torch.cat(
+            [
+                torch.zeros(1, dtype=torch.int64, device=first_dims.device),
+                torch.cumsum(first_dims.to(torch.int64), 0) * l1,
+            ]
+        )
     cls = GroupedTensorStorage if q.internal else GroupedTensor
-    return cls(shape=(l0, l1), dtype=tensor.dtype, num_tensors=g, quantizer=q, stride=[l1, 1],
-               first_dims=first_dims, last_dims=last_dims, tensor_offsets=tensor_offsets,
-               with_gemm_swizzled_scales=swizzled, **bufs, **extra)
+    return cls(
+        shape=(l0, l1),
+        dtype=tensor.dtype,
+        num_tensors=g,
+        quantizer=q,
+        stride=[l1, 1],
+        first_dims=first_dims,
+        last_dims=last_dims,
+        tensor_offsets=tensor_offsets,
+        with_gemm_swizzled_scales=swizzled,
+        **bufs,
+        **extra,
+    )
 
 
 def _ru(x: int, a: int) -> int:
     return -(-int(x) // a) * a
 
 
-def nvfp4_group_quantize_with_amax(tensor: torch.Tensor, quantizer: Any, num_tensors: int, first_dims: Any,
-                                   *args: Any, rowwise_amax: torch.Tensor | None = None,
-                                   columnwise_amax: torch.Tensor | None = None, tensor_offsets: Any = None) -> Any:
+def nvfp4_group_quantize_with_amax(
+    tensor: torch.Tensor,
+    quantizer: Any,
+    num_tensors: int,
+    first_dims: Any,
+    *args: Any,
+    rowwise_amax: torch.Tensor | None = None,
+    columnwise_amax: torch.Tensor | None = None,
+    tensor_offsets: Any = None,
+) -> Any:
     """``tex.nvfp4_group_quantize_with_amax`` (cast.cpp:429-503): as group_quantize, then the
     caller's amaxes replace the allocated ones. TE 2.19 on: ``(..., first_dims, last_dims=None, *,
     rowwise_amax, columnwise_amax, tensor_offsets)``; TE 2.17-2.18: ``(..., first_dims,
@@ -309,7 +363,9 @@ def nvfp4_group_quantize_with_amax(tensor: torch.Tensor, quantizer: Any, num_ten
     elif len(args) <= 1:
         last_dims = args[0] if args else None
     else:
-        raise TypeError(f"nvfp4_group_quantize_with_amax: {4 + len(args)} positional arguments fit no TE version's signature")
+        raise TypeError(
+            f"nvfp4_group_quantize_with_amax: {4 + len(args)} positional arguments fit no TE version's signature"
+        )
     if rowwise_amax is None or columnwise_amax is None:
         raise TypeError("nvfp4_group_quantize_with_amax: rowwise_amax and columnwise_amax are required")
     out = grouped_empty(tensor, quantizer, int(num_tensors), first_dims, last_dims, tensor_offsets)
@@ -317,7 +373,9 @@ def nvfp4_group_quantize_with_amax(tensor: torch.Tensor, quantizer: Any, num_ten
     return out
 
 
-def nvfp4_quantize_with_amax(tensor: torch.Tensor, quantizer: Any, rowwise_amax: torch.Tensor, columnwise_amax: torch.Tensor) -> Any:
+def nvfp4_quantize_with_amax(
+    tensor: torch.Tensor, quantizer: Any, rowwise_amax: torch.Tensor, columnwise_amax: torch.Tensor
+) -> Any:
     """``tex.nvfp4_quantize_with_amax`` (cast.cpp:91-134): create_tensor, the caller's amaxes
     replace the allocated ones, then the post-quantize swizzle."""
     out = empty_quantized(quantizer, tensor.shape, tensor.dtype, tensor.device)
@@ -325,9 +383,15 @@ def nvfp4_quantize_with_amax(tensor: torch.Tensor, quantizer: Any, rowwise_amax:
     return out
 
 
-def splits_to_offsets_multi(split_sizes: torch.Tensor, device: Any, *, strides: Sequence[int],
-                            include_leading_zero: Sequence[bool], dtypes: Sequence[torch.dtype],
-                            bulk_allocate: bool = False) -> tuple[torch.Tensor, list[torch.Tensor]]:
+def splits_to_offsets_multi(
+    split_sizes: torch.Tensor,
+    device: Any,
+    *,
+    strides: Sequence[int],
+    include_leading_zero: Sequence[bool],
+    dtypes: Sequence[torch.dtype],
+    bulk_allocate: bool = False,
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """``tex.splits_to_offsets_multi``: ``split_sizes`` on ``device``, and per stride the
     cumulative offsets ``cumsum(split_sizes) * stride`` (with a leading 0 where asked), each in
     its dtype. These are metadata later Python reads, so their values are computed."""
@@ -350,8 +414,13 @@ def scaled_swiglu(input: torch.Tensor, act_scales: torch.Tensor, quantizer: Any,
     return empty_quantized(quantizer, shape, input.dtype, input.device)
 
 
-def scaled_dactivation(grad: torch.Tensor, input: torch.Tensor, act_scales: torch.Tensor, quantizer: Any,  # noqa: A002 - TE's name
-                       *args: Any) -> tuple[Any, torch.Tensor | None]:
+def scaled_dactivation(
+    grad: torch.Tensor,
+    input: torch.Tensor,
+    act_scales: torch.Tensor,
+    quantizer: Any,  # noqa: A002 - TE's name
+    *args: Any,
+) -> tuple[Any, torch.Tensor | None]:
     """``tex.scaled_dswiglu`` and the other scaled activation backwards (activation.cpp:
     ``scaled_dactivation_helper`` and ``scaled_dactivation_compute``; the last positional argument
     is ``compute_scale_grad``): ``grad_input`` is ``empty_like`` the (contiguous) input, quantized
@@ -359,7 +428,9 @@ def scaled_dactivation(grad: torch.Tensor, input: torch.Tensor, act_scales: torc
     the scales when asked for, else None."""
     if not args or not isinstance(args[-1], bool):
         raise TypeError("scaled dactivation stand-in: compute_scale_grad (bool) must be the last positional argument")
-    grad_scales = torch.empty(tuple(act_scales.shape), dtype=act_scales.dtype, device=act_scales.device) if args[-1] else None
+    grad_scales = (
+        torch.empty(tuple(act_scales.shape), dtype=act_scales.dtype, device=act_scales.device) if args[-1] else None
+    )
     if quantizer is None:
         grad_input = torch.empty(tuple(input.shape), dtype=input.dtype, device=input.device)
     else:
@@ -385,7 +456,9 @@ def te_general_grouped_gemm(*args: Any) -> Any:
     return args[7]
 
 
-def generic_gemm(A: Any, transA: bool, B: Any, transB: bool, D: Any, quantizer: Any, output_dtype: Any, *args: Any, **kwargs: Any) -> Any:
+def generic_gemm(
+    A: Any, transA: bool, B: Any, transB: bool, D: Any, quantizer: Any, output_dtype: Any, *args: Any, **kwargs: Any
+) -> Any:
     """``tex.generic_gemm``: returns (D, bias_grad, gelu_input, extra_output); D is preallocated
     by every forward caller here."""
     if D is None:
@@ -433,12 +506,15 @@ def grouped_swizzle_for_gemm(tensor: Any, rowwise: bool, columnwise: bool) -> No
         return torch.empty(shape2d if uniform else tuple(old.shape), dtype=torch.uint8, device=old.device)
 
     tensor.scale_inv = new(tensor.scale_inv, (g * _ru(m, 128), _ru(-(-l1 // 32), 4))) if rowwise else None
-    tensor.columnwise_scale_inv = new(tensor.columnwise_scale_inv, (g * _ru(l1, 128), _ru(-(-m // 32), 4))) if columnwise else None
+    tensor.columnwise_scale_inv = (
+        new(tensor.columnwise_scale_inv, (g * _ru(l1, 128), _ru(-(-m // 32), 4))) if columnwise else None
+    )
     tensor._with_gemm_swizzled_scales = True
 
 
-def swizzle_scales_and_pack_ptrs_for_discrete_weights(data_tensors: Sequence[torch.Tensor], scale_tensors: Sequence[torch.Tensor],
-                                                      swizzle_type: str, device: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def swizzle_scales_and_pack_ptrs_for_discrete_weights(
+    data_tensors: Sequence[torch.Tensor], scale_tensors: Sequence[torch.Tensor], swizzle_type: str, device: Any
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``tex.grouped_mlp_experimental.swizzle_scales_and_pack_ptrs_for_discrete_weights``
     (grouped_mlp_experimental.cpp:23-153): (data_ptrs, scale_ptrs) are views of one int64 [2G]
     buffer; the swizzled scales one uint8 [G * ru(numel(scale_0), 16)]."""

@@ -45,7 +45,6 @@ from memaudit.te.estimate.shapes import (
 from memaudit.te.estimate.sweep import SweepPoint, skipped_case, sweep_point
 
 HELP = (  # memaudit estimate --help
-
     "Estimate what TE 2.20.2 saves for backward in the grouped MLP "
     "(GroupedLinear(G, H, 2F), ScaledSwiGLU, GroupedLinear(G, F, H)) from shapes and TE's layout rules alone.\n\n"
     "Paths: fused (CuTeDSL fused op, sm100, MXFP8/NVFP4), unfused-grouped (graph-safe grouped tensors), "

@@ -36,10 +36,27 @@ class Buffer:
         "prune",
     )
 
-    def __init__(self, operand: str, group: int | None, container: str | None, slot: str | None, fmt: str,
-                 kind: str, orient: str | None, shape: tuple[int, ...], dtype: str, nbytes: int,
-                 storage: int | None, soff: int, ideal: int, param: bool, note: str | None,
-                 cref: int | None, is_container: bool, prune: str | None) -> None:
+    def __init__(
+        self,
+        operand: str,
+        group: int | None,
+        container: str | None,
+        slot: str | None,
+        fmt: str,
+        kind: str,
+        orient: str | None,
+        shape: tuple[int, ...],
+        dtype: str,
+        nbytes: int,
+        storage: int | None,
+        soff: int,
+        ideal: int,
+        param: bool,
+        note: str | None,
+        cref: int | None,
+        is_container: bool,
+        prune: str | None,
+    ) -> None:
         self.operand = operand
         self.group = group
         self.container = container
@@ -74,37 +91,120 @@ class Accumulator:
         self.sizes.append(nbytes)
         return len(self.sizes) - 1
 
-    def plain(self, operand: str, shape: tuple[int, ...], dtype: str, *, storage: int | None = None,
-              soff: int = 0, kind: str | None = None, param: bool = False, note: str | None = None,
-              group: int | None = None) -> None:
+    def plain(
+        self,
+        operand: str,
+        shape: tuple[int, ...],
+        dtype: str,
+        *,
+        storage: int | None = None,
+        soff: int = 0,
+        kind: str | None = None,
+        param: bool = False,
+        note: str | None = None,
+        group: int | None = None,
+    ) -> None:
         nbytes = prod(shape) * ITEMSIZE[dtype]
         if storage is None:
             storage = self.storage(nbytes)
         if kind is None:
             kind = "metadata" if dtype in ("int64", "int32") else "tensor"
-        self.bufs.append(Buffer(operand, group, None, None, PLAIN_FORMAT[dtype], kind, None, shape, dtype,
-                                nbytes, storage, soff, nbytes, param, note, None, False, None))
+        self.bufs.append(
+            Buffer(
+                operand,
+                group,
+                None,
+                None,
+                PLAIN_FORMAT[dtype],
+                kind,
+                None,
+                shape,
+                dtype,
+                nbytes,
+                storage,
+                soff,
+                nbytes,
+                param,
+                note,
+                None,
+                False,
+                None,
+            )
+        )
 
-    def te(self, operand: str, group: int | None, container: str, slot: str, fmt: str,
-           shape: tuple[int, ...], dtype: str, *, storage: int | None = None, soff: int = 0,
-           ideal: int | None = None, note: str | None = None,
-           cref: int | None = None, prune: str | None = None) -> None:
+    def te(
+        self,
+        operand: str,
+        group: int | None,
+        container: str,
+        slot: str,
+        fmt: str,
+        shape: tuple[int, ...],
+        dtype: str,
+        *,
+        storage: int | None = None,
+        soff: int = 0,
+        ideal: int | None = None,
+        note: str | None = None,
+        cref: int | None = None,
+        prune: str | None = None,
+    ) -> None:
         nbytes = prod(shape) * ITEMSIZE[dtype]
         if storage is None:
             storage = self.storage(nbytes)
         kind, orient = SLOT_INFO[slot]
         if kind == "metadata":
             fmt = PLAIN_FORMAT[dtype]  # as memaudit.te.capture.classify: metadata keeps its dtype's format
-        self.bufs.append(Buffer(operand, group, container, slot, fmt, kind,
-                                orient, shape, dtype, nbytes, storage,
-                                soff, nbytes if ideal is None else ideal, False, note, cref, False, prune))
+        self.bufs.append(
+            Buffer(
+                operand,
+                group,
+                container,
+                slot,
+                fmt,
+                kind,
+                orient,
+                shape,
+                dtype,
+                nbytes,
+                storage,
+                soff,
+                nbytes if ideal is None else ideal,
+                False,
+                note,
+                cref,
+                False,
+                prune,
+            )
+        )
 
-    def container(self, operand: str, container: str, fmt: str, shape: tuple[int, ...], dtype: str,
-                  note: str | None = None) -> int:
+    def container(
+        self, operand: str, container: str, fmt: str, shape: tuple[int, ...], dtype: str, note: str | None = None
+    ) -> int:
         ref = self.ncont
         self.ncont += 1
-        self.bufs.append(Buffer(operand, None, container, None, fmt, "container", None, shape, dtype, 0,
-                                None, 0, 0, False, note, ref, True, None))
+        self.bufs.append(
+            Buffer(
+                operand,
+                None,
+                container,
+                None,
+                fmt,
+                "container",
+                None,
+                shape,
+                dtype,
+                0,
+                None,
+                0,
+                0,
+                False,
+                note,
+                ref,
+                True,
+                None,
+            )
+        )
         return ref
 
 

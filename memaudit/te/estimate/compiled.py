@@ -37,7 +37,7 @@ import operator
 import threading
 from collections.abc import Callable
 from dataclasses import fields
-from typing import Any
+from typing import Any, cast
 
 from memaudit.report import Row, Totals
 from memaudit.te.estimate.buffers import _ideal_fp8, _keep
@@ -252,13 +252,35 @@ def _made(fields_: dict[str, Any]) -> Row:
 def _row_template(index: int, b: Any, storage: str | None, container_index: int | None) -> dict[str, Any]:
     """A row's fields that the structure fixes (the shape's are filled in per call), in field order."""
     return {
-        "index": index, "kind": b.kind, "format": b.fmt, "shape": None, "dtype": b.dtype, "bytes": None,
-        "op": None, "saved_as": None, "slot": b.slot, "operand": b.operand, "group": b.group,
-        "container": b.container, "container_index": container_index, "orientation": b.orient,
-        "storage": storage, "storage_offset": 0, "storage_bytes": 0, "device": DEVICE,
-        "is_parameter": b.param, "duplicate_of": None, "note": b.note, "expected_bytes": None,
-        "resides": "device", "via": "hook", "aliases_output": False, "module": None, "source": None,
-        "read": None, "read_by": None,
+        "index": index,
+        "kind": b.kind,
+        "format": b.fmt,
+        "shape": None,
+        "dtype": b.dtype,
+        "bytes": None,
+        "op": None,
+        "saved_as": None,
+        "slot": b.slot,
+        "operand": b.operand,
+        "group": b.group,
+        "container": b.container,
+        "container_index": container_index,
+        "orientation": b.orient,
+        "storage": storage,
+        "storage_offset": 0,
+        "storage_bytes": 0,
+        "device": DEVICE,
+        "is_parameter": b.param,
+        "duplicate_of": None,
+        "note": b.note,
+        "expected_bytes": None,
+        "resides": "device",
+        "via": "hook",
+        "aliases_output": False,
+        "module": None,
+        "source": None,
+        "read": None,
+        "read_by": None,
     }
 
 
@@ -287,8 +309,20 @@ def _compile(c: Config, variant: str) -> Callable[..., Any]:
     trace = _Trace()
     T, H, F = trace.input("T", CALL), trace.input("H", WEIGHTS), trace.input("F", WEIGHTS)
     splits = tuple(trace.input(f"m{g}", CALL) for g in range(c.groups))
-    sym = Config(c.recipe, T, H, F, c.groups, splits, c.path, c.arch, c.dtype,  # type: ignore[arg-type]
-                 c.dense_single_group, c.probs_dtype, c.split_sizes_dtype)
+    sym = Config(  # the dimensions as symbols where Config holds integers
+        c.recipe,
+        cast(int, T),
+        cast(int, H),
+        cast(int, F),
+        c.groups,
+        cast(tuple[int, ...], splits),
+        c.path,
+        c.arch,
+        c.dtype,
+        c.dense_single_group,
+        c.probs_dtype,
+        c.split_sizes_dtype,
+    )
     acc = Model(sym).build()
     bufs = [b for b in acc.bufs if _keep(b, variant, c.recipe, c.fused)]
     if variant == "ideal" and c.recipe in ("fp8-delayed", "fp8-current"):
@@ -307,8 +341,11 @@ def _compile(c: Config, variant: str) -> Callable[..., Any]:
             views.setdefault(b.storage, []).append((i, _code(b.soff), [_code(d) for d in b.shape]))
             codes += [_code(b.soff), _code(acc.sizes[b.storage])]
         own.append(max(map(level, codes)))
-    by_value = {s for s, peers in views.items()
-                if len(peers) > 1 and not all(_literal(o) and all(map(_literal, ds)) for _, o, ds in peers)}
+    by_value = {
+        s
+        for s, peers in views.items()
+        if len(peers) > 1 and not all(_literal(o) and all(map(_literal, ds)) for _, o, ds in peers)
+    }
     storage_level = {s: max(own[i] for i, _, _ in views[s]) for s in by_value}
 
     templates: list[dict[str, Any]] = []
@@ -349,7 +386,9 @@ def _compile(c: Config, variant: str) -> Callable[..., Any]:
             if b.param:
                 param_storages.add(storage)
             peers = views[b.storage]  # type: ignore[index]  # b.storage is set: the row has a storage
-            if b.storage in by_value:  # a duplicate view (same storage, offset and shape as an earlier row), from values
+            if (
+                b.storage in by_value
+            ):  # a duplicate view (same storage, offset and shape as an earlier row), from values
                 row_level = storage_level[b.storage]
                 view = "(" + "".join(d + ", " for d in dims) + ")"
                 sets["duplicate_of"] = f"None if (x := fv.setdefault(({b.storage}, {soff}, {view}), {i})) == {i} else x"
@@ -396,8 +435,7 @@ def _compile(c: Config, variant: str) -> Callable[..., Any]:
         runs[-1][1].append(f"({i}, {ideal}, {nbytes}), ")
 
     def entries(items: list[str]) -> str:
-        return ("[{'index': i, 'ideal_bytes': a, 'padded_bytes': b} for i, a, b in (" + "".join(items)
-                + ") if a != b]")
+        return "[{'index': i, 'ideal_bytes': a, 'padded_bytes': b} for i, a, b in (" + "".join(items) + ") if a != b]"
 
     weights_pads: list[str] = []  # P0 = [...], made with the weights' rows
     pieces: list[str] = []  # the main function's padded list, run by run
@@ -431,8 +469,9 @@ def _compile(c: Config, variant: str) -> Callable[..., Any]:
     for line in call_lines:
         call.use(*trace.reads[line.split(" ", 1)[0]])
     # The names H and F decide that the main function reads: computed once, passed on.
-    passed = sorted((n for n in call.reads if trace.levels.get(n) == WEIGHTS and n.startswith("v")),
-                    key=lambda n: int(n[1:]))
+    passed = sorted(
+        (n for n in call.reads if trace.levels.get(n) == WEIGHTS and n.startswith("v")), key=lambda n: int(n[1:])
+    )
 
     out = ["rows", *(f"P{j}" for j in range(len(weights_pads))), *(f"W_{k}" for k in sums), *passed]
     m = ", ".join(f"m{g}" for g in range(c.groups))
@@ -462,7 +501,15 @@ def _compile(c: Config, variant: str) -> Callable[..., Any]:
         "saved_bytes=physical - params)",
         "    return rows, totals, padded, ideal, logical",
     ]
-    namespace: dict[str, Any] = {"C": templates, "B": base, "W": {}, "WROWS": weights_rows, "remember": _remember,
-                                 "new": object.__new__, "Row": Row, "Totals": Totals}
+    namespace: dict[str, Any] = {
+        "C": templates,
+        "B": base,
+        "W": {},
+        "WROWS": weights_rows,
+        "remember": _remember,
+        "new": object.__new__,
+        "Row": Row,
+        "Totals": Totals,
+    }
     exec(compile("\n".join(src), f"<memaudit estimate {'/'.join(map(str, structure(c, variant)))}>", "exec"), namespace)
     return namespace["estimate_rows"]

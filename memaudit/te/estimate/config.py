@@ -67,8 +67,10 @@ class Config:
         return self.path == "fused"
 
 
-DEFAULT_PATH_HELP = ("Default: fused for mxfp8/nvfp4 when H and F are multiples of 64, else unfused-grouped; "
-                     "unfused-split for bf16/fp8 (the H200's path).")
+DEFAULT_PATH_HELP = (
+    "Default: fused for mxfp8/nvfp4 when H and F are multiples of 64, else unfused-grouped; "
+    "unfused-split for bf16/fp8 (the H200's path)."
+)
 """What :func:`default_path` chooses, in words (``memaudit estimate --help``)."""
 DEFAULT_ARCH_HELP = "Default: sm100 for fused/mxfp8/nvfp4, else sm90. Decides FP8 transpose vs single data copy."
 """The architecture :func:`resolve` models where none is given, in words."""
@@ -176,9 +178,20 @@ def resolve(
     # Config(recipe=recipe, ...), made without the frozen dataclass's per-field __setattr__ (the
     # estimator's hot path); the fields are set in declaration order, as __init__ sets them.
     c = object.__new__(Config)
-    c.__dict__.update(recipe=recipe, tokens=tokens, hidden=hidden, ffn=ffn, groups=groups, splits=split_tuple,
-                      path=path, arch=arch, dtype=dtype, dense_single_group=dense_single_group,
-                      probs_dtype=probs_dtype, split_sizes_dtype=split_sizes_dtype)
+    c.__dict__.update(
+        recipe=recipe,
+        tokens=tokens,
+        hidden=hidden,
+        ffn=ffn,
+        groups=groups,
+        splits=split_tuple,
+        path=path,
+        arch=arch,
+        dtype=dtype,
+        dense_single_group=dense_single_group,
+        probs_dtype=probs_dtype,
+        split_sizes_dtype=split_sizes_dtype,
+    )
     return c
 
 

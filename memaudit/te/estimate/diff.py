@@ -35,6 +35,7 @@ def _row_key(r: Row) -> tuple[Any, ...]:
 
 def diff_cases(a: CaseReport, b: CaseReport) -> tuple[list[DiffEntry], Totals, Totals]:
     """Rows that differ between two estimates (``b`` minus ``a``), with both totals."""
+
     def index(rows: list[Row]) -> dict[tuple[Any, ...], Row]:
         out: dict[tuple[Any, ...], Row] = {}
         for r in rows:
@@ -52,8 +53,9 @@ def diff_cases(a: CaseReport, b: CaseReport) -> tuple[list[DiffEntry], Totals, T
             continue
         r = ra if ra is not None else rb
         assert r is not None
-        entries.append(DiffEntry(r.operand, r.group, r.container, r.slot, r.kind, r.orientation, r.shape,
-                                 r.dtype, ba, bb, r.note))
+        entries.append(
+            DiffEntry(r.operand, r.group, r.container, r.slot, r.kind, r.orientation, r.shape, r.dtype, ba, bb, r.note)
+        )
     return entries, a.totals, b.totals
 
 

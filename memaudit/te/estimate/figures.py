@@ -28,7 +28,9 @@ def comparison_variant(variant: str, diff: str | None) -> str:
     return "pr3545" if variant != "pr3545" else "te-2.20"
 
 
-def tokens_from_sweep(points: Sequence[SweepPoint], groups: int, variant: str, compare: str | None) -> TokensFigure | None:
+def tokens_from_sweep(
+    points: Sequence[SweepPoint], groups: int, variant: str, compare: str | None
+) -> TokensFigure | None:
     """Figure 1 of an estimate sweep at ``groups`` (the first H, F of the sweep); None when the
     sweep has fewer than two token counts. ``compare``'s line is drawn dashed where it differs."""
     at_g = [p for p in points if p.groups == groups]
@@ -36,8 +38,10 @@ def tokens_from_sweep(points: Sequence[SweepPoint], groups: int, variant: str, c
         return None
     shapes = list(dict.fromkeys((p.hidden, p.ffn) for p in at_g))
     h, f = shapes[0]
-    notes = [f"not drawn: H = {oh}, F = {of} (the sweep's other shapes; narrow --hidden / --ffn to choose)"
-             for oh, of in shapes[1:]]
+    notes = [
+        f"not drawn: H = {oh}, F = {of} (the sweep's other shapes; narrow --hidden / --ffn to choose)"
+        for oh, of in shapes[1:]
+    ]
     mine = [p for p in at_g if (p.hidden, p.ffn) == (h, f)]
     lines, missing = [], []
     for recipe in ordered_recipes({p.recipe for p in mine}):
@@ -58,13 +62,29 @@ def tokens_from_sweep(points: Sequence[SweepPoint], groups: int, variant: str, c
     dashed = f"; dashed: {compare}, where it differs" if compare and compare != variant else ""
     return TokensFigure(
         title=f"Saved for backward vs tokens: TE {TE_VERSION} grouped MLP, G = {groups}, H = {h}, F = {f}",
-        subtitle=(f"estimate (modelled, no GPU); solid: {variant}{dashed}. "
-                  "Saved bytes = physical minus parameter bytes (what the gate compares)."),
-        groups=groups, lines=tuple(lines), missing=tuple(missing), notes=tuple(notes))
+        subtitle=(
+            f"estimate (modelled, no GPU); solid: {variant}{dashed}. "
+            "Saved bytes = physical minus parameter bytes (what the gate compares)."
+        ),
+        groups=groups,
+        lines=tuple(lines),
+        missing=tuple(missing),
+        notes=tuple(notes),
+    )
 
 
-def kinds_from_estimate(recipes: Sequence[str], tokens: int, groups: int, hidden: int, ffn: int, variant: str,
-                        compare: str | None, *, splits: Sequence[int] | None = None, **options: Any) -> KindsFigure:
+def kinds_from_estimate(
+    recipes: Sequence[str],
+    tokens: int,
+    groups: int,
+    hidden: int,
+    ffn: int,
+    variant: str,
+    compare: str | None,
+    *,
+    splits: Sequence[int] | None = None,
+    **options: Any,
+) -> KindsFigure:
     """Figure 2 of an estimate: every recipe's rows at (T, G, H, F) under ``variant``, and a
     ``compare`` bar beside each recipe whose saved bytes it changes."""
     bars = []
@@ -83,11 +103,18 @@ def kinds_from_estimate(recipes: Sequence[str], tokens: int, groups: int, hidden
                 bars.append(other)
     shown = f"; a bar marked {compare} where that variant differs" if compare and compare != variant else ""
     return KindsFigure(
-        title=(f"What is saved for backward: TE {TE_VERSION} grouped MLP, T = {tokens:,} ({fmt_tokens(tokens)}), "
-               f"G = {groups}, H = {hidden}, F = {ffn}"),
-        subtitle=(f"estimate (modelled, no GPU), {variant}{shown}. "
-                  "Each storage counted once, parameters left out: the bars are saved bytes."),
-        tokens=tokens, groups=groups, bars=tuple(bars))
+        title=(
+            f"What is saved for backward: TE {TE_VERSION} grouped MLP, T = {tokens:,} ({fmt_tokens(tokens)}), "
+            f"G = {groups}, H = {hidden}, F = {ffn}"
+        ),
+        subtitle=(
+            f"estimate (modelled, no GPU), {variant}{shown}. "
+            "Each storage counted once, parameters left out: the bars are saved bytes."
+        ),
+        tokens=tokens,
+        groups=groups,
+        bars=tuple(bars),
+    )
 
 
 # ---- formatting ------------------------------------------------------------------------------------

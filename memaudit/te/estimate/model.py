@@ -84,22 +84,44 @@ class Model:
             packed = self.acc.storage(self.c.groups * n * k * ITEMSIZE[self.hp])
         for g in range(self.c.groups):
             if self.c.recipe == "bf16":
-                self.acc.plain(f"{op}.weight[{g}]", (n, k), self.hp, storage=packed, soff=g * n * k * ITEMSIZE[self.hp],
-                               param=True, group=g, note=_SRC["param_w"])
+                self.acc.plain(
+                    f"{op}.weight[{g}]",
+                    (n, k),
+                    self.hp,
+                    storage=packed,
+                    soff=g * n * k * ITEMSIZE[self.hp],
+                    param=True,
+                    group=g,
+                    note=_SRC["param_w"],
+                )
             else:
-                self.quantized_single(f"{op}.weight[{g}]", g, n, k, rowwise=rowwise, columnwise=True, block_dim=2,
-                                      note=note)
+                self.quantized_single(
+                    f"{op}.weight[{g}]", g, n, k, rowwise=rowwise, columnwise=True, block_dim=2, note=note
+                )
 
-    def quantized_single(self, operand: str, group: int | None, m: int, k: int, *, rowwise: bool,
-                         columnwise: bool, block_dim: int, note: str) -> None:
+    def quantized_single(
+        self,
+        operand: str,
+        group: int | None,
+        m: int,
+        k: int,
+        *,
+        rowwise: bool,
+        columnwise: bool,
+        block_dim: int,
+        note: str,
+    ) -> None:
         """One quantized tensor's buffers, each in its own allocation (``Quantizer::create_tensor``)."""
         c = self.c
         cont = SINGLE_CONTAINER[c.recipe]
-        for slot, shape, dtype in single_buffers(c.recipe, m, k, rowwise=rowwise, columnwise=columnwise,
-                                                 arch=c.arch, block_dim=block_dim):
+        for slot, shape, dtype in single_buffers(
+            c.recipe, m, k, rowwise=rowwise, columnwise=columnwise, arch=c.arch, block_dim=block_dim
+        ):
             ideal = None
             if "scale_inv" in slot and c.recipe in ("mxfp8", "nvfp4", "fp8-block"):
-                ideal = unpadded_scale_elems(c.recipe, m, k, "columnwise" in slot, block_dim=block_dim) * ITEMSIZE[dtype]
+                ideal = (
+                    unpadded_scale_elems(c.recipe, m, k, "columnwise" in slot, block_dim=block_dim) * ITEMSIZE[dtype]
+                )
             self.acc.te(operand, group, cont, slot, self.fmt, shape, dtype, ideal=ideal, note=note)
 
     def activation(self, act_in_storage: int | None = None) -> None:
@@ -108,10 +130,16 @@ class Model:
             self.acc.plain("activation.activation_in", (c.tokens, 2 * c.ffn), "bfloat16", note=_SRC["fused_act_in"])
             self.acc.plain("activation.scales", (c.tokens,), c.probs_dtype, note=_SRC["fused_scales"])
             return
-        self.acc.plain("activation.activation_in", (c.tokens, 2 * c.ffn), self.hp, storage=act_in_storage,
-                       note=_SRC["swiglu_in"])
-        self.acc.plain("activation.scales", (c.tokens,), self.hp, note=_SRC["swiglu_scales"]
-                       + ("" if c.probs_dtype == self.hp else f"; a {self.hp} copy of {c.probs_dtype} probs"))
+        self.acc.plain(
+            "activation.activation_in", (c.tokens, 2 * c.ffn), self.hp, storage=act_in_storage, note=_SRC["swiglu_in"]
+        )
+        self.acc.plain(
+            "activation.scales",
+            (c.tokens,),
+            self.hp,
+            note=_SRC["swiglu_scales"]
+            + ("" if c.probs_dtype == self.hp else f"; a {self.hp} copy of {c.probs_dtype} probs"),
+        )
 
     # ---- unfused-split -------------------------------------------------------------------------
     def split_linear(self, op: str, k: int, n: int, x_storage: int | None, shared_sizes: int | None) -> int:
@@ -127,8 +155,9 @@ class Model:
                 off += m * k * item
         elif c.recipe in ("fp8-delayed", "fp8-current"):
             for g, m in enumerate(c.splits):
-                self.quantized_single(operand, g, m, k, rowwise=False, columnwise=True, block_dim=1,
-                                      note=_SRC["split_q_x"])
+                self.quantized_single(
+                    operand, g, m, k, rowwise=False, columnwise=True, block_dim=1, note=_SRC["split_q_x"]
+                )
         else:
             self.split_bulk_inputs(operand, k)
         self.weights(op, n, k, rowwise=False, note=_SRC["split_q_w"])
@@ -137,8 +166,9 @@ class Model:
     def split_bulk_inputs(self, operand: str, k: int) -> None:
         """Block-FP8 / MXFP8 / NVFP4 ``tex.split_quantize``: one bulk buffer for all groups' columnwise views."""
         c, acc = self.c, self.acc
-        per_group = [single_buffers(c.recipe, m, k, rowwise=False, columnwise=True, arch=c.arch, block_dim=1)
-                     for m in c.splits]
+        per_group = [
+            single_buffers(c.recipe, m, k, rowwise=False, columnwise=True, arch=c.arch, block_dim=1) for m in c.splits
+        ]
         # bulk_allocate (csrc/extensions/allocate.cpp:24-90) hands out each view through
         # ``from_blob``: a Storage of its own, exactly the view's bytes (as the H200's real
         # splits_to_offsets_multi and split_quantize results show, reports/emulated/standin-diff.json).
@@ -160,15 +190,34 @@ class Model:
         sizes = [4 * g] + [8 * (g + 1)] * (len(names) - 1)
         return {n: (acc.storage(size), 0) for n, size in zip(names, sizes, strict=True)}
 
-    def grouped_input(self, operand: str, k: int, x_storage: int | None, sizes_storage: int,
-                      offsets: tuple[int, int], *, fused: bool, prune_rowwise: bool, prune_note: str) -> None:
+    def grouped_input(
+        self,
+        operand: str,
+        k: int,
+        x_storage: int | None,
+        sizes_storage: int,
+        offsets: tuple[int, int],
+        *,
+        fused: bool,
+        prune_rowwise: bool,
+        prune_note: str,
+    ) -> None:
         """A GroupedTensorStorage input reaching the hook as its 10 raw slots (None slots skipped)."""
         c, acc = self.c, self.acc
         cont = "GroupedTensorStorage"
         g = c.groups
         if c.recipe == "bf16":
-            acc.te(operand, None, cont, "rowwise_data", "bf16", (c.tokens * k,), self.hp, storage=x_storage,
-                   note=_SRC["grouped_bf16_x"])
+            acc.te(
+                operand,
+                None,
+                cont,
+                "rowwise_data",
+                "bf16",
+                (c.tokens * k,),
+                self.hp,
+                storage=x_storage,
+                note=_SRC["grouped_bf16_x"],
+            )
         else:
             bufs = grouped_buffers_cpp(c.recipe, c.tokens, k, g, arch=c.arch, block_dim=1)
             src = _SRC["fused_x"] if fused else _SRC["grouped_q_x"]
@@ -191,10 +240,21 @@ class Model:
                     prune = "rowwise"
                     note = prune_note
                 acc.te(operand, None, cont, slot, self.fmt, (numel,), dtype, ideal=ideal, note=note, prune=prune)
-        acc.te(operand, None, cont, "first_dims", self.fmt, (g,), "int64", storage=sizes_storage,
-               note=_SRC["dup_split"])
-        acc.te(operand, None, cont, "tensor_offsets", self.fmt, (g + 1,), "int64", storage=offsets[0],
-               soff=offsets[1], note=_SRC["dup_offsets"])
+        acc.te(
+            operand, None, cont, "first_dims", self.fmt, (g,), "int64", storage=sizes_storage, note=_SRC["dup_split"]
+        )
+        acc.te(
+            operand,
+            None,
+            cont,
+            "tensor_offsets",
+            self.fmt,
+            (g + 1,),
+            "int64",
+            storage=offsets[0],
+            soff=offsets[1],
+            note=_SRC["dup_offsets"],
+        )
 
     def grouped_linear(self, op: str, k: int, n: int, x_storage: int | None, shared_sizes: int | None) -> int:
         c = self.c
@@ -210,8 +270,16 @@ class Model:
         ):
             st, off = meta[name]
             self.acc.plain(f"{op}.{name}", shape, dtype, storage=st, soff=off, note=_SRC["grouped_meta"])
-        self.grouped_input(f"{op}.input", k, x_storage, sizes, meta["input_offsets"], fused=False,
-                           prune_rowwise=True, prune_note=_SRC["grouped_prune"])
+        self.grouped_input(
+            f"{op}.input",
+            k,
+            x_storage,
+            sizes,
+            meta["input_offsets"],
+            fused=False,
+            prune_rowwise=True,
+            prune_note=_SRC["grouped_prune"],
+        )
         self.weights(op, n, k, rowwise=True, note=_SRC["grouped_q_w"])
         return sizes
 
@@ -226,19 +294,48 @@ class Model:
             cont = "GroupedTensorStorage"
             cs = scale_shape("mxfp8", c.tokens, k, True)
             ideal: int | None = sum(unpadded_scale_elems("mxfp8", m, k, True) for m in c.splits)
-            acc.te(operand, None, cont, "columnwise_data", self.fmt, (c.tokens * k,), "float8_e4m3fn",
-                   note=_SRC["fused_mxfp8_fc2x"])
-            acc.te(operand, None, cont, "columnwise_scale_inv", self.fmt, (prod(cs),), "float8_e8m0fnu",
-                   ideal=ideal, note=_SRC["fused_mxfp8_fc2x"])
-            acc.te(operand, None, cont, "first_dims", self.fmt, (c.groups,), "int64", storage=sizes,
-                   note=_SRC["dup_split"])
-            acc.te(operand, None, cont, "tensor_offsets", self.fmt, (c.groups + 1,), "int64",
-                   storage=offsets[0], soff=offsets[1], note=_SRC["dup_offsets"])
+            acc.te(
+                operand,
+                None,
+                cont,
+                "columnwise_data",
+                self.fmt,
+                (c.tokens * k,),
+                "float8_e4m3fn",
+                note=_SRC["fused_mxfp8_fc2x"],
+            )
+            acc.te(
+                operand,
+                None,
+                cont,
+                "columnwise_scale_inv",
+                self.fmt,
+                (prod(cs),),
+                "float8_e8m0fnu",
+                ideal=ideal,
+                note=_SRC["fused_mxfp8_fc2x"],
+            )
+            acc.te(
+                operand, None, cont, "first_dims", self.fmt, (c.groups,), "int64", storage=sizes, note=_SRC["dup_split"]
+            )
+            acc.te(
+                operand,
+                None,
+                cont,
+                "tensor_offsets",
+                self.fmt,
+                (c.groups + 1,),
+                "int64",
+                storage=offsets[0],
+                soff=offsets[1],
+                note=_SRC["dup_offsets"],
+            )
             return
         if c.groups == 1 and c.dense_single_group:
             # Whole GroupedTensor wrapper: a container row, then its inner buffers.
-            ref = acc.container(operand, "GroupedTensor", self.fmt, (c.tokens, k), "bfloat16",
-                                note=_SRC["fused_dense_x"])
+            ref = acc.container(
+                operand, "GroupedTensor", self.fmt, (c.tokens, k), "bfloat16", note=_SRC["fused_dense_x"]
+            )
             bufs = dict((s, (sh, dt)) for s, sh, dt in single_buffers(c.recipe, c.tokens, k, arch=c.arch))
             mapping = (
                 ("rowwise_data", "_rowwise_data"),
@@ -260,16 +357,49 @@ class Model:
                     prune, note = "rowwise", prune_note
                 ideal = None
                 if "scale_inv" in gslot:
-                    ideal = unpadded_scale_elems(c.recipe, c.tokens, k, gslot.startswith("columnwise")) * ITEMSIZE[dtype]
-                acc.te(operand, None, "GroupedTensor", gslot, self.fmt, (prod(shape),), dtype, ideal=ideal,
-                       note=note, cref=ref, prune=prune)
-            acc.te(operand, None, "GroupedTensor", "first_dims", self.fmt, (1,), "int64", storage=sizes,
-                   note=_SRC["dup_split"], cref=ref)
-            acc.te(operand, None, "GroupedTensor", "tensor_offsets", self.fmt, (2,), "int64",
-                   storage=offsets[0], soff=offsets[1], note=_SRC["dup_offsets"], cref=ref)
+                    ideal = (
+                        unpadded_scale_elems(c.recipe, c.tokens, k, gslot.startswith("columnwise")) * ITEMSIZE[dtype]
+                    )
+                acc.te(
+                    operand,
+                    None,
+                    "GroupedTensor",
+                    gslot,
+                    self.fmt,
+                    (prod(shape),),
+                    dtype,
+                    ideal=ideal,
+                    note=note,
+                    cref=ref,
+                    prune=prune,
+                )
+            acc.te(
+                operand,
+                None,
+                "GroupedTensor",
+                "first_dims",
+                self.fmt,
+                (1,),
+                "int64",
+                storage=sizes,
+                note=_SRC["dup_split"],
+                cref=ref,
+            )
+            acc.te(
+                operand,
+                None,
+                "GroupedTensor",
+                "tensor_offsets",
+                self.fmt,
+                (2,),
+                "int64",
+                storage=offsets[0],
+                soff=offsets[1],
+                note=_SRC["dup_offsets"],
+                cref=ref,
+            )
             return
-        self.grouped_input(operand, k, None, sizes, offsets, fused=True, prune_rowwise=not nvfp4,
-                           prune_note=prune_note)
+        self.grouped_input(operand, k, None, sizes, offsets, fused=True, prune_rowwise=not nvfp4, prune_note=prune_note)
 
     def fused(self) -> None:
         c, acc = self.c, self.acc

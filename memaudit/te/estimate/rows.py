@@ -53,29 +53,44 @@ def estimate_config_direct(c: Config, variant: str = "te-2.20") -> CaseReport:
     return _case(c, variant, rows, compute_totals(rows), sum(ideals), sum(r.bytes for r in rows), padded)
 
 
-def _case(c: Config, variant: str, rows: list[Row], totals: Totals, ideal_bytes: int, padded_bytes: int,
-          padded: list[dict[str, int]]) -> CaseReport:
+def _case(
+    c: Config,
+    variant: str,
+    rows: list[Row],
+    totals: Totals,
+    ideal_bytes: int,
+    padded_bytes: int,
+    padded: list[dict[str, int]],
+) -> CaseReport:
     # CaseSpec.make(TARGET, ...) with the TE target's dimensions, made directly (the estimator's hot path)
     spec = object.__new__(CaseSpec)  # CaseSpec(...) without the frozen dataclass's per-field __setattr__
-    spec.__dict__.update(target=TARGET, recipe=c.recipe, groups=c.groups,
-                         shape=(("tokens", c.tokens), ("hidden", c.hidden), ("ffn", c.ffn)), dtype=c.dtype, device=DEVICE,
-                         options={"estimate": True, "variant": variant, "path": c.path, "arch": c.arch, "te": TE_VERSION},
-                         splits=tuple(c.splits))
+    spec.__dict__.update(
+        target=TARGET,
+        recipe=c.recipe,
+        groups=c.groups,
+        shape=(("tokens", c.tokens), ("hidden", c.hidden), ("ffn", c.ffn)),
+        dtype=c.dtype,
+        device=DEVICE,
+        options={"estimate": True, "variant": variant, "path": c.path, "arch": c.arch, "te": TE_VERSION},
+        splits=tuple(c.splits),
+    )
     return CaseReport(
         spec,
         id=case_id(c),
-        path=PathInfo({
-            "estimated": True,
-            "name": c.path,
-            "fused": c.fused,
-            "arch": c.arch,
-            "dense_single_group": c.fused and c.groups == 1 and c.dense_single_group,
-            "padding": {
-                "ideal_bytes": ideal_bytes,
-                "padded_bytes": padded_bytes,
-                "rows": padded,
-            },
-        }),
+        path=PathInfo(
+            {
+                "estimated": True,
+                "name": c.path,
+                "fused": c.fused,
+                "arch": c.arch,
+                "dense_single_group": c.fused and c.groups == 1 and c.dense_single_group,
+                "padding": {
+                    "ideal_bytes": ideal_bytes,
+                    "padded_bytes": padded_bytes,
+                    "rows": padded,
+                },
+            }
+        ),
         rows=rows,
         totals=totals,
     )
@@ -116,12 +131,21 @@ def estimate(
     return estimate_config(c, variant)
 
 
-def make_spec(recipe: str, tokens: int, hidden: int, ffn: int, groups: int,
-              splits: Sequence[int] | None = None, **options: Any) -> CaseSpec:
+def make_spec(
+    recipe: str, tokens: int, hidden: int, ffn: int, groups: int, splits: Sequence[int] | None = None, **options: Any
+) -> CaseSpec:
     """A CaseSpec for the TE grouped-MLP target (for callers without one): ``CaseSpec.make`` with
     the target's dimensions, made directly (a test checks the two agree)."""
-    return CaseSpec(TARGET, recipe, groups, (("tokens", tokens), ("hidden", hidden), ("ffn", ffn)), "bf16", "cpu",
-                    options, tuple(splits) if splits is not None else None)
+    return CaseSpec(
+        TARGET,
+        recipe,
+        groups,
+        (("tokens", tokens), ("hidden", hidden), ("ffn", ffn)),
+        "bf16",
+        "cpu",
+        options,
+        tuple(splits) if splits is not None else None,
+    )
 
 
 EXPECTED_RECIPES = ("bf16", "fp8-delayed", "fp8-current")

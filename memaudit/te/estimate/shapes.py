@@ -163,6 +163,7 @@ def single_buffers(
             bufs.append(("_amax_columnwise", (1,), "float32"))
     return bufs
 
+
 def grouped_buffers_cpp(
     recipe: str,
     tokens: int,

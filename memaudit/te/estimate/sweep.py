@@ -34,12 +34,30 @@ class SweepPoint:
     @classmethod
     def from_config(cls, c: Config, variant: str, diff: str | None = None) -> SweepPoint:
         """The point of a resolved config, totalled under ``variant`` (and ``diff`` when given)."""
-        return cls(c.recipe, c.tokens, c.hidden, c.ffn, c.groups, config=c, totals=estimate_totals(c, variant),
-                   diff_totals=estimate_totals(c, diff) if diff else None)
+        return cls(
+            c.recipe,
+            c.tokens,
+            c.hidden,
+            c.ffn,
+            c.groups,
+            config=c,
+            totals=estimate_totals(c, variant),
+            diff_totals=estimate_totals(c, diff) if diff else None,
+        )
 
 
-def sweep_point(recipe: str, tokens: int, hidden: int, ffn: int, groups: int, variant: str = "te-2.20",
-                diff: str | None = None, *, splits: Sequence[int] | None = None, **options: Any) -> SweepPoint:
+def sweep_point(
+    recipe: str,
+    tokens: int,
+    hidden: int,
+    ffn: int,
+    groups: int,
+    variant: str = "te-2.20",
+    diff: str | None = None,
+    *,
+    splits: Sequence[int] | None = None,
+    **options: Any,
+) -> SweepPoint:
     """Resolve (``options`` as :func:`~.config.resolve` takes them) and total one point, or skip it."""
     try:
         c = resolve(recipe, tokens, hidden, ffn, groups, splits=splits, **options)
@@ -50,7 +68,17 @@ def sweep_point(recipe: str, tokens: int, hidden: int, ffn: int, groups: int, va
 
 def skipped_case(p: SweepPoint, variant: str, path: str | None) -> CaseReport:
     """The report entry of a skipped point: status ``skipped`` with its reason."""
-    spec = CaseSpec(TARGET, p.recipe, p.groups, (("tokens", p.tokens), ("hidden", p.hidden), ("ffn", p.ffn)),
-                    options={"estimate": True, "variant": variant, "path": path}, splits=())
-    return CaseReport(spec, id=f"{TARGET}/{p.recipe}/g{p.groups}/t{p.tokens}-h{p.hidden}-f{p.ffn}/bf16/estimate",
-                      status="skipped", reason=p.reason)
+    spec = CaseSpec(
+        TARGET,
+        p.recipe,
+        p.groups,
+        (("tokens", p.tokens), ("hidden", p.hidden), ("ffn", p.ffn)),
+        options={"estimate": True, "variant": variant, "path": path},
+        splits=(),
+    )
+    return CaseReport(
+        spec,
+        id=f"{TARGET}/{p.recipe}/g{p.groups}/t{p.tokens}-h{p.hidden}-f{p.ffn}/bf16/estimate",
+        status="skipped",
+        reason=p.reason,
+    )

@@ -45,8 +45,14 @@ class Probe:
     """Bytes backward never read, where the commit's case was analysed (a bisect on unread bytes)."""
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"commit": self.commit, "verdict": self.verdict, "status": self.status, "saved_bytes": self.saved_bytes,
-               "rows": self.rows, "reason": self.reason}
+        out = {
+            "commit": self.commit,
+            "verdict": self.verdict,
+            "status": self.status,
+            "saved_bytes": self.saved_bytes,
+            "rows": self.rows,
+            "reason": self.reason,
+        }
         if self.unread_bytes is not None:
             out["unread_bytes"] = self.unread_bytes
         return out
@@ -82,8 +88,12 @@ class BisectResult:
     @property
     def changed_again(self) -> bool:
         """The state at the first changed commit is not BAD's: another commit changed it later."""
-        return (self.first is not None and self.after is not None and self.end is not None
-                and self.state(self.after) != self.state(self.end))
+        return (
+            self.first is not None
+            and self.after is not None
+            and self.end is not None
+            and self.state(self.after) != self.state(self.end)
+        )
 
     @property
     def pr(self) -> int | None:
@@ -93,8 +103,10 @@ class BisectResult:
     def summary(self) -> str:
         """One line: the commit, its PR and subject, and what changed."""
         if self.first is None:
-            return (f"not found: {len(self.candidates)} commits after {self.last_old[:12]} did not run this case; "
-                    f"the change is in {', '.join(c[:12] for c in self.candidates)}")
+            return (
+                f"not found: {len(self.candidates)} commits after {self.last_old[:12]} did not run this case; "
+                f"the change is in {', '.join(c[:12] for c in self.candidates)}"
+            )
         return f"{self.first[:12]} {self.subject} ({self.date})"
 
     def to_dict(self) -> dict[str, Any]:
@@ -102,19 +114,34 @@ class BisectResult:
         extra = {"on": self.on} if self.on != "saved" else {}  # bisects on the saved state are written as before
         return {
             **extra,
-            "case": self.case.id, "good": self.good, "bad": self.bad, "commits": self.commits,
-            "first": self.first, "subject": self.subject, "date": self.date, "pr": self.pr, "last_old": self.last_old,
-            "candidates": self.candidates, "probes": [p.to_dict() for p in self.probes],
-            "before": _state_dict(b), "after": _state_dict(a),
-            "changes": [c.to_dict() for c in self.changes], "changed_again": self.changed_again,
+            "case": self.case.id,
+            "good": self.good,
+            "bad": self.bad,
+            "commits": self.commits,
+            "first": self.first,
+            "subject": self.subject,
+            "date": self.date,
+            "pr": self.pr,
+            "last_old": self.last_old,
+            "candidates": self.candidates,
+            "probes": [p.to_dict() for p in self.probes],
+            "before": _state_dict(b),
+            "after": _state_dict(a),
+            "changes": [c.to_dict() for c in self.changes],
+            "changed_again": self.changed_again,
         }
 
 
 def _state_dict(c: CaseReport | None) -> dict[str, Any] | None:
     if c is None:
         return None
-    out = {"status": c.status, "reason": c.reason, "saved_bytes": c.totals.saved_bytes if c.status == "ok" else None,
-           "rows": len(c.rows) if c.status == "ok" else None, "fused": c.fused}
+    out = {
+        "status": c.status,
+        "reason": c.reason,
+        "saved_bytes": c.totals.saved_bytes if c.status == "ok" else None,
+        "rows": len(c.rows) if c.status == "ok" else None,
+        "fused": c.fused,
+    }
     if unread_of(c) is not None:
         out["unread_bytes"] = unread_of(c)
     return out
@@ -134,8 +161,17 @@ def _unread_runner(source: TESource, cases: list[HistoryCase]) -> Any:
 BISECT_ON = ("saved", "unread")
 
 
-def bisect(repo: Path, good: str, bad: str, case: HistoryCase, cache: Path, *,
-           run: Runner | None = None, on_probe: Callable[[Probe, int], None] | None = None, on: str = "saved") -> BisectResult:
+def bisect(
+    repo: Path,
+    good: str,
+    bad: str,
+    case: HistoryCase,
+    cache: Path,
+    *,
+    run: Runner | None = None,
+    on_probe: Callable[[Probe, int], None] | None = None,
+    on: str = "saved",
+) -> BisectResult:
     """The first commit on GOOD..BAD's first-parent line whose saved state of ``case`` (``on="unread"``:
     its unread bytes and rows) differs from GOOD's. UsageError where GOOD and BAD have the same state
     (nothing to find), GOOD's case does not run, or (``unread``) a case was not analysed."""
@@ -150,6 +186,7 @@ def bisect(repo: Path, good: str, bad: str, case: HistoryCase, cache: Path, *,
             return unread_state(c)
         except ValueError as exc:
             raise UsageError(str(exc), key="--bisect-on") from None
+
     line = rev_range(repo, f"{good}..{bad}", "--bisect")
     first_commit, commits = line[0], line[1:]
     if not commits:
@@ -166,8 +203,18 @@ def bisect(repo: Path, good: str, bad: str, case: HistoryCase, cache: Path, *,
         c = report.case(case.id)
         assert c is not None, f"the report of {commit[:12]} has no case {case.id}"
         cache_states[commit] = c
-        probes.append(Probe(commit, "", c.status, c.totals.saved_bytes if c.status == "ok" else None,
-                            len(c.rows) if c.status == "ok" else None, c.reason, time.perf_counter() - t0, unread_of(c)))
+        probes.append(
+            Probe(
+                commit,
+                "",
+                c.status,
+                c.totals.saved_bytes if c.status == "ok" else None,
+                len(c.rows) if c.status == "ok" else None,
+                c.reason,
+                time.perf_counter() - t0,
+                unread_of(c),
+            )
+        )
         return c
 
     def verdict(c: CaseReport) -> str:
@@ -212,9 +259,11 @@ def bisect(repo: Path, good: str, bad: str, case: HistoryCase, cache: Path, *,
         else:
             skipped.add(i)
     last_old = first_commit if lo < 0 else commits[lo]
-    candidates = commits[lo + 1:hi + 1]
+    candidates = commits[lo + 1 : hi + 1]
     found = commits[hi] if len(candidates) == 1 else None
-    result = BisectResult(case, first_commit, commits[-1], len(commits), found, last_old, candidates, probes=probes, on=on)
+    result = BisectResult(
+        case, first_commit, commits[-1], len(commits), found, last_old, candidates, probes=probes, on=on
+    )
     before, after = cache_states[last_old], cache_states[commits[hi]]
     result.before, result.after, result.end = before, after, cache_states[commits[-1]]
     if before.status == "ok" and after.status == "ok":

@@ -19,8 +19,10 @@ measurement (T = 82,944, H = 3,072, F = 1,536)."""
 FUSED_RECIPES = ("nvfp4", "mxfp8")
 """The recipes TE's fused grouped MLP takes (MXFP8 from PR #2769, NVFP4 from PR #3048)."""
 UNFUSED_RECIPES = ("nvfp4", "mxfp8", "fp8-current")
-RECIPES_HELP = (f"Recipes ({', '.join(dict.fromkeys((*FUSED_RECIPES, *UNFUSED_RECIPES)))}). Default: "
-                f"{' and '.join(FUSED_RECIPES)} fused; {', '.join(UNFUSED_RECIPES)} unfused.")
+RECIPES_HELP = (
+    f"Recipes ({', '.join(dict.fromkeys((*FUSED_RECIPES, *UNFUSED_RECIPES)))}). Default: "
+    f"{' and '.join(FUSED_RECIPES)} fused; {', '.join(UNFUSED_RECIPES)} unfused."
+)
 TREE_HELP = "A local TE source tree (transformer_engine/ beside build_tools/VERSION.txt). Repeatable."
 """``te-history``'s help for ``--recipes`` and ``--te-tree`` (TE's names stay in memaudit.te)."""
 
@@ -40,9 +42,16 @@ class HistoryCase:
         """The case as a spec of ``target`` (the TE target as configured; unconfigured where None),
         with its options and the fused switch per case."""
         target = target if target is not None else get_target(TARGET)
-        return target.spec(self.recipe, self.groups, dtype="bf16", device="cuda",
-                           options={**target.options, "fused": self.fused},
-                           tokens=self.tokens, hidden=self.hidden, ffn=self.ffn)
+        return target.spec(
+            self.recipe,
+            self.groups,
+            dtype="bf16",
+            device="cuda",
+            options={**target.options, "fused": self.fused},
+            tokens=self.tokens,
+            hidden=self.hidden,
+            ffn=self.ffn,
+        )
 
     @property
     def id(self) -> str:

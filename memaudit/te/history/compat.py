@@ -72,7 +72,9 @@ def load_installed_extension() -> tuple[types.ModuleType, str]:
     if TEX in sys.modules:
         return sys.modules[TEX], metadata.version("transformer_engine")
     if any(n == "transformer_engine" or n.startswith("transformer_engine.") for n in sys.modules):
-        raise CompatError("transformer_engine is already imported in this process; a version's Python needs a fresh process")
+        raise CompatError(
+            "transformer_engine is already imported in this process; a version's Python needs a fresh process"
+        )
     installed = installed_te_dir()
     version = metadata.version("transformer_engine")
     spec = importlib.util.spec_from_file_location(INSTALLED_LOADER, installed / "common" / "__init__.py")
@@ -155,7 +157,9 @@ class MissingCompiled(RuntimeError):
 
 def _placeholder(name: str, installed: str) -> types.FunctionType:
     def missing(*args: Any, **kwargs: Any) -> Any:
-        raise MissingCompiled(f"tex.{name} is not in the installed TE {installed} extension (compatibility layer placeholder)")
+        raise MissingCompiled(
+            f"tex.{name} is not in the installed TE {installed} extension (compatibility layer placeholder)"
+        )
 
     missing.__name__ = missing.__qualname__ = name
     missing.memaudit_placeholder = True  # type: ignore[attr-defined]

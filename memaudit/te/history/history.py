@@ -46,7 +46,9 @@ class VersionSpec:
         return {"installed": "installed"}.get(self.kind, self.value if self.kind != "local" else Path(self.value).name)
 
 
-def parse_versions(te: str | None, repo: Path | None, revs: list[str], trees: list[str], installed: bool) -> list[VersionSpec]:
+def parse_versions(
+    te: str | None, repo: Path | None, revs: list[str], trees: list[str], installed: bool
+) -> list[VersionSpec]:
     """The versions in the order given: releases, then git revisions (a range expands to its
     commits), then local trees, then the installed TE."""
     out: list[VersionSpec] = []
@@ -75,7 +77,9 @@ def parse_versions(te: str | None, repo: Path | None, revs: list[str], trees: li
     if installed:
         out.append(VersionSpec("installed", "installed"))
     if not out:
-        raise UsageError("no TE version to audit: give --te, --te-repo with --rev, --te-tree or --installed", key="--te")
+        raise UsageError(
+            "no TE version to audit: give --te, --te-repo with --rev, --te-tree or --installed", key="--te"
+        )
     return out
 
 
@@ -115,8 +119,14 @@ def error_report(cases: list[HistoryCase], reason: str, source: dict[str, Any] |
     return Report(cases=out, environment=env, memaudit=memaudit.__version__, created="")
 
 
-def run_version(source: TESource, cases: list[HistoryCase], arch: str = "sm100", *,
-                timeout_s: float = WORKER_TIMEOUT_S, unread: str | None = None) -> tuple[Report, str | None]:
+def run_version(
+    source: TESource,
+    cases: list[HistoryCase],
+    arch: str = "sm100",
+    *,
+    timeout_s: float = WORKER_TIMEOUT_S,
+    unread: str | None = None,
+) -> tuple[Report, str | None]:
     """One version's report from its worker process; (report, None), or (error report, why).
     ``unread``: the read analysis each case runs with (``observed``), or none."""
     with tempfile.TemporaryDirectory(prefix="memaudit-te-history-") as tmp:
@@ -126,15 +136,23 @@ def run_version(source: TESource, cases: list[HistoryCase], arch: str = "sm100",
             request["unread"] = unread
         req.write_text(json.dumps(request), encoding="utf-8")
         try:  # -P: a memaudit/ folder in the current folder must not shadow the installed package
-            done = subprocess.run([sys.executable, "-P", "-m", "memaudit.te.history.worker", str(req)], capture_output=True,
-                                  text=True, timeout=timeout_s, check=False, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+            done = subprocess.run(
+                [sys.executable, "-P", "-m", "memaudit.te.history.worker", str(req)],
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                check=False,
+                env={**os.environ, "PYTHONWARNINGS": "ignore"},
+            )
         except subprocess.TimeoutExpired:
             why = f"the worker for TE {source.label} ran past {timeout_s:g} s (killed)"
             return error_report(cases, why, source.describe()), why
         data = json.loads(out.read_text(encoding="utf-8")) if out.is_file() else None
     if data is None:
         tail = [ln for ln in done.stderr.strip().splitlines() if ln.strip()]
-        why = f"the worker for TE {source.label} exited with status {done.returncode} and no report" + (f": {tail[-1]}" if tail else "")
+        why = f"the worker for TE {source.label} exited with status {done.returncode} and no report" + (
+            f": {tail[-1]}" if tail else ""
+        )
         return error_report(cases, why, source.describe()), why
     if "error" in data:
         return error_report(cases, data["error"], source.describe()), data["error"]
@@ -150,9 +168,14 @@ class VersionRun:
     seconds: float
 
 
-def run_versions(specs: list[VersionSpec], cases: list[HistoryCase], cache: Path, arch: str = "sm100",
-                 on_version: Callable[[VersionRun, int, int], None] | None = None,
-                 unread: str | None = None) -> list[VersionRun]:
+def run_versions(
+    specs: list[VersionSpec],
+    cases: list[HistoryCase],
+    cache: Path,
+    arch: str = "sm100",
+    on_version: Callable[[VersionRun, int, int], None] | None = None,
+    unread: str | None = None,
+) -> list[VersionRun]:
     """Every version's report, in order (none is written here); ``unread`` as for :func:`run_version`."""
     runs = []
     for i, spec in enumerate(specs, 1):
@@ -163,7 +186,9 @@ def run_versions(specs: list[VersionSpec], cases: list[HistoryCase], cache: Path
         except (DownloadFailed, GitError) as exc:
             why = f"TE {spec.label} could not be had: {exc}"
             desc = {"kind": spec.kind, "label": spec.label}
-            run = VersionRun(VersionInfo(spec.label, desc, None, why), error_report(cases, why, desc), time.perf_counter() - t0)
+            run = VersionRun(
+                VersionInfo(spec.label, desc, None, why), error_report(cases, why, desc), time.perf_counter() - t0
+            )
         else:
             report, why = run_version(source, cases, arch, unread=unread)
             run = VersionRun(VersionInfo(source.label, source.describe(), None, why), report, time.perf_counter() - t0)

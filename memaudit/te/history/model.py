@@ -25,8 +25,12 @@ def saved_state(case: CaseReport) -> tuple[Any, ...]:
     bytes, storage bytes); for an error or skip, its reason's first line."""
     if case.status != "ok":
         return (case.status, (case.reason or "").splitlines()[0] if case.reason else "")
-    rows = tuple(sorted((row_key(r), tuple(r.shape), r.dtype, r.bytes, r.storage_bytes, r.duplicate_of is not None)
-                        for r in case.rows))
+    rows = tuple(
+        sorted(
+            (row_key(r), tuple(r.shape), r.dtype, r.bytes, r.storage_bytes, r.duplicate_of is not None)
+            for r in case.rows
+        )
+    )
     return ("ok", case.totals.saved_bytes, len(case.rows), rows)
 
 
@@ -66,8 +70,15 @@ class RowChange:
         return (self.after or {}).get("bytes", 0) - (self.before or {}).get("bytes", 0)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "operand": self.operand, "kind": self.kind, "orientation": self.orientation,
-                "before": self.before, "after": self.after, "delta": self.delta}
+        return {
+            "key": self.key,
+            "operand": self.operand,
+            "kind": self.kind,
+            "orientation": self.orientation,
+            "before": self.before,
+            "after": self.after,
+            "delta": self.delta,
+        }
 
 
 def _row_brief(r: Row | None) -> dict[str, Any] | None:
@@ -82,7 +93,9 @@ def row_changes(before: CaseReport, after: CaseReport) -> list[RowChange]:
     for d in row_diffs(before.rows, after.rows):
         r = d.current or d.baseline
         assert r is not None
-        out.append(RowChange(d.key, r.operand or r.slot, r.kind, r.orientation, _row_brief(d.baseline), _row_brief(d.current)))
+        out.append(
+            RowChange(d.key, r.operand or r.slot, r.kind, r.orientation, _row_brief(d.baseline), _row_brief(d.current))
+        )
     return out
 
 
@@ -101,8 +114,14 @@ class Cell:
     (``te-history --unread``); written only then."""
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"version": self.version, "status": self.status, "reason": self.reason, "saved_bytes": self.saved_bytes,
-               "rows": self.rows, "fused": self.fused}
+        out = {
+            "version": self.version,
+            "status": self.status,
+            "reason": self.reason,
+            "saved_bytes": self.saved_bytes,
+            "rows": self.rows,
+            "fused": self.fused,
+        }
         if self.unread_bytes is not None:
             out["unread_bytes"] = self.unread_bytes
         return out
@@ -123,8 +142,15 @@ class Change:
     text: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"before": self.before, "after": self.after, "what": self.what, "saved_delta": self.saved_delta,
-                "rows_delta": self.rows_delta, "rows": [r.to_dict() for r in self.rows], "text": self.text}
+        return {
+            "before": self.before,
+            "after": self.after,
+            "what": self.what,
+            "saved_delta": self.saved_delta,
+            "rows_delta": self.rows_delta,
+            "rows": [r.to_dict() for r in self.rows],
+            "text": self.text,
+        }
 
 
 @dataclass
@@ -140,8 +166,15 @@ class CaseHistory:
     changes: list[Change]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "recipe": self.recipe, "groups": self.groups, "fused": self.fused, "shape": self.shape,
-                "cells": [c.to_dict() for c in self.cells], "changes": [c.to_dict() for c in self.changes]}
+        return {
+            "id": self.id,
+            "recipe": self.recipe,
+            "groups": self.groups,
+            "fused": self.fused,
+            "shape": self.shape,
+            "cells": [c.to_dict() for c in self.cells],
+            "changes": [c.to_dict() for c in self.changes],
+        }
 
 
 @dataclass
@@ -173,9 +206,15 @@ class History:
     point, and the cases whose state there differs from the release's."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, "memaudit": self.memaudit, "arch": self.arch,
-                "versions": [v.to_dict() for v in self.versions], "cases": [c.to_dict() for c in self.cases],
-                "bisects": self.bisects, "branch_points": self.branch_points}
+        return {
+            "schema": SCHEMA,
+            "memaudit": self.memaudit,
+            "arch": self.arch,
+            "versions": [v.to_dict() for v in self.versions],
+            "cases": [c.to_dict() for c in self.cases],
+            "bisects": self.bisects,
+            "branch_points": self.branch_points,
+        }
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, indent=1, ensure_ascii=False) + "\n"
@@ -205,7 +244,11 @@ def _change(before: str, after: str, a: CaseReport, b: CaseReport) -> Change | N
         what = "saved state" if saved_state(a) != saved_state(b) else "path"
         names = ", ".join(f"{r.key} ({'+' if r.delta >= 0 else ''}{r.delta} B)" for r in rows[:6])
         more = f" and {len(rows) - 6} more" if len(rows) > 6 else ""
-        path = f"; path {'fused' if a.fused else 'unfused'} → {'fused' if b.fused else 'unfused'}" if a.fused != b.fused else ""
+        path = (
+            f"; path {'fused' if a.fused else 'unfused'} → {'fused' if b.fused else 'unfused'}"
+            if a.fused != b.fused
+            else ""
+        )
         text = f"saved {sd:+,} B, rows {rd:+d}{path}{unread}" + (f": {names}{more}" if rows else "")
         return Change(before, after, what, sd, rd, rows, text)
     if saved_state(a) == saved_state(b):
@@ -237,7 +280,9 @@ def build(versions: list[VersionInfo], reports: list[Report], case_ids: list[str
             ch = _change(versions[i - 1].label, versions[i].label, a, b)
             if ch is not None:
                 changes.append(ch)
-        cases.append(CaseHistory(cid, ref.recipe, ref.groups, bool(ref.options.get("fused")), dict(ref.dims), cells, changes))
+        cases.append(
+            CaseHistory(cid, ref.recipe, ref.groups, bool(ref.options.get("fused")), dict(ref.dims), cells, changes)
+        )
     return History(versions, cases, arch, memaudit.__version__)
 
 

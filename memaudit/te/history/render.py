@@ -46,10 +46,14 @@ def _case_label(c: Any) -> str:
 
 def _version_line(v: Any) -> str:
     src = v.source
-    where = {"release": "wheel", "git": "git", "local": "local tree", "installed": "installed"}.get(src.get("kind"), src.get("kind", ""))
+    where = {"release": "wheel", "git": "git", "local": "local tree", "installed": "installed"}.get(
+        src.get("kind"), src.get("kind", "")
+    )
     bits = [f"**{label(v.label)}**", escape_md(where), f"version {label(src.get('version', '?'))}"]
     if src.get("commit"):
-        bits.append(f"commit {src['commit'][:12]} ({escape_md(str(src.get('date')))}): {escape_md(str(src.get('subject')))}")
+        bits.append(
+            f"commit {src['commit'][:12]} ({escape_md(str(src.get('date')))}): {escape_md(str(src.get('subject')))}"
+        )
     if src.get("placeholders"):
         bits.append(f"compatibility placeholders: {escape_md(', '.join(src['placeholders']))}")
     if v.error:
@@ -61,9 +65,11 @@ def history_markdown(h: History, *, title: str = "TE's saved state across its hi
     """The history as GitHub markdown: versions, a table of saved bytes / rows per case and
     version, the changes between neighbours, and the bisects."""
     out = [f"# {escape_md(title)}", ""]
-    out.append(f"Emulated {escape_md(h.arch)} (TE's real Python, stand-in kernels, fake CUDA or a GPU); memaudit "
-               f"{escape_md(h.memaudit)}. Each cell: saved bytes / rows (what the forward saved for backward); "
-               "`error` and `skipped` cells give their reason below.")
+    out.append(
+        f"Emulated {escape_md(h.arch)} (TE's real Python, stand-in kernels, fake CUDA or a GPU); memaudit "
+        f"{escape_md(h.memaudit)}. Each cell: saved bytes / rows (what the forward saved for backward); "
+        "`error` and `skipped` cells give their reason below."
+    )
     out += ["", "## Versions", ""]
     out += [_version_line(v) for v in h.versions]
     out += ["", "## Saved bytes / rows per version", ""]
@@ -89,28 +95,47 @@ def history_markdown(h: History, *, title: str = "TE's saved state across its hi
     if errors:
         out += ["", "## Cells that did not run", ""]
         for c, cell in errors:
-            status = "expected failure (a known, suspected TE bug)" if known_failure(cell.status, cell.reason) else cell.status
-            out.append(f"- {label(_case_label(c))} at {label(cell.version)}: {status}: "
-                       f"{escape_md((cell.reason or '').splitlines()[0] if cell.reason else '')}")
+            status = (
+                "expected failure (a known, suspected TE bug)"
+                if known_failure(cell.status, cell.reason)
+                else cell.status
+            )
+            out.append(
+                f"- {label(_case_label(c))} at {label(cell.version)}: {status}: "
+                f"{escape_md((cell.reason or '').splitlines()[0] if cell.reason else '')}"
+            )
     if h.bisects:
         out += ["", "## Which commit made each change (`memaudit te-history --bisect`)", ""]
         out += bisect_table(h.bisects)
     if h.branch_points:
-        out += ["", "## Releases and their branch points on main", "",
-                "A bisect runs on main's first-parent line, where a release stands at its branch point. Cases whose "
-                "saved state there is not the release's were changed on the release branch (a cherry-pick), which "
-                "main's line cannot name:", ""]
+        out += [
+            "",
+            "## Releases and their branch points on main",
+            "",
+            "A bisect runs on main's first-parent line, where a release stands at its branch point. Cases whose "
+            "saved state there is not the release's were changed on the release branch (a cherry-pick), which "
+            "main's line cannot name:",
+            "",
+        ]
         for bp in h.branch_points:
             diff = bp["cases_differing_from_the_release"]
-            out.append(f"- {label(bp['version'])} at `{bp['commit'][:12]}`: "
-                       + (f"{len(diff)} cases differ: {', '.join(label(c) for c in diff)}" if diff else "every case as the release"))
+            out.append(
+                f"- {label(bp['version'])} at `{bp['commit'][:12]}`: "
+                + (
+                    f"{len(diff)} cases differ: {', '.join(label(c) for c in diff)}"
+                    if diff
+                    else "every case as the release"
+                )
+            )
     return "\n".join(out) + "\n"
 
 
 def bisect_table(bisects: Sequence[dict[str, Any]]) -> list[str]:
     """Markdown table rows of bisect results (their ``to_dict`` form)."""
-    out = ["| versions | case (and the cases it stands for) | range on main | first changed commit | PR | what changed | tested |",
-           "|---|---|---|---|---|---|---:|"]
+    out = [
+        "| versions | case (and the cases it stands for) | range on main | first changed commit | PR | what changed | tested |",
+        "|---|---|---|---|---|---|---:|",
+    ]
     for b in bisects:
         pair = " → ".join(label(x) for x in b.get("pair", [])) or ""
         others = [c for c in b.get("cases", []) if c != b["case"]]
@@ -131,8 +156,10 @@ def bisect_table(bisects: Sequence[dict[str, Any]]) -> list[str]:
             what += ": " + escape_md(", ".join(f"{r['key']} ({r['delta']:+,} B)" for r in rows[:6]))
             if len(rows) > 6:
                 what += f" and {len(rows) - 6} more"
-        out.append(f"| {pair} | {case} | `{b['good'][:12]}..{b['bad'][:12]}` ({b['commits']} commits) | {first} | {pr} | "
-                   f"{what} | {len(b.get('probes', []))} |")
+        out.append(
+            f"| {pair} | {case} | `{b['good'][:12]}..{b['bad'][:12]}` ({b['commits']} commits) | {first} | {pr} | "
+            f"{what} | {len(b.get('probes', []))} |"
+        )
     return out
 
 
@@ -194,14 +221,26 @@ def history_figure(h: History) -> Figure:
         for c in [c for c in h.cases if (c.shape.get("tokens"), c.shape.get("hidden"), c.shape.get("ffn")) == shape]:
             ys = [cell.saved_bytes if cell.status == "ok" else None for cell in c.cells]
             xs = list(range(len(labels)))
-            ax.plot(xs, [float("nan") if y is None else y for y in ys], marker="o" if c.groups == 1 else "s",
-                    linestyle="-" if c.fused else "--", color=styles.get(c.recipe, "tab:gray"),
-                    label=f"{c.recipe} {'fused' if c.fused else 'unfused'} G={c.groups}")
+            ax.plot(
+                xs,
+                [float("nan") if y is None else y for y in ys],
+                marker="o" if c.groups == 1 else "s",
+                linestyle="-" if c.fused else "--",
+                color=styles.get(c.recipe, "tab:gray"),
+                label=f"{c.recipe} {'fused' if c.fused else 'unfused'} G={c.groups}",
+            )
             for cell in c.cells:
                 if cell.status != "ok":
                     notes.append(f"{_case_label(c)} @ {cell.version}: {cell.status}")
-        top = max((cell.saved_bytes or 0 for c in h.cases for cell in c.cells
-                   if (c.shape.get("tokens"), c.shape.get("hidden"), c.shape.get("ffn")) == shape), default=0)
+        top = max(
+            (
+                cell.saved_bytes or 0
+                for c in h.cases
+                for cell in c.cells
+                if (c.shape.get("tokens"), c.shape.get("hidden"), c.shape.get("ffn")) == shape
+            ),
+            default=0,
+        )
         step = MiB  # a power of two MiB: about six labelled lines from 0 to the largest
         while step * 6 < top:
             step *= 2

@@ -66,7 +66,12 @@ class TESource:
 
     def describe(self) -> dict[str, Any]:
         """What a report's ``environment.te_source`` records (no machine path)."""
-        d: dict[str, Any] = {"kind": self.kind, "label": self.label, "version": self.version, "tree_sha256": self.tree_sha256}
+        d: dict[str, Any] = {
+            "kind": self.kind,
+            "label": self.label,
+            "version": self.version,
+            "tree_sha256": self.tree_sha256,
+        }
         if self.commit is not None:
             d.update(commit=self.commit, subject=self.subject, date=self.date, pr=self.pr)
         return d
@@ -108,7 +113,9 @@ def tree_hash(tree: Path) -> str:
 def _write_dist_info(tree: Path, version: str) -> None:
     info = tree / f"transformer_engine-{version}.dist-info"
     info.mkdir(exist_ok=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: transformer_engine\nVersion: {version}\n", encoding="utf-8")
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: transformer_engine\nVersion: {version}\n", encoding="utf-8"
+    )
 
 
 def _finish(tmp: Path, final: Path, **fields: Any) -> TESource:
@@ -154,8 +161,19 @@ def download_wheel(version: str, cache: Path, *, timeout_s: float = 300) -> Path
         return found
     wheels = cache / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
-           "-q", "-d", str(wheels), f"transformer_engine=={version}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "-q",
+        "-d",
+        str(wheels),
+        f"transformer_engine=={version}",
+    ]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
@@ -163,8 +181,10 @@ def download_wheel(version: str, cache: Path, *, timeout_s: float = 300) -> Path
     found = wheel_path(version, cache)
     if done.returncode != 0 or found is None:
         tail = [ln for ln in (done.stderr or done.stdout).strip().splitlines() if not ln.startswith("WARNING")]
-        raise DownloadFailed(f"no pure-Python wheel of transformer_engine=={version} from the package index"
-                             + (f": {tail[-1]}" if tail else ""))
+        raise DownloadFailed(
+            f"no pure-Python wheel of transformer_engine=={version} from the package index"
+            + (f": {tail[-1]}" if tail else "")
+        )
     return found
 
 
@@ -181,7 +201,9 @@ def release(version: str, cache: Path) -> TESource:
         return TESource.read(final)
     tmp = _tmpdir(cache)
     with zipfile.ZipFile(wheel) as z:
-        names = [n for n in z.namelist() if n.startswith(("transformer_engine/", f"transformer_engine-{actual}.dist-info/"))]
+        names = [
+            n for n in z.namelist() if n.startswith(("transformer_engine/", f"transformer_engine-{actual}.dist-info/"))
+        ]
         if "transformer_engine/pytorch/__init__.py" not in names:
             shutil.rmtree(tmp, ignore_errors=True)
             raise DownloadFailed(f"the wheel of transformer_engine {actual} carries no PyTorch Python code")
@@ -313,7 +335,7 @@ def local(path: str | os.PathLike[str], cache: Path, *, version: str | None = No
         if vfile.is_file():
             version = vfile.read_text(encoding="utf-8").strip()
         elif infos:
-            version = infos[0].name[len("transformer_engine-"):-len(".dist-info")]
+            version = infos[0].name[len("transformer_engine-") : -len(".dist-info")]
         else:
             raise UsageError(f"{path}: no build_tools/VERSION.txt or dist-info says its version", key="--te-tree")
     tmp = _tmpdir(cache)

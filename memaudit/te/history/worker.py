@@ -41,20 +41,40 @@ def run(request: dict[str, Any]) -> int:
     try:
         loaded = load_tree(source.tree, source.version)
     except BaseException as exc:  # noqa: BLE001 - any failure to load is the version's error cell
-        atomic_write_text(out, json.dumps({"error": f"TE {source.label} does not load here: {_first_line(exc)}",
-                                           "traceback": traceback.format_exc()}, sort_keys=True) + "\n")
+        atomic_write_text(
+            out,
+            json.dumps(
+                {
+                    "error": f"TE {source.label} does not load here: {_first_line(exc)}",
+                    "traceback": traceback.format_exc(),
+                },
+                sort_keys=True,
+            )
+            + "\n",
+        )
         return LOAD_FAILED
     from memaudit.runner import run_matrix  # imports torch: after the version's Python is in place
 
     arch = request.get("arch", "sm100")
-    target = TEGroupedMLPTarget().configure({"kernels": "standins" if request.get("standins") else "emulated", "arch": arch})
+    target = TEGroupedMLPTarget().configure(
+        {"kernels": "standins" if request.get("standins") else "emulated", "arch": arch}
+    )
     cases = [HistoryCase.from_dict(d) for d in request["cases"]]
     try:
         extra = {"unread": request["unread"]} if request.get("unread") else {}  # only where asked: the runner's keyword
         report = run_matrix(target, [c.spec(target) for c in cases], **extra)
     except BaseException as exc:  # noqa: BLE001 - memaudit's own TE code does not run on this TE: every cell says so
-        atomic_write_text(out, json.dumps({"error": f"memaudit's emulation does not run on TE {source.label}: {_first_line(exc)}",
-                                           "traceback": traceback.format_exc()}, sort_keys=True) + "\n")
+        atomic_write_text(
+            out,
+            json.dumps(
+                {
+                    "error": f"memaudit's emulation does not run on TE {source.label}: {_first_line(exc)}",
+                    "traceback": traceback.format_exc(),
+                },
+                sort_keys=True,
+            )
+            + "\n",
+        )
         return LOAD_FAILED
     report.created = ""
     report.environment["te_source"] = {**source.describe(), **loaded.describe()}

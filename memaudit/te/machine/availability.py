@@ -40,8 +40,14 @@ class RecipeAnswer:
         return "real" if self.real else "emulated" if self.emulated else "estimated"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"real": self.real, "real_why": self.real_why, "emulated": self.emulated,
-                "emulated_why": self.emulated_why, "estimated": self.estimated, "te_gates": dict(self.te_gates)}
+        return {
+            "real": self.real,
+            "real_why": self.real_why,
+            "emulated": self.emulated,
+            "emulated_why": self.emulated_why,
+            "estimated": self.estimated,
+            "te_gates": dict(self.te_gates),
+        }
 
 
 def _gate(te: Any, recipe: str) -> str:
@@ -57,6 +63,7 @@ def te_gates(te: Any, archs: tuple[str, ...]) -> dict[str, dict[str, str]]:
     """TE's gate answer per recipe on each emulated architecture (its own strings)."""
 
     from memaudit.te.emulate.host import cuda_answers  # imports torch (fake CUDA): only when asked
+
     out: dict[str, dict[str, str]] = {r: {} for r in RECIPES}
     for arch in archs:
         for recipe in RECIPES:
@@ -99,8 +106,14 @@ def path_answers() -> dict[str, dict[str, str]]:
         out[recipe] = {}
         for path in PATHS:
             try:
-                c = resolve(recipe, DOCTOR_SHAPE["tokens"], DOCTOR_SHAPE["hidden"], DOCTOR_SHAPE["ffn"],
-                            DOCTOR_SHAPE["groups"], path=path)
+                c = resolve(
+                    recipe,
+                    DOCTOR_SHAPE["tokens"],
+                    DOCTOR_SHAPE["hidden"],
+                    DOCTOR_SHAPE["ffn"],
+                    DOCTOR_SHAPE["groups"],
+                    path=path,
+                )
             except UsageError as exc:
                 out[recipe][path] = f"no: {exc}"
             else:

@@ -32,6 +32,7 @@ def _cudnn(info: dict[str, Any]) -> None:
 def _answers(info: dict[str, Any], te: Any | None) -> None:
 
     from memaudit.te.emulate.host import needs_child  # imports torch (fake CUDA): only when asked
+
     answers = recipe_answers(te, gpu=torch.cuda.is_available(), te_error=info.get("te_error"))
     info["answers"] = {name: a.to_dict() for name, a in answers.items()}
     info["paths"] = path_answers()
@@ -105,7 +106,14 @@ def _answers_table(info: dict[str, Any]) -> Group:
     sm90 and sm100, the paths TE takes), then why real and emulated kernels are or are not here."""
 
     table = Table(title="what memaudit can do here, per recipe", title_justify="left")
-    for col in ("recipe", "here", "real kernels need", "TE's gate on sm90", "TE's gate on sm100", "paths TE takes (estimator)"):
+    for col in (
+        "recipe",
+        "here",
+        "real kernels need",
+        "TE's gate on sm90",
+        "TE's gate on sm100",
+        "paths TE takes (estimator)",
+    ):
         table.add_column(col)
     answers = info["answers"]
     for name, a in answers.items():
@@ -114,15 +122,31 @@ def _answers_table(info: dict[str, Any]) -> Group:
         paths = info.get("paths", {}).get(name, {})
         taken = [p for p in PATHS if p in paths and not paths[p].startswith("no")]
         archs = sorted({paths[p] for p in taken})
-        table.add_row(name, best, needs(name).removeprefix("a CUDA GPU of "), Text(gates.get("sm90", "-") or "available"),
-                      Text(gates.get("sm100", "-") or "available"), f"{', '.join(taken)} ({', '.join(archs)})")
+        table.add_row(
+            name,
+            best,
+            needs(name).removeprefix("a CUDA GPU of "),
+            Text(gates.get("sm90", "-") or "available"),
+            Text(gates.get("sm100", "-") or "available"),
+            f"{', '.join(taken)} ({', '.join(archs)})",
+        )
     first = next(iter(answers.values()))
     lines: list[Any] = [table]
     real = [n for n, a in answers.items() if a["real"]]
-    lines.append(Text(f"real kernels here: {', '.join(real)}" if real else f"real kernels here: none ({first['real_why'].split(' (')[0]})"))
+    lines.append(
+        Text(
+            f"real kernels here: {', '.join(real)}"
+            if real
+            else f"real kernels here: none ({first['real_why'].split(' (')[0]})"
+        )
+    )
     where = info.get("emulation_host")
-    how = (f"yes, on {where}" + (": TE's forward on fake CUDA tensors, each case in a child process" if where == "fake CUDA (no GPU)" else "")
-           if first["emulated"] else f"no: {first['emulated_why']}")
+    how = (
+        f"yes, on {where}"
+        + (": TE's forward on fake CUDA tensors, each case in a child process" if where == "fake CUDA (no GPU)" else "")
+        if first["emulated"]
+        else f"no: {first['emulated_why']}"
+    )
     lines.append(Text(f"emulated kernels here (TE's real Python, stand-in kernels; --kernels emulated): {how}"))
     lines.append(Text("estimates (TE 2.20.2's layout rules, no GPU needed; memaudit estimate): every recipe and path"))
     return Group(*lines)
@@ -133,17 +157,35 @@ def render_doctor(info: dict[str, Any]) -> Group:
     env = Table(title="environment", title_justify="left", show_header=False)
     env.add_column("what")
     env.add_column("value")
-    for key in ("gpu", "compute_capability", "python", "torch", "cuda", "cudnn", "transformer_engine", "cublaslt", "cudnn_frontend"):
+    for key in (
+        "gpu",
+        "compute_capability",
+        "python",
+        "torch",
+        "cuda",
+        "cudnn",
+        "transformer_engine",
+        "cublaslt",
+        "cudnn_frontend",
+    ):
         value = info.get(key)
         env.add_row(key, "-" if value is None else str(value))
     parts: list[Any] = [env]
     if info.get("gpu") is None:
         if info.get("emulation_host"):
-            parts.append(Text("No CUDA GPU: memaudit run runs TE's grouped MLP with emulated kernels on fake CUDA "
-                              "(TE's real Python forward, labelled emulated)."))
+            parts.append(
+                Text(
+                    "No CUDA GPU: memaudit run runs TE's grouped MLP with emulated kernels on fake CUDA "
+                    "(TE's real Python forward, labelled emulated)."
+                )
+            )
         else:
-            parts.append(Text("No CUDA GPU: memaudit run measures the CPU reference target (bf16) and estimates every "
-                              "recipe it cannot run (labelled estimated)."))
+            parts.append(
+                Text(
+                    "No CUDA GPU: memaudit run measures the CPU reference target (bf16) and estimates every "
+                    "recipe it cannot run (labelled estimated)."
+                )
+            )
     if info.get("te_error"):
         parts.append(Text(f"TransformerEngine: {info['te_error']}"))
     if info.get("answers"):
@@ -154,7 +196,9 @@ def render_doctor(info: dict[str, Any]) -> Group:
             rec.add_column(col)
         for name, r in info["recipes"].items():
             gl = info["grouped_linear"].get(name, {})
-            rec.add_row(name, "yes" if r["available"] else "no", r["reason"] or "", gl.get("path", ""), gl.get("why", ""))
+            rec.add_row(
+                name, "yes" if r["available"] else "no", r["reason"] or "", gl.get("path", ""), gl.get("why", "")
+            )
         parts.append(rec)
         fused = "can register" if info["fused"] else f"cannot register: {info['fused_why_not']}"
         parts.append(f"fused grouped MLP (CuTeDSL): {fused}")

@@ -12,7 +12,9 @@ from typing import Any
 from memaudit.environment import Library
 
 DIST = "transformer_engine"
-LIBRARY = Library(key="transformer_engine", short="TE", name="TransformerEngine", rule_key="te", package="transformer-engine")
+LIBRARY = Library(
+    key="transformer_engine", short="TE", name="TransformerEngine", rule_key="te", package="transformer-engine"
+)
 
 
 def package_version(dist: str) -> str | None:

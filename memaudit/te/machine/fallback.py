@@ -71,8 +71,23 @@ def estimate_command(spec: CaseSpec) -> str:
 
 def emulate_command(spec: CaseSpec) -> str:
     """``memaudit run`` of TE's real forward with emulated kernels for the same case."""
-    return shlex.join(["memaudit", "run", "--target", TARGET, "--kernels", "emulated", "--arch", EMULATED_ARCH,
-                       "--recipe", spec.recipe, "--groups", str(spec.groups), *_dims(spec)])
+    return shlex.join(
+        [
+            "memaudit",
+            "run",
+            "--target",
+            TARGET,
+            "--kernels",
+            "emulated",
+            "--arch",
+            EMULATED_ARCH,
+            "--recipe",
+            spec.recipe,
+            "--groups",
+            str(spec.groups),
+            *_dims(spec),
+        ]
+    )
 
 
 def notes(case: CaseReport) -> list[str]:
@@ -87,13 +102,14 @@ def can_emulate() -> str | None:
 
     from memaudit.te.emulate.host import unavailable  # imports torch (fake CUDA): only when asked
 
-
     if importlib.util.find_spec("transformer_engine") is None:
         return "TransformerEngine is not installed"
     return unavailable()
 
 
-def _emulated(make: Callable[[], Target], spec: CaseSpec, reason: str, flags: dict[str, Any], backward: bool) -> Fallback | str:
+def _emulated(
+    make: Callable[[], Target], spec: CaseSpec, reason: str, flags: dict[str, Any], backward: bool
+) -> Fallback | str:
     """TE's real forward with emulated kernels for ``spec`` (on the TE target ``make()`` gives), or
     why it cannot run here."""
     import os
@@ -108,8 +124,9 @@ def _emulated(make: Callable[[], Target], spec: CaseSpec, reason: str, flags: di
             os.environ.pop(FUSED_ENV, None)
         else:
             os.environ[FUSED_ENV] = before
-    espec = spec.retarget(target).replace(device=spec.device if spec.device.startswith("cuda") else "cuda",
-                                          options={**spec.options, **target.options})
+    espec = spec.retarget(target).replace(
+        device=spec.device if spec.device.startswith("cuda") else "cuda", options={**spec.options, **target.options}
+    )
     why = target.skip_reason(espec)
     if why is not None:
         return why
@@ -124,12 +141,20 @@ def _emulated(make: Callable[[], Target], spec: CaseSpec, reason: str, flags: di
         if estimated is None:
             return case
         answer = estimated.run()
-        answer.warnings = [*answer.warnings, f"{EMULATION_FAILED} ({case.reason}); "
-                           f"this is the estimate instead (reproduce the failure: {emulate_command(espec)})"]
+        answer.warnings = [
+            *answer.warnings,
+            f"{EMULATION_FAILED} ({case.reason}); "
+            f"this is the estimate instead (reproduce the failure: {emulate_command(espec)})",
+        ]
         return answer
 
-    return Fallback("emulated", reason, emulate_command(espec), run,
-                    what="TE's real forward with emulated kernels (stand-ins that allocate what TE's C++ allocates)")
+    return Fallback(
+        "emulated",
+        reason,
+        emulate_command(espec),
+        run,
+        what="TE's real forward with emulated kernels (stand-ins that allocate what TE's C++ allocates)",
+    )
 
 
 def _estimated(spec: CaseSpec, reason: str, why: str | None = None) -> Fallback | None:
@@ -148,13 +173,26 @@ def _estimated(spec: CaseSpec, reason: str, why: str | None = None) -> Fallback 
         better = f"with TE installed (a GPU is not needed), TE's real forward with emulated kernels: {command}"
     else:
         better = f"TE's real forward with emulated kernels cannot run here ({why}); where it can: {command}"
-    return Fallback("estimated", reason, estimate_command(espec), lambda: case, better,
-                    what=f"TE {TE_VERSION}'s layout rules (no kernel and no TE code runs)")
+    return Fallback(
+        "estimated",
+        reason,
+        estimate_command(espec),
+        lambda: case,
+        better,
+        what=f"TE {TE_VERSION}'s layout rules (no kernel and no TE code runs)",
+    )
 
 
-def grouped_mlp_fallback(make: Callable[[], Target], spec: CaseSpec, reason: str, mode: str,
-                         flags: dict[str, Any] | None = None, *, backward: bool = True,
-                         defaults: Mapping[str, Any] | None = None) -> Fallback | None:
+def grouped_mlp_fallback(
+    make: Callable[[], Target],
+    spec: CaseSpec,
+    reason: str,
+    mode: str,
+    flags: dict[str, Any] | None = None,
+    *,
+    backward: bool = True,
+    defaults: Mapping[str, Any] | None = None,
+) -> Fallback | None:
     """The best answer for ``spec`` under ``mode`` (``auto``, ``emulate``, ``estimate``), or None;
     ``make`` makes the TE grouped-MLP target that runs an emulated answer. Where ``spec`` is at the
     asking target's default shape (``defaults``: a toy size), the answer also offers its command at
@@ -163,12 +201,16 @@ def grouped_mlp_fallback(make: Callable[[], Target], spec: CaseSpec, reason: str
     if found is None or defaults is None or any(defaults.get(n) != v for n, v in spec.shape):
         return found
     why = "; where NVFP4 keeps about 136 MiB per expert layer that no backward reads" if spec.recipe == "nvfp4" else ""
-    return dataclasses.replace(found, at_scale=f"at TE PR #3545's shape (T=82,944, H=3,072, F=1,536{why}), not this "
-                                               f"toy one: {at_pr3545_shape(found.command)}")
+    return dataclasses.replace(
+        found,
+        at_scale=f"at TE PR #3545's shape (T=82,944, H=3,072, F=1,536{why}), not this "
+        f"toy one: {at_pr3545_shape(found.command)}",
+    )
 
 
-def _best(make: Callable[[], Target], spec: CaseSpec, reason: str, mode: str,
-          flags: dict[str, Any] | None, backward: bool) -> Fallback | None:
+def _best(
+    make: Callable[[], Target], spec: CaseSpec, reason: str, mode: str, flags: dict[str, Any] | None, backward: bool
+) -> Fallback | None:
     if spec.recipe not in RECIPES:
         return None
     if spec.device == "meta":  # nothing may be allocated: no emulated forward (it runs on CUDA), the estimate at most

@@ -27,7 +27,9 @@ def set_fused_env(fused: bool | None) -> str:
     else:
         value = "1" if fused else "0"
     if "transformer_engine.pytorch" in sys.modules and os.environ.get(FUSED_ENV, "0") != value:
-        raise RuntimeError(f"{FUSED_ENV} must be set before TE is imported; TE was imported with {os.environ.get(FUSED_ENV)!r}")
+        raise RuntimeError(
+            f"{FUSED_ENV} must be set before TE is imported; TE was imported with {os.environ.get(FUSED_ENV)!r}"
+        )
     os.environ[FUSED_ENV] = value
     return value
 
@@ -110,7 +112,6 @@ def why_fused_cannot_register(frontend: str | None = None) -> str | None:
 
     from memaudit.te.emulate.host import cuda_here  # imports torch (fake CUDA): only when asked
 
-
     if int(os.environ.get(FUSED_ENV, "0") or 0) <= 0:
         return f"{FUSED_ENV} is not set to a positive value"
     if not cuda_here():
@@ -143,7 +144,6 @@ def why_not_fused(spec: CaseSpec, recipe: Any, frontend: str | None = None) -> s
 
     from memaudit.te.emulate.host import cuda_here  # imports torch (fake CUDA): only when asked
 
-
     reasons = []
     registered = why_fused_cannot_register(frontend)
     if registered:
@@ -172,7 +172,11 @@ def why_not_fused(spec: CaseSpec, recipe: Any, frontend: str | None = None) -> s
     return "; ".join(reasons)
 
 
-GROUPED_TENSOR_ENTRY_POINTS = ("group_quantize", "nvfp4_group_quantize_with_amax", "te_general_grouped_gemm_for_grouped_tensor")
+GROUPED_TENSOR_ENTRY_POINTS = (
+    "group_quantize",
+    "nvfp4_group_quantize_with_amax",
+    "te_general_grouped_gemm_for_grouped_tensor",
+)
 SPLIT_ENTRY_POINTS = ("split_quantize", "te_general_grouped_gemm")
 
 
@@ -217,7 +221,6 @@ def _grouped_path_reason(spec: CaseSpec, recipe: Any, grouped: bool) -> str:
     import transformer_engine.pytorch.utils as te_utils
 
     from memaudit.te.emulate.host import cuda_here  # imports torch (fake CUDA): only when asked
-
 
     cc = te_utils.get_device_compute_capability() if cuda_here() else (0, 0)
     v = cublaslt_version() or 0

@@ -29,7 +29,10 @@ class Suspect:
 
 KNOWN = (
     Suspect(
-        "pytorch/ops/fused/grouped_mlp.py", "fuser_forward", "fc1_w_scales.view(", "is invalid for input of size",
+        "pytorch/ops/fused/grouped_mlp.py",
+        "fuser_forward",
+        "fc1_w_scales.view(",
+        "is invalid for input of size",
         "suspected TE bug: NVFP4 FC1 weight scales viewed with the unpacked K, ceil_div(fc1_weight_shape[1], "
         "k_sf_divisor), where the input uses the packed K (grouped_mlp.py:1629 and 1666 vs 1479); "
         "see docs/investigations/te-nvfp4-weight-scale-view.md",
@@ -58,9 +61,14 @@ def suspect(exc: BaseException) -> Suspect | None:
     if not frames:
         return None
     f = frames[-1]
-    path = f.filename[f.filename.rfind("/transformer_engine/") + len("/transformer_engine/"):]
+    path = f.filename[f.filename.rfind("/transformer_engine/") + len("/transformer_engine/") :]
     for s in KNOWN:
-        if path == s.file and f.name == s.function and s.message in str(exc) and s.source in _statement(f.filename, f.lineno or 0):
+        if (
+            path == s.file
+            and f.name == s.function
+            and s.message in str(exc)
+            and s.source in _statement(f.filename, f.lineno or 0)
+        ):
             return s
     return None
 

@@ -155,14 +155,29 @@ class EPGroupedMLPTarget(Target):
     """Its forward and backward run collectives: one rank's error would leave the others waiting, so
     under torchrun an error in a case ends the run (the ranks' files say where)."""
     flags = (
-        RunFlag("ep", int | None, None, "ep-grouped-mlp: expert-parallel size (default: the world size; 1 in one process). "
-                "The rest of the world is data-parallel replicas."),
-        RunFlag("routing", str, "uniform", "ep-grouped-mlp: routing skew: uniform | zipf[:S] (S=1) | hot[:P] "
-                "(a fraction P of the tokens picks one hot expert; P=1)."),
+        RunFlag(
+            "ep",
+            int | None,
+            None,
+            "ep-grouped-mlp: expert-parallel size (default: the world size; 1 in one process). "
+            "The rest of the world is data-parallel replicas.",
+        ),
+        RunFlag(
+            "routing",
+            str,
+            "uniform",
+            "ep-grouped-mlp: routing skew: uniform | zipf[:S] (S=1) | hot[:P] "
+            "(a fraction P of the tokens picks one hot expert; P=1).",
+        ),
         RunFlag("topk", int, DEFAULT_TOPK, "ep-grouped-mlp: experts per token."),
         RunFlag("routing_seed", int, 0, "ep-grouped-mlp: the router's seed (expert popularity, token order)."),
-        RunFlag(EXPERTS_FLAG, Literal[tuple(EXPERTS)], "reference", "ep-grouped-mlp: the local experts: reference "
-                "(plain PyTorch, anywhere) or te (TE's te.ops grouped MLP; the TE target's flags apply)."),
+        RunFlag(
+            EXPERTS_FLAG,
+            Literal[tuple(EXPERTS)],
+            "reference",
+            "ep-grouped-mlp: the local experts: reference "
+            "(plain PyTorch, anywhere) or te (TE's te.ops grouped MLP; the TE target's flags apply).",
+        ),
     )
 
     def __init__(self) -> None:
@@ -199,32 +214,47 @@ class EPGroupedMLPTarget(Target):
         if backend.name != "reference":
             options[EXPERTS_FLAG] = backend.name
         options.update(backend.configure(flags))
-        return {"options": options, "backend": backend,
-                "supported_recipes": tuple(r for r in RECIPES if r in backend.recipes),
-                "default_device": backend.default_device}
+        return {
+            "options": options,
+            "backend": backend,
+            "supported_recipes": tuple(r for r in RECIPES if r in backend.recipes),
+            "default_device": backend.default_device,
+        }
 
     # ---- placement: what each rank runs ------------------------------------------------------
 
     def plan(self, spec: CaseSpec, ep: int) -> RoutingPlan:
         skew, param = parse_routing(spec.options.get("routing", "uniform"))
-        return RoutingPlan(ep, spec.groups, spec.tokens, int(spec.options.get("topk", DEFAULT_TOPK)), spec.alignment(),
-                           skew, param, int(spec.options.get("routing_seed", 0)))
+        return RoutingPlan(
+            ep,
+            spec.groups,
+            spec.tokens,
+            int(spec.options.get("topk", DEFAULT_TOPK)),
+            spec.alignment(),
+            skew,
+            param,
+            int(spec.options.get("routing_seed", 0)),
+        )
 
     def place(self, spec: CaseSpec, rank: int = 0, world_size: int = 1) -> tuple[CaseSpec, RankInfo]:
         """The case rank ``rank`` of ``world_size`` runs: ``ep`` resolved (the world size where not
         given), its local experts' split sizes from the routing plan, and where it sits."""
         ep = spec.options.get("ep") or world_size
         if world_size % ep:
-            how = ("run it under torchrun --nproc-per-node N (or memaudit run --nproc N) with N a multiple of it"
-                   if world_size == 1 else f"it must divide the world size {world_size}")
+            how = (
+                "run it under torchrun --nproc-per-node N (or memaudit run --nproc N) with N a multiple of it"
+                if world_size == 1
+                else f"it must divide the world size {world_size}"
+            )
             raise UsageError(f"expert-parallel size {ep} with {world_size} process(es): {how}", key="--ep")
         plan = self.plan(spec, ep)
         layout = {"ep": ep, "dp": world_size // ep}
         coords = coords_of(rank, layout)
         splits = plan.local_splits(coords["ep"])
         placed = replace(spec, options={**spec.options, "ep": ep}, splits=tuple(splits))
-        return placed, RankInfo(rank, world_size, layout, coords, send_splits=plan.send_splits(),
-                                recv_splits=plan.recv_splits(coords["ep"]))
+        return placed, RankInfo(
+            rank, world_size, layout, coords, send_splits=plan.send_splits(), recv_splits=plan.recv_splits(coords["ep"])
+        )
 
     def rank_problem(self, case: Any) -> tuple[str, str] | None:
         """``(field, what is wrong)`` where a rank's case contradicts the dispatch: its ``ep``
@@ -235,8 +265,10 @@ class EPGroupedMLPTarget(Target):
             return "options.ep", f"ep={ep!r}, but the rank's layout is {info.layout}"
         want = case.dims.get("tokens", 0) * case.options.get("topk", DEFAULT_TOPK)
         if info.send_splits is None or sum(info.send_splits) != want:
-            return "dist.send_splits", (f"sent {info.send_splits} tokens, but {case.dims.get('tokens')} tokens to "
-                                        f"top-{case.options.get('topk', DEFAULT_TOPK)} experts are {want}")
+            return "dist.send_splits", (
+                f"sent {info.send_splits} tokens, but {case.dims.get('tokens')} tokens to "
+                f"top-{case.options.get('topk', DEFAULT_TOPK)} experts are {want}"
+            )
         if len(case.splits) != case.groups:
             return "splits", f"{len(case.splits)} split sizes for {case.groups} local expert(s)"
         return None
@@ -244,16 +276,30 @@ class EPGroupedMLPTarget(Target):
     def local_spec(self, spec: CaseSpec) -> CaseSpec:
         """The grouped MLP the local experts are: the reference target's shape, the tokens they received."""
         splits = tuple(spec.splits or ())
-        return CaseSpec.make(ReferenceTarget(), spec.recipe, spec.groups, dtype=spec.dtype, device=spec.device,
-                             options=dict(spec.options), splits=splits, tokens=sum(splits), hidden=spec.hidden, ffn=spec.ffn)
+        return CaseSpec.make(
+            ReferenceTarget(),
+            spec.recipe,
+            spec.groups,
+            dtype=spec.dtype,
+            device=spec.device,
+            options=dict(spec.options),
+            splits=splits,
+            tokens=sum(splits),
+            hidden=spec.hidden,
+            ffn=spec.ffn,
+        )
 
     def skip_reason(self, spec: CaseSpec) -> str | None:
         if spec.device == "meta":
-            return ("the dispatch's sizes come from the routing (masked_select, the all-to-all of counts): a meta "
-                    "tensor holds no values to route by")
+            return (
+                "the dispatch's sizes come from the routing (masked_select, the all-to-all of counts): a meta "
+                "tensor holds no values to route by"
+            )
         if spec.recipe not in self.backend.recipes:
-            return (f"the {self.backend.name} experts run no {spec.recipe!r} (they run {', '.join(self.backend.recipes)}; "
-                    f"TE runs it on {needs(spec.recipe)}, --experts te)")
+            return (
+                f"the {self.backend.name} experts run no {spec.recipe!r} (they run {', '.join(self.backend.recipes)}; "
+                f"TE runs it on {needs(spec.recipe)}, --experts te)"
+            )
         return self.backend.skip_reason(self.local_spec(spec) if spec.splits else spec)
 
     def build(self, spec: CaseSpec) -> Built:

@@ -39,8 +39,11 @@ TARGET = "te-grouped-mlp"
 
 def grouped_mlp_path(model: Any, spec: CaseSpec, recipe: Any, frontend: str | None = None) -> PathInfo:
     """The path TE took (``path`` of a te-grouped-mlp case): the fuser's forward ops, fused or not and why."""
-    ops = [type(op).__name__ for group in getattr(model, "_module_groups", None) or ()
-           for op, _ in getattr(group, "_forward_ops", ())]
+    ops = [
+        type(op).__name__
+        for group in getattr(model, "_module_groups", None) or ()
+        for op, _ in getattr(group, "_forward_ops", ())
+    ]
     env = os.environ.get(FUSED_ENV, "0")
     if any(name.startswith("GroupedMLP") for name in ops):
         return GroupedMLPPath(ops, True, env).info()
@@ -80,8 +83,9 @@ class TEExperts:
         if emulated is not None:
             from memaudit.te.emulate.run import EmulatedRun
 
-            emulation = EmulatedRun(emulated.kernels, emulated.arch, emulated.fused, spec.recipe, emulated.cublaslt,
-                                    emulated.cudnn_frontend)
+            emulation = EmulatedRun(
+                emulated.kernels, emulated.arch, emulated.fused, spec.recipe, emulated.cublaslt, emulated.cudnn_frontend
+            )
         paths: list[PathInfo] = []
 
         def run(x: Any, split_sizes: Any, probs: Any, cap: Capture) -> Any:
@@ -98,6 +102,12 @@ class TEExperts:
         def annotate(rows: list[Row], cap: Capture) -> PathInfo | None:
             return paths[-1] if paths else None
 
-        return Experts(run=run, model=model, annotate=annotate, options=dict(built.options), warnings=list(built.warnings),
-                       emulation=emulation.describe if emulation is not None else (lambda: None),
-                       backward=emulation is None)
+        return Experts(
+            run=run,
+            model=model,
+            annotate=annotate,
+            options=dict(built.options),
+            warnings=list(built.warnings),
+            emulation=emulation.describe if emulation is not None else (lambda: None),
+            backward=emulation is None,
+        )

@@ -31,12 +31,23 @@ def one_process(case: CaseReport, device: str | None = None) -> CaseReport:
     if "fused_env" in case.options:  # the fused switch the rank ran with
         flags["fused"] = case.options["fused_env"] == "1"
     if case.emulation is not None:
-        flags.update(kernels=case.emulation.machine.get("kernels", "emulated"), arch=case.emulation.machine.get("arch", "sm100"))
+        flags.update(
+            kernels=case.emulation.machine.get("kernels", "emulated"), arch=case.emulation.machine.get("arch", "sm100")
+        )
     target = get_target(name).configure(flags)
     splits = tuple(case.splits)
-    spec = CaseSpec.make(target, case.recipe, case.groups, dtype=case.dtype, device=device or case.device,
-                         options=dict(target.options),
-                         splits=splits, tokens=sum(splits), hidden=case.dims["hidden"], ffn=case.dims["ffn"])
+    spec = CaseSpec.make(
+        target,
+        case.recipe,
+        case.groups,
+        dtype=case.dtype,
+        device=device or case.device,
+        options=dict(target.options),
+        splits=splits,
+        tokens=sum(splits),
+        hidden=case.dims["hidden"],
+        ffn=case.dims["ffn"],
+    )
     return run_case(target, spec)
 
 
@@ -46,8 +57,24 @@ def signature(rows: list[Row]) -> list[tuple[Any, ...]]:
     out = []
     for r in rows:
         storage = names.setdefault(r.storage, len(names)) if r.storage is not None else None
-        out.append((r.operand, r.group, r.kind, r.format, r.orientation, tuple(r.shape), r.dtype, r.bytes, r.storage_bytes,
-                    r.is_parameter, r.duplicate_of is not None, r.container, r.slot, storage))
+        out.append(
+            (
+                r.operand,
+                r.group,
+                r.kind,
+                r.format,
+                r.orientation,
+                tuple(r.shape),
+                r.dtype,
+                r.bytes,
+                r.storage_bytes,
+                r.is_parameter,
+                r.duplicate_of is not None,
+                r.container,
+                r.slot,
+                storage,
+            )
+        )
     return out
 
 
@@ -55,8 +82,11 @@ def row_differences(rank_case: CaseReport, single: CaseReport) -> list[str]:
     """The rows of ``rank_case`` (its dispatch's aside) that differ from ``single``'s, in words."""
     mine = [r for r in rank_case.rows if not (r.operand or "").startswith(DISPATCH)]
     a, b = signature(mine), signature(single.rows)
-    out = [f"row {mine[i].index} ({mine[i].operand}): {x} on the rank, {y} in one process"
-           for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y]
+    out = [
+        f"row {mine[i].index} ({mine[i].operand}): {x} on the rank, {y} in one process"
+        for i, (x, y) in enumerate(zip(a, b, strict=False))
+        if x != y
+    ]
     if len(a) != len(b):
         out.append(f"{len(a)} rows on the rank (dispatch aside), {len(b)} in one process")
     return out
@@ -67,6 +97,11 @@ def dispatch_bytes(case: CaseReport) -> int:
     params = {r.storage for r in case.rows if r.is_parameter}
     seen: dict[str, int] = {}
     for r in case.rows:
-        if (r.operand or "").startswith(DISPATCH) and r.storage is not None and r.storage not in params and r.resides == "device":
+        if (
+            (r.operand or "").startswith(DISPATCH)
+            and r.storage is not None
+            and r.storage not in params
+            and r.resides == "device"
+        ):
             seen[r.storage] = r.storage_bytes
     return sum(seen.values())

@@ -43,7 +43,9 @@ class AllToAll(torch.autograd.Function):
     the group and split lists on ``ctx``, no tensor saved; backward is the reverse exchange."""
 
     @staticmethod
-    def forward(ctx: Any, group: Any, x: torch.Tensor, output_splits: list[int], input_splits: list[int]) -> torch.Tensor:
+    def forward(
+        ctx: Any, group: Any, x: torch.Tensor, output_splits: list[int], input_splits: list[int]
+    ) -> torch.Tensor:
         ctx.group, ctx.output_splits, ctx.input_splits = group, output_splits, input_splits
         if group is None:
             return x
@@ -57,7 +59,9 @@ class AllToAll(torch.autograd.Function):
         return None, AllToAll.apply(ctx.group, grad, ctx.input_splits, ctx.output_splits), None, None
 
 
-def permute(tokens: torch.Tensor, routing_map: torch.Tensor, probs: torch.Tensor, label: Any) -> tuple[torch.Tensor, ...]:
+def permute(
+    tokens: torch.Tensor, routing_map: torch.Tensor, probs: torch.Tensor, label: Any
+) -> tuple[torch.Tensor, ...]:
     """Megatron's ``permute`` (unfused, no drop and pad): the tokens and probabilities grouped by
     expert, and the token index of each (``sorted_indices``)."""
     num_tokens = tokens.shape[0]
@@ -145,8 +149,10 @@ def build(target: EPGroupedMLPTarget, spec: CaseSpec) -> Built:
     ep = int(spec.options.get("ep") or world)
     placed, info = target.place(spec, rank, world)
     if tuple(spec.splits or ()) != placed.splits:
-        raise RuntimeError(f"the case was placed for other split sizes ({list(spec.splits or ())}) than rank {rank}'s "
-                           f"routing gives ({list(placed.splits or ())})")
+        raise RuntimeError(
+            f"the case was placed for other split sizes ({list(spec.splits or ())}) than rank {rank}'s "
+            f"routing gives ({list(placed.splits or ())})"
+        )
     layout, coords = info.layout, info.coords
     plan = target.plan(spec, ep)
     group = ep_group(layout, coords)
@@ -168,8 +174,10 @@ def build(target: EPGroupedMLPTarget, spec: CaseSpec) -> Built:
         output_splits = from_peers.sum(1).tolist()
         tokens_per_expert = from_peers.sum(0)
         if tokens_per_expert.tolist() != want:
-            raise RuntimeError(f"the all-to-all of counts brought {tokens_per_expert.tolist()} tokens per local expert; "
-                               f"the routing plan says {want}")
+            raise RuntimeError(
+                f"the all-to-all of counts brought {tokens_per_expert.tolist()} tokens per local expert; "
+                f"the routing plan says {want}"
+            )
         # then the tokens
         permuted, permuted_probs, sorted_indices = permute(x, routing_map, probs, cap.label)
         tokens = AllToAll.apply(group, permuted, output_splits, input_splits)

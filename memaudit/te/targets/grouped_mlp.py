@@ -51,11 +51,15 @@ _CUDA_OUTSIDE_KERNELS = (
 tensors; with no GPU, fake CUDA tensors answer these, :mod:`memaudit.te.emulate.fakecuda`)."""
 ACTIVATIONS = ("swiglu", "clamped-qgeglu", "srelu")
 KERNELS = ("real", "emulated", "standins")
-EMULATED_WARNING = ("emulated kernels: TE's real Python with stand-in kernels (what the forward saved for backward is "
-                    "complete; backward runs only for --unread, to see what it reads; no values are meaningful)")
+EMULATED_WARNING = (
+    "emulated kernels: TE's real Python with stand-in kernels (what the forward saved for backward is "
+    "complete; backward runs only for --unread, to see what it reads; no values are meaningful)"
+)
 """The warning every emulated case carries."""
-EMULATED_WARNING_BEFORE = ("emulated kernels: forward only (what the forward saved for backward is complete; backward "
-                           "did not run, and no values are meaningful)")
+EMULATED_WARNING_BEFORE = (
+    "emulated kernels: forward only (what the forward saved for backward is complete; backward "
+    "did not run, and no values are meaningful)"
+)
 """What emulated cases said before backward could run under emulation (committed reports)."""
 
 
@@ -98,27 +102,59 @@ class TEGroupedMLPTarget(Target):
     default_recipes = RECIPES
     supported_recipes = RECIPES
     shape = MLP_SHAPE
-    path_keys = (*(f.name for f in fields(GroupedMLPPath)), "estimated", "name", "arch", "dense_single_group", "padding")
+    path_keys = (
+        *(f.name for f in fields(GroupedMLPPath)),
+        "estimated",
+        "name",
+        "arch",
+        "dense_single_group",
+        "padding",
+    )
     """What a case's ``path`` may hold (:class:`GroupedMLPPath`, and the estimator's keys): a
     scenario's ``when`` keys are checked against it."""
     defaults: dict[str, Any] = {"tokens": 4096, "hidden": 1024, "ffn": 2048, "groups": (1, 4, 8), "dtype": "bf16"}
     default_device = "cuda"
     flags = (
-        RunFlag("fused", bool | None, None,
-                f"TE target: set {FUSED_ENV} before TE is imported (see memaudit doctor). Default: fused where TE can fuse (compute capability 10.x).",
-                ("--fused/--no-fused",)),
-        RunFlag("single_grouped_weight", bool, False, "TE target: one grouped weight parameter instead of discrete ones."),
+        RunFlag(
+            "fused",
+            bool | None,
+            None,
+            f"TE target: set {FUSED_ENV} before TE is imported (see memaudit doctor). Default: fused where TE can fuse (compute capability 10.x).",
+            ("--fused/--no-fused",),
+        ),
+        RunFlag(
+            "single_grouped_weight", bool, False, "TE target: one grouped weight parameter instead of discrete ones."
+        ),
         RunFlag("activation", Literal[ACTIVATIONS], "swiglu", "TE target activation."),
-        RunFlag("kernels", Literal[KERNELS], "real",
-                "TE target. emulated runs TE's real forward (and, for --unread, its backward) on an emulated "
-                "machine (--arch) with kernel stand-ins that allocate as TE's C++ does, real kernels only where this "
-                "GPU is that architecture; standins replaces every kernel. With no GPU (torch's CUDA build) each case "
-                "runs on fake CUDA in a child process."),
-        RunFlag("arch", Literal[tuple(EMULATED_ARCHS)], "sm100", "TE target with --kernels emulated|standins: the emulated architecture."),
-        RunFlag("cublaslt", str | None, None, "TE target with --kernels emulated|standins: the emulated cuBLASLt version "
-                "(e.g. 13.1.0; TE's path choice reads it). Default: this GPU's when it is --arch, else 13.6.0."),
-        RunFlag("cudnn_frontend", str, "1.28.0", "TE target with --kernels emulated|standins: the emulated nvidia-cudnn-frontend "
-                "version (TE's fused-op feature checks read it; below 1.27 a single group takes the grouped path)."),
+        RunFlag(
+            "kernels",
+            Literal[KERNELS],
+            "real",
+            "TE target. emulated runs TE's real forward (and, for --unread, its backward) on an emulated "
+            "machine (--arch) with kernel stand-ins that allocate as TE's C++ does, real kernels only where this "
+            "GPU is that architecture; standins replaces every kernel. With no GPU (torch's CUDA build) each case "
+            "runs on fake CUDA in a child process.",
+        ),
+        RunFlag(
+            "arch",
+            Literal[tuple(EMULATED_ARCHS)],
+            "sm100",
+            "TE target with --kernels emulated|standins: the emulated architecture.",
+        ),
+        RunFlag(
+            "cublaslt",
+            str | None,
+            None,
+            "TE target with --kernels emulated|standins: the emulated cuBLASLt version "
+            "(e.g. 13.1.0; TE's path choice reads it). Default: this GPU's when it is --arch, else 13.6.0.",
+        ),
+        RunFlag(
+            "cudnn_frontend",
+            str,
+            "1.28.0",
+            "TE target with --kernels emulated|standins: the emulated nvidia-cudnn-frontend "
+            "version (TE's fused-op feature checks read it; below 1.27 a single group takes the grouped path).",
+        ),
     )
 
     @staticmethod
@@ -128,7 +164,6 @@ class TEGroupedMLPTarget(Target):
         import importlib.util
 
         from memaudit.te.emulate.host import unavailable  # imports torch (fake CUDA): only when asked
-
 
         return importlib.util.find_spec("transformer_engine") is not None and unavailable() is None
 
@@ -158,7 +193,9 @@ class TEGroupedMLPTarget(Target):
         non-default ``activation`` are options; ``kernels``/``arch``/... make ``emulated``."""
         activation = flags.get("activation", "swiglu")
         if activation not in ACTIVATIONS:
-            raise UsageError(f"unknown activation {activation!r}; use one of {', '.join(ACTIVATIONS)}", key="--activation")
+            raise UsageError(
+                f"unknown activation {activation!r}; use one of {', '.join(ACTIVATIONS)}", key="--activation"
+            )
         kernels = flags.get("kernels", "real")
         if kernels not in KERNELS:
             raise UsageError(f"unknown kernels {kernels!r}; use one of {', '.join(KERNELS)}", key="--kernels")
@@ -209,8 +246,9 @@ class TEGroupedMLPTarget(Target):
         if self.emulated is not None:
             return None
 
-        return grouped_mlp_fallback(type(self), spec, reason, mode, dict(self.flags_given), backward=backward,
-                                    defaults=self.defaults)
+        return grouped_mlp_fallback(
+            type(self), spec, reason, mode, dict(self.flags_given), backward=backward, defaults=self.defaults
+        )
 
     def execution_label(self, case: Any) -> str | None:
         """``estimated sm100``: an estimate names the architecture it modelled (``path.arch``)."""
@@ -234,24 +272,29 @@ class TEGroupedMLPTarget(Target):
 
         from memaudit.te.emulate import host  # imports torch (fake CUDA): only when asked
 
-
         if spec.device == "meta":
-            return ("TransformerEngine does not run on meta: its forward makes and checks CUDA tensors outside any "
-                    f"kernel, which kernel stand-ins cannot replace ({_CUDA_OUTSIDE_KERNELS})")
+            return (
+                "TransformerEngine does not run on meta: its forward makes and checks CUDA tensors outside any "
+                f"kernel, which kernel stand-ins cannot replace ({_CUDA_OUTSIDE_KERNELS})"
+            )
         fused = spec.options.get("fused")
         if fused is not None and not isinstance(fused, bool):
             return f"option fused must be true or false, got {fused!r}"
         if fused is not None and self.emulated is None and os.environ.get(FUSED_ENV, "0") != ("1" if fused else "0"):
-            return (f"option fused = {fused} needs {FUSED_ENV}={'1' if fused else '0'} at TE's import, and this process has "
-                    f"{os.environ.get(FUSED_ENV, '0')!r}: on real kernels choose it with --fused/--no-fused (with "
-                    "--kernels emulated it is chosen per case)")
+            return (
+                f"option fused = {fused} needs {FUSED_ENV}={'1' if fused else '0'} at TE's import, and this process has "
+                f"{os.environ.get(FUSED_ENV, '0')!r}: on real kernels choose it with --fused/--no-fused (with "
+                "--kernels emulated it is chosen per case)"
+            )
         if importlib.util.find_spec("transformer_engine") is None:  # the first thing missing, as doctor says it
             return "TransformerEngine is not installed"
         if self.emulated is not None:
             if not spec.device.startswith("cuda"):
-                return (f"emulated kernels run TE's forward on CUDA tensors (device {spec.device!r}; use --device cuda, "
-                        "which with no GPU is fake CUDA): TE's forward uses CUDA outside any kernel "
-                        f"({_CUDA_OUTSIDE_KERNELS})")
+                return (
+                    f"emulated kernels run TE's forward on CUDA tensors (device {spec.device!r}; use --device cuda, "
+                    "which with no GPU is fake CUDA): TE's forward uses CUDA outside any kernel "
+                    f"({_CUDA_OUTSIDE_KERNELS})"
+                )
             why = host.unavailable()
             if why is not None:
                 return f"emulated kernels cannot run here: {why}"
@@ -261,7 +304,6 @@ class TEGroupedMLPTarget(Target):
         if te is None:
             return why
         if self.emulated is not None:
-
             with host.cuda_answers(self.emulated.arch), emulated_arch(self.emulated.arch):
                 ok, reason = recipe_gate(te, spec.recipe)
         else:
@@ -273,6 +315,7 @@ class TEGroupedMLPTarget(Target):
         (:mod:`memaudit.te.emulate.host`); else here (None)."""
 
         from memaudit.te.emulate import host  # imports torch (fake CUDA): only when asked
+
         if self.emulated is None or not spec.device.startswith("cuda") or not host.needs_child() or host.unavailable():
             return None
         arch = self.emulated.arch
@@ -285,6 +328,7 @@ class TEGroupedMLPTarget(Target):
 
         def run(case: Any) -> Any:
             from memaudit.te.emulate import host  # imports torch (fake CUDA): only when asked
+
             return host.run_in_child(arch, lambda: [case()])[0]
 
         return run
@@ -345,8 +389,9 @@ class TEGroupedMLPTarget(Target):
             inputs=(x, probs),
         )
 
-    def _emulated_built(self, spec: CaseSpec, recipe: Any, model: Any, inputs: tuple[Any, ...],
-                        forward: Any, run_model: Any) -> Built:
+    def _emulated_built(
+        self, spec: CaseSpec, recipe: Any, model: Any, inputs: tuple[Any, ...], forward: Any, run_model: Any
+    ) -> Built:
         """Forward and backward inside the emulation (TE's real Python, stand-in kernels).
 
         The backward runs when a read observer is active (``--unread``: what backward reads is
@@ -357,13 +402,19 @@ class TEGroupedMLPTarget(Target):
 
         assert self.emulated is not None
         e = self.emulated
-        run = EmulatedRun(e.kernels, e.arch, bool(spec.options.get("fused", e.fused)), spec.recipe, e.cublaslt, e.cudnn_frontend)
+        run = EmulatedRun(
+            e.kernels, e.arch, bool(spec.options.get("fused", e.fused)), spec.recipe, e.cublaslt, e.cudnn_frontend
+        )
         paths: list[PathInfo] = []
 
         def emulated_forward(cap: Capture) -> Any:
             with run.active():
                 out = forward(cap)
-                called = frozenset(run.log.kernels.standins) | frozenset(run.log.kernels.real) if run.log is not None else None
+                called = (
+                    frozenset(run.log.kernels.standins) | frozenset(run.log.kernels.real)
+                    if run.log is not None
+                    else None
+                )
                 paths.append(self._path(model, spec, recipe, frontend=run.machine.cudnn_frontend, called=called))
             return out
 
@@ -390,8 +441,9 @@ class TEGroupedMLPTarget(Target):
             emulation=run.describe,
         )
 
-    def _path(self, model: Any, spec: CaseSpec, recipe: Any, frontend: str | None = None,
-              called: frozenset[str] | None = None) -> PathInfo:
+    def _path(
+        self, model: Any, spec: CaseSpec, recipe: Any, frontend: str | None = None, called: frozenset[str] | None = None
+    ) -> PathInfo:
         forward_ops: list[str] = []
         for group in getattr(model, "_module_groups", None) or ():
             for op, _idxs in getattr(group, "_forward_ops", ()):
@@ -400,4 +452,6 @@ class TEGroupedMLPTarget(Target):
         if fused:
             return GroupedMLPPath(forward_ops, True, os.environ.get(FUSED_ENV, "0")).info()
         name, why = grouped_linear_path(spec, recipe, called)
-        return GroupedMLPPath(forward_ops, False, os.environ.get(FUSED_ENV, "0"), why_not_fused(spec, recipe, frontend), name, why).info()
+        return GroupedMLPPath(
+            forward_ops, False, os.environ.get(FUSED_ENV, "0"), why_not_fused(spec, recipe, frontend), name, why
+        ).info()

@@ -47,8 +47,10 @@ class ReferenceTarget(Target):
 
     def skip_reason(self, spec: CaseSpec) -> str | None:
         if spec.recipe != "bf16":
-            return (f"the reference target (plain PyTorch, no TE) runs bf16 only, not {spec.recipe}; TE runs "
-                    f"{spec.recipe} on {needs(spec.recipe)}")
+            return (
+                f"the reference target (plain PyTorch, no TE) runs bf16 only, not {spec.recipe}; TE runs "
+                f"{spec.recipe} on {needs(spec.recipe)}"
+            )
         if spec.device.startswith("cuda"):
             import torch
 

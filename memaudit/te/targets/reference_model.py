@@ -32,7 +32,9 @@ def split_list(split_sizes: torch.Tensor) -> list[int]:
     if split_sizes.is_meta:
         sizes = getattr(split_sizes, META_SIZES, None)
         if sizes is None:
-            raise RuntimeError(f"a meta split_sizes tensor holds no values: set its {META_SIZES!r} attribute to the list")
+            raise RuntimeError(
+                f"a meta split_sizes tensor holds no values: set its {META_SIZES!r} attribute to the list"
+            )
         return list(sizes)
     return split_sizes.tolist()
 
@@ -104,7 +106,9 @@ class ReferenceGroupedMLP(torch.nn.Module):
             self._label(x, h, act, split_sizes, probs)
         return y
 
-    def _label(self, x: torch.Tensor, h: torch.Tensor, act: torch.Tensor, split_sizes: torch.Tensor, probs: torch.Tensor) -> None:
+    def _label(
+        self, x: torch.Tensor, h: torch.Tensor, act: torch.Tensor, split_sizes: torch.Tensor, probs: torch.Tensor
+    ) -> None:
         lab = self.labeler
         assert lab is not None
         lab(split_sizes, "split_sizes")

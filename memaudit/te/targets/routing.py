@@ -72,7 +72,7 @@ def _decimal(x: Fraction) -> str:
 def _weight(r: int, s: Fraction) -> Fraction:
     """1 / r**s, exact for integer s, else rounded to 12 significant digits (the same on every machine)."""
     if s.denominator == 1:
-        return Fraction(1, r ** s.numerator)
+        return Fraction(1, r**s.numerator)
     return Fraction(format(r ** -float(s), ".12g"))
 
 
@@ -123,11 +123,17 @@ class RoutingPlan:
         if self.topk < 1:
             raise UsageError(f"must be >= 1, got {self.topk}", key="--topk")
         if self.topk > self.experts:
-            raise UsageError(f"top-{self.topk} routing needs at least {self.topk} experts; {self.ep} rank(s) x "
-                             f"{self.local} local expert(s) are {self.experts}", key="--topk")
+            raise UsageError(
+                f"top-{self.topk} routing needs at least {self.topk} experts; {self.ep} rank(s) x "
+                f"{self.local} local expert(s) are {self.experts}",
+                key="--topk",
+            )
         if self.tokens % self.align:
-            raise UsageError(f"{self.tokens} tokens per rank: each expert's tokens are a multiple of the recipe's "
-                             f"alignment {self.align}, so the tokens are too; use a multiple of {self.align}", key="--tokens")
+            raise UsageError(
+                f"{self.tokens} tokens per rank: each expert's tokens are a multiple of the recipe's "
+                f"alignment {self.align}, so the tokens are too; use a multiple of {self.align}",
+                key="--tokens",
+            )
 
     def popularity(self) -> list[int]:
         """The experts from most to least popular (a seeded permutation)."""
@@ -160,7 +166,7 @@ class RoutingPlan:
     def send_splits(self) -> list[int]:
         """Tokens a rank sends to each expert-parallel peer (the peers' experts are contiguous)."""
         c = self.counts()
-        return [sum(c[p * self.local:(p + 1) * self.local]) for p in range(self.ep)]
+        return [sum(c[p * self.local : (p + 1) * self.local]) for p in range(self.ep)]
 
     def recv_splits(self, ep_rank: int) -> list[int]:
         """Tokens expert-parallel rank ``ep_rank`` receives from each peer (every peer sends the same counts)."""
