@@ -147,7 +147,8 @@ def differences(committed: CaseReport, fresh: CaseReport, *, host: str) -> list[
             continue
         if json.dumps(a.get(key), sort_keys=True) != json.dumps(b.get(key), sort_keys=True):
             out.append(
-                f"{key}: {json.dumps(a.get(key), sort_keys=True)[:300]} -> {json.dumps(b.get(key), sort_keys=True)[:300]}"
+                f"{key}: {json.dumps(a.get(key), sort_keys=True)[:300]} -> "
+                f"{json.dumps(b.get(key), sort_keys=True)[:300]}"
             )
     return out
 
@@ -201,6 +202,7 @@ def against_measured(measured: CaseReport, emulated: CaseReport) -> list[str]:
             continue
         if json.dumps(a.get(key), sort_keys=True) != json.dumps(b.get(key), sort_keys=True):
             out.append(
-                f"{key}: {json.dumps(a.get(key), sort_keys=True)[:200]} -> {json.dumps(b.get(key), sort_keys=True)[:200]}"
+                f"{key}: {json.dumps(a.get(key), sort_keys=True)[:200]} -> "
+                f"{json.dumps(b.get(key), sort_keys=True)[:200]}"
             )
     return out

@@ -14,7 +14,8 @@ alive then), ``max_total_bytes`` on the sum of everything saved, and ``count`` /
 selections on every row saved during the test. Rows are named as the CLI names them
 (``MODULE:NODE.ATTRIBUTE``, named before the graph is released); a ``count`` or ``forbid`` pattern
 that matches nothing memaudit could name in the test is an error, not a pass. A failing budget
-fails the test with the rule, the numbers and the offending rows. This module imports neither torch nor TE at import time: it is loaded by every
+fails the test with the rule, the numbers and the offending rows. This module imports neither torch nor TE at import
+time: it is loaded by every
 pytest run in an environment where memaudit is installed.
 
 ``device="meta"`` in the marker makes meta the default device while the fixture is active
@@ -31,7 +32,8 @@ observed method runs in a test: the poisoned one re-runs backward, which only th
 (``run --unread-method``).
 
 ``emulate="sm100"`` runs the test body with TE's real Python on an emulated machine (kernel
-stand-ins, the TE extension's emulator: :class:`memaudit.extension.Emulator`): on a GPU in this process, with no GPU on fake CUDA in a child
+stand-ins, the TE extension's emulator: :class:`memaudit.extension.Emulator`): on a GPU in this process, with no GPU on
+fake CUDA in a child
 process forked for the test (build the model inside the test body: ``device="cuda"`` tensors are
 fake there), whose capture comes back for the budgets.
 """
@@ -80,7 +82,8 @@ def emulator(arch: str) -> Any:
 
 
 MARKER_HELP = (
-    f"{MARKER}(max_bytes=None, exact_bytes=None, max_total_bytes=None, count=None, forbid=None, rules=None): budgets on the "
+    f"{MARKER}(max_bytes=None, exact_bytes=None, max_total_bytes=None, count=None, forbid=None, rules=None): budgets "
+    "on the "
     f"tensors autograd saved during the test (captured by the {FIXTURE} fixture, requested automatically). "
     "max_bytes/exact_bytes: the peak of saved bytes alive at once ('64 MiB'); max_total_bytes: the sum of every "
     "tensor saved during the test, whenever; count: {operand pattern: N or '<= N'}; "
@@ -88,7 +91,8 @@ MARKER_HELP = (
     "stack=True: name the source line of each saved tensor in the failure; device='meta': meta is the default "
     "device in the test (shapes only, nothing allocated); emulate='sm100': TE's real forward with emulated kernels "
     "(with no GPU, the test body runs on fake CUDA in a child process); ranks=[0, 1]: under torchrun, judge on these "
-    "ranks only (default: every rank judges what it saved, and a failure names the rank); unread='observed': a read verdict "
+    "ranks only (default: every rank judges what it saved, and a failure names the rank); unread='observed': a read "
+    "verdict "
     "for every saved buffer, from the backward the test runs through saved_tensors.backward(loss); max_unread_bytes: "
     "bytes saved for backward and never read. See docs/guides/budgets.md."
 )
@@ -542,7 +546,8 @@ def unnameable(rule: Any, case: Any, labels: list[str], modules: set[str]) -> li
         some = ", ".join(sorted(modules)[:6]) or "none called"
         bad.append(
             f"{rule.kind} pattern {pattern!r} matches no saved row and no name memaudit could give in this test, so it "
-            f"could never {'fire' if rule.kind == 'forbid' else 'count anything'}: rows are named MODULE:NODE.ATTRIBUTE as "
+            f"could never {'fire' if rule.kind == 'forbid' else 'count anything'}: rows are named "
+            "MODULE:NODE.ATTRIBUTE as "
             f"the CLI shows them (modules here: {some}), or by labels given with {FIXTURE}.label()"
         )
     return bad

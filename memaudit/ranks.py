@@ -114,7 +114,8 @@ def info_problem(info: RankInfo) -> tuple[str, str] | None:
     if set(info.coords) != set(info.layout):
         return (
             "coords",
-            f"coordinates on {', '.join(sorted(info.coords)) or 'no axis'} in a layout of {', '.join(sorted(info.layout))}",
+            f"coordinates on {', '.join(sorted(info.coords)) or 'no axis'} in a layout of "
+            f"{', '.join(sorted(info.layout))}",
         )
     out = [a for a in info.coords if not 0 <= info.coords[a] < info.layout[a]]
     if out:
@@ -324,7 +325,10 @@ def replica_difference(a: Any, b: Any) -> str | None:
                 name += f" g{x.group}"
             return f"row {x.index} ({name}): {what} {_fmt(sy[what])} on rank {rb}, {_fmt(sx[what])} on rank {ra}"
     if a.case.totals != b.case.totals:
-        return f"totals differ: saved {b.case.totals.saved_bytes:,} B on rank {rb}, {a.case.totals.saved_bytes:,} B on rank {ra}"
+        return (
+            f"totals differ: saved {b.case.totals.saved_bytes:,} B on rank {rb}, {a.case.totals.saved_bytes:,} B "
+            f"on rank {ra}"
+        )
     return None
 
 
@@ -414,7 +418,9 @@ def run_problem(run: DistRun, cases: Sequence[Any]) -> tuple[str, str] | None:
         if base is None or base not in run.planned:
             return (
                 f"cases[{c.id}]",
-                f"not one of the planned cases ({', '.join(run.planned[:3])}{', ...' if len(run.planned) > 3 else ''}) on its coordinates {info.key}",
+                "not one of the planned cases "
+                f"({', '.join(run.planned[:3])}{', ...' if len(run.planned) > 3 else ''}) "
+                f"on its coordinates {info.key}",
             )
         if run.rank is not None and info.rank != run.rank:
             return f"{where}.rank", f"rank {info.rank} in rank {run.rank}'s file"

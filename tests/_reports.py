@@ -171,7 +171,8 @@ def make_report(cases: list[CaseReport], **env: Any) -> Report:
 
 
 def sample_report() -> Report:
-    """Two targets, three recipes: an FP8 TE case (unfused), a BF16 TE case, a skipped NVFP4 cell, a CPU reference case."""
+    """Two targets, three recipes: an FP8 TE case (unfused), a BF16 TE case, a skipped NVFP4 cell, a CPU reference
+    case."""
     return make_report(
         [
             make_case(

@@ -137,7 +137,8 @@ def probe(device: torch.device) -> dict[str, Any]:
         del kept
         results.append(entry)
         print(
-            f"{name:<42} kept_after_del={entry['kept_after_del']} kept_after_gc={entry['kept_after_gc']} new_live_tensors={entry['new_live_tensors']}"
+            f"{name:<42} kept_after_del={entry['kept_after_del']} kept_after_gc={entry['kept_after_gc']} "
+            f"new_live_tensors={entry['new_live_tensors']}"
         )
     return {"torch": torch.__version__, "device": str(device), "results": results}
 

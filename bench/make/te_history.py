@@ -137,7 +137,8 @@ def history(args: argparse.Namespace) -> int:
                 if bad is None
                 else f"{before} has no branch point in the checkout"
                 if good is None
-                else "both versions branch from the same main commit (the change came with a release-branch cherry-pick)"
+                else "both versions branch from the same main commit (the change came with a release-branch "
+                "cherry-pick)"
             )
             bisects.append(
                 {
@@ -291,7 +292,8 @@ def timing(args: argparse.Namespace) -> int:
         f"memaudit {memaudit_commit}, Python {data['machine']['python']}, load average "
         f"{', '.join(map(str, data['machine']['load_average']))} (this machine's 2 cores are shared).\n\n"
         f"| what | wall |\n|---|---:|\n"
-        f"| one version (TE {v['version']}) x {v['cases']} cases ({v['ok']} ran), one worker process incl. TE's import, "
+        f"| one version (TE {v['version']}) x {v['cases']} cases ({v['ok']} ran), one worker process incl. TE's "
+        "import, "
         f"median of 3 ({', '.join(f'{x} s' for x in v['runs_s'])}) | {v['median_s']} s |\n"
         f"| bisect of {b['case']} over {b['commits']} first-parent commits: {b['probes']} probes, each a git archive "
         f"and a worker (median probe {statistics.median(b['probe_s']):.1f} s); found {str(b['first'])[:12]} "

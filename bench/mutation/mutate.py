@@ -5,7 +5,8 @@ A small AST mutator. Each mutant changes one thing in one function:
 
 * ``cmp``   a comparison (``<`` / ``<=``, ``>`` / ``>=``, ``==`` / ``!=``, ``in`` / ``not in``, ``is`` / ``is not``)
 * ``bool``  a boolean operator (``and`` / ``or``)
-* ``arith`` arithmetic (``+`` / ``-``, ``*`` -> ``//``, ``//`` and ``/`` -> ``*``, ``%`` -> ``//``; also ``+=`` / ``-=``)
+* ``arith`` arithmetic (``+`` / ``-``, ``*`` -> ``//``, ``//`` and ``/`` -> ``*``, ``%`` -> ``//``; also ``+=`` /
+``-=``)
 * ``const`` a constant off by one (an integer ``n`` -> ``n + 1``; ``True`` / ``False``)
 * ``neg``   a negated condition (``if``, ``while``, a conditional expression, a comprehension filter;
             ``not x`` -> ``x``)
@@ -747,8 +748,10 @@ def markdown(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "# Mutation score: do the tests guard the verdicts?",
         "",
         f"`python bench/mutation/mutate.py --per-module {meta['per_module']} --seed {meta['seed']}`: "
-        f"{meta['per_module']} mutants sampled per module from {meta['candidates']} candidates in all, each run against the tests "
-        "that execute its function (traced from the whole suite). Operators: comparisons, boolean operators, arithmetic, "
+        f"{meta['per_module']} mutants sampled per module from {meta['candidates']} candidates in all, each run "
+        "against the tests "
+        "that execute its function (traced from the whole suite). Operators: comparisons, boolean operators, "
+        "arithmetic, "
         "integer constants +1 and booleans flipped, negated conditions, dropped return values, dropped calls. "
         "A survivor is either equivalent (explained below, counted out) or a test gap. "
         f"Goal: at least {GOAL:.0%} of the non-equivalent mutants of every module killed.",
@@ -760,7 +763,8 @@ def markdown(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             else "."
         ),
         "",
-        "| module | sampled | killed | survived | equivalent | no test runs it | tests not run (error) | score | goal met |",
+        "| module | sampled | killed | survived | equivalent | no test runs it | tests not run (error) | score | goal "
+        "met |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     total = {"killed": 0, "counted": 0}
@@ -773,7 +777,8 @@ def markdown(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         total["counted"] += counted
         score = f"{s['score']:.0%}" if s["score"] is not None else "-"
         lines.append(
-            f"| `{mod.removeprefix('memaudit/')}` | {s['sampled']} | {s['killed']} | {s['survived']} | {s['equivalent']} | "
+            f"| `{mod.removeprefix('memaudit/')}` | {s['sampled']} | {s['killed']} | {s['survived']} | "
+            f"{s['equivalent']} | "
             f"{s['no_tests']} | {s.get('error', 0)} | {score} | {'yes' if s['met'] else '**no**'} |"
         )
     if total["counted"]:

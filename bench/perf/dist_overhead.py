@@ -160,10 +160,12 @@ def main(argv: list[str] | None = None) -> int:
             for r in everyone:
                 print(
                     f"rank {r['rank']} ({r['coords']}): capture / bare forward {r['capture_over_bare']:.3f}x "
-                    f"(medians of {args.rounds}: {r['capture_s']['median'] * 1e3:.2f} / {r['bare_s']['median'] * 1e3:.2f} ms)"
+                    f"(medians of {args.rounds}: {r['capture_s']['median'] * 1e3:.2f} / "
+                    f"{r['bare_s']['median'] * 1e3:.2f} ms)"
                 )
             print(
-                f"merge of {world.world_size} ranks on rank 0 (validate + merge): {merge_s * 1e3:.1f} ms; wrote {args.out}"
+                f"merge of {world.world_size} ranks on rank 0 (validate + merge): {merge_s * 1e3:.1f} ms; wrote "
+                f"{args.out}"
             )
     finally:
         leave()

@@ -131,9 +131,17 @@ def markdown(result: dict[str, Any]) -> str:
         "# Per-rank audits on CPU: wall time and merge time",
         "",
         f"`python bench/perf/dist_scaling.py {result['argv']}` ({result['created']}): `memaudit run --nproc N --target "
-        f"ep-grouped-mlp --groups {a['groups']} --tokens {a['tokens']} --hidden {a['hidden']} --ffn {a['ffn']} --routing "
-        f"{a['routing']}` over gloo, {a['repeat']} runs per N (medians, min-max). {result['environment']['cpu_count']} CPU "
-        f"cores: {'N processes share them' if max(r['ranks'] for r in result['results']) > result['environment']['cpu_count'] else 'one per process'}.",
+        f"ep-grouped-mlp --groups {a['groups']} --tokens {a['tokens']} --hidden {a['hidden']} --ffn {a['ffn']} "
+        "--routing "
+        f"{a['routing']}` over gloo, {a['repeat']} runs per N (medians, min-max). "
+        f"{result['environment']['cpu_count']} CPU "
+        "cores: "
+        + (
+            "N processes share them"
+            if max(r["ranks"] for r in result["results"]) > result["environment"]["cpu_count"]
+            else "one per process"
+        )
+        + ".",
         "",
         "| ranks | run (wall, s) | merge, CLI (s) | merge, in process (ms) | rows merged | merged JSON |",
         "|---:|---:|---:|---:|---:|---:|",
@@ -142,7 +150,8 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(
             f"| {r['ranks']} | {r['run_s']['median']:.2f} ({r['run_s']['min']:.2f}-{r['run_s']['max']:.2f}) | "
             f"{r['merge_cli_s']['median']:.2f} ({r['merge_cli_s']['min']:.2f}-{r['merge_cli_s']['max']:.2f}) | "
-            f"{1000 * r['merge_s']['median']:.1f} ({1000 * r['merge_s']['min']:.1f}-{1000 * r['merge_s']['max']:.1f}) | "
+            f"{1000 * r['merge_s']['median']:.1f} ({1000 * r['merge_s']['min']:.1f}-{1000 * r['merge_s']['max']:.1f}) "
+            "| "
             f"{r['rows']:,} | {r['merged_json_bytes']:,} B |"
         )
     env = result["environment"]

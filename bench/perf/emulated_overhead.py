@@ -131,7 +131,8 @@ def summarize(runs: list[dict[str, Any]], errors: list[str], args: argparse.Name
         summary[key]["bare_ms_median"] = round(statistics.median(c["median_ms"]["bare"] for c in cells), 3)
     return {
         "created": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "command": f"python bench/perf/emulated_overhead.py --runs {args.runs} --rounds {args.rounds} --warmup {args.warmup}",
+        "command": f"python bench/perf/emulated_overhead.py --runs {args.runs} --rounds {args.rounds} --warmup "
+        f"{args.warmup}",
         "settings": {
             "runs": args.runs,
             "rounds": args.rounds,

@@ -263,26 +263,33 @@ def speed_markdown(out: dict[str, Any], path: str) -> str:
     lines = [
         "# Emulated TE forward with no GPU (fake CUDA): speed",
         "",
-        f"`python bench/perf/fake_cuda.py speed --out {path}` ({env['created']}, memaudit {env['memaudit_commit']}): {env['cpu']}, "
+        f"`python bench/perf/fake_cuda.py speed --out {path}` ({env['created']}, memaudit {env['memaudit_commit']}): "
+        f"{env['cpu']}, "
         f"{env['cpus']} CPUs, no GPU; Python {env['python']}, torch {env['torch']}, TE {env['transformer_engine']}. "
         "The machine is shared: the load average before each part is recorded.",
         "",
         "Per case: `run_case` in a warm process (fork after TE's import, TE's forward on fake CUDA in the child, the "
-        "report back), median over the rounds. Whole matrix: `memaudit run --scenario` of the 36 cases as a fresh process, "
+        "report back), median over the rounds. Whole matrix: `memaudit run --scenario` of the 36 cases as a fresh "
+        "process, "
         "from process start (Python, torch and TE's import included). Wall time is what the goals are about; CPU time "
-        "(user + system of the processes that did the work) is what a case costs on a core of its own, and does not grow "
+        "(user + system of the processes that did the work) is what a case costs on a core of its own, and does not "
+        "grow "
         "when other jobs share the machine.",
         "",
-        "| shape | cases | median case: wall (CPU) | fastest / slowest case (wall medians) | sum of medians | whole matrix, fresh process: wall (CPU), median | runs | torch + TE import | load before |",
+        "| shape | cases | median case: wall (CPU) | fastest / slowest case (wall medians) | sum of medians | whole "
+        "matrix, fresh process: wall (CPU), median | runs | torch + TE import | load before |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, res in out["shapes"].items():
         pc, wm = res["per_case"], res["whole_matrix"]
         s = res["shape"]
         lines.append(
-            f"| {name} (T={s['tokens']:,}, H={s['hidden']:,}, F={s['ffn']:,}) | {pc['cases']} | **{pc['median_s']:.3f} s** "
-            f"({pc['cpu_median_s']:.3f} s) | {pc['min_median_s']:.3f} / {pc['max_median_s']:.3f} s | {pc['sum_of_medians_s']:.2f} s | "
-            f"**{wm['median_s']:.2f} s** ({wm['cpu_median_s']:.2f} s); runs {', '.join(f'{w:.2f}' for w in wm['wall_s'])} | {wm['runs']} | "
+            f"| {name} (T={s['tokens']:,}, H={s['hidden']:,}, F={s['ffn']:,}) | {pc['cases']} | "
+            f"**{pc['median_s']:.3f} s** "
+            f"({pc['cpu_median_s']:.3f} s) | {pc['min_median_s']:.3f} / {pc['max_median_s']:.3f} s | "
+            f"{pc['sum_of_medians_s']:.2f} s | "
+            f"**{wm['median_s']:.2f} s** ({wm['cpu_median_s']:.2f} s); runs "
+            f"{', '.join(f'{w:.2f}' for w in wm['wall_s'])} | {wm['runs']} | "
             f"{wm['torch_import_s']:.2f} + {wm['te_import_s']:.2f} s | {', '.join(map(str, res['load_before']))} |"
         )
     worst_case = max(r["per_case"]["median_s"] for r in out["shapes"].values())
@@ -303,7 +310,8 @@ def speed_markdown(out: dict[str, Any], path: str) -> str:
         ]
         for cid, v in res["per_case"]["per_case"].items():
             lines.append(
-                f"| {cid} | {v['median_s']:.3f} s | {v['min_s']:.3f} | {v['max_s']:.3f} | {v['cpu_median_s']:.3f} s | {v['status']} |"
+                f"| {cid} | {v['median_s']:.3f} s | {v['min_s']:.3f} | {v['max_s']:.3f} | {v['cpu_median_s']:.3f} s | "
+                f"{v['status']} |"
             )
         lines += [
             "",
@@ -351,7 +359,8 @@ def replay(args: argparse.Namespace) -> None:
             measured = f"{ok}/{len(fresh)} ({MEASURED[group.file]})"
         errors = [f"{c.id}: {c.reason}" for c in fresh if c.status == "error"]
         rows.append(
-            f"| {group.file}.json | {group.shape} | {len(fresh)} | {sum(c.status == 'ok' for c in fresh)} / {len(errors)} | "
+            f"| {group.file}.json | {group.shape} | {len(fresh)} | {sum(c.status == 'ok' for c in fresh)} / "
+            f"{len(errors)} | "
             f"**{n_same}/{len(fresh)}** | {measured or '-'} | {dt:.2f} s |"
         )
         for d in diffs:
@@ -361,25 +370,35 @@ def replay(args: argparse.Namespace) -> None:
         "# The committed H200 emulated reports, replayed with no GPU (fake CUDA)",
         "",
         f"`python bench/perf/fake_cuda.py replay --out reports/cpu/fake-cuda/replay.md` ({env['created']}, memaudit "
-        f"{env['memaudit_commit']}): {env['cpu']}, {env['cpus']} CPUs, no GPU; torch {env['torch']}, TE {env['transformer_engine']}. "
-        "Each committed file was one `memaudit run` process on the H200 (`h200.json` two, one per shape) and is replayed the same way: "
-        "its cases in order, in one child process on fake CUDA (TE carries delayed-scaling state from case to case within a "
+        f"{env['memaudit_commit']}): {env['cpu']}, {env['cpus']} CPUs, no GPU; torch {env['torch']}, TE "
+        f"{env['transformer_engine']}. "
+        "Each committed file was one `memaudit run` process on the H200 (`h200.json` two, one per shape) and is "
+        "replayed the same way: "
+        "its cases in order, in one child process on fake CUDA (TE carries delayed-scaling state from case to case "
+        "within a "
         "process, and the committed stand-in lists show it). The same check runs in CI (`tests/te/test_fake_cuda.py`).",
         "",
-        "Identical means every field the committed case holds, byte for byte in its JSON: status, reason, path, warnings, "
-        "options, totals, every row (operand, kind, orientation, shape, dtype, bytes, storage and its offset, op, slot, ...), "
-        "the stand-ins called and the fusions. Today's memaudit adds two things the committed files predate: each row's "
-        "`module` and `emulation.machine.host` (`no GPU (fake CUDA)`); and the five errors at TE 2.20.2's NVFP4 weight-scale "
-        "view keep their message and gain the suspected-TE-bug note (docs/investigations/te-nvfp4-weight-scale-view.md).",
+        "Identical means every field the committed case holds, byte for byte in its JSON: status, reason, path, "
+        "warnings, "
+        "options, totals, every row (operand, kind, orientation, shape, dtype, bytes, storage and its offset, op, "
+        "slot, ...), "
+        "the stand-ins called and the fusions. Today's memaudit adds two things the committed files predate: each "
+        "row's "
+        "`module` and `emulation.machine.host` (`no GPU (fake CUDA)`); and the five errors at TE 2.20.2's NVFP4 "
+        "weight-scale "
+        "view keep their message and gain the suspected-TE-bug note "
+        "(docs/investigations/te-nvfp4-weight-scale-view.md).",
         "",
-        "Against the H200's real kernels: the sm90 all-stand-in cases, every row in order byte for byte in its JSON, and "
+        "Against the H200's real kernels: the sm90 all-stand-in cases, every row in order byte for byte in its JSON, "
+        "and "
         "every case field but the emulated case's own label and its forward-only warning.",
         "",
         "| committed file | shape | cases | ok / error | identical | vs H200 real kernels | replay (one process) |",
         "|---|---|---|---|---|---|---|",
         *rows,
         "",
-        f"**{same} of {total} cases identical ({cases_rows:,} rows); {vs_measured[0]} of {vs_measured[1]} sm90 all-stand-in cases "
+        f"**{same} of {total} cases identical ({cases_rows:,} rows); {vs_measured[0]} of {vs_measured[1]} sm90 "
+        "all-stand-in cases "
         "equal the H200 real kernels.**",
         "",
     ]

@@ -206,7 +206,8 @@ def cli_seconds(shape: dict[str, int]) -> dict[str, Any]:
     t0 = time.perf_counter()
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=False)
     return {
-        "command": "memaudit run --target reference --device meta --quiet --groups 8 --tokens 82944 --hidden 3072 --ffn 1536",
+        "command": "memaudit run --target reference --device meta --quiet --groups 8 --tokens 82944 --hidden 3072 "
+        "--ffn 1536",
         "seconds": round(time.perf_counter() - t0, 3),
         "exit_code": proc.returncode,
     }
@@ -308,13 +309,15 @@ def render_markdown(r: dict[str, Any]) -> str:
         "",
         "## CPU and meta at small shapes",
         "",
-        "| T | H | F | G | rows | rows equal (except device) | totals equal | CPU cell s (median) | meta cell s (median) |",
+        "| T | H | F | G | rows | rows equal (except device) | totals equal | CPU cell s (median) | meta cell s "
+        "(median) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for c in m["small_cpu_vs_meta"]:
         s = c["shape"]
         lines.append(
-            f"| {s['tokens']} | {s['hidden']} | {s['ffn']} | {s['groups']} | {c['rows']} | {c['rows_equal_except_device']} "
+            f"| {s['tokens']} | {s['hidden']} | {s['ffn']} | {s['groups']} | {c['rows']} | "
+            f"{c['rows_equal_except_device']} "
             f"| {c['totals_equal']} | {c['cpu_cell_seconds']['median']} | {c['meta_cell_seconds']['median']} |"
         )
     return "\n".join(lines) + "\n"

@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Regenerate the overhead table of docs/investigations/overhead.md from a bench JSON (``bench/perf/run.py`` output).
 
-    python bench/perf/readme_table.py                                   # reports/bench/h200.json -> docs/investigations/overhead.md
+    python bench/perf/readme_table.py                                   # reports/bench/h200.json ->
+    docs/investigations/overhead.md
     python bench/perf/readme_table.py --json OUT/bench/h200.json --check   # exit 1 if the page is stale
 
 Rewrites only the text between ``<!-- overhead-table:start -->`` and ``<!-- overhead-table:end -->``.
@@ -42,7 +43,8 @@ def render(r: dict[str, Any]) -> str:
     prod = shapes.get("production") or {}
     small = shapes.get("small") or {}
     label = {
-        "production": f"production (T={prod.get('tokens')}, H={prod.get('hidden')}, F={prod.get('ffn')}, G={prod.get('groups')})",
+        "production": f"production (T={prod.get('tokens')}, H={prod.get('hidden')}, F={prod.get('ffn')}, "
+        f"G={prod.get('groups')})",
         "small": f"small (T={small.get('tokens')})",
     }
     how = f"median (min–max) of {runs} independent invocations" if runs > 1 else "one invocation"
@@ -104,12 +106,14 @@ def render(r: dict[str, Any]) -> str:
             f"Whole model ({sc.get('model')}, T={sc['shape'].get('tokens')}, H={sc['shape'].get('hidden')}, "
             f"G={sc['shape'].get('groups')}): cost per saved tensor as it grows.",
             "",
-            "| recipe | layers | saved tensors | capture() / bare | capture µs/saved | report(outputs) µs/row | report() µs/row | JSON µs/row |",
+            "| recipe | layers | saved tensors | capture() / bare | capture µs/saved | report(outputs) µs/row | "
+            "report() µs/row | JSON µs/row |",
             "|---|---|---|---|---|---|---|---|",
         ]
         for p in sc["points"]:
             lines.append(
-                f"| {p['recipe']} | {p['depth']} | {p['saved_tensors']:,} | {_x(p.get('ratio'))} | {_num(p.get('capture_extra_us_per_saved'), 2)} "
+                f"| {p['recipe']} | {p['depth']} | {p['saved_tensors']:,} | {_x(p.get('ratio'))} | "
+                f"{_num(p.get('capture_extra_us_per_saved'), 2)} "
                 f"| {_num(p.get('report_outputs_us_per_row'), 2)} | {_num(p.get('report_no_outputs_us_per_row'), 2)} "
                 f"| {_num(p.get('json_us_per_row'), 2)} |"
             )
@@ -117,7 +121,8 @@ def render(r: dict[str, Any]) -> str:
     tail = []
     if r.get("matrix_seconds") is not None:
         tail.append(
-            f"`memaudit run --recipe all --groups 1,4,8` takes {r['matrix_seconds']:.1f} s including Python start and TE import."
+            f"`memaudit run --recipe all --groups 1,4,8` takes {r['matrix_seconds']:.1f} s including Python start and "
+            "TE import."
         )
     if r.get("estimate_configs_per_second") is not None:
         full = r.get("estimate_full_configs_per_second")

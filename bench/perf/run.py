@@ -600,7 +600,10 @@ class Bench:
         with tempfile.TemporaryDirectory() as tmp:
             for i in range(self.runs):
                 if i >= 2 and self.elapsed() > self.args.runs_share * self.budget:
-                    msg = f"independent run {i}: skipped, {self.elapsed():.0f} s of the budget used (runs get {self.args.runs_share:.0%})"
+                    msg = (
+                        f"independent run {i}: skipped, {self.elapsed():.0f} s of the budget used (runs get "
+                        f"{self.args.runs_share:.0%})"
+                    )
                     self.r["skipped_sections"].append(msg)
                     log(f"    {msg}")
                     break
@@ -651,7 +654,8 @@ class Bench:
                 log(
                     f"    run {i}: {res.get('seconds')} s rc={res.get('rc')} "
                     + " ".join(
-                        f"{s}/{rc} x{(entry.get(s) or {}).get(rc, {}).get('ratio')}/floor x{(entry.get(s) or {}).get(rc, {}).get('floor')}"
+                        f"{s}/{rc} x{(entry.get(s) or {}).get(rc, {}).get('ratio')}/floor "
+                        f"x{(entry.get(s) or {}).get(rc, {}).get('floor')}"
                         for s in ("production", "small")
                         for rc in RECIPES
                     )
@@ -737,7 +741,8 @@ class Bench:
                     p = points[-1]
                     log(
                         f"    {recipe} depth {depth}: saved {p['saved_tensors']} x{p['ratio']} "
-                        f"capture +{p['capture_extra_us_per_saved']} us/saved, report {p['report_outputs_us_per_row']} us/row, "
+                        f"capture +{p['capture_extra_us_per_saved']} us/saved, report "
+                        f"{p['report_outputs_us_per_row']} us/row, "
                         f"report() {p['report_no_outputs_us_per_row']} us/row, json {p['json_us_per_row']} us/row"
                     )
         base = depths[0]
@@ -1525,7 +1530,8 @@ def render_markdown(r: dict[str, Any]) -> str:
     out += [
         "## Overhead detail",
         "",
-        "| shape / recipe | bare ms | capture() | with report() | report ms | floor hook | MemTracker (anchor) | saved tensors | pack µs/tensor (direct / wall delta) |",
+        "| shape / recipe | bare ms | capture() | with report() | report ms | floor hook | MemTracker (anchor) | "
+        "saved tensors | pack µs/tensor (direct / wall delta) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     details = (r.get("details") or {}).get("overhead") or {}
@@ -1570,7 +1576,8 @@ def render_markdown(r: dict[str, Any]) -> str:
                     continue
                 out.append(
                     f"| {shape}/{recipe} | {sp(c)} | {sp((r.get(f'floor_ratio_spread_{shape}') or {}).get(recipe))} "
-                    f"| {sp((r.get(f'overhead_over_floor_{shape}') or {}).get(recipe))} | ≤ {OVER_FLOOR_GOALS[shape]}× |"
+                    f"| {sp((r.get(f'overhead_over_floor_{shape}') or {}).get(recipe))} | ≤ "
+                    f"{OVER_FLOOR_GOALS[shape]}× |"
                 )
     model = r.get("scaling")
     if isinstance(model, dict) and model.get("points"):
@@ -1578,14 +1585,17 @@ def render_markdown(r: dict[str, Any]) -> str:
             "",
             f"## Whole-model scaling ({model.get('model')}, {model.get('shape')}; medians of {model.get('reps')})",
             "",
-            "| recipe | layers | scale | saved tensors | bare ms | capture() / bare | capture µs/saved | report(outputs) µs/row "
+            "| recipe | layers | scale | saved tensors | bare ms | capture() / bare | capture µs/saved | "
+            "report(outputs) µs/row "
             "| report() µs/row | JSON µs/row |",
             "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for p in model["points"]:
             out.append(
-                f"| {p['recipe']} | {p['depth']} | {p.get('scale')}× | {_fmt(p['saved_tensors'])} | {_fmt(p['bare_ms'])} "
-                f"| {_fmt(p.get('ratio'), '×')} | {_fmt(p.get('capture_extra_us_per_saved'))} | {_fmt(p.get('report_outputs_us_per_row'))} "
+                f"| {p['recipe']} | {p['depth']} | {p.get('scale')}× | {_fmt(p['saved_tensors'])} | "
+                f"{_fmt(p['bare_ms'])} "
+                f"| {_fmt(p.get('ratio'), '×')} | {_fmt(p.get('capture_extra_us_per_saved'))} | "
+                f"{_fmt(p.get('report_outputs_us_per_row'))} "
                 f"| {_fmt(p.get('report_no_outputs_us_per_row'))} | {_fmt(p.get('json_us_per_row'))} |"
             )
         out += ["", f"Flatness (max/min across depths): {model.get('flat')}"]

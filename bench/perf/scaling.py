@@ -176,12 +176,14 @@ def render_md(r: dict[str, Any]) -> str:
         f"Created {r['created']} · {r['model']} · {runs}, thread CPU time · "
         + ", ".join(f"{k} `{v}`" for k, v in r["environment"].items()),
         "",
-        "| depth | layers | saved tensors | rows | capture extra µs/saved | report(outputs) µs/row | report() µs/row | to_dict+JSON µs/row |",
+        "| depth | layers | saved tensors | rows | capture extra µs/saved | report(outputs) µs/row | report() µs/row "
+        "| to_dict+JSON µs/row |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for p in r["points"]:
         out.append(
-            f"| {p['scale']}× | {p['layers']} | {p['saved_tensors']:,} | {p['rows']:,} | {p['capture_extra_us_per_saved']} "
+            f"| {p['scale']}× | {p['layers']} | {p['saved_tensors']:,} | {p['rows']:,} | "
+            f"{p['capture_extra_us_per_saved']} "
             f"| {p['report_outputs_us_per_row']} | {p['report_no_outputs_us_per_row']} | {p['json_us_per_row']} |"
         )
     out += ["", "Goals: " + ", ".join(f"{k} ≤ {v} µs" for k, v in GOALS_US.items()) + "; flat across depths.", ""]
@@ -209,7 +211,8 @@ def render_md(r: dict[str, Any]) -> str:
             "",
             f"Before ({before['label']}, same machine, {runs_b} alternating with the runs above; µs/row): "
             + "; ".join(
-                f"{p['scale']}× report(outputs) {p['report_outputs_us_per_row']}, report() {p['report_no_outputs_us_per_row']}, "
+                f"{p['scale']}× report(outputs) {p['report_outputs_us_per_row']}, report() "
+                f"{p['report_no_outputs_us_per_row']}, "
                 f"JSON {p['json_us_per_row']}"
                 for p in before["points"]
             )
@@ -265,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     r: dict[str, Any] = {
         "schema": "memaudit.bench.scaling/1",
         "created": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "model": f"torch.nn.TransformerEncoder, width {args.width}, seq {args.seq}, batch 2, base {args.base_layers} layers",
+        "model": f"torch.nn.TransformerEncoder, width {args.width}, seq {args.seq}, batch 2, base {args.base_layers} "
+        "layers",
         "reps": args.reps,
         "clock": "time.thread_time (CPU time of the measuring thread; torch.set_num_threads(1))",
         "environment": {

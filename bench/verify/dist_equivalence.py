@@ -8,7 +8,8 @@ rank's split sizes, and compares the rows, the dispatch's aside (:mod:`memaudit.
 Writes ``--out`` (JSON): per rank the rows compared, the rows that differ, the saved bytes on the
 rank and alone, and what the dispatch keeps; exit 1 when a row differs.
 
-    python bench/verify/dist_equivalence.py reports/h200x2/ep-uniform.json --device cuda --out reports/h200x2/equivalence-uniform.json
+    python bench/verify/dist_equivalence.py reports/h200x2/ep-uniform.json --device cuda --out
+    reports/h200x2/equivalence-uniform.json
 """
 
 from __future__ import annotations

@@ -25,7 +25,8 @@ from pathlib import Path
 def scenario(case, budget: int) -> str:
     dims = "\n".join(f"{k} = {v}" for k, v in case.dims.items())
     return (
-        f'name = "worst-rank-gate"\n[cases]\ntarget = "{case.target}"\nrecipes = ["{case.recipe}"]\ngroups = [{case.groups}]\n'
+        f'name = "worst-rank-gate"\n[cases]\ntarget = "{case.target}"\nrecipes = ["{case.recipe}"]\ngroups = '
+        f"[{case.groups}]\n"
         f'{dims}\ndtype = "{case.dtype}"\n\n[[budget]]\nname = "per-rank-saved"\nmax_bytes = {budget}\n'
     )
 

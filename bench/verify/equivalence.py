@@ -61,7 +61,8 @@ def main() -> None:
     out = [
         "# Emulated kernels: equivalence",
         "",
-        "Made by `python bench/verify/equivalence.py reports/emulated` from the reports `bench/device/emulated.sh` wrote on the "
+        "Made by `python bench/verify/equivalence.py reports/emulated` from the reports `bench/device/emulated.sh` "
+        "wrote on the "
         "H200 (TE 2.20.2, torch 2.11.0+cu130). See `emulated.log` for the commands and wall times.",
         "",
     ]
@@ -163,7 +164,8 @@ def main() -> None:
     out.append("")
     (d / "equivalence.md").write_text("\n".join(out) + "\n", encoding="utf-8")
     print(
-        f"emulated vs real: {total_diffs} differences; emulated vs estimate: {same}/{compared} identical; {len(errors)} error cells"
+        f"emulated vs real: {total_diffs} differences; emulated vs estimate: {same}/{compared} identical; "
+        f"{len(errors)} error cells"
     )
 
 

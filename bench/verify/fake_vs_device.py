@@ -31,7 +31,10 @@ def _case_fields(case: dict[str, Any]) -> dict[str, Any]:
 def _delta(a: dict[str, Any], b: dict[str, Any], key: str) -> str:
     x, y = a.get(key), b.get(key)
     if isinstance(x, list) and isinstance(y, list):
-        return f"device only {sorted(set(map(str, x)) - set(map(str, y)))}, fake only {sorted(set(map(str, y)) - set(map(str, x)))}"
+        return (
+            f"device only {sorted(set(map(str, x)) - set(map(str, y)))}, fake only "
+            f"{sorted(set(map(str, y)) - set(map(str, x)))}"
+        )
     return f"{x!r} vs {y!r}"
 
 

@@ -178,7 +178,8 @@ def markdown(doc: dict[str, Any]) -> str:
     lines = [
         f"# Observed reads against poisoned buffers ({doc['device']})",
         "",
-        f"torch {doc['torch']}, TE {doc['te']}. Rows compared: **{doc['rows']}**, disagreements: **{doc['disagree']}**.",
+        f"torch {doc['torch']}, TE {doc['te']}. Rows compared: **{doc['rows']}**, "
+        f"disagreements: **{doc['disagree']}**.",
         "",
         "| case | rows | disagree | unread bytes (observed, poisoned) | unknown (observed / poisoned) |",
         "|---|---:|---:|---|---|",

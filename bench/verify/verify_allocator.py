@@ -540,7 +540,10 @@ def failures(entry: dict[str, Any], *, allow_slack: bool, strict: bool) -> list[
 
 
 def print_table(entries: list[dict[str, Any]], fails: dict[str, list[str]]) -> None:
-    head = f"{'model':<26} {'rows':>5} {'saved':>11} {'delta':>11} {'accounted':>11} {'hidden':>9} {'slack':>9} {'grads':>9} {'dropped':>8}  status"
+    head = (
+        f"{'model':<26} {'rows':>5} {'saved':>11} {'delta':>11} {'accounted':>11} {'hidden':>9} {'slack':>9} "
+        f"{'grads':>9} {'dropped':>8}  status"
+    )
     print(head)
     print("-" * len(head))
     for e in entries:
@@ -558,7 +561,8 @@ def print_table(entries: list[dict[str, Any]], fails: dict[str, list[str]]) -> N
 
         status = "FAIL " + ", ".join(fails[e["name"]]) if fails.get(e["name"]) else "ok"
         print(
-            f"{e['name']:<26} {e['rows']:>5} {e['saved_bytes']:>11} {num('allocated_delta'):>11} {num('accounted_bytes'):>11} "
+            f"{e['name']:<26} {e['rows']:>5} {e['saved_bytes']:>11} {num('allocated_delta'):>11} "
+            f"{num('accounted_bytes'):>11} "
             f"{num('hidden_bytes'):>9} {num('slack_bytes'):>9} {grads:>9} {dropped:>8}  {status}"
         )
 

@@ -8,7 +8,8 @@ recompute, no copy back from the host). Where PyTorch exposes what a hook packed
 (``_raw_saved_*``, ``SavedTensor.data``), a value memaudit's own layer packed is read there, with
 no unpack at all: the same record the unpack would answer with. A saved tensor that answers
 without a record was saved outside memaudit's hooks (another thread, hooks disabled, a pair pushed
-from C++): it becomes a row ``via="unhooked"`` and the case is incomplete. Tensors a Python node keeps as ``ctx`` attributes
+from C++): it becomes a row ``via="unhooked"`` and the case is incomplete. Tensors a Python node keeps as ``ctx``
+attributes
 bypass the hooks entirely; they become rows ``via="ctx"``.
 """
 

@@ -266,8 +266,10 @@ class Capture:
             if elsewhere:
                 raise RuntimeError(
                     f"capture() entered in thread {entered} was exited in thread {threading.get_ident()}: saved-tensor "
-                    "hooks belong to the thread that pushed them, and only it can pop them, so its hook pair stays on that "
-                    "thread (torch.func transforms raise there) until the next capture entered there pops it. The capture "
+                    "hooks belong to the thread that pushed them, and only it can pop them, so its hook pair stays on "
+                    "that "
+                    "thread (torch.func transforms raise there) until the next capture entered there pops it. The "
+                    "capture "
                     "has stopped recording. Exit a capture in the thread that entered it"
                 )
 
@@ -631,7 +633,8 @@ class Capture:
         result = self.history.write([(name, st, labels) for name, (st, labels) in storages.items()])
         if result.unlabelled:
             case.warnings.append(
-                f"memory snapshot: {len(result.unlabelled)} saved storage(s) have no live caching-allocator block to name "
+                f"memory snapshot: {len(result.unlabelled)} saved storage(s) have no live caching-allocator block to "
+                "name "
                 f"({', '.join(result.unlabelled[:8])}{', ...' if len(result.unlabelled) > 8 else ''}): "
                 "memory not from PyTorch's caching allocator, or a block already split or freed"
             )

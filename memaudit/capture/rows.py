@@ -347,7 +347,10 @@ class RowBuilder:
         """The buffer a foreign pair keeps in place of ``buf`` (a host copy, a cast copy)."""
         if len(kept) == 1 and len(rec.described()) == 1:
             copy = kept[0]
-            note = f"kept as a {copy.device.type} {fields['dtype'] if copy.dtype == buf.dtype else str(copy.dtype).removeprefix('torch.')} copy"
+            note = (
+                f"kept as a {copy.device.type} "
+                f"{fields['dtype'] if copy.dtype == buf.dtype else str(copy.dtype).removeprefix('torch.')} copy"
+            )
             fields["note"] = f"{note} by {rec.hook.name}" if rec.hook else note
             fields["storage_bytes"], fields["storage_offset"] = copy.storage_bytes, copy.offset
             fields["is_parameter"] = False  # a copy of a parameter is new memory the graph keeps

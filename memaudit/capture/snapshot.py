@@ -42,7 +42,10 @@ def unavailable_reason() -> str | None:
         return "needs the CUDA caching allocator: no CUDA device here (torch.cuda.is_available() is False)"
     backend = torch.cuda.memory.get_allocator_backend()
     if backend != "native":
-        return f"needs the CUDA caching allocator: this process uses the {backend!r} allocator backend (PYTORCH_CUDA_ALLOC_CONF)"
+        return (
+            f"needs the CUDA caching allocator: this process uses the {backend!r} allocator backend "
+            "(PYTORCH_CUDA_ALLOC_CONF)"
+        )
     return None
 
 

@@ -34,7 +34,8 @@ def check(
         Path,
         typer.Option(
             "--scenario",
-            help=f"The scenario TOML file whose budgets judge the report, or a shipped scenario by name ({SHIPPED_NAMES}).",
+            help="The scenario TOML file whose budgets judge the report, or a shipped scenario by name "
+            f"({SHIPPED_NAMES}).",
             show_default=False,
         ),
     ],
@@ -42,7 +43,8 @@ def check(
         list[str] | None,
         typer.Option(
             "--allow-target",
-            help="A PKG.MOD:FACTORY target the scenario may name (repeatable; also [tool.memaudit] allow-targets in pyproject.toml).",
+            help="A PKG.MOD:FACTORY target the scenario may name (repeatable; also [tool.memaudit] allow-targets in "
+            "pyproject.toml).",
         ),
     ] = None,
     json_path: Annotated[
@@ -64,7 +66,8 @@ def check(
         bool,
         typer.Option(
             "--allow-na",
-            help="Pass a check that judged nothing (every budget n/a: every case skipped) and budgets that apply to no case (by default they fail).",
+            help="Pass a check that judged nothing (every budget n/a: every case skipped) and budgets that apply to "
+            "no case (by default they fail).",
         ),
     ] = False,
 ) -> None:

@@ -69,7 +69,8 @@ def comment_notes(baseline: Path, current: Path, *, changed: bool, note: str | N
     if changed:
         lines += [
             "",
-            f"To accept these changes as the new baseline: {md_code(f'memaudit baseline update {current} --into {baseline}')} "
+            "To accept these changes as the new baseline: "
+            f"{md_code(f'memaudit baseline update {current} --into {baseline}')} "
             f"(the current report is in this job's artifact), then commit {md_code(str(baseline))}.",
         ]
     return lines
@@ -85,7 +86,8 @@ def compare(
     tolerance: Annotated[
         str,
         typer.Option(
-            help="Growth allowed per byte metric: bytes ('4096', '1 MiB') or a percent of the case's baseline saved bytes ('0.5%')."
+            help="Growth allowed per byte metric: bytes ('4096', '1 MiB') or a percent of the case's baseline saved "
+            "bytes ('0.5%')."
         ),
     ] = "0",
     fail_on: Annotated[
@@ -125,7 +127,8 @@ def compare(
         Path | None,
         typer.Option(
             "--benchmark-json",
-            help="Write saved bytes per case for github-action-benchmark (tool: customSmallerIsBetter) here, atomically.",
+            help="Write saved bytes per case for github-action-benchmark (tool: customSmallerIsBetter) here, "
+            "atomically.",
         ),
     ] = None,
     name: Annotated[
@@ -141,7 +144,8 @@ def compare(
         str | None,
         typer.Option(
             "--baseline-note",
-            help="More about where the baseline came from, for the comment (the gate says whether the pull request changed it).",
+            help="More about where the baseline came from, for the comment (the gate says whether the pull request "
+            "changed it).",
         ),
     ] = None,
 ) -> None:

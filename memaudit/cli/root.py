@@ -165,7 +165,8 @@ def run(
         typer.Option(
             callback=_check_device,
             autocompletion=_complete_device,
-            help="cpu | cuda | cuda:N | meta (shapes only: no values, nothing allocated; where the target runs there). Default: the target's.",
+            help="cpu | cuda | cuda:N | meta (shapes only: no values, nothing allocated; where the target runs "
+            "there). Default: the target's.",
         ),
     ] = None,
     splits: Annotated[
@@ -174,20 +175,24 @@ def run(
     scenario: Annotated[
         Path | None,
         typer.Option(
-            help=f"Scenario TOML file, or a shipped scenario by name ({SHIPPED_NAMES}): its cases and budgets replace the matrix flags."
+            help=f"Scenario TOML file, or a shipped scenario by name ({SHIPPED_NAMES}): its cases and budgets replace "
+            "the matrix flags."
         ),
     ] = None,
     allow_target: Annotated[
         list[str] | None,
         typer.Option(
             "--allow-target",
-            help="A PKG.MOD:FACTORY target the scenario may name (repeatable; also [tool.memaudit] allow-targets in pyproject.toml).",
+            help="A PKG.MOD:FACTORY target the scenario may name (repeatable; also [tool.memaudit] allow-targets in "
+            "pyproject.toml).",
         ),
     ] = None,
     fallback: Annotated[
         FallbackMode | None,
         typer.Option(
-            help="What answers a case that cannot run on real kernels here, where the target offers it: auto = the best there is (its real code with emulated kernels, else a model's estimate); emulate; estimate; none = a skipped cell. Default: auto; none with --scenario."
+            help="What answers a case that cannot run on real kernels here, where the target offers it: auto = the "
+            "best there is (its real code with emulated kernels, else a model's estimate); emulate; estimate; none = "
+            "a skipped cell. Default: auto; none with --scenario."
         ),
     ] = None,
     expected: Annotated[
@@ -201,7 +206,8 @@ def run(
         bool,
         typer.Option(
             "--verify-allocator",
-            help="CUDA: check the rows against the caching allocator's growth over the captured forward (hidden_bytes per case).",
+            help="CUDA: check the rows against the caching allocator's growth over the captured forward (hidden_bytes "
+            "per case).",
         ),
     ] = False,
     allow_incomplete: Annotated[
@@ -214,28 +220,32 @@ def run(
         bool,
         typer.Option(
             "--allow-na",
-            help="With --scenario: pass when no budget judged anything or a budget applies to no case (by default that fails).",
+            help="With --scenario: pass when no budget judged anything or a budget applies to no case (by default "
+            "that fails).",
         ),
     ] = False,
     unread: Annotated[
         bool,
         typer.Option(
             "--unread",
-            help="Give every saved buffer a verdict: read by backward (and by what), never read, or unknown (and why); unread_bytes per case. See docs/guides/budgets.md.",
+            help="Give every saved buffer a verdict: read by backward (and by what), never read, or unknown (and "
+            "why); unread_bytes per case. See docs/guides/budgets.md.",
         ),
     ] = False,
     unread_method: Annotated[
         UnreadMethod | None,
         typer.Option(
             "--unread-method",
-            help="With --unread: observed (reads seen during backward; the default), poisoned (gradients compared with the buffers' contents poisoned: real kernels only) or both (they must agree).",
+            help="With --unread: observed (reads seen during backward; the default), poisoned (gradients compared "
+            "with the buffers' contents poisoned: real kernels only) or both (they must agree).",
         ),
     ] = None,
     stack: Annotated[
         bool,
         typer.Option(
             "--stack",
-            help="Record the source line (file:line) of the user code behind each saved tensor (rows' source; slower capture, see docs/investigations/bench.md).",
+            help="Record the source line (file:line) of the user code behind each saved tensor (rows' source; slower "
+            "capture, see docs/investigations/bench.md).",
         ),
     ] = False,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the JSON report here (atomically).")] = None,
@@ -244,7 +254,9 @@ def run(
         Path | None,
         typer.Option(
             "--memory-snapshot",
-            help="CUDA, one case: write the caching allocator's history of the captured forward here (a pickle for PyTorch's memory_viz), each saved tensor's block named after its row (operand, kind, orientation, format).",
+            help="CUDA, one case: write the caching allocator's history of the captured forward here (a pickle for "
+            "PyTorch's memory_viz), each saved tensor's block named after its row (operand, kind, orientation, "
+            "format).",
         ),
     ] = None,
     quiet: Annotated[
@@ -258,31 +270,37 @@ def run(
         typer.Option(
             "--verbose",
             "-v",
-            help="Also each case's table of saved tensors (and module groups) as it finishes, and the full notes with the commands that answer a recipe on its own; by default the notes are one line each and the cases are in the summary (--json / --markdown have everything).",
+            help="Also each case's table of saved tensors (and module groups) as it finishes, and the full notes with "
+            "the commands that answer a recipe on its own; by default the notes are one line each and the cases are "
+            "in the summary (--json / --markdown have everything).",
         ),
     ] = False,
     nproc: Annotated[
         int | None,
         typer.Option(
-            help="Run on N local processes through torch.distributed.run (as torchrun --nproc-per-node N -m memaudit run ... does): per-rank cases, one merged report."
+            help="Run on N local processes through torch.distributed.run (as torchrun --nproc-per-node N -m memaudit "
+            "run ... does): per-rank cases, one merged report."
         ),
     ] = None,
     dist_backend: Annotated[
         str | None,
         typer.Option(
-            help="Distributed runs: the process-group backend. Default: gloo on CPU, cpu:gloo,cuda:nccl with --device cuda (the reports always travel over gloo)."
+            help="Distributed runs: the process-group backend. Default: gloo on CPU, cpu:gloo,cuda:nccl with --device "
+            "cuda (the reports always travel over gloo)."
         ),
     ] = None,
     rank_dir: Annotated[
         Path | None,
         typer.Option(
-            help="Distributed runs: the folder each rank writes its own file to (rank<N>.json) after every case. Default: beside --json (report.ranks/), else memaudit-ranks/."
+            help="Distributed runs: the folder each rank writes its own file to (rank<N>.json) after every case. "
+            "Default: beside --json (report.ranks/), else memaudit-ranks/."
         ),
     ] = None,
     dist_timeout: Annotated[
         int,
         typer.Option(
-            help="Distributed runs: seconds a rank waits for the others after a case before the run ends (a rank that died, or one an error took out of a collective)."
+            help="Distributed runs: seconds a rank waits for the others after a case before the run ends (a rank that "
+            "died, or one an error took out of a collective)."
         ),
     ] = 120,
     **target_flags: Any,
@@ -416,7 +434,8 @@ def _plan(
 
         if p.device != "cuda" or not torch.cuda.is_available():
             raise UsageError(
-                f"needs --device cuda and a CUDA GPU (device {p.device!r}, CUDA available: {torch.cuda.is_available()})",
+                f"needs --device cuda and a CUDA GPU (device {p.device!r}, "
+                f"CUDA available: {torch.cuda.is_available()})",
                 key="--verify-allocator",
             )
     if memory_snapshot is not None and len(p.specs) != 1:

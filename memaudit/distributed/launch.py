@@ -4,7 +4,8 @@ Nothing here launches or talks to a process itself: the arguments are ``torchrun
 (``--standalone --nproc-per-node N --no-python PYTHON -P -u -m memaudit run ...``), given to
 ``torch.distributed.run``'s own ``run``. The workers start with ``-P`` (``PYTHONSAFEPATH``): the
 current folder is not put on ``sys.path``, so a ``memaudit/`` folder there (the parent folder of a
-clone, say) cannot shadow the installed package. When a worker fails, torch raises ``ChildFailedError`` naming every failed rank
+clone, say) cannot shadow the installed package. When a worker fails, torch raises ``ChildFailedError`` naming every
+failed rank
 with its exit code; :func:`explain` turns that into memaudit's words: which rank, how it ended
 (an exit code, or the signal that killed it), and which rank files are there.
 """

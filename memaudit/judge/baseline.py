@@ -493,7 +493,8 @@ def _compare_worst_ranks(
         failing = abs(d) > tol.allowed(before) and (d > 0 or strict)
         assert b.dist is not None and c.dist is not None
         text = (
-            f"worst rank {'grew' if d > 0 else 'shrank'} by {fmt_bytes(abs(d))} ({b.dist.label()} {fmt_bytes(before)} -> "
+            f"worst rank {'grew' if d > 0 else 'shrank'} by {fmt_bytes(abs(d))} ({b.dist.label()} {fmt_bytes(before)} "
+            "-> "
             f"{c.dist.label()} {fmt_bytes(after)}; {d:+d} B) over {c.dist.world_size} ranks"
         )
         diff = next((x for x in diffs if x.id == c.id), None)
@@ -703,7 +704,10 @@ class BaselineChange:
 
     def text(self) -> str:
         if self.action == "updated" and self.before is not None and self.after is not None:
-            s = f"updated {self.case}: saved {fmt_bytes(self.before)} -> {fmt_bytes(self.after)} ({fmt_delta(self.after - self.before)})"
+            s = (
+                f"updated {self.case}: saved {fmt_bytes(self.before)} -> {fmt_bytes(self.after)} "
+                f"({fmt_delta(self.after - self.before)})"
+            )
         elif self.action == "added" and self.after is not None:
             s = f"added {self.case}: saved {fmt_bytes(self.after)}"
         else:

@@ -382,7 +382,8 @@ class _Compiler:
             what = _REFUSED_OPS.get(type(node.op), type(node.op).__name__)
             hint = " (use a unit such as MiB, or write the product out)" if isinstance(node.op, ast.Pow) else ""
             raise ValueError(
-                f"{what} at column {self._op_col(node, what.strip(chr(39)))} of {_shown(self.text)} is not allowed{hint} "
+                f"{what} at column {self._op_col(node, what.strip(chr(39)))} of {_shown(self.text)} is not "
+                f"allowed{hint} "
                 f"(a byte expression has {GRAMMAR})"
             )
         col = self._op_col(node, sym)

@@ -388,7 +388,8 @@ def check_path(rule: Rule, case: CaseLike, ctx: Context) -> tuple[str, Violation
     path = case.path
     if path is None or path.fused is None:
         raise rule.error(
-            f"path = {check.expected()!r} cannot apply: case {case.id} records no path (no 'fused' flag; the target reports none)",
+            f"path = {check.expected()!r} cannot apply: case {case.id} records no path (no 'fused' flag; the target "
+            "reports none)",
             subkey=".path",
         )
     actual = "fused" if path.fused else "unfused"

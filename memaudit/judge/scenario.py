@@ -367,7 +367,8 @@ def parse_scenario(data: Any, *, source: str, allow_targets: tuple[str, ...] = (
                 k, shown, have = "groups", sorted(rule.groups or ()), sorted({s.groups for s in specs})
             raise fail(
                 k,
-                f"budget {rule.name!r} applies to {k} {shown!r}, but the scenario runs {k} {have!r}: it would never be checked",
+                f"budget {rule.name!r} applies to {k} {shown!r}, but the scenario runs {k} {have!r}: it would never "
+                "be checked",
             )
         if isinstance(rule.check, Ratio):
             have = {_fields(s) for s in specs}
@@ -476,7 +477,8 @@ def evaluate(
         if _fields(spec) not in have:
             raise UsageError(
                 f"the report has no case {spec.id}, which scenario {scenario.path} runs "
-                f"(report cases: {', '.join(c.id for c in report.cases[:6]) or 'none'}{', ...' if len(report.cases) > 6 else ''})",
+                "(report cases: "
+                f"{', '.join(c.id for c in report.cases[:6]) or 'none'}{', ...' if len(report.cases) > 6 else ''})",
                 source=source or "<report>",
                 key="cases",
             )

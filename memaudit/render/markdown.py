@@ -476,7 +476,8 @@ def _footer(report: Report, comparison: Comparison | None) -> str:
         hosts = sorted({h for c in emulated if c.emulation is not None and (h := c.emulation.host())})
         on = f" on {', '.join(hosts)}" if hosts else ""
         bits.append(
-            f"{len(emulated)} of {len(report.cases)} cases {', '.join(archs)}{on} (TE's real Python with stand-in kernels; not measured)"
+            f"{len(emulated)} of {len(report.cases)} cases {', '.join(archs)}{on} (TE's real Python with stand-in "
+            "kernels; not measured)"
         )
     estimated = [c for c in report.cases if c.execution == "estimated"]
     if estimated:
@@ -733,7 +734,10 @@ def _buffer_table(d: CaseDiff, sign: int, max_rows: int | None) -> list[str]:
 
 def _finding_bytes(f: Finding) -> str:
     if f.numeric and f.is_bytes:
-        return f"{md_escape(f.label)}: {exact(f.baseline)} → {exact(f.current)} ({exact(f.current - f.baseline, signed=True)})"
+        return (
+            f"{md_escape(f.label)}: {exact(f.baseline)} → {exact(f.current)} "
+            f"({exact(f.current - f.baseline, signed=True)})"
+        )
     if f.numeric:
         return f"{md_escape(f.label)}: {f.baseline:,} → {f.current:,} ({f.current - f.baseline:+,})"
     return md_escape(f.text)

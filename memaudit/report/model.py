@@ -53,7 +53,8 @@ class Row:
     ``bytes`` is numel x element size (logical). ``storage`` names the untyped storage the buffer
     lives in (``s0``, ``s1``, ... in first-seen order); ``op`` is the autograd node that saved it
     and ``saved_as`` its attribute there (``_saved_self``, ``saved_tensors[3]``); ``slot`` is the
-    attribute inside a container (a classifier's name for the buffer) or else ``saved_as``; ``storage_bytes`` is that storage's full
+    attribute inside a container (a classifier's name for the buffer) or else ``saved_as``; ``storage_bytes`` is that
+    storage's full
     size and ``storage_offset`` the buffer's byte offset in it. A ``container`` row (a tensor
     subclass that reached the hook whole) has ``bytes == 0`` and no storage: its inner buffers
     are the rows whose ``container_index`` points at it. ``operand`` is a label's, the target's

@@ -1,4 +1,5 @@
-"""The target interface (an abstract base class with defaults): build a model and inputs for a case, run forward, annotate rows."""
+"""The target interface (an abstract base class with defaults): build a model and inputs for a case, run forward,
+annotate rows."""
 
 from __future__ import annotations
 

@@ -213,5 +213,8 @@ def mismatch(model: Any, args: tuple[Any, ...], spec: CaseSpec, takes_spec: bool
     want = torch.device(spec.device)
     for t in tensors:
         if t.device.type != want.type or (want.index is not None and t.device.index not in (None, want.index)):
-            return f"the factory built tensors on {t.device}, but the case says {spec.device}: {how} --device {t.device.type}"
+            return (
+                f"the factory built tensors on {t.device}, but the case says {spec.device}: {how} --device "
+                f"{t.device.type}"
+            )
     return None

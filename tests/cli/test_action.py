@@ -526,9 +526,11 @@ def test_a_marker_comment_by_someone_else_is_left_alone(tmp_path: Path, bin_dir:
 GARBAGE = {
     "html 502": b"<html><head><title>502 Bad Gateway</title></head><body>bad gateway</body></html>\n",
     "an object": b'{"message": "Not Found"}\n',
-    "truncated": b'[{"id": 1, "body": "<!-- memaudit:base -->", "user": {"login": "github-actions[bot]"}}, {"id": 2, "bo',
+    "truncated": b'[{"id": 1, "body": "<!-- memaudit:base -->", "user": {"login": "github-actions[bot]"}}, '
+    b'{"id": 2, "bo',
     "binary": bytes(range(256)) * 4,
-    "ids that are not integers": b'[{"id": "1; rm -rf /", "body": "<!-- memaudit:base -->", "user": {"login": "github-actions[bot]"}}]',
+    "ids that are not integers": b'[{"id": "1; rm -rf /", "body": "<!-- memaudit:base -->", '
+    b'"user": {"login": "github-actions[bot]"}}]',
 }
 
 

@@ -1458,7 +1458,8 @@ def test_an_interrupt_while_the_temp_file_exists_leaves_none(tmp_path: Path, sig
 def test_an_interrupt_right_after_the_temp_file_is_made_leaves_none(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Deterministic: KeyboardInterrupt the instant ``os.open`` has made the temp file, before memaudit holds its descriptor."""
+    """Deterministic: KeyboardInterrupt the instant ``os.open`` has made the temp file, before memaudit holds its
+    descriptor."""
     import memaudit.report.io as report_module
 
     real_open = os.open

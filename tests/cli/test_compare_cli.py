@@ -191,8 +191,8 @@ def test_environment_mismatch_warns_or_fails_under_strict_env(tmp_path: Path, ba
     r = invoke("compare", base_path, cur)
     assert r.exit_code == 0, r.output
     assert (
-        "warning: environment differs from the baseline: TransformerEngine version differs: baseline 2.20.2, current 2.21.0"
-        in r.stderr
+        "warning: environment differs from the baseline: TransformerEngine version differs: baseline 2.20.2, current "
+        "2.21.0" in r.stderr
     )
     assert "device class differs: baseline SM90, current SM100" in r.stderr
     s = invoke("compare", base_path, cur, "--strict-env")

@@ -224,7 +224,8 @@ def test_a_bad_fallback_is_bad_usage() -> None:
 @needs_cpu_only
 def test_a_scenario_run_does_not_fall_back_by_default(tmp_path: Path) -> None:
     (tmp_path / "s.toml").write_text(
-        '[cases]\ntarget = "reference"\nrecipes = ["bf16", "nvfp4"]\ngroups = [1]\ntokens = 512\nhidden = 64\nffn = 128\n\n'
+        '[cases]\ntarget = "reference"\nrecipes = ["bf16", "nvfp4"]\ngroups = [1]\ntokens = 512\nhidden = 64\nffn = '
+        "128\n\n"
         '[[budget]]\nname = "small"\nmax_bytes = "1 GiB"\n',
         encoding="utf-8",
     )
@@ -241,7 +242,8 @@ def test_a_scenario_that_requires_measured_cases_fails_estimated_ones(tmp_path: 
 
     write_report(estimate_report([case]), tmp_path / "r.json")
     (tmp_path / "s.toml").write_text(
-        'require_measured = true\n[cases]\ntarget = "te-grouped-mlp"\nrecipes = ["nvfp4"]\ngroups = [1]\ntokens = 512\nhidden = 64\nffn = 128\n\n'
+        'require_measured = true\n[cases]\ntarget = "te-grouped-mlp"\nrecipes = ["nvfp4"]\ngroups = [1]\ntokens = '
+        "512\nhidden = 64\nffn = 128\n\n"
         '[[budget]]\nname = "small"\nmax_bytes = "1 GiB"\n',
         encoding="utf-8",
     )

@@ -210,7 +210,8 @@ def test_a_factory_that_calls_sys_exit_is_that_cases_error_not_an_exit_0(tmp_pat
         encoding="utf-8",
     )
     (tmp_path / "s.toml").write_text(
-        '[cases]\ntarget = "exiting_factory:make"\nrecipes = ["bf16"]\ngroups = [1, 2]\ntokens = 64\nhidden = 16\nffn = 32\n\n'
+        '[cases]\ntarget = "exiting_factory:make"\nrecipes = ["bf16"]\ngroups = [1, 2]\ntokens = 64\nhidden = 16\nffn '
+        "= 32\n\n"
         '[[budget]]\nname = "b"\nmax_bytes = "1 GiB"\n',
         encoding="utf-8",
     )

@@ -2,7 +2,8 @@
 fresh venv (the ``wheel`` test: built from this checkout, installed outside the repo, then
 ``memaudit --help``, ``run``, ``check --scenario reference``, ``compare --benchmark-json`` and the
 README's Python snippet run from a folder outside the repo; and every shell command of README.md,
-docs/guides/ci.md and docs/guides/distributed.md that runs memaudit, read from their ``bash``/``sh``/``console`` blocks).
+docs/guides/ci.md and docs/guides/distributed.md that runs memaudit, read from their ``bash``/``sh``/``console``
+blocks).
 
 The fresh venv gets only the wheel (``--no-deps``); torch, TransformerEngine, rich, typer and
 pydantic come from the test interpreter's site-packages through a ``.pth`` file that lists those
@@ -441,13 +442,19 @@ NOT_RUN = {
     "pip install torch-memaudit==0.1.0": "the package index; the wheel under test is installed instead",
     "memaudit run --scenario grouped_mlp --json current.json": "TE on real kernels: the GPU runner (with no GPU every "
     "cell is skipped)",
-    "memaudit baseline update current.json --into reports/baseline/h200-te-grouped-mlp.json": "the H200 baseline, from the GPU run's report",
+    "memaudit baseline update current.json --into reports/baseline/h200-te-grouped-mlp.json": "the H200 baseline, "
+    "from the GPU run's report",
     "git add reports/baseline/h200-te-grouped-mlp.json": "the user's own repository",
-    'git commit -m "memaudit: accept +X MiB saved for ... (reason)" reports/baseline/h200-te-grouped-mlp.json': "the user's own repository",
+    'git commit -m "memaudit: accept +X MiB saved for ... (reason)" reports/baseline/h200-te-grouped-mlp.json': (
+        "the user's own repository"
+    ),
     "torchrun --nproc-per-node 8 -m memaudit run --scenario my_moe.toml --device cuda --json current.json --markdown "
     "comment.md": "8 CUDA GPUs and the user's own my_moe.toml",
-    "memaudit run --nproc 8 --scenario my_moe.toml --device cuda --json current.json --markdown comment.md": "8 CUDA GPUs and the user's own my_moe.toml",
-    "memaudit compare reports/baseline/h200x8-ep.json current.json --markdown comment.md": "the 8-GPU run's report and the user's own 8-rank baseline",
+    "memaudit run --nproc 8 --scenario my_moe.toml --device cuda --json current.json --markdown comment.md": (
+        "8 CUDA GPUs and the user's own my_moe.toml"
+    ),
+    "memaudit compare reports/baseline/h200x8-ep.json current.json --markdown comment.md": "the 8-GPU run's report "
+    "and the user's own 8-rank baseline",
     **dict.fromkeys(
         (
             "PYTHONPATH=. memaudit run --target model:build --json before.json --quiet",
@@ -531,7 +538,8 @@ def test_the_docs_shell_blocks_are_found_and_every_exception_is_still_in_them() 
 @pytest.mark.wheel
 def test_the_docs_commands_run_against_the_wheel(fresh_venv: Venv, tmp_path: Path) -> None:
     """Each README.md, docs/guides/ci.md and docs/guides/distributed.md shell block that runs memaudit
-    runs as a bash script, in document order in one folder outside the repo (a user's project: its reports/baseline/ holds the committed
+    runs as a bash script, in document order in one folder outside the repo (a user's project: its reports/baseline/
+    holds the committed
     baselines the docs compare against), with the fresh venv's memaudit first on PATH. Every memaudit
     invocation (also those of gate.sh) and every block exits 0 or a code its doc states."""
     start = time.perf_counter()

@@ -145,7 +145,8 @@ def _machine() -> str:
     return (
         f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}; "
         f"GPU: {'nvidia-smi at ' + gpu if gpu else 'none (no nvidia-smi)'}; "
-        f"CUDA toolkit: {'/usr/local/cuda exists (TE may find its nvcc there)' if Path('/usr/local/cuda').exists() else 'none'}; "
+        "CUDA toolkit: "
+        f"{'/usr/local/cuda exists (TE may find its nvcc there)' if Path('/usr/local/cuda').exists() else 'none'}; "
         f"load average {os.getloadavg()[0]:.1f}"
     )
 

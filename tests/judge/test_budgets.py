@@ -48,7 +48,8 @@ def test_format_row_is_one_jax_style_line() -> None:
         slot="columnwise_data",
     )
     assert format_row(r) == (
-        "#7  fc1.input  nvfp4  data  columnwise  (3072, 41344)  uint8  121.1 MiB  [GroupedTensorStorage.columnwise_data]"
+        "#7  fc1.input  nvfp4  data  columnwise  (3072, 41344)  uint8  121.1 MiB  "
+        "[GroupedTensorStorage.columnwise_data]"
     )
     r2 = Row(
         index=3,

@@ -164,7 +164,8 @@ def test_equal_texts_are_equal_expressions() -> None:
         ("0x10 * tokens", "unknown unit 'x10'"),
         (
             "tokens * 2 MiBs",
-            "malformed byte quantity '2 MiBs' at column 10 of 'tokens * 2 MiBs': unknown unit 'MiBs' (did you mean 'MiB'?)",
+            "malformed byte quantity '2 MiBs' at column 10 of 'tokens * 2 MiBs': unknown unit 'MiBs' (did you mean "
+            "'MiB'?)",
         ),
         ("2 tokens", "write 2 * tokens"),
         (

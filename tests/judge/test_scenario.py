@@ -282,7 +282,10 @@ def test_missing_and_unreadable_files(tmp_path: Path) -> None:
 def test_case_recipes_are_checked_against_the_targets_own_recipes() -> None:
     """A custom target declares bf16 only (its factory is not imported to find out): an FP8
     recipe in its cases table is refused, naming the key; ``all`` means the target's own list."""
-    text = '[cases]\ntarget = "tests.custom_factory:make"\nrecipes = {r}\ngroups = [1]\ntokens = 64\nhidden = 8\nffn = 16\n'
+    text = (
+        '[cases]\ntarget = "tests.custom_factory:make"\nrecipes = {r}\ngroups = [1]\ntokens = 64\nhidden = 8\nffn '
+        "= 16\n"
+    )
     allow = ("tests.custom_factory:make",)
     with pytest.raises(UsageError) as info:
         parse_scenario(tomllib.loads(text.format(r='["fp8-current"]')), source="s.toml", allow_targets=allow)

@@ -333,7 +333,10 @@ def test_marker_names_of_targets_and_baselines(name: str) -> None:
 
 
 # ---- user strings cannot act on GitHub: no link, image, mention or reference ------------------------------
-HOSTILE = "@octocat see [click](https://evil.example) ![pixel](https://evil.example/p.png) www.evil.example #1 a@b.co `x` <b>y</b>\u202e"
+HOSTILE = (
+    "@octocat see [click](https://evil.example) ![pixel](https://evil.example/p.png) www.evil.example #1 a@b.co "
+    "`x` <b>y</b>\u202e"
+)
 LINK_TOKENS = {"link_open", "image", "html_inline", "code_inline", "autolink"}
 
 

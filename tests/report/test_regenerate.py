@@ -189,7 +189,8 @@ def test_estimator_expected_bytes_regenerate(name: str) -> None:
 
 
 def test_scenario_verdicts_regenerate(tmp_path: Path) -> None:
-    """``memaudit check scenario.json --scenario scenarios/grouped_mlp.toml --json OUT``, from a copy with no verdicts."""
+    """``memaudit check scenario.json --scenario scenarios/grouped_mlp.toml --json OUT``, from a copy with no
+    verdicts."""
     data = json.loads(SCENARIO_REPORT.read_bytes())
     assert any(c["budgets"] for c in data["cases"])
     for case in data["cases"]:

@@ -461,7 +461,8 @@ def stand_in_analysis(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[str], 
 def test_run_passes_each_cases_unread_through(tmp_path: Path, stand_in_analysis: list[Any]) -> None:
     scenario = tmp_path / "s.toml"
     scenario.write_text(
-        '[[cases]]\ntarget = "reference"\nrecipes = "bf16"\ngroups = [1, 2]\ntokens = 64\nhidden = 16\nffn = 32\nunread = "both"\n\n'
+        '[[cases]]\ntarget = "reference"\nrecipes = "bf16"\ngroups = [1, 2]\ntokens = 64\nhidden = 16\nffn = '
+        '32\nunread = "both"\n\n'
         '[[cases]]\ntarget = "reference"\nrecipes = "bf16"\ngroups = [1]\ntokens = 128\nhidden = 16\nffn = 32\n\n'
         '[[budget]]\nname = "nothing unread"\ngroups = [2]\nmax_unread_bytes = 0\n',
         encoding="utf-8",

@@ -357,7 +357,11 @@ def forward():
 
 
 @pytest.mark.saved_budget(emulate="sm100", max_bytes="64 MiB", rules=[
-    {"name": "one-columnwise-data-per-input", "select": {**INPUTS, "kind": "data", "orientation": "columnwise"}, "count": 2}])
+    {
+        "name": "one-columnwise-data-per-input",
+        "select": {**INPUTS, "kind": "data", "orientation": "columnwise"},
+        "count": 2,
+    }])
 def test_passes(saved_tensors):
     forward()
 

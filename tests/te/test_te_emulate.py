@@ -353,7 +353,8 @@ def test_a_scenario_can_require_measured_cases(tmp_path) -> None:
 
     path = tmp_path / "s.toml"
     body = (
-        '[cases]\ntarget = "te-grouped-mlp"\nrecipes = ["nvfp4"]\ngroups = [1]\ntokens = 256\nhidden = 128\nffn = 128\n\n'
+        '[cases]\ntarget = "te-grouped-mlp"\nrecipes = ["nvfp4"]\ngroups = [1]\ntokens = 256\nhidden = 128\nffn = '
+        "128\n\n"
         '[[budget]]\nname = "small"\nmax_bytes = "1 GiB"\n'
     )
     path.write_text("require_measured = true\n" + body, encoding="utf-8")

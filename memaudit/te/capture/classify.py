@@ -420,7 +420,8 @@ def _offload_hook_kind(pack: Callable[..., Any]) -> str | None:
 
 
 class TEClassifier(Plugin):
-    """Capture plugin: provenance from ``prepare_for_saving``, whole objects, and the grouped MLP's roles (:mod:`memaudit.te.capture.roles`)."""
+    """Capture plugin: provenance from ``prepare_for_saving``, whole objects, and the grouped MLP's roles
+    (:mod:`memaudit.te.capture.roles`)."""
 
     def install(self) -> None:
         install_provenance()

@@ -188,7 +188,8 @@ def fused_layout(basic_ops: list[Any], ctxs: list[Any]) -> Callable[[int], list[
     def weights(prefix: str, single: bool, w: int) -> list[tuple[str, int | None]]:
         if single and w == 1:
             return [(f"{prefix}.weight", None)]
-        # more entries than groups: TE saved something its 2.20.2 layout does not have; never a group that does not exist
+        # more entries than groups: TE saved something its 2.20.2 layout does not have; never a group
+        # that does not exist
         return [
             (f"{prefix}.weight[{g}]", g) if g < groups else (f"{prefix}.extra[{g - groups}]", None) for g in range(w)
         ]

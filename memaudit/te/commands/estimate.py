@@ -116,7 +116,8 @@ def estimate_cmd(
     splits: Annotated[
         str | None,
         typer.Option(
-            help="Explicit token splits, e.g. 256,0,512,256 (one T and one G only). Default: the uneven splits memaudit run uses."
+            help="Explicit token splits, e.g. 256,0,512,256 (one T and one G only). Default: the uneven splits "
+            "memaudit run uses."
         ),
     ] = None,
     path: Annotated[Path_ | None, typer.Option(help=DEFAULT_PATH_HELP)] = None,
@@ -147,13 +148,15 @@ def estimate_cmd(
     plot: Annotated[
         Path | None,
         typer.Option(
-            help="Draw saved bytes vs tokens, one line per recipe at --plot-groups (.png or .svg; needs matplotlib, the 'plot' extra, and two or more --tokens), and what is saved by kind to --plot-kinds."
+            help="Draw saved bytes vs tokens, one line per recipe at --plot-groups (.png or .svg; needs matplotlib, "
+            "the 'plot' extra, and two or more --tokens), and what is saved by kind to --plot-kinds."
         ),
     ] = None,
     plot_kinds: Annotated[
         Path | None,
         typer.Option(
-            help="Draw what is saved by kind and orientation, a stacked bar per recipe at (--plot-tokens, --plot-groups). Default with --plot: its name with .kinds before the extension."
+            help="Draw what is saved by kind and orientation, a stacked bar per recipe at (--plot-tokens, "
+            "--plot-groups). Default with --plot: its name with .kinds before the extension."
         ),
     ] = None,
     plot_groups: Annotated[
@@ -162,7 +165,8 @@ def estimate_cmd(
     plot_tokens: Annotated[
         int | None,
         typer.Option(
-            help="The T of the kinds plot (any T; estimated at the sweep's first H and F). Default: the largest --tokens."
+            help="The T of the kinds plot (any T; estimated at the sweep's first H and F). Default: the largest "
+            "--tokens."
         ),
     ] = None,
     quiet: Annotated[

@@ -76,7 +76,8 @@ def te_history(
         str | None,
         typer.Option(
             "--te",
-            help="Released TE versions, comma-separated (2.15,2.17.1): each version's pure-Python wheel from the package index.",
+            help="Released TE versions, comma-separated (2.15,2.17.1): each version's pure-Python wheel from the "
+            "package index.",
         ),
     ] = None,
     te_repo: Annotated[
@@ -128,13 +129,15 @@ def te_history(
         str,
         typer.Option(
             "--bisect-on",
-            help="With --bisect: saved (the saved state) or unread (the bytes backward never read; runs the read analysis).",
+            help="With --bisect: saved (the saved state) or unread (the bytes backward never read; runs the read "
+            "analysis).",
         ),
     ] = "saved",
     cache: Annotated[
         Path | None,
         typer.Option(
-            help="Cache for wheels and trees. Default: $MEMAUDIT_CACHE, else $XDG_CACHE_HOME/memaudit or ~/.cache/memaudit."
+            help="Cache for wheels and trees. Default: $MEMAUDIT_CACHE, else $XDG_CACHE_HOME/memaudit or "
+            "~/.cache/memaudit."
         ),
     ] = None,
     plot: Annotated[bool, typer.Option("--plot/--no-plot", help="Draw history.png (needs matplotlib).")] = True,

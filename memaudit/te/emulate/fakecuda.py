@@ -82,7 +82,8 @@ PATCHES = (
     Patch(
         "is_current_stream_capturing",
         "torch.cuda.is_current_stream_capturing() -> False",
-        "TE quantization.py:594 FP8GlobalStateManager.fp8_graph_capturing (from ops/op.py:440, every quantized forward)",
+        "TE quantization.py:594 FP8GlobalStateManager.fp8_graph_capturing "
+        "(from ops/op.py:440, every quantized forward)",
     ),
     Patch(
         "sign_mask",
@@ -176,7 +177,8 @@ def unavailable() -> str | None:
     """None where fake CUDA can run here (torch's CUDA build), else why not."""
     if torch.version.cuda is None or not torch.backends.cuda.is_built():
         return (
-            f"torch {torch.__version__} is a CPU-only build: with no GPU, TE's forward runs on fake CUDA tensors, which "
+            f"torch {torch.__version__} is a CPU-only build: with no GPU, TE's forward runs on fake CUDA tensors, "
+            "which "
             "need torch's CUDA build (no driver or GPU; the default wheel): on a CPU-only build the first autograd op "
             "on a CUDA tensor aborts the process"
         )

@@ -158,7 +158,10 @@ class CallSite:
         try:
             inspect.signature(fn).bind(*range(self.positional), **dict.fromkeys(self.keywords))
         except TypeError as exc:
-            return f"{self.file}:{self.line} tex.{self.name}({self.positional} positional, keywords {list(self.keywords)}): {exc}"
+            return (
+                f"{self.file}:{self.line} tex.{self.name}({self.positional} positional, keywords "
+                f"{list(self.keywords)}): {exc}"
+            )
         return None
 
 

@@ -313,7 +313,8 @@ def grouped_empty(
         extra = nvfp4_options(q)
     else:
         raise NotImplementedError(
-            f"group_quantize stand-in: {type(q).__name__} (TE's group_quantize supports MXFP8, NVFP4, current and block scaling)"
+            f"group_quantize stand-in: {type(q).__name__} (TE's group_quantize supports MXFP8, NVFP4, current and "
+            "block scaling)"
         )
     if tensor_offsets is None and first_dims is not None and last_dims is None:
         # quantizer.cpp:118-180: nvte_splits_to_offsets(first_dims, stride=L1), int64 [G+1]
@@ -547,7 +548,9 @@ STANDINS: dict[str, Callable[..., Any]] = {
     "group_quantize": group_quantize,
     "nvfp4_group_quantize_with_amax": nvfp4_group_quantize_with_amax,
     "nvfp4_quantize_with_amax": nvfp4_quantize_with_amax,
-    "grouped_mlp_experimental.swizzle_scales_and_pack_ptrs_for_discrete_weights": swizzle_scales_and_pack_ptrs_for_discrete_weights,
+    "grouped_mlp_experimental.swizzle_scales_and_pack_ptrs_for_discrete_weights": (
+        swizzle_scales_and_pack_ptrs_for_discrete_weights
+    ),
 }
 """``tex`` entry point -> stand-in."""
 

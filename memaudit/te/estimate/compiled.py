@@ -497,7 +497,8 @@ def _compile(c: Config, variant: str) -> Callable[..., Any]:
         *("    " + line for line in call.body),
         f"    padded = {padded}",
         *(f"    {k} = W_{k}" + (f" + {v[1]}" if v[1] != "0" else "") for k, v in sums.items()),
-        f"    totals = Totals(rows={len(bufs)}, logical_bytes=logical, physical_bytes=physical, parameter_bytes=params, "
+        f"    totals = Totals(rows={len(bufs)}, logical_bytes=logical, physical_bytes=physical, "
+        "parameter_bytes=params, "
         "saved_bytes=physical - params)",
         "    return rows, totals, padded, ideal, logical",
     ]

@@ -25,7 +25,8 @@ def spec_of(case: CaseReport) -> CaseSpec:
 
 
 def attach_expected(case: CaseReport) -> int | None:
-    """Put ``expected_bytes`` on matching rows (the case gets new rows); return the number of mismatches (None: not covered).
+    """Put ``expected_bytes`` on matching rows (the case gets new rows); return the number of mismatches (None: not
+    covered).
 
     A row the estimator does not predict, or a predicted row that was not measured, is a mismatch
     and named in the case's warnings.

@@ -27,28 +27,33 @@ from memaudit.te.estimate.shapes import (
 _SRC = {
     "split_bf16_x": "torch.split views of the input (grouped_linear.py:1246)",
     "split_q_x": "tex.split_quantize, then update_usage(rowwise=False) (grouped_linear.py:1244,1293)",
-    "split_bulk_x": "tex.split_quantize bulk-allocates columnwise data+scales (csrc/extensions/cast.cpp split_quantize), update_usage(rowwise=False) (grouped_linear.py:1293)",
+    "split_bulk_x": "tex.split_quantize bulk-allocates columnwise data+scales (csrc/extensions/cast.cpp "
+    "split_quantize), update_usage(rowwise=False) (grouped_linear.py:1293)",
     "split_q_w": "weight quantized on the fly, update_usage(rowwise=False) (grouped_linear.py:938,1286)",
     "param_w": "weight Parameter saved as is (grouped_linear.py:935)",
     "split_sizes": "split_sizes as int64 on the device (grouped_linear.py:1042)",
     "fused_split_sizes": "split_sizes as int64 on the device (tex.splits_to_offsets_multi, grouped_mlp.py:1311)",
     "grouped_meta": "tex.splits_to_offsets_multi bulk views, 16-B aligned (grouped_linear.py:1326)",
     "grouped_bf16_x": "GroupedTensorStorage over the input, no copy (grouped_linear.py:1381)",
-    "grouped_q_x": "tex.group_quantize, scales sized from totals (grouped_linear.py:1372; csrc/quantizer.cpp create_grouped_tensor)",
+    "grouped_q_x": "tex.group_quantize, scales sized from totals (grouped_linear.py:1372; csrc/quantizer.cpp "
+    "create_grouped_tensor)",
     "grouped_prune": "rowwise pruned when columnwise exists (grouped_linear.py:1464-1469)",
     "grouped_q_w": "weight quantized on the fly with both usages, no update_usage (grouped_linear.py:938)",
     "swiglu_in": "ScaledSwiGLU saves its input, the FC1 output (ops/basic/swiglu.py:552)",
     "swiglu_scales": "ScaledSwiGLU saves scales = maybe_dequantize(probs, FC1 dtype) (swiglu.py:541,552)",
     "fused_meta": "tex.splits_to_offsets_multi bulk views, 16-B aligned (ops/fused/grouped_mlp.py:1311)",
     "fused_save": "fc1_ctx.save_for_backward (ops/fused/grouped_mlp.py:1960)",
-    "fused_x": "tex.group_quantize, scales sized from totals (grouped_mlp.py:326; csrc/quantizer.cpp create_grouped_tensor)",
+    "fused_x": "tex.group_quantize, scales sized from totals (grouped_mlp.py:326; csrc/quantizer.cpp "
+    "create_grouped_tensor)",
     "fused_dense_x": "single-group dense path wraps tex.quantize output as a GroupedTensor (grouped_mlp.py:259-307)",
-    "fused_nvfp4_keep": "kept: NVFP4 skips the rowwise prune (`if not use_nvfp4`, ops/fused/grouped_mlp.py:1934-1938); PR #3545 drops it",
+    "fused_nvfp4_keep": "kept: NVFP4 skips the rowwise prune (`if not use_nvfp4`, "
+    "ops/fused/grouped_mlp.py:1934-1938); PR #3545 drops it",
     "fused_mxfp8_prune": "rowwise pruned for MXFP8 (ops/fused/grouped_mlp.py:1934-1938)",
     "fused_w": "per-expert quantizer(weight), rowwise+columnwise (ops/fused/grouped_mlp.py:1370,1408)",
     "fused_act_in": "cuDNN c_tensor, pre-activation FC1 output (grouped_mlp.py:1711)",
     "fused_scales": "the caller's probs extra input, as passed (grouped_mlp.py:1261)",
-    "fused_mxfp8_fc2x": "GroupedTensorStorage over cuDNN d_col/sfd_col outputs (grouped_mlp.py:1799); dtype from cuDNN (unsure)",
+    "fused_mxfp8_fc2x": "GroupedTensorStorage over cuDNN d_col/sfd_col outputs (grouped_mlp.py:1799); dtype from "
+    "cuDNN (unsure)",
     "dup_split": "same tensor as fc1.split_sizes",
     "dup_offsets": "same tensor as the offsets row of this operand",
 }

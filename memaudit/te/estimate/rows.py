@@ -21,7 +21,8 @@ from memaudit.te.estimate.model import Model
 def case_id(c: Config) -> str:
     """Stable id: the run-style id plus the estimate's path and arch. The variant is left out so
     that ``memaudit compare`` matches the same case across two variants' reports."""
-    return f"{TARGET}/{c.recipe}/g{c.groups}/t{c.tokens}-h{c.hidden}-f{c.ffn}/{c.dtype}/estimate,path={c.path},arch={c.arch}"
+    dims = f"t{c.tokens}-h{c.hidden}-f{c.ffn}"
+    return f"{TARGET}/{c.recipe}/g{c.groups}/{dims}/{c.dtype}/estimate,path={c.path},arch={c.arch}"
 
 
 def estimate_config(c: Config, variant: str = "te-2.20") -> CaseReport:

@@ -1,4 +1,5 @@
-"""Renderers of ``memaudit estimate`` (the estimator's own, so they live with it): rich tables, the sweep's text lines and markdown.
+"""Renderers of ``memaudit estimate`` (the estimator's own, so they live with it): rich tables, the sweep's text lines
+and markdown.
 
 One configuration: :func:`rows_table`, :func:`padding_table`, :func:`diff_table`, :func:`totals_line`
 and :func:`markdown_single`. A sweep (:class:`~memaudit.te.estimate.SweepPoint` s): :func:`sweep_lines`
@@ -294,7 +295,8 @@ def markdown_single(case: CaseReport, variant: str, diff: tuple[CaseReport, str]
             lines.append(
                 f"| {e.operand or ''} | {'' if e.group is None else e.group} | "
                 f"{'.'.join(p for p in (e.container, e.slot) if p)} | {e.kind} | {e.orientation or ''} | "
-                f"{fmt_shape(e.shape)} {e.dtype} | {fmt_bytes(e.bytes_a)} | {fmt_bytes(e.bytes_b)} | {fmt_delta(e.delta)} | "
+                f"{fmt_shape(e.shape)} {e.dtype} | {fmt_bytes(e.bytes_a)} | {fmt_bytes(e.bytes_b)} | "
+                f"{fmt_delta(e.delta)} | "
                 f"{_md_escape(e.note or '')} |"
             )
         lines.append("")
@@ -331,8 +333,8 @@ def markdown_sweep(points: list[SweepPoint], variant: str, diff: str | None) -> 
     for p in points:
         if p.totals is None or p.config is None:
             lines.append(
-                f"| {p.recipe} | skipped: {_md_escape(p.reason or '')} | {p.groups} | {p.tokens} | {p.hidden} | {p.ffn} | |"
-                + (" | |" if diff else "")
+                f"| {p.recipe} | skipped: {_md_escape(p.reason or '')} | {p.groups} | {p.tokens} | {p.hidden} | "
+                f"{p.ffn} | |" + (" | |" if diff else "")
             )
             continue
         row = (
@@ -340,7 +342,10 @@ def markdown_sweep(points: list[SweepPoint], variant: str, diff: str | None) -> 
             f"{fmt_bytes(p.totals.saved_bytes)} |"
         )
         if diff and p.diff_totals is not None:
-            row += f" {fmt_bytes(p.diff_totals.saved_bytes)} | {fmt_delta(p.diff_totals.saved_bytes - p.totals.saved_bytes)} |"
+            row += (
+                f" {fmt_bytes(p.diff_totals.saved_bytes)} | "
+                f"{fmt_delta(p.diff_totals.saved_bytes - p.totals.saved_bytes)} |"
+            )
         lines.append(row)
     lines.append("")
     return "\n".join(lines)

@@ -7,7 +7,8 @@ state equals it is *old*, one whose state differs is *new*. A commit whose case 
 error or skip cell that BAD does not share) is *skipped*, as ``git bisect skip``: the search tries
 its neighbours, and where only skipped commits separate the last old from the first new, the
 answer is that range. ``on="unread"`` bisects on the bytes backward never read instead
-(:func:`memaudit.te.history.model.unread_state`; each commit runs with the read analysis). Binary search assumes what ``git bisect`` assumes: once changed, the state
+(:func:`memaudit.te.history.model.unread_state`; each commit runs with the read analysis). Binary search assumes what
+``git bisect`` assumes: once changed, the state
 stays changed; every tested commit is listed so that a reader can see where it did not.
 """
 

@@ -41,7 +41,10 @@ def _cell_text(cell: Any) -> str:
 
 def _case_label(c: Any) -> str:
     s = c.shape
-    return f"{c.recipe} {'fused' if c.fused else 'unfused'} G={c.groups} T={s.get('tokens')} H={s.get('hidden')} F={s.get('ffn')}"
+    return (
+        f"{c.recipe} {'fused' if c.fused else 'unfused'} G={c.groups} T={s.get('tokens')} H={s.get('hidden')} "
+        f"F={s.get('ffn')}"
+    )
 
 
 def _version_line(v: Any) -> str:
@@ -133,7 +136,8 @@ def history_markdown(h: History, *, title: str = "TE's saved state across its hi
 def bisect_table(bisects: Sequence[dict[str, Any]]) -> list[str]:
     """Markdown table rows of bisect results (their ``to_dict`` form)."""
     out = [
-        "| versions | case (and the cases it stands for) | range on main | first changed commit | PR | what changed | tested |",
+        "| versions | case (and the cases it stands for) | range on main | first changed commit | PR | what changed | "
+        "tested |",
         "|---|---|---|---|---|---|---:|",
     ]
     for b in bisects:

@@ -2,7 +2,8 @@
 
 REQUEST is a JSON file: ``tree`` (an overlay tree, :mod:`.sources`), ``cases`` (what
 :meth:`memaudit.te.history.cases.HistoryCase.to_dict` writes), ``arch``, ``out`` (where the
-report goes), and ``unread`` (the read analysis to run, where asked: ``observed``). The worker loads the tree over the installed compiled parts
+report goes), and ``unread`` (the read analysis to run, where asked: ``observed``). The worker loads the tree over the
+installed compiled parts
 (:func:`memaudit.te.history.compat.load_tree`), checks the version imported, and runs the cases
 with TE's emulated forward (each case in a child forked from it on fake CUDA, or here on a GPU).
 It writes ``out`` (a ``memaudit.report/3`` report; ``created`` left empty so that two runs are

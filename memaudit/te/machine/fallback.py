@@ -41,7 +41,8 @@ PR3545_SHAPE = (("tokens", 82944), ("hidden", 3072), ("ffn", 1536))
 """The shape TE PR #3545 measured (a Nemotron hybrid proxy's expert layer: 83k tokens, hidden
 3072), where NVFP4's fused path keeps about 136 MiB of rowwise input it never reads."""
 PR3545_CUDNN_FRONTEND = "1.26.0"
-"""Below 1.27 a single group takes the grouped path, as in the PR's test (docs/investigations/te-nvfp4-weight-scale-view.md)."""
+"""Below 1.27 a single group takes the grouped path, as in the PR's test
+(docs/investigations/te-nvfp4-weight-scale-view.md)."""
 
 
 def at_pr3545_shape(command: str) -> str:

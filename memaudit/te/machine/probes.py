@@ -236,7 +236,10 @@ def _grouped_path_reason(spec: CaseSpec, recipe: Any, grouped: bool) -> str:
     if recipe is None:
         return f"bf16 with {lt} on compute capability {cc[0]}.{cc[1]}"
     if recipe.float8_current_scaling():
-        return f"fp8 current scaling {'on Blackwell' if cc >= (10, 0) else ('with ' + lt + (' >= 13.5' if grouped else ' < 13.5 on Hopper'))}"
+        return (
+            "fp8 current scaling "
+            f"{'on Blackwell' if cc >= (10, 0) else ('with ' + lt + (' >= 13.5' if grouped else ' < 13.5 on Hopper'))}"
+        )
     if recipe.float8_block_scaling():
         return "fp8 block scaling: grouped path only on Hopper with cuBLASLt >= 13.6" + ("" if grouped else f" ({lt})")
     if recipe.delayed():

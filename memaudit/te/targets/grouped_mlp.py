@@ -119,7 +119,8 @@ class TEGroupedMLPTarget(Target):
             "fused",
             bool | None,
             None,
-            f"TE target: set {FUSED_ENV} before TE is imported (see memaudit doctor). Default: fused where TE can fuse (compute capability 10.x).",
+            f"TE target: set {FUSED_ENV} before TE is imported (see memaudit doctor). Default: fused where TE can "
+            "fuse (compute capability 10.x).",
             ("--fused/--no-fused",),
         ),
         RunFlag(
@@ -282,7 +283,8 @@ class TEGroupedMLPTarget(Target):
             return f"option fused must be true or false, got {fused!r}"
         if fused is not None and self.emulated is None and os.environ.get(FUSED_ENV, "0") != ("1" if fused else "0"):
             return (
-                f"option fused = {fused} needs {FUSED_ENV}={'1' if fused else '0'} at TE's import, and this process has "
+                f"option fused = {fused} needs {FUSED_ENV}={'1' if fused else '0'} at TE's import, and this process "
+                "has "
                 f"{os.environ.get(FUSED_ENV, '0')!r}: on real kernels choose it with --fused/--no-fused (with "
                 "--kernels emulated it is chosen per case)"
             )
@@ -299,7 +301,10 @@ class TEGroupedMLPTarget(Target):
             if why is not None:
                 return f"emulated kernels cannot run here: {why}"
         elif not spec.device.startswith("cuda") or not torch.cuda.is_available():
-            return f"TransformerEngine runs on CUDA only (no CUDA device here; TE runs {spec.recipe} on {needs(spec.recipe)})"
+            return (
+                f"TransformerEngine runs on CUDA only (no CUDA device here; TE runs {spec.recipe} on "
+                f"{needs(spec.recipe)})"
+            )
         te, why = import_te()
         if te is None:
             return why
