@@ -1,7 +1,8 @@
-"""Stage 5 of the pipeline: the ``memaudit`` command line (typer).
+"""Stage 6 of the pipeline: the ``memaudit`` command line (typer).
 
 ``root`` holds the app and ``run`` / ``doctor``; each other module adds one command group
-(``register(app)``). Only this stage chooses exit codes and talks to the terminal.
+(``register(app)``), and so does each extension's ``commands``. Only this stage talks to the
+terminal; the exit status of a judged report is the judge's (:func:`memaudit.judge.outcome.conclude`).
 
 This module imports nothing heavy: :func:`main` sets its SIGINT handler before typer, rich,
 torch or TE load, so that Ctrl-C while they import exits 130 with one line, not a traceback.
