@@ -190,7 +190,8 @@ class ThreadState:
         self.frames: list[Frame] = []
         self.frame: Frame | None = None
         self.spans: list[Frame] = []
-        self.names: dict[int, list[Any]] | None = None  # id(module) -> [weak reference, name, calls]
+        # id(module) -> [weak reference, name, calls(, None where the name is no path | class -> named under it)]
+        self.names: dict[int, list[Any]] | None = None
         self.roots: dict[int, tuple[Callable[[], Any], dict[int, list[Any]]]] = {}
         # While Dynamo compiles in another thread (no module hook runs): id(frame) -> the Python
         # frame of its ``Module._call_impl``, for the calls that stack reads matched or opened.

@@ -11,8 +11,17 @@ post-hook pops it; the pack hook only copies a pointer to the innermost frame in
 frame's name is resolved when the call starts, from the qualified names of the *root*: the
 outermost module entered in this thread (``root.named_modules()``, built once per root and
 memoised, holding weak references only). A module shared under two names gets the first
-``named_modules()`` gives; the root itself, and a module called inside a root that does not
-contain it, get their class name. The stack is per thread because saved-tensor hooks are.
+``named_modules()`` gives; the root itself gets its class name. The stack is per thread because
+saved-tensor hooks are.
+
+A module with no name under the root (one a parent keeps in a plain tuple, list or dict attribute,
+one made inside a forward, one from another tree) is named, at its first call in the capture, under
+the innermost call on the stack whose module has a qualified path: ``<that path>.<ClassName>``,
+``<that path>.<ClassName@n>`` for the n-th distinct such module of that class named under it, in
+the order of their first calls; its own submodules are named under that name as ``named_modules()``
+names them (``mlp.experts.<Sequential>.0``). Its calls are then counted like any module's (``#k``).
+Where no caller has a path (the root's own path is empty: a module the root calls itself, or one
+called only by modules named this way), the module keeps its class name alone.
 
 Each frame also records the autograd sequence numbers of the nodes created during the call
 (``lo``..``hi``), so that rows the graph walk finds without a record (``ctx`` attributes,
@@ -326,7 +335,11 @@ _NAMED_MODULES = torch.nn.Module.named_modules
 def qualified_names(root: torch.nn.Module) -> dict[int, list[Any]]:
     """id(module) -> [weak reference, qualified name, calls so far] for every module under ``root``: what
     ``root.named_modules()`` gives (pre-order, the first name of a shared module), read off the
-    ``_modules`` dicts directly unless a module overrides ``named_modules``."""
+    ``_modules`` dicts directly unless a module overrides ``named_modules``.
+
+    The root's entry, named by its class, has a fourth item, None: it has no qualified path
+    (:func:`_unnamed` names no module under it). A module with a path may get a fourth item later:
+    class name -> how many unregistered modules of that class were named under it."""
     out: dict[int, list[Any]] = {}
     top = type(root).__name__
     wref = weakref.ref
@@ -338,7 +351,7 @@ def qualified_names(root: torch.nn.Module) -> dict[int, list[Any]]:
                 continue
             if type(m).named_modules is not _NAMED_MODULES:
                 raise _Overridden
-            out[id(m)] = [wref(m), name or top, 0]
+            out[id(m)] = [wref(m), name, 0] if name else [wref(m), top, 0, None]
             children = m._modules
             if children:
                 prefix = name + "." if name else ""
@@ -347,13 +360,13 @@ def qualified_names(root: torch.nn.Module) -> dict[int, list[Any]]:
     except _Overridden:
         pass
     except Exception:  # noqa: BLE001 - a module tree memaudit cannot walk: the root alone is named
-        return {id(root): [wref(root), top, 0]}
+        return {id(root): [wref(root), top, 0, None]}
     out = {}
     try:
         for name, m in root.named_modules():
-            out.setdefault(id(m), [wref(m), name or top, 0])
+            out.setdefault(id(m), [wref(m), name, 0] if name else [wref(m), top, 0, None])
     except Exception:  # noqa: BLE001 - a module tree memaudit cannot walk: the root alone is named
-        out = {id(root): [wref(root), top, 0]}
+        out = {id(root): [wref(root), top, 0, None]}
     return out
 
 
@@ -389,9 +402,7 @@ def _open(st: ThreadState, module: torch.nn.Module, args: Any, lo: int) -> None:
     mid = id(module)
     entry = names.get(mid) if names is not None else None
     if entry is None or entry[0]() is not module:  # not under the root (or an id reused)
-        entry = [weakref.ref(module), type(module).__name__, 0]
-        if names is not None:
-            names[mid] = entry
+        entry = _unnamed(names, frames, module)
     parent = frames[-1] if frames else None
     inputs = _storages(args)
     if parent is not None and parent.module_id == mid:  # the module a compiled wrapper wraps: the same call
@@ -403,6 +414,43 @@ def _open(st: ThreadState, module: torch.nn.Module, args: Any, lo: int) -> None:
     frames.append(frame)
     st.spans.append(frame)
     st.frame = frame
+
+
+def _unnamed(names: dict[int, list[Any]] | None, frames: list[Frame], module: torch.nn.Module) -> list[Any]:
+    """The entry of a module that has no name under the root, made at its first call: named under
+    the innermost open call whose module has a qualified path (``path.<ClassName>``, then
+    ``path.<ClassName@2>``... for further modules of that class named under the same path), its
+    own submodules under it; with no such call, by its class name alone (no path: nothing is named
+    under it)."""
+    cls = type(module).__name__
+    caller = None
+    if names is not None:
+        for f in reversed(frames):
+            e = names.get(f.module_id)
+            if e is not None and e[0] is f.module and (len(e) < 4 or e[3] is not None):
+                caller = e
+                break
+    if caller is None:
+        entry = [weakref.ref(module), cls, 0, None]
+        if names is not None:
+            names[id(module)] = entry
+        return entry
+    assert names is not None
+    if len(caller) < 4:
+        caller.append({})
+    seen: dict[str, int] = caller[3]
+    n = seen[cls] = seen.get(cls, 0) + 1
+    path = f"{caller[1]}.<{cls}>" if n == 1 else f"{caller[1]}.<{cls}@{n}>"
+    entry = [weakref.ref(module), path, 0]
+    names[id(module)] = entry
+    for key, sub in qualified_names(module).items():
+        if key == id(module) or len(sub) > 3:  # itself (or a tree memaudit could not walk)
+            continue
+        known = names.get(key)
+        if known is None or known[0]() is not sub[0]():  # a module with a name keeps it
+            sub[1] = f"{path}.{sub[1]}"
+            names[key] = sub
+    return entry
 
 
 def _storages(args: Any) -> tuple[Any, ...]:
