@@ -87,8 +87,9 @@ class Row:
     via: str = "hook"
     aliases_output: bool = False
     module: str | None = None
-    """The qualified name of the module whose forward saved it (``layers.3.mlp.fc1``; the root
-    module and a module outside it by class name), or None (saved outside any module call)."""
+    """The qualified name of the module whose forward saved it (``layers.3.mlp.fc1``; the root by
+    its class name; a module with no name under the root under the innermost caller that has one,
+    ``mlp.experts.<Sequential>``, else by its class name), or None (saved outside any module call)."""
     source: str | None = None
     """``file:line`` of the user code that saved it (``capture(stack=True)``, ``run --stack``)."""
     read: str | None = None
