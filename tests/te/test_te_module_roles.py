@@ -247,3 +247,20 @@ def test_a_function_whose_save_order_changed_keeps_its_slot_names_and_warns(monk
     case = run("Linear", "bf16")
     assert all("saved_tensors[" in r["operand"] for r in case["rows"])
     assert any("_Linear saved 4 entries, not the 5 of its save order" in w for w in case["warnings"])
+
+
+def test_the_norm_backward_stand_ins_allocate_what_the_cpp_does() -> None:
+    """normalization.cpp:23-25 and 224-225: dx like x, dgamma (and dbeta) like gamma; and the GEMM
+    output shape of gemm.cpp:41-82 for the fprop (TN), dgrad (NN) and wgrad (NT) layouts."""
+    from memaudit.te.emulate import standins
+
+    x, gamma, stat = torch.empty(T, H, dtype=BF16), torch.empty(H, dtype=BF16), torch.empty(T)
+    dx, dgamma, dbeta = standins.layernorm_bwd(x, x, stat, stat, gamma, 0, False)
+    assert (dx.shape, dgamma.shape, dbeta.shape) == (x.shape, gamma.shape, gamma.shape)
+    assert [t.shape for t in standins.rmsnorm_bwd(x, x, stat, gamma, 0, False)] == [x.shape, gamma.shape]
+    w = (F, H)
+    assert standins.gemm_output_shape(w, True, (4, T // 4, H), False) == (4, T // 4, F)  # fprop keeps x's lead dims
+    assert standins.gemm_output_shape(w, False, (T, F), False) == (T, H)  # dgrad
+    assert standins.gemm_output_shape((T, H), False, (T, F), True) == (F, H)  # wgrad
+    with pytest.raises(RuntimeError, match="Invalid matrix dimensions"):
+        standins.gemm_output_shape(w, True, (T, F), False)
