@@ -462,7 +462,8 @@ class TEClassifier(Plugin):
     def annotate(self, rows: list[Row], cap: Capture) -> list[Row]:
         rows = list(rows)
         fusers = [n for n in cap.walk_nodes if hasattr(n, "basic_op_ctxs") and hasattr(n, "tensor_objects")]
-        if not fusers:
+        functions = [n for n in cap.walk_nodes if roles.function_of(n) is not None]
+        if not fusers and not functions:
             return rows
         # Each fuser node names only the rows it holds (matched by the node's sequence number, so
         # layers of a stack are told apart), and containers find their buffers in one pass.
@@ -475,6 +476,15 @@ class TEClassifier(Plugin):
                 children.setdefault(r.container_index, []).append(r.index)
         for node in fusers:  # a node none of whose rows is live names nothing
             label_fuser_rows(node, rows, by_node.get(node._sequence_nr(), []), children)
+        for node in functions:  # te.Linear's, te.LayerNormLinear's Function (te-internals §12)
+            objects = getattr(node, "tensor_objects", None)
+            if objects is None:  # backward already restored them: the order cannot be read
+                continue
+            warning = roles.name_function_rows(
+                node, rows, _entry_counts(list(objects)), by_node.get(node._sequence_nr(), []), children
+            )
+            if warning is not None and warning not in cap.warnings:
+                cap.warnings.append(warning)
         return rows
 
 

@@ -1,7 +1,12 @@
-"""The grouped MLP's operand roles: what each entry of the fuser's one save is (fc1.input,
-fc1.weight[g], activation.scales, ...), for the fused op (te-internals §2.1) and the unfused ops
-(§2.4). ``memaudit.te.capture.classify`` reads the storage objects; this module names what they are in the
-grouped MLP that ``memaudit.te.targets.grouped_mlp`` builds. Imports nothing of TE (it reads op type names)."""
+"""Operand roles: what each entry of a TE save is.
+
+The grouped MLP's (fc1.input, fc1.weight[g], activation.scales, ...): the fuser's one save, for the
+fused op (te-internals §2.1) and the unfused ops (§2.4). TE's other modules (te-internals §12): the
+norm ops' entries inside a fuser (``input``, ``mu``, ``rsigma``) and the autograd Functions of
+``te.Linear`` and ``te.LayerNormLinear`` (``input``, ``weight``, ``weight_param``, ``bias``,
+``ln_weight``, ``ln_out``, ``mu``, ``rsigma``), each by the class that saved it and TE's save
+order in that class. ``memaudit.te.capture.classify`` reads the storage objects; this module names
+what they are. Imports nothing of TE (it reads class names and modules)."""
 
 from __future__ import annotations
 
@@ -46,6 +51,11 @@ def name_rows(
         if not rng:
             continue
         start, end = rng
+        saves = op_saves(op)
+        if saves is not None:  # a norm op (te-internals §12.2): its own save order, whatever its neighbours
+            for k in range(end - start):
+                roles[start + k] = (saves[k], None) if k < len(saves) else (f"extra[{k - len(saves)}]", None)
+            continue
         if fused_entries is not None and i == 0:
             for k, role in enumerate(fused_entries(end - start)):
                 roles[start + k] = role
@@ -208,3 +218,86 @@ def fused_layout(basic_ops: list[Any], ctxs: list[Any]) -> Callable[[int], list[
         return roles
 
     return layout
+
+
+# ---- TE's modules beyond the grouped MLP (te-internals §12) -----------------------------------
+
+OP_SAVES: dict[str, tuple[str, ...]] = {
+    "LayerNorm": ("input", "mu", "rsigma"),  # ops/basic/layer_norm.py:228 (te-internals §12.2)
+    "RMSNorm": ("input", "rsigma"),  # ops/basic/rmsnorm.py:209 (te-internals §12.2)
+}
+"""A ``te.ops`` basic op's class (in ``transformer_engine.pytorch.ops.basic``) -> its
+``ctx.save_for_backward`` entries, in order. ``te.LayerNorm`` and ``te.RMSNorm`` subclass them."""
+
+OPS_MODULE = "transformer_engine.pytorch.ops.basic."
+
+FUNCTION_SAVES: dict[str, tuple[str, ...]] = {
+    # module/linear.py:1853-1854 via _linear_setup_ctx (:1101-1118; te-internals §12.1)
+    "_Linear": ("input", "weight", "weight_param", "bias"),
+    # module/layernorm_linear.py:526-536 (te-internals §12.3)
+    "_LayerNormLinear": ("input", "weight", "weight_param", "bias", "ln_weight", "ln_out", "mu", "rsigma"),
+}
+"""A TE autograd Function's class (in ``transformer_engine.pytorch.module``) -> the entries it passes
+to ``prepare_for_saving`` before its one ``ctx.save_for_backward``, in order."""
+
+FUNCTION_CTX: dict[str, dict[str, str]] = {
+    "_LayerNormLinear": {"ctx.weight": "weight_param"},  # layernorm_linear.py:565 (te-internals §12.3)
+}
+"""Tensors such a Function keeps as plain ``ctx`` attributes (found by the graph walk), by attribute."""
+
+FUNCTIONS_MODULE = "transformer_engine.pytorch.module."
+
+
+def op_saves(op: Any) -> tuple[str, ...] | None:
+    """The save order of a ``te.ops`` basic op whose class (or a base class: ``te.LayerNorm``) is in
+    :data:`OP_SAVES`; None for any other op."""
+    for cls in type(op).__mro__:
+        if cls.__name__ in OP_SAVES and cls.__module__.startswith(OPS_MODULE):
+            return OP_SAVES[cls.__name__]
+    return None
+
+
+def function_of(node: Any) -> str | None:
+    """The TE autograd Function class name (``_Linear``) of a Python backward node, if it is one of
+    :data:`FUNCTION_SAVES`'s."""
+    cls = getattr(node, "_forward_cls", None)
+    if cls is None or not cls.__module__.startswith(FUNCTIONS_MODULE) or cls.__name__ not in FUNCTION_SAVES:
+        return None
+    return str(cls.__name__)
+
+
+def name_function_rows(
+    node: Any,
+    rows: list[Row],
+    counts: list[int],
+    mine: list[int],
+    children: dict[int, list[int]] | None = None,
+) -> str | None:
+    """Name the rows a TE autograd Function's node holds (``mine``) by that Function's save order:
+    ``counts`` says how many saved tensors each ``prepare_for_saving`` entry became. Returns a
+    warning when the entries do not match the order (TE changed it: nothing is named)."""
+    fn = function_of(node)
+    if fn is None:
+        return None
+    layout = FUNCTION_SAVES[fn]
+    if len(counts) != len(layout):
+        return (
+            f"TE's {fn} saved {len(counts)} entries, not the {len(layout)} of its save order "
+            f"({', '.join(layout)}): its rows keep their slot names"
+        )
+    entry_of: list[int] = []
+    for j, n in enumerate(counts):
+        entry_of.extend([j] * n)
+    ctx_roles = FUNCTION_CTX.get(fn, {})
+    if ctx_roles:  # the walk's ctx rows carry no node: they are this Function's by their op (every layer's alike)
+        op = type(node).__name__
+        for row in [r for r in rows if r.op == op and r.saved_as in ctx_roles]:
+            set_role(row, rows, (ctx_roles[row.saved_as or ""], None), children)
+    for row in [rows[i] for i in mine]:
+        slot = row.saved_as or ""
+        if not slot.startswith("saved_tensors["):
+            continue
+        pos = int(slot[len("saved_tensors[") : -1])
+        if pos < len(entry_of):
+            set_role(row, rows, (layout[entry_of[pos]], None), children)
+    return None

@@ -6,7 +6,7 @@ hooks, storage identity and :func:`memaudit.capture` work on them unchanged, and
 the emulation's stand-ins, as on a GPU whose architecture is not the emulated one.
 
 What this needs beyond :mod:`memaudit.te.emulate.context` is :data:`PATCHES`, each for the TE or
-torch line that asks (TE 2.20.2, torch 2.14.1): four ``torch.cuda`` answers, TE's NVFP4 sign mask,
+torch line that asks (TE 2.20.2, torch 2.14.1): five ``torch.cuda`` answers, TE's NVFP4 sign mask,
 and the values of the few small tensors TE reads (:class:`FakeCudaMode`). TE reads a tensor's
 value (``.item()``, ``.tolist()``, ``bool()``) at :data:`VALUE_SITES` only; a read anywhere else,
 or of a tensor whose value is not known, raises :class:`UnknownValueRead` naming TE's line: an
@@ -67,6 +67,12 @@ PATCHES = (
         "TE utils.py:154 _get_device_compute_capability; utils.py:743 is_bf16_compatible (via torch's "
         "get_device_capability); utils.py:844 get_sm_count (the GEMM stand-ins' argument only); "
         "cpp_extensions/gemm.py:43 get_cublas_workspace_size_bytes",
+    ),
+    Patch(
+        "is_available",
+        "torch.cuda.is_available() -> True when TE's module/base.py asks, torch's own answer for every other caller",
+        "TE module/base.py:895 TransformerEngineBaseModule.__init__ (every te.Linear, LayerNormLinear, "
+        "LayerNormMLP): torch's FakeTensorMode keeps its own answer (no CUDA, so it never initialises a device)",
     ),
     Patch(
         "current_stream",
@@ -422,6 +428,22 @@ def _set(owner: Any, name: str, value: Any) -> Iterator[None]:
             delattr(owner, name)
 
 
+MODULE_BASE = "/transformer_engine/pytorch/module/base.py"
+"""The one TE file whose ``torch.cuda.is_available()`` fake CUDA answers yes (te module/base.py:895)."""
+
+
+def _is_available_for(original: Any) -> Any:
+    """``torch.cuda.is_available`` answering True to TE's module constructor only (its caller's file is
+    :data:`MODULE_BASE`), and torch's own answer to everyone else (FakeTensorMode among them)."""
+
+    def is_available() -> bool:
+        if sys._getframe(1).f_code.co_filename.endswith(MODULE_BASE):
+            return True
+        return bool(original())
+
+    return is_available
+
+
 @contextmanager
 def cuda_answers(arch: str) -> Iterator[None]:
     """The ``torch.cuda`` answers of :data:`PATCHES` for the block (no fake tensors)."""
@@ -430,6 +452,7 @@ def cuda_answers(arch: str) -> Iterator[None]:
     props = device_properties(arch)
     with ExitStack() as stack:
         stack.enter_context(_set(torch.cuda, "current_device", lambda: 0))
+        stack.enter_context(_set(torch.cuda, "is_available", _is_available_for(torch.cuda.is_available)))
         stack.enter_context(_set(torch.cuda, "get_device_properties", lambda device=None: props))
         stack.enter_context(_set(torch.cuda, "current_stream", lambda device=None: _Stream()))
         stack.enter_context(_set(torch.cuda, "Stream", _Stream))

@@ -1,4 +1,6 @@
-"""Stand-ins for the TE 2.20.2 kernel entry points the grouped MLP's forward reaches.
+"""Stand-ins for the TE 2.20.2 kernel entry points the grouped MLP's forward reaches, and those
+``te.Linear``, the norms and ``te.LayerNormLinear`` reach (``generic_gemm`` allocating its output,
+``layernorm_fwd`` / ``rmsnorm_fwd`` and their backwards).
 
 Each allocates what the C++ entry point allocates (buffers for the usage flags, shapes, dtypes,
 padding, one storage per buffer) and returns what the C++ returns; contents are not computed,
@@ -8,8 +10,10 @@ Where TE's Python has a constructor that mirrors the C++ allocation, it is used:
 ``quantized_tensor.py:503-560``, "Mirror the C++ quantizer allocation (csrc/quantizer.cpp)").
 The rest cite the C++ (``transformer_engine/pytorch/csrc``, v2.20.2).
 
-Which entry points the forward reaches was measured on the H200 (``bench/device/trace_te_kernels.py``);
-``bench/verify/standin_diff.py`` checks every stand-in against the real kernel where it runs.
+Which entry points the grouped MLP's forward reaches was measured on the H200
+(``bench/device/trace_te_kernels.py``); ``bench/verify/standin_diff.py`` checks every stand-in the
+grouped MLP reaches against the real kernel where it runs (the norm stand-ins and ``generic_gemm``'s
+own output are not checked on a GPU yet).
 """
 
 from __future__ import annotations
@@ -457,14 +461,132 @@ def te_general_grouped_gemm(*args: Any) -> Any:
     return args[7]
 
 
+def _torch_dtype(te_dtype: Any) -> torch.dtype:
+    """A ``tex.DType`` as the torch dtype TE maps it to (``constants.py``: ``TE_DType_To_Torch``)."""
+    from transformer_engine.pytorch.constants import TE_DType_To_Torch
+
+    return TE_DType_To_Torch[te_dtype]
+
+
+def _logical_shape(t: Any) -> tuple[int, ...]:
+    """The logical shape the C++ reads of a GEMM operand: a tensor's shape, a storage's ``size()``."""
+    return tuple(int(d) for d in (t.shape if isinstance(t, torch.Tensor) else t.size()))
+
+
+def gemm_output_shape(a: Sequence[int], transa: bool, b: Sequence[int], transb: bool) -> tuple[int, ...]:
+    """``getGemmOutputShape`` (csrc/extensions/gemm.cpp:41-82) without comm+GEMM overlap: B's
+    leading dims (B1 when B is transposed), then A0 (A transposed) or A1."""
+    a0, a1 = _flat(a)
+    b0, b1 = _flat(b)
+    if (a1 if transa else a0) != (b0 if transb else b1):
+        raise RuntimeError(f"Invalid matrix dimensions for GEMM (A=({a0},{a1}), transa={transa}, B=({b0},{b1}))")
+    lead = (b1,) if transb else tuple(b[:-1])
+    return (*lead, a0 if transa else a1)
+
+
 def generic_gemm(
     A: Any, transA: bool, B: Any, transB: bool, D: Any, quantizer: Any, output_dtype: Any, *args: Any, **kwargs: Any
 ) -> Any:
-    """``tex.generic_gemm``: returns (D, bias_grad, gelu_input, extra_output); D is preallocated
-    by every forward caller here."""
-    if D is None:
-        raise NotImplementedError("generic_gemm stand-in: an unallocated output D is not emulated")
-    return D, None, None, None
+    """``tex.generic_gemm`` (csrc/extensions/gemm.cpp:144-413): returns (D, bias_grad,
+    pre_gelu_out, extra_output). A preallocated D is written and returned. Otherwise D is
+    ``createOutputTensor`` (gemm.cpp:201-203, 138-142): the quantizer's ``create_tensor`` of the
+    output shape (gemm.cpp:181-182) in ``out_dtype`` (else A's dtype, gemm.cpp:198). With a bias
+    and ``grad``, bias_grad is a new [B's last dim] tensor in the output's dtype (gemm.cpp:233-240);
+    with ``gelu`` and not ``grad``, pre_gelu_out is a new tensor of the output shape in the bias
+    dtype for quantized operands, else the output's (gemm.cpp:248-259); extra_output is returned
+    as given (gemm.cpp:408-412). The unquantized scratch output (gemm.cpp:227-230) does not
+    outlive the call."""
+    bias, bias_type, gelu, _gelu_in, grad = (list(args) + [None] * 5)[:5]
+    low_precision = _is_quantized(A, B)
+    shape = gemm_output_shape(_logical_shape(A), transA, _logical_shape(B), transB)
+    device = B.device
+    if output_dtype is not None:
+        out_dtype = _torch_dtype(output_dtype)
+    elif isinstance(A, torch.Tensor) and not _is_quantized(A):
+        out_dtype = A.dtype
+    else:
+        raise NotImplementedError("generic_gemm stand-in: a quantized A with no out_dtype is not emulated")
+    if D is None and quantizer is None:
+        D = torch.empty(shape, dtype=out_dtype, device=device)
+    elif D is None:
+        D = empty_quantized(quantizer, shape, out_dtype, device)
+    bias_grad = None
+    if bias is not None and grad:
+        bias_grad = torch.empty((_logical_shape(B)[-1],), dtype=out_dtype, device=device)
+    pre_gelu = None
+    if gelu and not grad:
+        gelu_dtype = _torch_dtype(bias_type) if low_precision else out_dtype
+        pre_gelu = torch.empty(shape, dtype=gelu_dtype, device=device)
+    return D, bias_grad, pre_gelu, kwargs.get("extra_output")
+
+
+def _is_quantized(*ts: Any) -> bool:
+    from transformer_engine.pytorch.quantized_tensor import QuantizedTensorStorage
+
+    return any(isinstance(t, QuantizedTensorStorage) for t in ts)
+
+
+def _norm_output(x: Any, out: Any, quantizer: Any, out_dtype: Any) -> Any:
+    """The normalization's output (csrc/extensions/normalization.cpp:133-143 / 370-380): ``out``
+    when given, else the quantizer's ``create_tensor`` of the input's shape in ``out_dtype`` (a
+    plain tensor with no quantizer); the unquantized scratch copy and amax buffer of the unfused
+    paths (:146-168) do not outlive the call."""
+    if out is not None:
+        return out
+    dtype = _torch_dtype(out_dtype)
+    if quantizer is None:
+        return torch.empty(tuple(x.shape), dtype=dtype, device=x.device)
+    return empty_quantized(quantizer, x.shape, dtype, x.device)
+
+
+def layernorm_fwd(
+    input: torch.Tensor,  # noqa: A002 - TE's name
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    eps: float,
+    out: Any,
+    quantizer: Any,
+    out_dtype: Any,
+    sm_margin: int = 0,
+    zero_centered_gamma: bool = False,
+) -> tuple[Any, torch.Tensor, torch.Tensor]:
+    """``tex.layernorm_fwd`` (csrc/extensions/normalization.cpp:61-214): (out, mu, rsigma); mu and
+    rsigma are new fp32 [outer] tensors, outer the product of the input's leading dims (:86-87)."""
+    outer = _flat(input.shape)[0]
+    mu = torch.empty((outer,), dtype=torch.float32, device=input.device)
+    rsigma = torch.empty((outer,), dtype=torch.float32, device=input.device)
+    return _norm_output(input, out, quantizer, out_dtype), mu, rsigma
+
+
+def rmsnorm_fwd(
+    input: torch.Tensor,  # noqa: A002 - TE's name
+    weight: torch.Tensor,
+    eps: float,
+    out: Any,
+    quantizer: Any,
+    out_dtype: Any,
+    sm_margin: int = 0,
+    zero_centered_gamma: bool = False,
+) -> tuple[Any, None, torch.Tensor]:
+    """``tex.rmsnorm_fwd`` (csrc/extensions/normalization.cpp:305-451): (out, None, rsigma); rsigma
+    a new fp32 [outer] tensor (:325)."""
+    outer = _flat(input.shape)[0]
+    rsigma = torch.empty((outer,), dtype=torch.float32, device=input.device)
+    return _norm_output(input, out, quantizer, out_dtype), None, rsigma
+
+
+def layernorm_bwd(
+    dz: torch.Tensor, x: torch.Tensor, mu: torch.Tensor, rsigma: torch.Tensor, gamma: torch.Tensor, *args: Any
+) -> list[torch.Tensor]:
+    """``tex.layernorm_bwd`` (normalization.cpp:13-59): dx ``empty_like`` x, dgamma and dbeta
+    ``empty_like`` gamma (:23-25)."""
+    return [torch.empty_like(x), torch.empty_like(gamma), torch.empty_like(gamma)]
+
+
+def rmsnorm_bwd(dz: torch.Tensor, x: torch.Tensor, rsigma: torch.Tensor, gamma: torch.Tensor, *args: Any) -> list[Any]:
+    """``tex.rmsnorm_bwd`` (normalization.cpp:216-257): dx ``empty_like`` x, dgamma ``empty_like``
+    gamma (:224-225)."""
+    return [torch.empty_like(x), torch.empty_like(gamma)]
 
 
 def copy_data_ptrs_to_device(tensors: Sequence[torch.Tensor], device: Any) -> torch.Tensor:
@@ -542,6 +664,10 @@ STANDINS: dict[str, Callable[..., Any]] = {
     "te_general_grouped_gemm_for_grouped_tensor": _return_d,
     "te_general_grouped_gemm_for_discrete_out": _return_d,
     "generic_gemm": generic_gemm,
+    "layernorm_fwd": layernorm_fwd,
+    "rmsnorm_fwd": rmsnorm_fwd,
+    "layernorm_bwd": layernorm_bwd,
+    "rmsnorm_bwd": rmsnorm_bwd,
     "copy_data_ptrs_to_device": copy_data_ptrs_to_device,
     "swizzle_scales_for_gemm_": swizzle_scales_for_gemm_,
     "grouped_swizzle_for_gemm": grouped_swizzle_for_gemm,
