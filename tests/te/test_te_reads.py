@@ -68,6 +68,20 @@ def test_fp8_tensor_scaling_reads_the_transpose_only_where_the_architecture_is_t
         )  # type: ignore[attr-defined]
 
 
+def test_a_multi_tensor_gemm_reads_nothing_of_a_member_that_got_no_tokens() -> None:
+    """te-internals §11.4: the member loop skips a member whose A or B is empty."""
+    with emulation(Machine("sm90"), {}, {}):
+        weights = [_float8(), _float8()]
+        inputs = [torch.empty(64, 256, dtype=torch.bfloat16), torch.empty(0, 256, dtype=torch.bfloat16)]
+        bias = [torch.empty(128), torch.empty(128)]
+        d = [torch.empty(64, 128), torch.empty(0, 128)]
+        gemm = reads.READ_SETS["te_general_grouped_gemm"]
+        read = _ids(gemm(weights, True, inputs, False, d, None, [64, 0], bias, None, False, [], False, [], 0, True))
+        member0 = _ids([*reads._operand(weights[0], True, True, grouped=False), inputs[0], bias[0], d[0]])
+    assert member0 <= read
+    assert not read & _ids([*reads.every_buffer(weights[1]), inputs[1], bias[1], d[1]])
+
+
 def test_an_entry_point_with_no_read_set_leaves_what_it_received_unknown() -> None:
     saved = torch.empty(16)
     other = torch.empty(16)

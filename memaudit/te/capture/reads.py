@@ -219,15 +219,32 @@ def _multi_gemm(*args: Any, **kwargs: Any) -> list[Any]:
     """(A list, transa, B list, transb, D list, D_type, m_splits, bias list, bias_type,
     single_output, pre_gelu_out, grad, workspace, workspaceSize, accumulate, ...)
     (extensions/gemm.cpp:468-565): one GEMM per member (``nvte_multi_tensor_gemm``), each operand
-    by :func:`gemm_side` (``CanonicalizeGemmInput``); the bias list; D when ``accumulate``."""
+    by :func:`gemm_side` (``CanonicalizeGemmInput``); the bias list; D when ``accumulate``. A member
+    whose A or B is empty (a group that got no tokens) runs no GEMM: its D, bias and pre-GELU output
+    are zeroed and the loop goes on (``te_A.numel() == 0 || te_B.numel() == 0``), so none of its
+    operands is read (te-internals §11.4)."""
     a, transa, b, transb, d = args[:5]
-    out = _operand(a, bool(transa), True, grouped=False) + _operand(b, bool(transb), False, grouped=False)
+    running = [i for i, (x, y) in enumerate(zip(a, b, strict=False)) if _numel(x) and _numel(y)]
+    out = _operand([a[i] for i in running], bool(transa), True, grouped=False)
+    out += _operand([b[i] for i in running], bool(transb), False, grouped=False)
     bias = args[7] if len(args) > 7 else None
-    out += [x for x in (bias or []) if x is not None and getattr(x, "numel", lambda: 0)() > 0]
+    out += [bias[i] for i in running if bias and i < len(bias) and bias[i] is not None and _numel(bias[i])]
     accumulate = args[14] if len(args) > 14 else kwargs.get("accumulate", False)
-    if accumulate:
-        out += every_buffer(d)
+    if accumulate and d is not None:
+        out += every_buffer([d[i] for i in running if i < len(d)])
     return out
+
+
+def _numel(t: Any) -> int:
+    """Elements of a plain or quantized tensor (its logical shape)."""
+    numel = getattr(t, "numel", None)
+    if callable(numel):
+        return int(numel())
+    shape = getattr(t, "shape", None) or getattr(t, "size", lambda: ())()
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
 
 
 @_reads("generic_gemm")
