@@ -411,6 +411,7 @@ SNAPSHOT = (
     "scenarios",
     "pyproject.toml",
     "README.md",
+    "CHANGELOG.md",
     "docs",
     ".github",
     "action.yml",
