@@ -267,3 +267,14 @@ def test_run_options_of_a_target_come_from_its_declaration(cli_runner: Any, tmp_
     assert result.exit_code == 2, result.output
     assert "--activation" in result.output and "gelu" in result.output
     assert not out.exists()
+
+
+def test_the_expert_parallel_target_takes_the_te_targets_flags_for_its_te_experts(cli_runner: Any) -> None:
+    """Its help says the TE target's flags apply to ``--experts te``: they are its options, and with
+    the reference experts a TE flag is bad usage naming the flag and what it needs."""
+    help_text = cli_runner.invoke(app, ["run", "--target", "ep-grouped-mlp", "--help"]).output
+    for flag in ("--kernels", "--arch", "--fused"):
+        assert flag in help_text
+    out = cli_runner.invoke(app, ["run", "--target", "ep-grouped-mlp", "--kernels", "emulated", "--groups", "2"])
+    assert out.exit_code == 2
+    assert "--kernels" in out.output and "--experts te" in out.output

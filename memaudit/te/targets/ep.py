@@ -178,7 +178,10 @@ class EPGroupedMLPTarget(Target):
             "ep-grouped-mlp: the local experts: reference "
             "(plain PyTorch, anywhere) or te (TE's te.ops grouped MLP; the TE target's flags apply).",
         ),
+        *TEGroupedMLPTarget.flags,
     )
+    """Its own options, then the TE target's (``--kernels``, ``--arch``, ``--fused``, ...), which the
+    TE experts take; given with the reference experts they are bad usage."""
 
     def __init__(self) -> None:
         self.backend: ExpertsBackend = ReferenceExperts()
@@ -196,6 +199,12 @@ class EPGroupedMLPTarget(Target):
         ``experts`` where not the default, and the backend's own options; the backend (configured),
         its recipes and its device."""
         backend = experts_backend(str(flags.get(EXPERTS_FLAG, "reference")))
+        if backend.name == "reference":
+            for flag in TEGroupedMLPTarget.flags:
+                if flags.get(flag.name, flag.default) != flag.default:
+                    raise UsageError(
+                        f"is a flag of the TE experts: add --{EXPERTS_FLAG} te", key="--" + flag.name.replace("_", "-")
+                    )
         skew, param = parse_routing(flags.get("routing", "uniform"))
         topk = flags.get("topk", DEFAULT_TOPK)
         if not isinstance(topk, int) or topk < 1:
@@ -220,6 +229,12 @@ class EPGroupedMLPTarget(Target):
             "supported_recipes": tuple(r for r in RECIPES if r in backend.recipes),
             "default_device": backend.default_device,
         }
+
+    def case_host(self, spec: CaseSpec) -> Any:
+        """Where the experts' backend runs a case (TE's emulated kernels with no GPU: a child process
+        on fake CUDA), else here."""
+        host = getattr(self.backend, "case_host", None)
+        return host(spec) if host is not None else None
 
     # ---- placement: what each rank runs ------------------------------------------------------
 

@@ -67,6 +67,11 @@ class TEExperts:
         self.target = self.target.configure(flags)
         return dict(self.target.options)
 
+    def case_host(self, spec: CaseSpec) -> Any:
+        """The TE target's host for the case (a child process on fake CUDA with emulated kernels
+        and no GPU)."""
+        return self.target.case_host(spec.replace(target=TARGET))
+
     def skip_reason(self, spec: CaseSpec) -> str | None:
         return self.target.skip_reason(spec.replace(target=TARGET))
 
