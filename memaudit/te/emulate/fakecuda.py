@@ -415,6 +415,20 @@ def active() -> FakeCudaMode | None:
 
 
 @contextmanager
+def outside() -> Iterator[None]:
+    """Real tensors for the block while fake CUDA is in force (its mode set aside, the patches
+    kept): CPU tensors made there hold values, for code around TE's forward that reads them (the
+    expert-parallel target's router and dispatch). A real tensor handed to an op back in fake CUDA
+    becomes a fake one there (``.to("cuda")``: a fake CUDA copy, its value kept when small). With
+    fake CUDA not in force, nothing changes."""
+    if not _ACTIVE:
+        yield
+        return
+    with unset_fake_temporarily():
+        yield
+
+
+@contextmanager
 def _set(owner: Any, name: str, value: Any) -> Iterator[None]:
     own = name in vars(owner)
     old = getattr(owner, name)

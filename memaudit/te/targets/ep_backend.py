@@ -6,7 +6,10 @@ the dispatch brought this rank, with their probabilities as the activation's sca
 tokens per local expert as ``split_sizes``, under ``te.autocast`` for the recipe. The TE target's
 flags apply (``--fused``, ``--kernels emulated --arch sm100`` for MXFP8 / NVFP4 on an H200, ...),
 and so do its skip reasons, in TE's own words. With emulated kernels only the experts' forward
-runs inside the emulation (the dispatch's collectives are real) and no backward runs.
+runs inside the emulation (the dispatch's collectives are real) and no backward runs; with no GPU
+that forward runs on fake CUDA, and the router and the dispatch on real host tensors beside it
+(:func:`memaudit.te.targets.ep_model.build`). The experts are the ``experts`` of a module that calls
+them (:func:`local_experts`), so their rows are named under ``experts``.
 
 Imports TE only when a case is built.
 """
@@ -51,6 +54,22 @@ def grouped_mlp_path(model: Any, spec: CaseSpec, recipe: Any, frontend: str | No
     return GroupedMLPPath(ops, False, env, why_not_fused(spec, recipe, frontend), name, why).info()
 
 
+def local_experts(model: Any) -> Any:
+    """``model`` (TE's grouped MLP) as the ``experts`` of a module that calls it, as a MoE layer keeps
+    its experts (Megatron's ``mlp.experts``): its rows are named under ``experts``."""
+    import torch
+
+    class LocalExperts(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.experts = model
+
+        def forward(self, x: Any, split_sizes: Any, probs: Any) -> Any:
+            return self.experts(x, split_sizes, probs, split_sizes)
+
+    return LocalExperts()
+
+
 class TEExperts:
     """TE's grouped MLP as a rank's local experts (:class:`~memaudit.te.targets.ep.ExpertsBackend`)."""
 
@@ -93,13 +112,15 @@ class TEExperts:
             )
         paths: list[PathInfo] = []
 
+        layer = local_experts(model)
+
         def run(x: Any, split_sizes: Any, probs: Any, cap: Capture) -> Any:
             cap.label(x, "fc1.input")
             cap.label(split_sizes, "fc1.split_sizes")
             cap.label(probs, "activation.scales")
             with emulation.active() if emulation is not None else contextlib.nullcontext():
                 with te.autocast(enabled=recipe is not None, recipe=recipe):
-                    y = model(x, split_sizes, probs, split_sizes)
+                    y = layer(x, split_sizes, probs)
                 frontend = emulation.machine.cudnn_frontend if emulation is not None else None
                 paths.append(grouped_mlp_path(model, te_spec, recipe, frontend))
             return y
@@ -109,7 +130,7 @@ class TEExperts:
 
         return Experts(
             run=run,
-            model=model,
+            model=layer,
             annotate=annotate,
             options=dict(built.options),
             warnings=list(built.warnings),

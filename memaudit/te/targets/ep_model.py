@@ -22,6 +22,7 @@ rank nothing is exchanged.
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -142,9 +143,41 @@ def route(plan: RoutingPlan, ep_rank: int, hidden: int, dtype: torch.dtype, devi
     return x, routing_map.to(device), probs.to(device).requires_grad_()
 
 
+class FromEmulation(torch.autograd.Function):
+    """The experts' fake CUDA output as a real host tensor of its shape and dtype (zeros: an emulated
+    forward computes no values), for the way back on real tensors; saves no tensor. Its backward
+    (never run: emulated experts run no backward) hands the gradient back to fake CUDA."""
+
+    @staticmethod
+    def forward(ctx: Any, y: torch.Tensor) -> torch.Tensor:
+        from memaudit.te.emulate import fakecuda
+
+        ctx.device = y.device
+        with fakecuda.outside():
+            return torch.zeros(y.shape, dtype=y.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad.to(ctx.device)
+
+
 def build(target: EPGroupedMLPTarget, spec: CaseSpec) -> Built:
     """The layer for ``spec`` as this rank runs it (``spec`` placed for this rank: ``ep`` set, its
-    local split sizes from the routing plan)."""
+    local split sizes from the routing plan).
+
+    On fake CUDA (emulated TE experts, no GPU) tensors hold no values, and the router and the
+    dispatch read them (counts, ``masked_select``, ``tolist``): they run on real host tensors,
+    outside the fake mode (:func:`memaudit.te.emulate.fakecuda.outside`), and only the experts'
+    forward runs on fake CUDA, on fake copies of the tokens, split sizes and probabilities the
+    dispatch brought them (the split sizes keep their values, which TE reads where fake CUDA
+    answers). The experts' output comes back as a host tensor of its shape (:class:`FromEmulation`)
+    for the way back. The dispatch's rows are then host tensors (``device`` ``cpu``), of the
+    sizes they have on a GPU."""
+    from memaudit.te.emulate import fakecuda
+
+    fake = fakecuda.active() is not None and spec.device.startswith("cuda")
+    routed = "cpu" if fake else spec.device  # where the router and the dispatch run
+    real = fakecuda.outside if fake else contextlib.nullcontext
     rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() else (0, 1)
     ep = int(spec.options.get("ep") or world)
     placed, info = target.place(spec, rank, world)
@@ -157,11 +190,23 @@ def build(target: EPGroupedMLPTarget, spec: CaseSpec) -> Built:
     plan = target.plan(spec, ep)
     group = ep_group(layout, coords)
     experts = target.backend.build(target.local_spec(spec))
-    x, routing_map, probs = route(plan, coords["ep"], spec.hidden, DTYPES[spec.dtype], spec.device)
+    with real():
+        x, routing_map, probs = route(plan, coords["ep"], spec.hidden, DTYPES[spec.dtype], routed)
     local = spec.groups
     want = plan.local_splits(coords["ep"])
 
     def forward(cap: Capture) -> torch.Tensor:
+        with real():
+            tokens, scales, tokens_per_expert, back = dispatch(cap)
+        if fake:  # fake CUDA copies for the experts (autograd records the copies; they save nothing)
+            tokens, scales = tokens.to(spec.device), scales.to(spec.device)
+        y = experts.run(tokens, tokens_per_expert.to(spec.device), scales, cap)
+        if fake:
+            y = FromEmulation.apply(y)
+        with real():
+            return back(y)
+
+    def dispatch(cap: Capture) -> tuple[Any, ...]:
         # preprocess: counts first
         per_expert = routing_map.sum(0)  # [E] int64: what this rank sends each expert
         input_splits = per_expert.reshape(ep, local).sum(1).tolist()
@@ -187,12 +232,16 @@ def build(target: EPGroupedMLPTarget, spec: CaseSpec) -> Built:
         if local > 1:
             tokens = sort_chunks_by_idxs(tokens, chunks, by_expert)
             scales = sort_chunks_by_idxs(scales, chunks, by_expert)
-        y = experts.run(tokens, tokens_per_expert.to(spec.device), scales, cap)
-        if local > 1:
-            back = [e * ep + s for s in range(ep) for e in range(local)]  # [expert][source] -> [source][expert]
-            y = sort_chunks_by_idxs(y, from_peers.T.ravel().tolist(), back)
-        y = AllToAll.apply(group, y, input_splits, output_splits)
-        return unpermute(y, sorted_indices, x.shape)
+        unsort = from_peers.T.ravel().tolist()
+
+        def back(y: torch.Tensor) -> torch.Tensor:
+            if local > 1:
+                order = [e * ep + s for s in range(ep) for e in range(local)]  # [expert][source] -> [source][expert]
+                y = sort_chunks_by_idxs(y, unsort, order)
+            y = AllToAll.apply(group, y, input_splits, output_splits)
+            return unpermute(y, sorted_indices, x.shape)
+
+        return tokens, scales, tokens_per_expert, back
 
     warnings = list(experts.warnings)
     return Built(
