@@ -283,9 +283,10 @@ class DistRun:
 def storage_breakdown(rows: Iterable[Any], key_fn: Callable[[Any], Any]) -> dict[Any, int]:
     """Bytes per key as ``saved_bytes`` counts them: each device-resident storage that is not a
     parameter's, once, at its full size, under the first row that names it (a later view of it, a
-    metadata row over a tensor's storage, adds nothing). The keys add up to ``saved_bytes``."""
+    metadata row over a tensor's storage, adds nothing; a cached copy's storage is left out as a
+    parameter's is). The keys add up to ``saved_bytes``."""
     rows = list(rows)
-    params = {r.storage for r in rows if r.is_parameter and r.storage is not None}
+    params = {r.storage for r in rows if r.apart and r.storage is not None}
     seen: set[str] = set()
     out: dict[Any, int] = {}
     for r in rows:

@@ -861,15 +861,37 @@ class Capture:
                 names.update(entry[1] for entry in modules.qualified_names(root).values())
         return names
 
-    def module_storages(self) -> list[Any]:
-        """Weak references to the storages of the parameters and buffers of every module called
-        during the capture (parameter memory, whatever tensor object saved it)."""
+    def _root_refs(self) -> dict[int, Any]:
+        """id -> weak reference of every root module call made during the capture (first seen first)."""
         roots: dict[int, Any] = {}
         for per_thread in self._spans.values():
             for spans in per_thread:
                 for f in spans:
                     if f.parent is None and f.module is not None:
                         roots.setdefault(id(f.module), f.module)
+        return roots
+
+    def modules_called(self) -> list[tuple[str, Any]]:
+        """``(qualified name, module)`` of every live module under the roots called during the capture
+        (names as rows carry them: the root by its class name). What a classifier reads to find the
+        copies a module keeps across steps (TE's cached FP8 weights); held only by the caller."""
+        out: list[tuple[str, Any]] = []
+        seen: set[int] = set()
+        for ref in self._root_refs().values():
+            root = ref()
+            if root is None:
+                continue
+            for key, entry in modules.qualified_names(root).items():
+                m = entry[0]()
+                if m is not None and key not in seen:
+                    seen.add(key)
+                    out.append((entry[1], m))
+        return out
+
+    def module_storages(self) -> list[Any]:
+        """Weak references to the storages of the parameters and buffers of every module called
+        during the capture (parameter memory, whatever tensor object saved it)."""
+        roots = self._root_refs()
         out = []
         for key, ref in roots.items():
             m = ref()
@@ -899,7 +921,7 @@ class Capture:
         return None
 
 
-_GROUP_FIELDS = operator.attrgetter("module", "storage", "resides", "storage_bytes", "is_parameter")
+_GROUP_FIELDS = operator.attrgetter("module", "storage", "resides", "storage_bytes", "apart")  # parameter or cached
 
 
 def _storages_by_name(rows: list[Row], srefs: list[Any]) -> dict[str, list[Any]]:

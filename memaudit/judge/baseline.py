@@ -16,6 +16,8 @@ What counts as a failure (``fail_on="increase"``, the default):
   one report only where that could hide it (the current case records none, or the baseline
   records none and the current case is unfused);
 * an environment difference, only under ``strict_env``;
+* ``cached_bytes`` (copies a module keeps across steps, such as TE's cached FP8 weights) is not
+  gated, as parameters are not: a change is a note (failing only under ``fail_on="change"``);
 * ``unread_bytes`` (bytes saved for backward that backward never read, ``run --unread``) grown
   beyond the tolerance; or recorded in one report only where that could hide growth: the
   baseline has it and the current case does not (it was run without ``--unread``), or the
@@ -27,9 +29,9 @@ usually means the scenario was narrowed or filtered, which is reviewed in the sc
 memory regression. ``fail_on="change"`` makes it a failure, together with every other change beyond
 the tolerance in either direction (decreases, new cases, status and fused-path changes).
 
-Byte metrics count non-parameter rows (what ``saved_bytes`` counts), logical bytes, each duplicate
-once. A percent tolerance is taken of the case's baseline ``saved_bytes``, for every byte metric of
-that case, so a new 100-byte buffer in a 1 GiB case passes under ``0.5%``.
+Byte metrics count rows that are neither parameters nor cached copies (what ``saved_bytes``
+counts), logical bytes, each duplicate once. A percent tolerance is taken of the case's baseline
+``saved_bytes``, for every byte metric of that case, so a new 100-byte buffer in a 1 GiB case passes under ``0.5%``.
 
 Why one file of about 600 lines: the comparison model (findings, per-case diffs), the byte
 metrics it compares and the baseline refresh share one notion of "the same buffer across runs"
@@ -156,7 +158,15 @@ class Finding:
 
     @property
     def is_bytes(self) -> bool:
-        return self.metric in ("saved_bytes", "unread_bytes", "operand", "kind", "orientation", "worst_rank")
+        return self.metric in (
+            "saved_bytes",
+            "cached_bytes",
+            "unread_bytes",
+            "operand",
+            "kind",
+            "orientation",
+            "worst_rank",
+        )
 
     @property
     def verdict(self) -> str:
@@ -547,6 +557,7 @@ def _compare_bytes(diff: CaseDiff, base: CaseReport, cur: CaseReport, tol: Toler
         diff.findings.append(Finding(cid, metric, key, b, c, direction, failing, text))
 
     number("saved_bytes", None, ref, cur.totals.saved_bytes, allowed, "bytes")
+    _compare_cached(diff, base, cur, allowed, strict)
     _compare_unread(diff, base, cur, allowed, strict, number)
     rows_allowed = tol.allowed_rows(base.totals.rows or len(base.rows))
     for metric, fn in (("operand", _operand_key), ("kind", _kind_key), ("orientation", _orientation_key)):
@@ -566,6 +577,21 @@ def _compare_bytes(diff: CaseDiff, base: CaseReport, cur: CaseReport, tol: Toler
         "count",
     )
     diff.row_diffs = row_diffs(base.rows, cur.rows)
+
+
+def _compare_cached(diff: CaseDiff, base: CaseReport, cur: CaseReport, allowed: int, strict: bool) -> None:
+    """``cached_bytes`` (copies a module keeps across steps, counted apart as parameters are) is shown,
+    not gated: a change is a note, failing only under ``fail_on="change"`` beyond the tolerance. Bytes
+    that move between ``saved_bytes`` and it show in both."""
+    b, c = base.totals.cached_bytes, cur.totals.cached_bytes
+    if b == c:
+        return
+    d = c - b
+    text = (
+        f"cached_bytes {'grew' if d > 0 else 'shrank'} by {fmt_bytes(abs(d))} ({fmt_bytes(b)} -> {fmt_bytes(c)}; "
+        f"{d:+d} B): copies a module keeps across steps, not in saved_bytes"
+    )
+    diff.findings.append(Finding(diff.id, "cached_bytes", None, b, c, NEUTRAL, strict and abs(d) > allowed, text))
 
 
 def _unread_of(c: CaseReport) -> int | None:
@@ -619,8 +645,8 @@ def _orientation_key(r: Row) -> str | None:
 
 
 def counted_rows(rows: Iterable[Row]) -> list[Row]:
-    """Rows that hold saved memory: not parameters, not duplicates of an earlier row."""
-    return [r for r in rows if not r.is_parameter and r.duplicate_of is None]
+    """Rows that hold saved memory: not parameters, not cached copies, not duplicates of an earlier row."""
+    return [r for r in rows if not r.apart and r.duplicate_of is None]
 
 
 def _counts(rows: Iterable[Row], key_fn: Any) -> dict[str, int]:

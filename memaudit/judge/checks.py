@@ -126,7 +126,8 @@ def require_rows(rule: Rule, case: CaseLike) -> None:
 
 
 def measure_bytes(rows: Iterable[Any], measure: str) -> int:
-    """logical: sum of row bytes; physical: each storage once at full size; saved: physical minus parameter storages."""
+    """logical: sum of row bytes; physical: each storage once at full size; saved: physical minus parameter
+    and cached storages."""
     rows = list(rows)
     if measure == "logical":
         return sum(r.bytes for r in rows)
@@ -135,12 +136,12 @@ def measure_bytes(rows: Iterable[Any], measure: str) -> int:
     loose = 0
     for r in rows:
         if r.storage is None:
-            loose += 0 if (measure == "saved" and r.is_parameter) else r.bytes
+            loose += 0 if (measure == "saved" and r.apart) else r.bytes
             continue
         storages[r.storage] = r.storage_bytes
-        if r.is_parameter:
+        if r.apart:
             params.add(r.storage)
-    if measure == "saved":  # as compute_totals: a storage a parameter lives in is not saved memory
+    if measure == "saved":  # as compute_totals: a parameter's or a cached copy's storage is not saved memory
         return sum(n for s, n in storages.items() if s not in params) + loose
     return sum(storages.values()) + loose
 
@@ -153,8 +154,8 @@ NOT_ANALYSED = (
 
 
 def unread_bytes(rows: Iterable[Any], all_rows: Iterable[Any]) -> int:
-    """Device storages of ``rows`` that backward never read (each once at its full size, parameters
-    excluded), a storage being unread when every row of the case that holds it is (``all_rows``)."""
+    """Device storages of ``rows`` that backward never read (each once at its full size, parameters and
+    cached copies excluded), a storage being unread when every row of the case that holds it is (``all_rows``)."""
     unread = set(unread_storages(all_rows))
     storages: dict[str, int] = {}
     params: set[str] = set()
@@ -162,7 +163,7 @@ def unread_bytes(rows: Iterable[Any], all_rows: Iterable[Any]) -> int:
         if r.storage is None or r.resides != "device" or r.storage not in unread:
             continue
         storages[r.storage] = r.storage_bytes
-        if r.is_parameter:
+        if r.apart:
             params.add(r.storage)
     return sum(n for s, n in storages.items() if s not in params)
 
@@ -174,7 +175,7 @@ def _case_bytes(rule: Rule, case: CaseLike, measure: str) -> tuple[int, list[Any
         if rule.select is not None:
             require_rows(rule, case)
         unread = set(unread_storages(case.rows))
-        behind = [r for r in rows if r.storage in unread and not r.is_parameter]
+        behind = [r for r in rows if r.storage in unread and not r.apart]
         if rule.select is None and case.totals.unread_bytes is not None:
             return case.totals.unread_bytes, behind
         return unread_bytes(rows, case.rows), behind
@@ -183,7 +184,7 @@ def _case_bytes(rule: Rule, case: CaseLike, measure: str) -> tuple[int, list[Any
         value = {"logical": totals.logical_bytes, "physical": totals.physical_bytes, "saved": totals.saved_bytes}[
             measure
         ]
-        rows = [r for r in case.rows if not (measure == "saved" and r.is_parameter)]
+        rows = [r for r in case.rows if not (measure == "saved" and r.apart)]
         return value, rows
     require_rows(rule, case)
     rows = _selected(rule, case)

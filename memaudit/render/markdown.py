@@ -263,7 +263,12 @@ def _unread_cell(c: CaseReport) -> str:
     return fmt_bytes(c.totals.unread_bytes or 0)
 
 
-def _row(e: _Entry, compare: bool, show_path: bool, unread: bool = False) -> str:
+def _cached_cell(c: CaseReport) -> str:
+    """Bytes of the copies a module keeps across steps (not in ``saved``) of an ok case."""
+    return fmt_bytes(c.totals.cached_bytes) if c.status == "ok" else "-"
+
+
+def _row(e: _Entry, compare: bool, show_path: bool, unread: bool = False, cached: bool = False) -> str:
     c, d = e.case, e.diff
     cells = [md_escape(_label(c)), _status_cell(e)]
     if compare:
@@ -289,6 +294,8 @@ def _row(e: _Entry, compare: bool, show_path: bool, unread: bool = False) -> str
         ]
     if unread:
         cells.append(_unread_cell(c))
+    if cached:
+        cells.append(_cached_cell(c))
     if show_path:
         cells.append(_path_cell(e))  # fixed words only
     cells.append(_kinds_cell(c, d))
@@ -306,13 +313,17 @@ def _table(entries: list[_Entry], compare: bool, show_path: bool) -> list[str]:
     if unread:
         head.append("never read")
         align.append("---:")
+    cached = any(e.case.status == "ok" and e.case.totals.cached_bytes for e in entries)
+    if cached:  # copies a module keeps across steps (TE's cached FP8 weights), not in saved
+        head.append("cached")
+        align.append("---:")
     if show_path:
         head.append("path")
         align.append("---")
     head.append("by kind")
     align.append("---")
     lines = ["| " + " | ".join(head) + " |", "| " + " | ".join(align) + " |"]
-    lines += [_row(e, compare, show_path, unread) for e in entries]
+    lines += [_row(e, compare, show_path, unread, cached) for e in entries]
     return lines
 
 

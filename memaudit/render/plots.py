@@ -180,7 +180,7 @@ def saved_segments(rows: Iterable[Row]) -> tuple[list[Segment], int]:
 
     Counted as :func:`~memaudit.report.compute_totals` counts ``saved_bytes``: each device-resident
     storage once at its full size (the last row's ``storage_bytes``, as there), none that holds a
-    parameter. A storage's bytes go to the first row that names it (its kind and orientation):
+    parameter or a cached copy. A storage's bytes go to the first row that names it (its kind and orientation):
     a BF16 input's ``torch.split`` views are one storage, drawn once. Rows without a storage (a
     ``container``, a loose host copy), host copies and recomputed buffers are not saved bytes.
     """
@@ -192,7 +192,7 @@ def saved_segments(rows: Iterable[Row]) -> tuple[list[Segment], int]:
             continue
         first.setdefault(r.storage, r)
         size[r.storage] = r.storage_bytes
-        if r.is_parameter:
+        if r.apart:  # a parameter's or a cached copy's storage, as the totals
             params.add(r.storage)
     acc: dict[tuple[str, str], int] = {}
     for s, r in first.items():

@@ -145,8 +145,10 @@ def totals_line(case: CaseReport) -> str:
         f"logical {fmt_bytes(t.logical_bytes)}",
         f"physical {fmt_bytes(t.physical_bytes)}",
         f"parameters {fmt_bytes(t.parameter_bytes)}",
-        f"[bold]saved {fmt_bytes(t.saved_bytes)}[/]",
     ]
+    if t.cached_bytes:  # copies a module keeps across steps, counted apart as parameters are
+        parts.append(f"cached {fmt_bytes(t.cached_bytes)}")
+    parts.append(f"[bold]saved {fmt_bytes(t.saved_bytes)}[/]")
     for label, n in (
         ("of it forward outputs", t.output_bytes),
         ("of it ctx attributes", t.ctx_bytes),
@@ -181,8 +183,11 @@ def _summary_sheet(cases: Iterable[CaseReport], compact: bool) -> Sheet:
         value_col("saved", "right"),
     ]
     cols += [value_col("never read", "right")] if analysed else []
+    cached = any(c.status == "ok" and c.totals.cached_bytes for c in cases)
     if not compact:
-        cols += [value_col("parameters", "right"), value_col("logical", "right")]
+        cols += [value_col("parameters", "right")]
+        cols += [value_col("cached", "right")] if cached else []
+        cols += [value_col("logical", "right")]
     cols.append(text_col("reason"))
     sheet = Sheet(cols, title="summary", group=0)
     for c in cases:
@@ -204,10 +209,10 @@ def _summary_sheet(cases: Iterable[CaseReport], compact: bool) -> Sheet:
         if analysed:
             cells.append(_unread_cell(c))
         if not compact:
-            cells += [
-                fmt_bytes(c.totals.parameter_bytes) if ok else "",
-                fmt_bytes(c.totals.logical_bytes) if ok else "",
-            ]
+            cells.append(fmt_bytes(c.totals.parameter_bytes) if ok else "")
+            if cached:
+                cells.append(fmt_bytes(c.totals.cached_bytes) if ok else "")
+            cells.append(fmt_bytes(c.totals.logical_bytes) if ok else "")
         cells.append(c.reason or "")
         sheet.add_row(*cells)
     return sheet

@@ -50,7 +50,7 @@ def unread_buffers(case: CaseReport) -> list[UnreadBuffer]:
     if case.status != "ok" or case.unread is None:
         return []
     unread = set(unread_storages(case.rows))
-    params = {r.storage for r in case.rows if r.is_parameter and r.storage is not None}
+    params = {r.storage for r in case.rows if r.apart and r.storage is not None}  # parameters, cached copies
     first: dict[str, Row] = {}
     for r in case.rows:
         if r.storage in unread and r.storage not in params and r.resides == "device" and r.storage not in first:

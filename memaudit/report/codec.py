@@ -213,6 +213,7 @@ def _validators() -> dict[str, Any]:
             "group": Annotated[int, Field(ge=0, le=MAX_DIM)] | None,
             "read": Literal[READ_VERDICTS] | None,
             "read_by": text | None,
+            "cached": text | None,
         },
     )
     totals = typed(Totals, {"unread_bytes": count | None})

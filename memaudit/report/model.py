@@ -97,12 +97,24 @@ class Row:
     read_by: str | None = None
     """For ``read``: the op or kernel that first read it (``aten.mm``; None where only poisoning
     saw the read); for ``unknown``: why; None for ``unread``."""
+    cached: str | None = None
+    """What a module keeps this buffer as across steps, where it is such a copy (``fp8 weight cache of
+    layers.0.fc1``: a library module's cached quantized weight, which a classifier recognises). Its
+    storage is counted apart (``Totals.cached_bytes``), as a parameter's is: the step did not make
+    it, and backward does not free it. None for memory the step saved."""
+
+    @property
+    def apart(self) -> bool:
+        """Whether its storage is counted apart from ``saved_bytes``: a parameter's, or a cached copy."""
+        return self.is_parameter or self.cached is not None
 
     def notes(self) -> list[str]:
         """Short flags for tables: parameter, duplicate view, buffer of a container, note."""
         out = []
         if self.is_parameter:
             out.append("param")
+        if self.cached is not None:
+            out.append(self.cached)
         if self.via != "hook":
             out.append(self.via)
         if self.resides != "device":
@@ -153,7 +165,7 @@ def make_row(values: dict[str, Any]) -> Row:
     return row
 
 
-OPTIONAL_ROW_KEYS = ("module", "source", "read", "read_by")
+OPTIONAL_ROW_KEYS = ("module", "source", "read", "read_by", "cached")
 """Row keys written only when set, so that reports made before them stay byte for byte as they were
 (:func:`row_dicts` names them one by one)."""
 
@@ -194,6 +206,8 @@ def row_dicts(rows: Iterable[Row]) -> list[dict[str, Any]]:
             del d["read"]
         if d["read_by"] is None:
             del d["read_by"]
+        if d["cached"] is None:
+            del d["cached"]
         out.append(d)
     return out
 
@@ -225,12 +239,16 @@ class Totals:
     """Byte totals of a case; ``saved_bytes`` is the headline number the gate uses.
 
     ``physical_bytes`` counts each device-resident storage once at its full size;
-    ``saved_bytes = physical_bytes - parameter_bytes``. Apart from those: ``host_bytes`` (copies a
+    ``saved_bytes = physical_bytes - parameter_bytes - cached_bytes``: ``cached_bytes`` (written only
+    when not 0) counts the storages of ``cached`` rows that are not parameters' (copies a module keeps
+    across steps, such as TE's FP8 weight workspaces: no step makes them, no backward frees them),
+    so ``saved_bytes`` is the new memory the step's saved state holds. Apart from those: ``host_bytes`` (copies a
     hook keeps on the host), ``unknown_bytes`` (logical bytes whose residence no one can tell),
     ``output_bytes`` (saved storages that are also forward outputs: alive anyway), ``ctx_bytes``
     (storages only ``ctx`` attributes keep) and the ``freed`` rows autograd already released.
     ``unread_bytes`` (written only when not None) counts, as ``saved_bytes`` does, the storages
-    whose every row backward left ``unread``; None when no row carries a verdict.
+    whose every row backward left ``unread``; None when no row carries a verdict. Every total but
+    ``physical_bytes`` and ``parameter_bytes`` leaves parameter and cached storages out alike.
     """
 
     rows: int = 0
@@ -238,6 +256,7 @@ class Totals:
     physical_bytes: int = 0
     parameter_bytes: int = 0
     saved_bytes: int = 0
+    cached_bytes: int = 0
     host_bytes: int = 0
     unknown_bytes: int = 0
     output_bytes: int = 0
@@ -247,15 +266,18 @@ class Totals:
     unread_bytes: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON object: ``unread_bytes`` only where the rows carry verdicts."""
+        """The JSON object: ``unread_bytes`` only where the rows carry verdicts, ``cached_bytes`` only
+        where it is not 0 (reports before it stay byte for byte as they were)."""
         out = asdict(self)
         if out["unread_bytes"] is None:
             del out["unread_bytes"]
+        if not out["cached_bytes"]:
+            del out["cached_bytes"]
         return out
 
 
 _TOTALS_FIELDS = operator.attrgetter(
-    "bytes", "resides", "storage", "storage_bytes", "is_parameter", "aliases_output", "via"
+    "bytes", "resides", "storage", "storage_bytes", "is_parameter", "aliases_output", "via", "cached"
 )
 
 
@@ -265,10 +287,11 @@ def compute_totals(rows: list[Row], freed: list[Row] | tuple[Row, ...] = ()) -> 
     device: dict[str, int] = {}
     host: dict[str, int] = {}
     params: set[str] = set()
+    cached: set[str] = set()
     outputs: set[str] = set()
     hooked: set[str] = set()
     host_loose = unknown = 0
-    for nbytes, resides, storage, storage_bytes, is_param, is_output, via in map(_TOTALS_FIELDS, rows):
+    for nbytes, resides, storage, storage_bytes, is_param, is_output, via, cache in map(_TOTALS_FIELDS, rows):
         logical += nbytes
         if resides == "device":
             if storage is None:
@@ -276,6 +299,8 @@ def compute_totals(rows: list[Row], freed: list[Row] | tuple[Row, ...] = ()) -> 
             device[storage] = storage_bytes
             if is_param:
                 params.add(storage)
+            if cache is not None:
+                cached.add(storage)
             if is_output:
                 outputs.add(storage)
             if via != "ctx":
@@ -289,19 +314,23 @@ def compute_totals(rows: list[Row], freed: list[Row] | tuple[Row, ...] = ()) -> 
                 host[storage] = storage_bytes
     physical = sum(device.values())
     param_bytes = sum(device[s] for s in params)
+    cached -= params  # a parameter's storage is a parameter's, whatever else holds it
+    cached_bytes = sum(device[s] for s in cached)
+    apart = params | cached
     unread_bytes = None
     if any(r.read is not None for r in rows):
-        unread_bytes = sum(device[s] for s in unread_storages(rows) if s in device and s not in params)
+        unread_bytes = sum(device[s] for s in unread_storages(rows) if s in device and s not in apart)
     return Totals(
         rows=len(rows),
         logical_bytes=logical,
         physical_bytes=physical,
         parameter_bytes=param_bytes,
-        saved_bytes=physical - param_bytes,
+        saved_bytes=physical - param_bytes - cached_bytes,
+        cached_bytes=cached_bytes,
         host_bytes=sum(host.values()) + host_loose,
         unknown_bytes=unknown,
-        output_bytes=sum(device[s] for s in outputs - params),
-        ctx_bytes=sum(b for s, b in device.items() if s not in hooked and s not in params),
+        output_bytes=sum(device[s] for s in outputs - apart),
+        ctx_bytes=sum(b for s, b in device.items() if s not in hooked and s not in apart),
         freed_rows=len(freed),
         freed_bytes=sum(r.bytes for r in freed),
         unread_bytes=unread_bytes,
@@ -389,7 +418,7 @@ class ModuleGroup:
     ``module`` is the call's name (as in ``Row.module``, ``blocks.0#2`` for a module's second call);
     ``rows`` the indices of the live rows saved in it or in a call inside it; ``own_rows`` how many
     of those carry this name itself. ``saved_bytes`` counts the device storages those rows hold
-    (each once, parameters excluded, as the totals). ``frees`` are the rows a non-reentrant
+    (each once, parameters and cached copies excluded, as the totals). ``frees`` are the rows a non-reentrant
     checkpoint of this call would no longer keep: rows whose storage no row outside the call holds
     and that is not one of the call's tensor arguments (checkpoint keeps its inputs);
     ``frees_bytes`` is their storages' bytes. Groups are sorted by ``saved_bytes``, largest first.
@@ -404,7 +433,8 @@ class ModuleGroup:
 
 
 def group_bytes(rows: list[Row], indices: Iterable[int]) -> int:
-    """Device storages of ``rows[i]`` for ``i`` in ``indices``, each once, parameters excluded."""
+    """Device storages of ``rows[i]`` for ``i`` in ``indices``, each once, parameters and cached
+    copies excluded (a checkpoint frees neither)."""
     storages: dict[str, int] = {}
     params: set[str] = set()
     for i in indices:
@@ -412,7 +442,7 @@ def group_bytes(rows: list[Row], indices: Iterable[int]) -> int:
         if r.resides != "device" or r.storage is None:
             continue
         storages[r.storage] = r.storage_bytes
-        if r.is_parameter:
+        if r.is_parameter or r.cached is not None:
             params.add(r.storage)
     return sum(n for s, n in storages.items() if s not in params)
 

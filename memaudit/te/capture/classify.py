@@ -33,7 +33,7 @@ from memaudit.capture import hooks, stack
 from memaudit.capture import tensors as tclass
 from memaudit.capture.recorder import Plugin
 from memaudit.report import Row
-from memaudit.te.capture import roles
+from memaudit.te.capture import cache, roles
 from memaudit.te.capture.layout import BUFFER_SLOTS, GROUPED_SLOTS, SAVE_ORDER
 
 if TYPE_CHECKING:
@@ -460,7 +460,7 @@ class TEClassifier(Plugin):
 
     # -- roles from the fuser ------------------------------------------------------------------
     def annotate(self, rows: list[Row], cap: Capture) -> list[Row]:
-        rows = list(rows)
+        rows = cache.mark_cached(list(rows), cap)  # cached FP8 weights, counted apart (te-internals §13)
         fusers = [n for n in cap.walk_nodes if hasattr(n, "basic_op_ctxs") and hasattr(n, "tensor_objects")]
         functions = [n for n in cap.walk_nodes if roles.function_of(n) is not None]
         if not fusers and not functions:
