@@ -223,7 +223,12 @@ def test_annotate_names_a_containers_buffers_with_its_role() -> None:
     rows.append(_row(8, saved_as="saved_tensors[6]"))
     rows.append(_row(9, op="OtherBackward0", saved_as="saved_tensors[5]"))
     # the node holds the container row (and the others), not the buffers: they are reached through it
-    cap = SimpleNamespace(walk_nodes=[node], walk_row_nodes={i: 7 for i in (0, 1, 2, 3, 4, 5, 8)})
+    cap = SimpleNamespace(
+        walk_nodes=[node],
+        walk_row_nodes={i: 7 for i in (0, 1, 2, 3, 4, 5, 8)},
+        row_storages=dict,  # no storages: no cached workspace to mark
+        modules_called=list,
+    )
     out = tec.TEClassifier().annotate(rows, cap)  # type: ignore[arg-type]
     assert [r.operand for r in out[5:8]] == ["fc1.input"] * 3  # the container and both of its buffers
     assert out[8].operand == "fc1.weight" and out[9].operand is None
