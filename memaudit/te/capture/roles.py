@@ -3,10 +3,11 @@
 The grouped MLP's (fc1.input, fc1.weight[g], activation.scales, ...): the fuser's one save, for the
 fused op (te-internals §2.1) and the unfused ops (§2.4). TE's other modules (te-internals §12): the
 norm ops' entries inside a fuser (``input``, ``mu``, ``rsigma``) and the autograd Functions of
-``te.Linear`` and ``te.LayerNormLinear`` (``input``, ``weight``, ``weight_param``, ``bias``,
-``ln_weight``, ``ln_out``, ``mu``, ``rsigma``), each by the class that saved it and TE's save
-order in that class. ``memaudit.te.capture.classify`` reads the storage objects; this module names
-what they are. Imports nothing of TE (it reads class names and modules)."""
+``te.Linear``, ``te.LayerNormLinear`` and ``te.LayerNormMLP`` (``input``, ``weight``,
+``weight_param``, ``bias``, ``ln_weight``, ``ln_out``, ``mu``, ``rsigma``, ``fc1_out``,
+``act_out``, ...), each by the class that saved it and TE's save order in that class.
+``memaudit.te.capture.classify`` reads the storage objects; this module names what they are.
+Imports nothing of TE (it reads class names and modules)."""
 
 from __future__ import annotations
 
@@ -236,12 +237,31 @@ FUNCTION_SAVES: dict[str, tuple[str, ...]] = {
     "_Linear": ("input", "weight", "weight_param", "bias"),
     # module/layernorm_linear.py:526-536 (te-internals §12.3)
     "_LayerNormLinear": ("input", "weight", "weight_param", "bias", "ln_weight", "ln_out", "mu", "rsigma"),
+    # module/layernorm_mlp.py:807-824 (te-internals §12.4)
+    "_LayerNormMLP": (
+        "input",
+        "ln_weight",
+        "ln_out",
+        "fc1_weight",
+        "fc1_weight_param",
+        "fc1_bias",
+        "fc1_out",
+        "fc1_out_without_bias",
+        "act_out",
+        "fc2_weight",
+        "fc2_weight_param",
+        "fc2_bias",
+        "mu",
+        "rsigma",
+    ),
 }
 """A TE autograd Function's class (in ``transformer_engine.pytorch.module``) -> the entries it passes
 to ``prepare_for_saving`` before its one ``ctx.save_for_backward``, in order."""
 
 FUNCTION_CTX: dict[str, dict[str, str]] = {
     "_LayerNormLinear": {"ctx.weight": "weight_param"},  # layernorm_linear.py:565 (te-internals §12.3)
+    # layernorm_mlp.py:870-871 (te-internals §12.4)
+    "_LayerNormMLP": {"ctx.fc1_weight": "fc1_weight_param", "ctx.fc2_weight": "fc2_weight_param"},
 }
 """Tensors such a Function keeps as plain ``ctx`` attributes (found by the graph walk), by attribute."""
 
