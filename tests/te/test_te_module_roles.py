@@ -40,6 +40,10 @@ def _build(name: str) -> Any:
     import transformer_engine.pytorch as te
 
     module_kw: dict[str, Any] = {"device": "cuda", "params_dtype": BF16}
+
+    def linear(n_in: int, n_out: int) -> Any:
+        return te.ops.BasicLinear(n_in, n_out, device="cuda", dtype=BF16)
+
     return {
         "Linear": lambda: te.Linear(H, F, **module_kw),
         "LayerNorm": lambda: te.LayerNorm(H, **module_kw),
@@ -52,6 +56,11 @@ def _build(name: str) -> Any:
         "LayerNormMLP(RMSNorm)": lambda: te.LayerNormMLP(H, F, normalization="RMSNorm", **module_kw),
         "LayerNormMLP(relu)": lambda: te.LayerNormMLP(H, F, activation="relu", **module_kw),
         "LayerNormMLP(swiglu)": lambda: te.LayerNormMLP(H, F, activation="swiglu", **module_kw),
+        "Sequential(GELU)": lambda: te.ops.Sequential(linear(H, F), te.ops.GELU(), linear(F, H)),
+        "Sequential(Bias, ReLU)": lambda: te.ops.Sequential(
+            linear(H, F), te.ops.Bias(F, device="cuda", dtype=BF16), te.ops.ReLU(), linear(F, H)
+        ),
+        "Sequential(SwiGLU)": lambda: te.ops.Sequential(linear(H, 2 * F), te.ops.SwiGLU(), linear(F, H)),
         "LayerNormMLP(no nvfusion)": lambda: _without_bias_gelu_nvfusion(lambda: te.LayerNormMLP(H, F, **module_kw)),
     }[name]()
 
@@ -106,7 +115,8 @@ def run(name: str, recipe: str, arch: str = "sm100") -> dict[str, Any]:
     return host.call_in_child(arch, body)
 
 
-GROUPED_MLP_ROLES = ("fc1.", "fc2.", "activation.")
+GROUPED_MLP_ROLES = ("fc1.", "fc2.")
+GROUPED_MLP_ACTIVATION = ("activation.activation_in", "activation.scales")
 
 # (module, recipe) -> (operand, kind, orientation, format) of every row, on an emulated sm100
 BF16_LINEAR = {
@@ -161,6 +171,9 @@ BF16_LNMLP = (
     | LN_PARAMS
     | (LAYERNORM - {("input", "tensor", None, "bf16")})
 )
+SEQUENTIALS = ("Sequential(GELU)", "Sequential(Bias, ReLU)", "Sequential(SwiGLU)")
+BF16_SEQUENTIAL = {(name, "tensor", None, "bf16") for name in ("linear.input", "linear.weight", "activation.input")}
+FP8_SEQUENTIAL = _fp8("linear.input") | _fp8("linear.weight") | {("activation.input", "tensor", None, "bf16")}
 EXPECTED: dict[tuple[str, str], set[tuple[str, str, str | None, str]]] = {
     ("Linear", "bf16"): BF16_LINEAR,
     ("Linear", "fp8-current"): FP8_LINEAR,
@@ -173,6 +186,8 @@ EXPECTED: dict[tuple[str, str], set[tuple[str, str, str | None, str]]] = {
     ("LayerNormMLP(relu)", "fp8-current"): FP8_LNMLP,
     ("LayerNormMLP(swiglu)", "fp8-current"): FP8_LNMLP,
     ("LayerNormMLP(no nvfusion)", "bf16"): BF16_LNMLP,
+    **{(seq, "bf16"): BF16_SEQUENTIAL for seq in SEQUENTIALS},
+    **{(seq, "fp8-current"): FP8_SEQUENTIAL for seq in SEQUENTIALS},
     **{(norm, r): LAYERNORM for norm in ("LayerNorm", "ops.LayerNorm") for r in ("bf16", "fp8-current")},
     **{(norm, r): RMSNORM for norm in ("RMSNorm", "ops.RMSNorm") for r in ("bf16", "fp8-current")},
 }
@@ -187,7 +202,7 @@ def problems(name: str, case: dict[str, Any]) -> list[str]:
         operand = row.get("operand") or ""
         if "saved_tensors[" in operand or "ctx." in operand or not operand:
             out.append(f"row {row['index']} ({row['saved_as']}) is named by its slot: {operand!r}")
-        if operand.startswith(GROUPED_MLP_ROLES):
+        if operand.startswith(GROUPED_MLP_ROLES) or operand in GROUPED_MLP_ACTIVATION:
             out.append(f"row {row['index']} ({row['saved_as']}) of {name} carries a grouped-MLP role: {operand}")
     totals = case["totals"]
     if not case["hook_bytes"]:
@@ -383,3 +398,47 @@ def test_the_activation_stand_ins_allocate_what_the_cpp_does() -> None:
         assert (y.shape, y.dtype) == ((T, F // 2), BF16)
     assert standins.STANDINS["dswiglu"](x[:, : F // 2], x, None).shape == (T, F)
     assert standins.STANDINS["clamped_dswiglu"](x[:, : F // 2], x, None, 7.0, 1.0, 1.0).shape == (T, F)
+
+
+@pytest.mark.parametrize("name", SEQUENTIALS)
+def test_each_basic_op_of_a_fused_sequential_names_its_own_saves(
+    name: str, cases: Callable[..., dict[str, Any]]
+) -> None:
+    """In save order: FC1's linear (input, weight), the activation's input, FC2's linear; Bias saves
+    nothing (te-internals §12.5), fused with the linear or not."""
+    case = cases(name, "bf16")
+    assert [r["operand"] for r in case["rows"]] == [
+        "linear.input",
+        "linear.weight",
+        "activation.input",
+        "linear.input",
+        "linear.weight",
+    ]
+    fp8 = cases(name, "fp8-current")
+    assert [(r["operand"], r["kind"]) for r in fp8["rows"]][2:5] == [
+        ("linear.weight", "data"),
+        ("linear.weight", "scale_inv"),
+        ("activation.input", "tensor"),
+    ]
+
+
+def test_control_without_the_basic_op_roles_the_sequential_takes_the_grouped_mlps(
+    monkeypatch: pytest.MonkeyPatch, cases: Callable[..., dict[str, Any]]
+) -> None:
+    """Without the entries for BasicLinear and the activations, their saves take the grouped MLP's
+    activation roles (the classifier's fallback, te-internals §2.4), and the checks say so."""
+    for op in ("BasicLinear", "_ActivationOperation", "SwiGLU", "ClampedSwiGLU"):
+        monkeypatch.delitem(roles.OP_SAVES, op)
+    case = run("Sequential(GELU)", "fp8-current")
+    assert {r["operand"] for r in case["rows"]} == {"activation.activation_in", "activation.scales"}
+    assert any("carries a grouped-MLP role: activation.scales" in p for p in problems("Sequential(GELU)", case))
+    assert case["totals"] == cases("Sequential(GELU)", "fp8-current")["totals"]
+
+
+@pytest.mark.parametrize("recipe", ["fp8-delayed", "mxfp8", "fp8-block", "nvfp4"])
+def test_a_fused_sequential_names_every_row_under_the_other_recipes(
+    recipe: str, cases: Callable[..., dict[str, Any]]
+) -> None:
+    case = cases("Sequential(GELU)", recipe)
+    assert case["rows"] and problems("Sequential(GELU)", case) == []
+    assert {r["operand"] for r in case["rows"]} == {"linear.input", "linear.weight", "activation.input"}
