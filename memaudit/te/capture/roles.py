@@ -2,11 +2,13 @@
 
 The grouped MLP's (fc1.input, fc1.weight[g], activation.scales, ...): the fuser's one save, for the
 fused op (te-internals §2.1) and the unfused ops (§2.4). TE's other modules (te-internals §12): the
-norm ops' entries inside a fuser (``input``, ``mu``, ``rsigma``) and the autograd Functions of
-``te.Linear`` and ``te.LayerNormLinear`` (``input``, ``weight``, ``weight_param``, ``bias``,
-``ln_weight``, ``ln_out``, ``mu``, ``rsigma``), each by the class that saved it and TE's save
-order in that class. ``memaudit.te.capture.classify`` reads the storage objects; this module names
-what they are. Imports nothing of TE (it reads class names and modules)."""
+norm ops' entries inside a fuser (``input``, ``mu``, ``rsigma``), the other ``te.ops`` basic ops'
+(``linear.input``, ``linear.weight``, ``activation.input``) and the autograd Functions of
+``te.Linear``, ``te.LayerNormLinear`` and ``te.LayerNormMLP`` (``input``, ``weight``,
+``weight_param``, ``bias``, ``ln_weight``, ``ln_out``, ``mu``, ``rsigma``, ``fc1_out``,
+``act_out``, ...), each by the class that saved it and TE's save order in that class.
+``memaudit.te.capture.classify`` reads the storage objects; this module names what they are.
+Imports nothing of TE (it reads class names and modules)."""
 
 from __future__ import annotations
 
@@ -225,9 +227,16 @@ def fused_layout(basic_ops: list[Any], ctxs: list[Any]) -> Callable[[int], list[
 OP_SAVES: dict[str, tuple[str, ...]] = {
     "LayerNorm": ("input", "mu", "rsigma"),  # ops/basic/layer_norm.py:228 (te-internals §12.2)
     "RMSNorm": ("input", "rsigma"),  # ops/basic/rmsnorm.py:209 (te-internals §12.2)
+    # ops/basic/basic_linear.py:1053, and its fused forwards through its ctx (te-internals §12.5)
+    "BasicLinear": ("linear.input", "linear.weight"),
+    "_ActivationOperation": ("activation.input",),  # ops/basic/activation.py:121: GELU, ReLU, GEGLU, ...
+    "SwiGLU": ("activation.input",),  # ops/basic/swiglu.py:157 (and SiTUGLU, its subclass)
+    "ClampedSwiGLU": ("activation.input",),  # ops/basic/swiglu.py:401
 }
 """A ``te.ops`` basic op's class (in ``transformer_engine.pytorch.ops.basic``) -> its
-``ctx.save_for_backward`` entries, in order. ``te.LayerNorm`` and ``te.RMSNorm`` subclass them."""
+``ctx.save_for_backward`` entries, in order. ``te.LayerNorm`` and ``te.RMSNorm`` subclass the norm
+ops. The grouped MLP's ops (``GroupedLinear``, the scaled activations ``ScaledSwiGLU``, ...) are
+not here: their roles are the grouped MLP's (te-internals §2.1, §2.4)."""
 
 OPS_MODULE = "transformer_engine.pytorch.ops.basic."
 
@@ -236,12 +245,31 @@ FUNCTION_SAVES: dict[str, tuple[str, ...]] = {
     "_Linear": ("input", "weight", "weight_param", "bias"),
     # module/layernorm_linear.py:526-536 (te-internals §12.3)
     "_LayerNormLinear": ("input", "weight", "weight_param", "bias", "ln_weight", "ln_out", "mu", "rsigma"),
+    # module/layernorm_mlp.py:807-824 (te-internals §12.4)
+    "_LayerNormMLP": (
+        "input",
+        "ln_weight",
+        "ln_out",
+        "fc1_weight",
+        "fc1_weight_param",
+        "fc1_bias",
+        "fc1_out",
+        "fc1_out_without_bias",
+        "act_out",
+        "fc2_weight",
+        "fc2_weight_param",
+        "fc2_bias",
+        "mu",
+        "rsigma",
+    ),
 }
 """A TE autograd Function's class (in ``transformer_engine.pytorch.module``) -> the entries it passes
 to ``prepare_for_saving`` before its one ``ctx.save_for_backward``, in order."""
 
 FUNCTION_CTX: dict[str, dict[str, str]] = {
     "_LayerNormLinear": {"ctx.weight": "weight_param"},  # layernorm_linear.py:565 (te-internals §12.3)
+    # layernorm_mlp.py:870-871 (te-internals §12.4)
+    "_LayerNormMLP": {"ctx.fc1_weight": "fc1_weight_param", "ctx.fc2_weight": "fc2_weight_param"},
 }
 """Tensors such a Function keeps as plain ``ctx`` attributes (found by the graph walk), by attribute."""
 

@@ -419,6 +419,40 @@ def scaled_swiglu(input: torch.Tensor, act_scales: torch.Tensor, quantizer: Any,
     return empty_quantized(quantizer, shape, input.dtype, input.device)
 
 
+def activation(input: torch.Tensor, quantizer: Any, *args: Any, shape_divisor: int = 1) -> Any:  # noqa: A002 - TE's name
+    """``tex.gelu`` and the other unscaled activations (csrc/extensions/activation.cpp:17-126,
+    ``activation_helper``): the output is the quantizer's ``create_tensor`` (a plain tensor for
+    no quantizer, ``NoneQuantizer``, quantizer.cpp:225-233) of the input's shape with the last
+    dim divided by ``shape_divisor`` (:29-32; 2 for the gated ones, :243-346), in the input's
+    dtype. The unfused path's high-precision scratch (:58-68) does not outlive the call."""
+    shape = (*input.shape[:-1], input.shape[-1] // shape_divisor)
+    if quantizer is None:
+        return torch.empty(shape, dtype=input.dtype, device=input.device)
+    return empty_quantized(quantizer, shape, input.dtype, input.device)
+
+
+def dactivation(grad: torch.Tensor, input: torch.Tensor, quantizer: Any, *args: Any) -> Any:  # noqa: A002 - TE's name
+    """``tex.dgelu`` and the other unscaled activation backwards (activation.cpp:128-239,
+    ``dactivation_helper``): ``grad_input`` is the quantizer's ``create_tensor`` of the input's
+    shape in its dtype (:141-145)."""
+    if quantizer is None:
+        return torch.empty(tuple(input.shape), dtype=input.dtype, device=input.device)
+    return empty_quantized(quantizer, input.shape, input.dtype, input.device)
+
+
+def _gated(*args: Any) -> Any:
+    """The gated activations (``glu``, ``geglu``, ``swiglu``, ...): last dim halved
+    (activation.cpp:251-346, ``shape_divisor`` 2)."""
+    return activation(*args[:2], shape_divisor=2)
+
+
+ACTIVATIONS = ("gelu", "qgelu", "relu", "srelu", "silu")
+"""Unscaled activations whose output has the input's shape (activation.cpp:243-322)."""
+GATED_ACTIVATIONS = ("glu", "geglu", "qgeglu", "reglu", "sreglu", "swiglu", "situglu", "clamped_swiglu")
+"""Gated activations whose output halves the last dim (activation.cpp:251-346); the last one's
+backward is ``clamped_dswiglu`` (:348-351), the others' ``d`` + name."""
+
+
 def scaled_dactivation(
     grad: torch.Tensor,
     input: torch.Tensor,
@@ -655,6 +689,10 @@ STANDINS: dict[str, Callable[..., Any]] = {
     "split_quantize": split_quantize,
     "splits_to_offsets_multi": splits_to_offsets_multi,
     "scaled_swiglu": scaled_swiglu,
+    **{name: activation for name in ACTIVATIONS},
+    **{name: _gated for name in GATED_ACTIVATIONS},
+    **{f"d{name}": dactivation for name in (*ACTIVATIONS, *GATED_ACTIVATIONS[:-1])},
+    "clamped_dswiglu": dactivation,
     "scaled_dswiglu": scaled_dactivation,
     "scaled_clamped_dswiglu": scaled_dactivation,
     "scaled_dsrelu": scaled_dactivation,
