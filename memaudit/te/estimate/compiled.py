@@ -281,6 +281,7 @@ def _row_template(index: int, b: Any, storage: str | None, container_index: int 
         "source": None,
         "read": None,
         "read_by": None,
+        "cached": None,
     }
 
 
