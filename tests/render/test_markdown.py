@@ -407,3 +407,14 @@ def test_a_leading_marker_is_escaped_so_that_it_shows_as_written(text: str, show
 
     html = MarkdownIt("commonmark").enable("table").render(md_escape(text)).strip()
     assert html == f"<p>{shown}</p>", html
+
+
+def test_the_footer_names_the_machine_an_emulation_ran_on() -> None:
+    """An emulated answer says where it ran (``emulation.machine["host"]``): fake CUDA is not a GPU."""
+    from pathlib import Path
+
+    from memaudit.report import load_report
+
+    report = load_report(Path(__file__).resolve().parents[2] / "reports" / "baseline" / "cpu-te-emulated.json")
+    assert {c.emulation.host() for c in report.cases if c.emulation is not None} == {"no GPU (fake CUDA)"}
+    assert "cases emulated sm100 on no GPU (fake CUDA) (TE&#39;s real Python" in render_markdown(report, None, name="x")
