@@ -57,8 +57,10 @@ def test_plain_models_both_methods_agree_and_keep_nothing_unread(model: str) -> 
     assert case.unread is not None and case.unread.methods == ["observed", "poisoned"], case.unread
     assert case.totals.unread_bytes == 0, [(r.operand, r.read, r.bytes) for r in case.rows if r.read == "unread"]
     unread = [r for r in case.rows if r.read == "unread"]
-    # What is unread is parameter memory a backward op receives only for its shape (alive anyway).
-    assert all(r.is_parameter for r in unread), [(r.operand, r.bytes) for r in unread]
+    # What is unread is parameter memory a backward op receives only for its shape (alive anyway),
+    # or an empty tensor, which holds nothing to read (torch 2.11's non-reentrant checkpoint saves a
+    # 0-element placeholder as the first of its inputs; measured on an H100, reports/h100/round4/).
+    assert all(r.is_parameter or 0 in r.shape for r in unread), [(r.operand, r.bytes, r.shape) for r in unread]
 
 
 def test_the_cpu_lstm_disagreement_is_named() -> None:
