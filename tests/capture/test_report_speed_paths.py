@@ -304,26 +304,30 @@ def _totals_by_definition(rows: list[Row], freed: list[Row]) -> dict[str, int]:
     """The totals as docs/guides/budgets define them, one rule at a time (the reference for compute_totals)."""
     device = {r.storage: r.storage_bytes for r in rows if r.resides == "device" and r.storage is not None}
     params = {r.storage for r in rows if r.resides == "device" and r.storage is not None and r.is_parameter}
+    cached = {r.storage for r in rows if r.resides == "device" and r.storage is not None and r.cached} - params
+    apart = params | cached
     outputs = {r.storage for r in rows if r.resides == "device" and r.storage is not None and r.aliases_output}
     hooked = {r.storage for r in rows if r.resides == "device" and r.storage is not None and r.via != "ctx"}
     host = {r.storage: r.storage_bytes for r in rows if r.resides == "host" and r.storage is not None}
     physical, param = sum(device.values()), sum(device[s] for s in params)
+    cache = sum(device[s] for s in cached)
     return {
         "rows": len(rows),
         "logical_bytes": sum(r.bytes for r in rows),
         "physical_bytes": physical,
         "parameter_bytes": param,
-        "saved_bytes": physical - param,
+        "saved_bytes": physical - param - cache,
+        "cached_bytes": cache,
         "host_bytes": sum(host.values()) + sum(r.bytes for r in rows if r.resides == "host" and r.storage is None),
         "unknown_bytes": sum(r.bytes for r in rows if r.resides == "unknown"),
-        "output_bytes": sum(device[s] for s in outputs - params),
-        "ctx_bytes": sum(b for s, b in device.items() if s not in hooked and s not in params),
+        "output_bytes": sum(device[s] for s in outputs - apart),
+        "ctx_bytes": sum(b for s, b in device.items() if s not in hooked and s not in apart),
         "freed_rows": len(freed),
         "freed_bytes": sum(r.bytes for r in freed),
         "unread_bytes": None
         if all(r.read is None for r in rows)
         else sum(
-            b for s, b in device.items() if s not in params and all(r.read == "unread" for r in rows if r.storage == s)
+            b for s, b in device.items() if s not in apart and all(r.read == "unread" for r in rows if r.storage == s)
         ),
     }
 
@@ -352,6 +356,7 @@ def test_compute_totals_matches_the_definition() -> None:
                     "aliases_output": rng.random() < 0.3,
                     "via": rng.choice(["hook", "ctx", "unhooked"]),
                     "read": rng.choice(["read", "unread", "unread", "unknown"]) if k % 4 >= 2 else None,
+                    "cached": rng.choice([None, None, None, "fp8 weight cache of fc1"]),
                 }
             )
             for i in range(rng.randrange(0, 12))

@@ -446,6 +446,19 @@ def _gated(*args: Any) -> Any:
     return activation(*args[:2], shape_divisor=2)
 
 
+def clamped_swiglu(input: torch.Tensor, quantizer: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A002
+    """``tex.clamped_swiglu`` (activation.cpp:340-346): as the gated activations, last dim halved;
+    ``limit`` and ``alpha`` (by keyword in TE 2.14, by position later, with more options) change
+    values only."""
+    return activation(input, quantizer, shape_divisor=2)
+
+
+def clamped_dswiglu(grad: torch.Tensor, input: torch.Tensor, quantizer: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A002
+    """``tex.clamped_dswiglu`` (activation.cpp:348-351): as ``dactivation``; ``limit``, ``alpha`` and
+    the later options change values only."""
+    return dactivation(grad, input, quantizer)
+
+
 ACTIVATIONS = ("gelu", "qgelu", "relu", "srelu", "silu")
 """Unscaled activations whose output has the input's shape (activation.cpp:243-322)."""
 GATED_ACTIVATIONS = ("glu", "geglu", "qgeglu", "reglu", "sreglu", "swiglu", "situglu", "clamped_swiglu")
@@ -690,9 +703,10 @@ STANDINS: dict[str, Callable[..., Any]] = {
     "splits_to_offsets_multi": splits_to_offsets_multi,
     "scaled_swiglu": scaled_swiglu,
     **{name: activation for name in ACTIVATIONS},
-    **{name: _gated for name in GATED_ACTIVATIONS},
+    **{name: _gated for name in GATED_ACTIVATIONS[:-1]},
+    "clamped_swiglu": clamped_swiglu,
     **{f"d{name}": dactivation for name in (*ACTIVATIONS, *GATED_ACTIVATIONS[:-1])},
-    "clamped_dswiglu": dactivation,
+    "clamped_dswiglu": clamped_dswiglu,
     "scaled_dswiglu": scaled_dactivation,
     "scaled_clamped_dswiglu": scaled_dactivation,
     "scaled_dsrelu": scaled_dactivation,
