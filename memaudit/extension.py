@@ -110,25 +110,32 @@ class Extension:
         return self.library is not None and self.library in sys.modules
 
 
+def _guarded(what: str, load: Callable[[], Any]) -> Any:
+    """``load()``, with what it prints sent to stderr (never mixed with memaudit's output); a failure
+    or a ``sys.exit`` while loading is a UsageError naming ``what`` (a broken extension is bad input,
+    never memaudit's exit status)."""
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            return load()
+    except Terminated:
+        raise
+    except SystemExit as exc:
+        raise UsageError(f"{what} called sys.exit({exc.code!r}) while loading", key="extensions") from None
+    except Exception as exc:  # noqa: BLE001 - a broken extension package is bad input, named
+        raise UsageError(f"{what} does not load: {type(exc).__name__}: {exc}", key="extensions") from None
+
+
 @functools.cache
 def _load(ref: str, where: str) -> Any:
     module, _, name = ref.partition(":")
-    try:
-        with contextlib.redirect_stdout(sys.stderr):  # what it prints never mixes with memaudit's output
-            obj: Any = importlib.import_module(module)
-            for part in name.split("."):
-                obj = getattr(obj, part)
-    except Terminated:
-        raise
-    except SystemExit as exc:  # an extension's sys.exit is its failure, never memaudit's exit status
-        raise UsageError(
-            f"the extension {where}: {ref} called sys.exit({exc.code!r}) while loading", key="extensions"
-        ) from None
-    except Exception as exc:  # noqa: BLE001 - a broken extension package is bad input, named
-        raise UsageError(
-            f"the extension {where}: {ref} does not load: {type(exc).__name__}: {exc}", key="extensions"
-        ) from None
-    return obj
+
+    def load() -> Any:
+        obj: Any = importlib.import_module(module)
+        for part in name.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+    return _guarded(f"the extension {where}: {ref}", load)
 
 
 @functools.cache
@@ -138,19 +145,7 @@ def _scan(path: tuple[str, ...]) -> tuple[Extension, ...]:
     out = []
     for ep in eps:
         where = f"{ep.name} = {ep.value}" + (f" (package {ep.dist.name})" if ep.dist else "")
-        try:
-            with contextlib.redirect_stdout(sys.stderr):
-                ext = ep.load()
-        except Terminated:
-            raise
-        except SystemExit as exc:
-            raise UsageError(
-                f"the extension {where} called sys.exit({exc.code!r}) while loading", key="extensions"
-            ) from None
-        except Exception as exc:  # noqa: BLE001 - a broken extension package is bad input, named
-            raise UsageError(
-                f"the extension {where} does not load: {type(exc).__name__}: {exc}", key="extensions"
-            ) from None
+        ext = _guarded(f"the extension {where}", ep.load)
         if not _is_extension(ext):
             raise UsageError(
                 f"the extension {where} is a {type(ext).__name__}, not a memaudit.extension.Extension", key="extensions"
