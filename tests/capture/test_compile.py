@@ -201,8 +201,12 @@ def test_rows_saved_while_another_thread_compiles_name_their_module() -> None:
     calls = len(ys) + len(after)
     assert len(mine) == 2 * calls  # Linear keeps its input, Tanh its result: one each per call
     for op, prefix in (("AddmmBackward0", "0"), ("TanhBackward0", "1")):
-        names = sorted((r.module for r in mine if r.op == op), key=str)
-        assert names == sorted([prefix] + [f"{prefix}#{k}" for k in range(2, calls + 1)]), names
+        names = [r.module for r in mine if r.op == op]
+        assert all(n == prefix or str(n).startswith(prefix + "#") for n in names), names  # its own module
+        index = sorted(1 if n == prefix else int(str(n).split("#")[1]) for n in names)
+        assert len(set(index)) == calls, index  # every call its own index: none shared
+        # in order from 1; where the compile ended, one call index may go unused (docs/guides/capture.md)
+        assert index[0] == 1 and index[-1] <= calls + 1, index
     assert not any("while torch.compile compiled in another" in w for w in case.warnings), case.warnings
 
 
