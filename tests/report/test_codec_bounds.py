@@ -1,7 +1,7 @@
 """The report reader's boundaries, each on both sides: what `memaudit schema` and the reader accept.
 
 Each test kills a survivor of ``bench/mutation/mutate.py`` on ``report/codec.py``
-(reports/bench/mutation-split.md): a bound moved by one, or an ``and`` made ``or``.
+(reports/bench/mutation.md): a bound moved by one, or an ``and`` made ``or``.
 """
 
 from __future__ import annotations
