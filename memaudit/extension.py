@@ -71,7 +71,8 @@ class Emulator(Protocol):
         """The emulation, entered around the test body in this process."""
 
     def call_in_child(self, arch: str, body: Callable[[], Any]) -> Any:
-        """``body()`` under the emulation in a child process; its result (raises :class:`EmulationFailed`)."""
+        """``body()`` in a child process on the emulated machine's host (the body enters
+        :meth:`emulated` where it needs it); its result (raises :class:`EmulationFailed`)."""
 
 
 @dataclass(frozen=True, eq=False)

@@ -370,7 +370,8 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     kwargs = {k: v for k, v in pyfuncitem.funcargs.items() if k in params}
 
     def body() -> dict[str, Any]:
-        pyfuncitem.obj(**kwargs)
+        with emu.emulated(arch):  # the test body only: its capture is read back outside the emulation
+            pyfuncitem.obj(**kwargs)
         if cap is None:
             return {}
         nodeid = pyfuncitem.nodeid

@@ -32,13 +32,8 @@ class TEEmulator:
 
     def call_in_child(self, arch: str, body: Callable[[], Any]) -> Any:
         from memaudit.te.emulate.host import call_in_child
-        from memaudit.te.emulate.run import emulated
 
-        def under() -> Any:
-            with emulated(arch):
-                return body()
-
-        return call_in_child(arch, under)
+        return call_in_child(arch, body)
 
 
 EMULATOR = TEEmulator()
