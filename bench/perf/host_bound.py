@@ -43,7 +43,6 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-VARIANTS = ("bare", "floor", "capture(modules=False)", "capture()")
 HF_MODELS = ("mixtral", "qwen3-moe", "olmoe")
 TE_CASES = ("te-small-bf16", "te-small-fp8-current", "te-production-bf16", "te-production-fp8-current")
 
@@ -179,7 +178,26 @@ def variants(step: Callable[[], None]) -> dict[str, Callable[[], None]]:
         with capture() as cap:
             step(cap) if labels else step()  # type: ignore[call-arg]
 
-    return {"bare": step, "floor": floor, "capture(modules=False)": unnamed, "capture()": full}
+    from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+    def floor_hooks() -> None:
+        """The floor plus two global module hooks that do nothing: what any audit that names modules
+        by torch's global hooks pays at least (every module call takes torch's slow path)."""
+        pre = register_module_forward_pre_hook(lambda m, a: None)
+        post = register_module_forward_hook(lambda m, a, o: None)
+        try:
+            floor()
+        finally:
+            pre.remove()
+            post.remove()
+
+    return {
+        "bare": step,
+        "floor": floor,
+        "floor + no-op module hooks": floor_hooks,
+        "capture(modules=False)": unnamed,
+        "capture()": full,
+    }
 
 
 def empty_pairs(rounds: int) -> dict[str, float]:
@@ -265,6 +283,7 @@ def summarise(case: str, runs: list[dict[str, Any]], device: str) -> dict[str, A
         "capture_unnamed": spread(ratio("capture(modules=False)", "bare")),
         "capture_over_floor": spread(ratio("capture()", "floor")),
         "unnamed_over_floor": spread(ratio("capture(modules=False)", "floor")),
+        "hooks_over_floor": spread(ratio("floor + no-op module hooks", "floor")),
     }
     n = runs[0]["saved_tensors"]
     if n:
@@ -343,11 +362,13 @@ def markdown(result: dict[str, Any]) -> str:
         + ".",
         "",
         "Ratios to the bare step (floor, capture) and capture / floor: medians of each process's alternating "
-        "rounds, then the median over fresh processes [min, max]. The floor is a metadata-only hook pair.",
+        "rounds, then the median over fresh processes [min, max]. The floor is a metadata-only hook pair; "
+        "'no-op module hooks / floor' adds two global module hooks that do nothing (what naming modules by "
+        "torch's global hooks costs at least; a result without it was run before it was measured).",
         "",
         "| case | model | device | saved | bare ms | floor | capture() | capture() / floor | "
-        "capture(modules=False) / floor |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+        "capture(modules=False) / floor | no-op module hooks / floor |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
 
     def f(s: dict[str, float]) -> str:
@@ -356,7 +377,9 @@ def markdown(result: dict[str, Any]) -> str:
     for c in result["cases"]:
         lines.append(
             f"| {c['case']} | {c['model']} | {c['device']} | {c['saved_tensors']} | {c['bare_ms']['median']:.3f} | "
-            f"{f(c['floor'])} | {f(c['capture'])} | **{f(c['capture_over_floor'])}** | {f(c['unnamed_over_floor'])} |"
+            f"{f(c['floor'])} | {f(c['capture'])} | **{f(c['capture_over_floor'])}** | {f(c['unnamed_over_floor'])} | "
+            + (f(c["hooks_over_floor"]) if "hooks_over_floor" in c else "not run")
+            + " |"
         )
     for c in result["cases"]:
         if "us_per_saved_over_floor" in c:
@@ -389,6 +412,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--md", type=Path)
+    ap.add_argument("--profile", help="a case: cProfile of capture() rounds against bare rounds, per step (printed)")
     ap.add_argument("--combine", nargs="+", type=Path, help="JSON files of earlier runs: one report of their cases")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
@@ -402,6 +426,9 @@ def main() -> None:
             ap.error(f"--json/--md: folder {out.parent} does not exist")
     if args.combine:
         write(combine(args.combine), args.json, args.md)
+        return
+    if args.profile:
+        profile(args.profile, args.rounds or 20)
         return
     cases: list[str] = []
     if args.cases:
@@ -437,6 +464,42 @@ def main() -> None:
             flush=True,
         )
     write(result, args.json, args.md)
+
+
+def profile(case: str, steps: int) -> None:
+    """Where capture()'s time over the bare step goes: cProfile's own time per function, per step,
+    capture() rounds minus bare rounds (the functions whose time grew), and calls per step."""
+    import cProfile
+    import pstats
+
+    import torch
+
+    step, what = make_step(case)
+    vs = variants(step)
+    sync = torch.cuda.synchronize if torch.cuda.is_available() and case != "cpu" else (lambda: None)
+    stats = {}
+    for name in ("bare", "floor", "capture()"):
+        for _ in range(3):
+            vs[name]()
+        sync()
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(steps):
+            vs[name]()
+        sync()
+        prof.disable()
+        stats[name] = {k: (v[1], v[2]) for k, v in pstats.Stats(prof).stats.items()}  # type: ignore[attr-defined]
+    for base in ("bare", "floor"):
+        print(f"{what}: cProfile, per step, capture() minus {base}: own time (us), calls, function")
+        grown = []
+        for k, (calls, tt) in stats["capture()"].items():
+            bc, bt = stats[base].get(k, (0, 0.0))
+            grown.append(((tt - bt) / steps * 1e6, (calls - bc) / steps, k))
+        grown.sort(reverse=True)
+        for dt, dc, (file, line, fn) in grown[:40]:
+            print(f"  {dt:9.1f} us {dc:+8.1f}  {'/'.join(file.rsplit('/', 2)[-2:])}:{line} {fn}")
+    total = {n: sum(t for _, t in st.values()) / steps * 1e6 for n, st in stats.items()}
+    print("  totals per step under the profiler (us):", {k: round(v) for k, v in total.items()})
 
 
 def _shown(arg: str) -> str:
