@@ -66,6 +66,15 @@ def bf16_step() -> Callable[[], None]:
     return step
 
 
+def host_step() -> Callable[[], None]:
+    """The host-bound CPU model of ``bench/perf/host_bound.py``: 50 Linear+GELU blocks, 150 saved
+    tensors, 101 module calls a step."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from host_bound import cpu_step
+
+    return cpu_step()[0]
+
+
 def fp8_step() -> Callable[[], None] | None:
     try:
         import transformer_engine.pytorch  # noqa: F401
@@ -133,7 +142,24 @@ def variants(step: Callable[[], None]) -> dict[str, Callable[[], None]]:
         with capture():
             step()
 
-    return {"bare": step, "floor": floor, "capture(plugins=[], modules=False)": minimal, "capture()": full}
+    from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+    def floor_hooks() -> None:  # the floor and two global module hooks that do nothing
+        pre = register_module_forward_pre_hook(lambda m, a: None)
+        post = register_module_forward_hook(lambda m, a, o: None)
+        try:
+            floor()
+        finally:
+            pre.remove()
+            post.remove()
+
+    return {
+        "bare": step,
+        "floor": floor,
+        "floor + no-op module hooks": floor_hooks,
+        "capture(plugins=[], modules=False)": minimal,
+        "capture()": full,
+    }
 
 
 def measure(step: Callable[[], None], rounds: int) -> dict[str, Any]:
@@ -174,7 +200,7 @@ void dump(const char *name) { CALLGRIND_DUMP_STATS_AT(name); }
 def count_child(lib_path: str, steps: int) -> None:
     """Under callgrind: each variant's ``steps`` steps, counted between zero and dump requests."""
     lib = ctypes.CDLL(lib_path)
-    named = {"bf16": bf16_step(), "fp8": fp8_step()}
+    named = {"bf16": bf16_step(), "fp8": fp8_step(), "host": host_step()}
     runs: list[tuple[str, Callable[[], None]]] = []
     for name, step in named.items():
         if step is None:
@@ -282,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         gc.collect()
         out = {"rounds": args.rounds, "clock": "thread_time", "torch": torch.__version__}
-        steps = {"bf16": bf16_step(), "fp8": fp8_step()}
+        steps = {"bf16": bf16_step(), "fp8": fp8_step(), "host": host_step()}
         for name, step in steps.items():
             if step is None:
                 out[name] = None
