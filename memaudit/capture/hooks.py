@@ -380,8 +380,9 @@ class Layer:
         self.hook = hook
         self.expand = expand
         self.state = _local.state
-        self.orphaned = False
-        """Its capture was exited in another thread: the next capture entered here pops it."""
+        self.orphaned: Callable[[], None] | None = None
+        """Set when its capture was exited in another thread: the next capture entered here pops the
+        layer and calls it (ending that capture's region in this thread)."""
         self.on_release = None
         for cap in recorders:  # no list is built in the usual case (no capture tracks the peak)
             if cap.track_peak:

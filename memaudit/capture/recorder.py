@@ -17,7 +17,7 @@ import threading
 import warnings as _warnings
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -119,6 +119,17 @@ def _probe_sequence_nr() -> int | None:
 
 _next_seq: Any = _peek_sequence_nr if _peek_sequence_nr is not None else _probe_sequence_nr
 """What entering and leaving a capture call: torch's counter itself where it has one."""
+
+
+def _ender(region: list[int | None] | None) -> Callable[[], None]:
+    """What ends ``region`` when called in the thread that opened it (the one whose sequence numbers
+    it holds)."""
+
+    def end() -> None:
+        if region is not None and region[1] is None:
+            region[1] = _next_seq()
+
+    return end
 
 
 def _current_task() -> Any:
@@ -275,17 +286,19 @@ class Capture:
 
     def _abandon(self, tid: int) -> None:
         """Exited in another thread than ``tid``, the one that entered: stop recording and give back
-        the global module hooks it holds there; its pair cannot be popped from here."""
+        the global module hooks it holds there. Its pair cannot be popped from here, nor its region
+        ended (sequence numbers are per thread): the next capture entered in ``tid`` pops the pair and
+        ends the region there."""
         layers = self._layers.get(tid) or []
         held = self._held.get(tid) or []
+        regions = [region for region in self._regions.get(tid, []) if region[1] is None]  # one per layer
         while layers:
             layer = layers.pop()
-            layer.orphaned = True  # popped by the next capture entered in that thread
+            layer.orphaned = _ender(regions.pop() if regions else None)
             st = layer.state
             if self in st.captures:
                 st.captures.remove(self)
             self._undo_counts(st, held)
-        self._close_region(tid)
 
     def _undo_counts(self, st: hooks.ThreadState, held: list[bool] | None) -> None:
         """Take back what one push added to a thread's state: its counts and its hold on the global

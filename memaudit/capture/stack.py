@@ -354,8 +354,9 @@ def push_capture(cap: Capture) -> Layer:
         modules.reset(st)
     top = _autograd_c._top_saved_tensors_default_hooks(False)
     below = layer_of(top[0]) if top is not None else None
-    while below is not None and below.orphaned:  # a capture exited in another thread left it: pop it now
+    while below is not None and below.orphaned is not None:  # a capture exited in another thread left it: pop it now
         _original_pop()
+        below.orphaned()
         top = _autograd_c._top_saved_tensors_default_hooks(False)
         below = layer_of(top[0]) if top is not None else None
     if below is not None:  # a nested capture: share the pair below's delegate, record into both

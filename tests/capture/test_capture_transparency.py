@@ -702,6 +702,65 @@ def test_a_capture_exited_in_another_thread_says_so_and_stops() -> None:
     torch.func.grad(lambda t: t.sin().sum())(torch.randn(3))  # no pair left: torch.func runs
 
 
+def _exit_in_another_thread(cap: Capture) -> None:
+    errors: list[BaseException] = []
+
+    def leave() -> None:
+        try:
+            cap.__exit__(None, None, None)
+        except RuntimeError as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=leave)
+    t.start()
+    t.join()
+    assert len(errors) == 1 and "exited in thread" in str(errors[0])
+
+
+def _push_unseen_pair() -> None:
+    """A pair pushed from C++ (not through ``saved_tensors_hooks``): memaudit cannot see what it saves."""
+    torch._C._autograd._push_saved_tensors_default_hooks(lambda t: t.clone(), lambda t: t)
+
+
+def test_a_capture_exited_in_another_thread_still_reads_its_own_region() -> None:
+    """Sequence numbers are per thread: the region of the thread that entered ends in that thread, not
+    at the exiting thread's count, so a save no hook saw inside the capture still makes it incomplete."""
+    lin, x = setup()
+    lin(x).tanh()  # this thread's sequence numbers are past those of a new thread
+    cap = capture()
+    cap.__enter__()
+    y = lin(x).tanh()
+    _push_unseen_pair()
+    try:
+        w = lin(x).exp()
+    finally:
+        torch._C._autograd._pop_saved_tensors_default_hooks()
+    _exit_in_another_thread(cap)
+    case = cap.report(outputs=[y, w])
+    assert not case.complete
+    assert {r.op for r in case.rows if r.via == "unhooked"} == {"AddmmBackward0", "ExpBackward0"}
+    assert sum(r.via == "hook" for r in case.rows) == 2  # y's: addmm's input and tanh's result
+    with capture():  # pops the pair left behind
+        pass
+
+
+def test_a_graph_made_after_a_capture_exited_in_another_thread_is_not_the_captures() -> None:
+    """The next capture entered in the thread that entered it pops the pair left behind and ends its
+    region there: what that thread saves later, without hooks, is not the capture's."""
+    lin, x = setup()
+    lin(x).tanh()
+    cap = capture()
+    cap.__enter__()
+    y = lin(x).tanh()
+    _exit_in_another_thread(cap)
+    with capture():
+        pass
+    z = lin(x).exp()  # no pair now: saved without hooks, after the capture
+    case = cap.report(outputs=[y, z])
+    assert case.complete, case.warnings
+    assert [r.via for r in case.rows] == ["hook", "hook"]
+
+
 def test_pool_thread_unattached_saves_are_unhooked_rows() -> None:
     truth = _thread_truth()
     pool = Pool()

@@ -132,6 +132,60 @@ def test_report_without_outputs_walks_from_what_was_recorded_not_the_heap(monkey
         assert all(r.op for r in case.rows)
 
 
+def _count_scans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    scans: list[int] = []
+    scan = rec_mod._live_graph_tensors
+    monkeypatch.setattr(rec_mod, "_live_graph_tensors", lambda: scans.append(1) or scan())
+    return scans
+
+
+class _Head(torch.nn.Module):
+    """A module whose own op follows its child's: exp saves its result, and no record's graph reaches it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x).exp()
+
+
+def test_report_without_outputs_starts_from_what_the_root_module_returned(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The root call's outputs reach the root module's own ops: no heap scan, the rows outputs give."""
+    scans = _count_scans(monkeypatch)
+    m, x = _Head(), torch.randn(2, 4)
+    with capture() as cap:
+        y = m(x)
+    without = cap.report()
+    assert scans == []
+    assert ("ExpBackward0", "_saved_result") in [(r.op, r.saved_as) for r in without.rows]
+    assert [(r.op, r.saved_as, r.module) for r in without.rows] == [
+        (r.op, r.saved_as, r.module) for r in cap.report(outputs=y).rows
+    ]
+
+
+def test_a_second_report_without_outputs_starts_from_what_the_heap_scan_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The live tensors a heap scan found are where later reports start too: a save no hook saw (a
+    pair pushed from C++), reached only from such a tensor, is found again with no second scan, and
+    the case stays incomplete."""
+    scans = _count_scans(monkeypatch)
+    a, b = torch.randn(4, requires_grad=True), torch.randn(4, requires_grad=True)
+    with capture() as cap:
+        z = (a * b).exp()  # exp saves its result, mul two leaves: no record reaches a node
+        torch._C._autograd._push_saved_tensors_default_hooks(lambda t: t.clone(), lambda t: t)
+        try:
+            w = z.sin()  # what sin saves is hidden from memaudit: only w's graph reaches it
+        finally:
+            torch._C._autograd._pop_saved_tensors_default_hooks()
+    first = cap.report()
+    again = cap.report()
+    assert scans == [1]
+    for case in (first, again):
+        assert [(r.op, r.via) for r in case.rows if r.via != "hook"] == [("SinBackward0", "unhooked")]
+        assert not case.complete
+    assert w.grad_fn is not None
+
+
 class _Fn(torch.autograd.Function):
     """A Python node: saved_tensors (one of them None) and a ctx attribute."""
 

@@ -21,7 +21,7 @@ from memaudit.judge.integrity import case_problem
 from memaudit.ranks import DistRun, RankInfo, coords_key, coords_of, info_problem, rank_of, summarize
 from memaudit.render.markdown import render_markdown
 from memaudit.render.ranks import rank_views, ranks_tables
-from memaudit.report import Report, validate_report
+from memaudit.report import Report, compute_totals, replace_row, validate_report
 from memaudit.runner import run_matrix
 from memaudit.spec import CaseSpec
 from memaudit.targets.registry import get_target
@@ -195,23 +195,40 @@ def test_replicas_that_differ_are_reported(monkeypatch, tests_on_path) -> None:
     assert differing_replicas(merged)[0].startswith("dist_factory:rank1_saves_more/")
 
 
-def test_worst_rank_gate(dp_ranks) -> None:
-    base = merge_reports(dp_ranks)
+def _grow_worst_rank(base: Report, nbytes: int) -> Report:
+    """``base`` with rank 1's first saved storage ``nbytes`` larger (its worst rank now)."""
     cur = copy.deepcopy(base)
     grown = cur.cases[1]
-    rows = list(grown.rows)
-    from memaudit.report import compute_totals, replace_row
-
-    first = next(i for i, r in enumerate(rows) if not r.is_parameter and r.storage is not None)
-    old = rows[first]
-    rows = [replace_row(r, storage_bytes=r.storage_bytes + 2) if r.storage == old.storage else r for r in rows]
+    storage = next(r.storage for r in grown.rows if not r.is_parameter and r.storage is not None)
+    rows = [replace_row(r, storage_bytes=r.storage_bytes + nbytes) if r.storage == storage else r for r in grown.rows]
     grown.rows = rows
     grown.totals = compute_totals(rows, grown.freed)
     cur.dist = DistRun(2, base.dist.planned, summary=summarize(cur.cases, base.dist.planned, 2))
-    cmp = compare_reports(base, cur)
+    return cur
+
+
+def test_worst_rank_gate(dp_ranks) -> None:
+    base = merge_reports(dp_ranks)
+    cmp = compare_reports(base, _grow_worst_rank(base, 2))
     worst = [f for f in cmp.findings if f.metric == "worst_rank"]
-    assert len(worst) == 1 and worst[0].failing and worst[0].case == grown.id
+    assert len(worst) == 1 and worst[0].failing and worst[0].case == base.cases[1].id
     assert "rank 0 (dp0)" in worst[0].text and "rank 1 (dp1)" in worst[0].text and "+2 B" in worst[0].text
+
+
+def test_a_worst_rank_grown_by_one_byte_is_worse(dp_ranks) -> None:
+    base = merge_reports(dp_ranks)
+    worst = [f for f in compare_reports(base, _grow_worst_rank(base, 1)).findings if f.metric == "worst_rank"]
+    assert len(worst) == 1 and worst[0].failing and worst[0].direction == "worse" and "+1 B" in worst[0].text
+
+
+def test_the_worst_rank_gate_is_silent_where_the_worst_rank_is_unchanged_or_new(dp_ranks) -> None:
+    """The same worst rank on both sides is no finding; a distributed case the baseline lacks has no
+    worst rank to compare with (it is a new case)."""
+    base = merge_reports(dp_ranks)
+    assert not [f for f in compare_reports(base, copy.deepcopy(base)).findings if f.metric == "worst_rank"]
+    before = Report(cases=[], environment=base.environment)
+    cmp = compare_reports(before, base)
+    assert not [f for f in cmp.findings if f.metric == "worst_rank"]
 
 
 # ---- rendering -------------------------------------------------------------------------------------

@@ -322,6 +322,14 @@ def test_the_gate_says_when_one_side_was_not_analysed() -> None:
     assert not _unread_findings(plain, plain)
 
 
+def test_one_unread_byte_against_a_baseline_not_analysed_fails() -> None:
+    """Any unread byte now, where the baseline cannot say how many there were, could be growth."""
+    one = _report({i: ("read", "aten.mm") for i in range(8)})
+    _case(one).totals = dataclasses.replace(_case(one).totals, unread_bytes=1)  # the gate reads the total
+    [f] = _unread_findings(_report(None), one)
+    assert f.failing and f.direction == "worse" and "the gate cannot tell whether it grew" in f.text
+
+
 def test_compare_cli_exits_1_on_unread_growth(tmp_path: Path) -> None:
     more = dict(VERDICTS)
     more[3] = ("unread", None)

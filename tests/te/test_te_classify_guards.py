@@ -179,6 +179,28 @@ def test_tes_cpu_offload_rows_reside_on_the_host() -> None:
     assert case.complete and case.totals.host_bytes == 32
 
 
+class _UsersOwnOffload(_OffloadSynchronizer):
+    """The same pair bound to an object of another library: not TE's offload, whatever it returns."""
+
+
+_UsersOwnOffload.__module__ = "my_training.offload"
+
+
+def test_a_pair_bound_to_another_librarys_object_is_not_tes_offload() -> None:
+    """Only a bound method of an object from TE's cpu_offload module is TE's offload: the int another
+    library's pair returns says nothing about where the tensor went."""
+    assert tec._offload_hook_kind(_OffloadSynchronizer().push_tensor) == "te-offload"
+    assert tec._offload_hook_kind(_UsersOwnOffload().push_tensor) is None
+    assert tec._offload_hook_kind(lambda t: t) is None
+    sync = _UsersOwnOffload()
+    x = torch.randn(8, requires_grad=True)
+    with capture() as cap, torch.autograd.graph.saved_tensors_hooks(sync.push_tensor, sync.pop_tensor):
+        y = x.sin().sum()
+    case = cap.report(outputs=y)
+    assert [(r.shape, r.resides) for r in case.rows] == [([8], "unknown")]
+    assert not case.complete and case.totals.host_bytes == 0
+
+
 class GroupedLinear(SimpleNamespace):
     pass
 
@@ -298,3 +320,31 @@ def test_an_unknown_buffer_of_a_tensor_saved_whole_is_warned_in_the_capture() ->
     case = cap.report(outputs=y)
     assert [(r.slot, r.kind) for r in case.rows][-1] == ("_novel", "tensor")
     assert case.warnings == ["unknown TE buffer NovelMXFP8Tensor._novel: classified as kind 'tensor'"]
+
+
+class _LinearNode(SimpleNamespace):
+    def _sequence_nr(self) -> int:
+        return 11
+
+
+_Linear = type("_Linear", (), {"__module__": "transformer_engine.pytorch.module.linear"})
+
+
+class _Unreadable:
+    """An object TE's ``prepare_for_saving`` met that memaudit cannot count the buffers of: it declares
+    none, and this thread never saw it decomposed."""
+
+
+def test_an_entry_whose_buffers_memaudit_cannot_count_is_taken_as_one_saved_tensor() -> None:
+    """te.Linear's Function saves (input, weight, weight_param, bias): with its first entry an object
+    memaudit knows nothing of, the rows after it keep their own roles."""
+    node = _LinearNode(_forward_cls=_Linear, tensor_objects=[_Unreadable(), None, None, None])
+    rows = [_row(i, "tensor", op="_LinearBackward") for i in range(4)]
+    cap = SimpleNamespace(
+        walk_nodes=[node],
+        walk_row_nodes={i: 11 for i in range(4)},
+        row_storages=dict,
+        modules_called=list,
+    )
+    out = tec.TEClassifier().annotate(rows, cap)  # type: ignore[arg-type]
+    assert [r.operand for r in out] == ["input", "weight", "weight_param", "bias"]
