@@ -153,10 +153,21 @@ def variants(step: Callable[[], None]) -> dict[str, Callable[[], None]]:
             pre.remove()
             post.remove()
 
+    def floor_hooks_as_memaudit() -> None:  # the same, registered as memaudit registers its own
+        pre = register_module_forward_pre_hook(lambda m, a: None)
+        post = register_module_forward_hook(lambda m, a, k, o: None, with_kwargs=True, always_call=True)
+        try:
+            floor()
+        finally:
+            pre.remove()
+            post.remove()
+            torch.nn.modules.module._global_forward_hooks_with_kwargs.pop(post.id, None)
+
     return {
         "bare": step,
         "floor": floor,
         "floor + no-op module hooks": floor_hooks,
+        "floor + no-op module hooks (kwargs, always called)": floor_hooks_as_memaudit,
         "capture(plugins=[], modules=False)": minimal,
         "capture()": full,
     }
@@ -200,7 +211,9 @@ void dump(const char *name) { CALLGRIND_DUMP_STATS_AT(name); }
 def count_child(lib_path: str, steps: int) -> None:
     """Under callgrind: each variant's ``steps`` steps, counted between zero and dump requests."""
     lib = ctypes.CDLL(lib_path)
-    named = {"bf16": bf16_step(), "fp8": fp8_step(), "host": host_step()}
+    makers = {"bf16": bf16_step, "fp8": fp8_step, "host": host_step}
+    only = os.environ.get("HOT_PATH_STEPS")  # e.g. "host": count these steps only
+    named = {k: make() for k, make in makers.items() if not only or k in only.split(",")}
     runs: list[tuple[str, Callable[[], None]]] = []
     for name, step in named.items():
         if step is None:
