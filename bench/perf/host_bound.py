@@ -34,7 +34,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -178,18 +179,9 @@ def variants(step: Callable[[], None]) -> dict[str, Callable[[], None]]:
         with capture() as cap:
             step(cap) if labels else step()  # type: ignore[call-arg]
 
-    from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
-
     def floor_hooks() -> None:
-        """The floor plus two global module hooks that do nothing: what any audit that names modules
-        by torch's global hooks pays at least (every module call takes torch's slow path)."""
-        pre = register_module_forward_pre_hook(lambda m, a: None)
-        post = register_module_forward_hook(lambda m, a, o: None)
-        try:
+        with noop_module_hooks():
             floor()
-        finally:
-            pre.remove()
-            post.remove()
 
     return {
         "bare": step,
@@ -198,6 +190,27 @@ def variants(step: Callable[[], None]) -> dict[str, Callable[[], None]]:
         "capture(modules=False)": unnamed,
         "capture()": full,
     }
+
+
+@contextmanager
+def noop_module_hooks(as_memaudit: bool = False) -> Iterator[None]:
+    """Two global module hooks that do nothing: what any audit that names modules by torch's global
+    hooks pays at least (every module call takes torch's slow path). ``as_memaudit``: the forward
+    hook registered as memaudit registers its own (with keyword arguments, always called)."""
+    import torch
+    from torch.nn.modules import module as mm
+
+    pre = mm.register_module_forward_pre_hook(lambda m, a: None)
+    if as_memaudit:
+        post = mm.register_module_forward_hook(lambda m, a, k, o: None, with_kwargs=True, always_call=True)
+    else:
+        post = mm.register_module_forward_hook(lambda m, a, o: None)
+    try:
+        yield
+    finally:
+        pre.remove()
+        post.remove()
+        torch.nn.modules.module._global_forward_hooks_with_kwargs.pop(post.id, None)
 
 
 def empty_pairs(rounds: int) -> dict[str, float]:

@@ -44,8 +44,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _path in (ROOT, Path(__file__).resolve().parent):  # memaudit, and host_bound.py beside this file
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 import torch  # noqa: E402
 
@@ -69,7 +70,6 @@ def bf16_step() -> Callable[[], None]:
 def host_step() -> Callable[[], None]:
     """The host-bound CPU model of ``bench/perf/host_bound.py``: 50 Linear+GELU blocks, 150 saved
     tensors, 101 module calls a step."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from host_bound import cpu_step
 
     return cpu_step()[0]
@@ -142,26 +142,15 @@ def variants(step: Callable[[], None]) -> dict[str, Callable[[], None]]:
         with capture():
             step()
 
-    from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+    from host_bound import noop_module_hooks
 
     def floor_hooks() -> None:  # the floor and two global module hooks that do nothing
-        pre = register_module_forward_pre_hook(lambda m, a: None)
-        post = register_module_forward_hook(lambda m, a, o: None)
-        try:
+        with noop_module_hooks():
             floor()
-        finally:
-            pre.remove()
-            post.remove()
 
     def floor_hooks_as_memaudit() -> None:  # the same, registered as memaudit registers its own
-        pre = register_module_forward_pre_hook(lambda m, a: None)
-        post = register_module_forward_hook(lambda m, a, k, o: None, with_kwargs=True, always_call=True)
-        try:
+        with noop_module_hooks(as_memaudit=True):
             floor()
-        finally:
-            pre.remove()
-            post.remove()
-            torch.nn.modules.module._global_forward_hooks_with_kwargs.pop(post.id, None)
 
     return {
         "bare": step,

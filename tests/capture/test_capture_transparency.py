@@ -678,18 +678,7 @@ def test_a_capture_exited_in_another_thread_says_so_and_stops() -> None:
     hooks_before = (len(mm._global_forward_pre_hooks), len(mm._global_forward_hooks))
     cap = capture()
     cap.__enter__()
-    errors: list[BaseException] = []
-
-    def leave() -> None:
-        try:
-            cap.__exit__(None, None, None)
-        except RuntimeError as exc:
-            errors.append(exc)
-
-    t = threading.Thread(target=leave)
-    t.start()
-    t.join()
-    assert len(errors) == 1 and "exited in thread" in str(errors[0]) and "thread that entered it" in str(errors[0])
+    assert "thread that entered it" in _exit_in_another_thread(cap)
     assert not cap.active
     assert (len(mm._global_forward_pre_hooks), len(mm._global_forward_hooks)) == hooks_before
     lin, x = setup()
@@ -702,7 +691,8 @@ def test_a_capture_exited_in_another_thread_says_so_and_stops() -> None:
     torch.func.grad(lambda t: t.sin().sum())(torch.randn(3))  # no pair left: torch.func runs
 
 
-def _exit_in_another_thread(cap: Capture) -> None:
+def _exit_in_another_thread(cap: Capture) -> str:
+    """Exit ``cap`` in a new thread; the error it raises there (exactly one), as text."""
     errors: list[BaseException] = []
 
     def leave() -> None:
@@ -715,6 +705,7 @@ def _exit_in_another_thread(cap: Capture) -> None:
     t.start()
     t.join()
     assert len(errors) == 1 and "exited in thread" in str(errors[0])
+    return str(errors[0])
 
 
 def _push_unseen_pair() -> None:
