@@ -177,6 +177,7 @@ def release() -> None:
         if _users <= 0:
             _users = 0
             _hidden = False
+            hooks.compile_window(None)
             compiled.unwatch()
             _remove()
 
@@ -189,9 +190,11 @@ def _hide() -> None:
     global _hidden
     with _lock:
         if _users > 0 and _handles:
+            # The window opens before the hooks go: a save another thread makes in between reads its
+            # module calls off its stack, never the stale innermost call a hook no longer updates.
+            hooks.compile_window(threading.get_ident())
             _remove()
             _hidden = True
-            hooks.compile_window(threading.get_ident())
             try:
                 _match_open_calls()
             except Exception:  # noqa: BLE001 - never raise into Dynamo: calls are then matched by module
@@ -202,9 +205,9 @@ def _show() -> None:
     global _hidden
     with _lock:
         if _hidden and _users > 0:
-            hooks.compile_window(None)
             _resync()
             _register()
+        hooks.compile_window(None)  # closed once the hooks are back (see _hide), or the last capture ended
         _hidden = False
 
 
