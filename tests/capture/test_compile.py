@@ -286,3 +286,41 @@ def test_dynamo_imported_inside_the_capture_compiles_as_bare(tmp_path: Any) -> N
         return json.loads(out.stdout.strip().splitlines()[-1])
 
     assert go("capture") == go("bare")
+
+
+def test_a_save_while_the_hooks_leave_for_a_compile_names_its_own_module(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The instant between memaudit's module hooks leaving torch's dicts (Dynamo starts compiling in
+    another thread) and the rest of that start: a save made then in this thread, in a call no hook
+    saw start, names that call (read off the stack), never the call around it."""
+    from memaudit.capture import modules
+
+    removed, saved = threading.Event(), threading.Event()
+    remove = modules._remove
+
+    def remove_then_wait() -> None:  # the compiling thread, right after the hooks left the dicts
+        remove()
+        removed.set()
+        saved.wait(30)
+
+    class Outer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            compiling = threading.Thread(target=modules._hide)  # what Dynamo's start callback calls
+            compiling.start()
+            assert removed.wait(30)
+            y = self.inner(x).tanh()  # no hook runs for inner: it starts while the hooks are out
+            saved.set()
+            compiling.join()
+            modules._show()  # and the compile's end
+            return y
+
+    monkeypatch.setattr(modules, "_remove", remove_then_wait)
+    with capture() as cap:
+        y = Outer()(torch.randn(2, 8, requires_grad=True))
+    monkeypatch.setattr(modules, "_remove", remove)
+    rows = cap.report(outputs=y).rows
+    assert {r.module for r in rows if r.op == "AddmmBackward0"} == {"inner"}, [(r.op, r.module) for r in rows]
+    assert {r.module for r in rows if r.op == "TanhBackward0"} == {"Outer"}
