@@ -1,34 +1,22 @@
-"""Keep memaudit's global module hooks out of what ``torch.compile`` sees.
+"""Keep memaudit's module tracking out of what ``torch.compile`` sees.
 
-Dynamo traces ``Module.__call__`` with whatever global module hooks are registered: it inlines
-them, guards on how many there are, and orders the graph's inputs differently. A module compiled
-inside a capture would then get other graphs than bare, and be compiled again once the capture
-ends. So while Dynamo compiles (its compile-start and compile-end callbacks), memaudit's two hooks
-are taken out of torch's global dicts and put back after: Dynamo traces exactly what it traces
-bare, and its guards are bare's. The compiled graph runs no module hook, so its saved tensors are
-named by the compiled module (or the module around it).
+While a capture names modules, ``torch.nn.Module.__call__`` runs memaudit's code
+(:mod:`memaudit.capture.modules`). Dynamo traces ``Module.__call__`` when it inlines a module call:
+it would trace memaudit's code instead of torch's, and a module compiled inside a capture would
+get other graphs than bare. So while Dynamo compiles (its compile-start and compile-end callbacks),
+``Module.__call__`` has torch's code again, and memaudit's after: Dynamo traces exactly what it
+traces bare, and its guards are bare's. The compiled graph runs no module call of its own, so its
+saved tensors are named by the compiled module (or the module around it).
 
-The dicts are global, so no module hook runs in any thread while Dynamo compiles; a save another
-thread makes meanwhile reads that thread's module calls off its Python stack instead (the frames
-of ``Module._call_impl``: ``memaudit.capture.modules.from_stack``), so it still names its module
-call. A view of the dicts that differed by thread cannot do this without changing what Dynamo
-compiles: inlining ``_call_impl``, Dynamo wraps each global hook dict it loads by its exact type
-(``torch/_dynamo/variables/builder.py``: ``istype(value, (dict, ..., OrderedDict))`` installs a
-``TYPE_MATCH`` guard on ``torch.nn.modules.module._global_forward_pre_hooks`` and
-``_global_forward_hooks``); a dict subclass takes the user-defined-dict path instead (other guards:
-a ``DictGuardManager`` with its length and key order), and a module compiled bare before the dicts
-were replaced fails its ``TYPE_MATCH`` and compiles again (measured: two compiles instead of one).
-An ``OrderedDict``'s class cannot be changed in place, and torch's ``RemovableHandle`` keeps a weak
-reference to the dict object, so the dicts cannot be swapped for others either.
+The function is one for the process, so no module call is tracked in any thread while Dynamo
+compiles; a save another thread makes meanwhile reads that thread's module calls off its Python
+stack instead (the frames of ``Module._call_impl``: ``memaudit.capture.modules.from_stack``), so
+it still names its module call.
 
 Dynamo is never imported here (it costs most of a second). Where it is not imported yet when a
 capture starts, a finder on ``sys.meta_path`` (only while captures are active) registers the
 callbacks right after ``torch._dynamo`` is first imported. The callbacks stay registered once
 Dynamo is imported, and do nothing while no capture names modules.
-
-``torch.compile(module)`` warns on every call while any global module hook exists; memaudit's
-hooks alone must not make it warn, so torch's ``_has_any_global_hook`` (read only for that warning)
-discounts them while they are registered.
 """
 
 from __future__ import annotations
@@ -39,8 +27,6 @@ import sys
 import threading
 from collections.abc import Callable
 from typing import Any
-
-import torch.nn.modules.module as _mm
 
 _lock = threading.RLock()
 _hide: Callable[[], None] | None = None
@@ -62,12 +48,12 @@ def _skip_memaudit() -> None:
     """Dynamo must never compile a frame of memaudit's: every function of every memaudit module
     loaded so far runs as it is.
 
-    A hook that runs eagerly while a compiled region is active (a module call in code after a
-    graph break, a pack from an op Dynamo left to eager) would otherwise be compiled by Dynamo as a
-    frame of its own, and so would every memaudit function it calls: frames (and graph breaks)
-    that bare does not have, and hooks that then do nothing (``is_compiling()`` folds to True).
-    This marks the code objects only (Dynamo's frame-skip strategy): where Dynamo traces a hook as
-    part of a frame it compiles (``Module.__call__``), the hook is inlined as before.
+    memaudit code that runs eagerly while a compiled region is active (a module call in code after
+    a graph break runs ``Module.__call__``'s trampoline and :func:`memaudit.capture.modules._call`;
+    a pack from an op Dynamo left to eager) would otherwise be compiled by Dynamo as a frame of its
+    own, and so would every memaudit function it calls: frames (and graph breaks) that bare does not
+    have. This marks the code objects only (Dynamo's frame-skip strategy); the frames of torch's
+    ``Module.__call__`` that memaudit's run are Dynamo's to compile, as bare.
     """
     global _modules_seen
     if len(sys.modules) == _modules_seen:  # nothing imported since the last scan (the usual case)
@@ -166,15 +152,13 @@ def watch(hide: Callable[[], None], show: Callable[[], None]) -> None:
         _hide, _show = hide, show
         if "torch._dynamo" in sys.modules:
             _register()
-        _discount_our_hooks()
 
 
 def unwatch() -> None:
-    """Stop: no callback runs, and torch's global-hook check is its own again."""
+    """Stop: no callback runs."""
     global _hide, _show
     with _lock:
         _hide = _show = None
-        _restore_hook_check()
 
 
 def _register() -> None:
@@ -213,48 +197,6 @@ def _ended(args: Any) -> None:
     show = _show
     if show is not None:
         show()
-
-
-_original_has_hook: Callable[[], Any] | None = None
-_OURS = "memaudit.capture.modules"
-
-
-def _has_any_global_hook() -> Any:
-    """torch's ``_has_any_global_hook``, not counting memaudit's two module hooks (installed while
-    they are registered: see :func:`_discount_our_hooks`)."""
-    ours_pre = 0
-    for hook in _mm._global_forward_pre_hooks.values():
-        ours_pre += getattr(hook, "__module__", None) == _OURS
-    ours = {k for k, hook in _mm._global_forward_hooks.items() if getattr(hook, "__module__", None) == _OURS}
-    with_kwargs = getattr(_mm, "_global_forward_hooks_with_kwargs", None) or {}
-    return (
-        _mm._global_backward_pre_hooks
-        or _mm._global_backward_hooks
-        or any(k not in ours for k in with_kwargs)
-        or len(_mm._global_forward_pre_hooks) > ours_pre
-        or len(_mm._global_forward_hooks) > len(ours)
-        or len(_mm._global_forward_hooks_always_called) > len(ours)
-    )
-
-
-def _discount_our_hooks() -> None:
-    """``OptimizedModule.__call__`` warns when ``torch.nn.modules.module._has_any_global_hook()``;
-    while memaudit's hooks are registered, that function answers as if they were not (no warnings
-    filter: mutating the filters would re-arm every once-per-location warning in the process)."""
-    global _original_has_hook
-    if _original_has_hook is not None:
-        return
-    _original_has_hook = _mm._has_any_global_hook
-    _has_any_global_hook.__wrapped__ = _original_has_hook  # type: ignore[attr-defined]
-    _mm._has_any_global_hook = _has_any_global_hook
-
-
-def _restore_hook_check() -> None:
-    global _original_has_hook
-    if _original_has_hook is None:
-        return
-    _mm._has_any_global_hook = _original_has_hook
-    _original_has_hook = None
 
 
 class _DynamoImport(importlib.abc.MetaPathFinder):

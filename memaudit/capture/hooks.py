@@ -259,12 +259,12 @@ def thread_states() -> list[ThreadState]:
 
 
 compiling_in: int | None = None
-"""The thread in which Dynamo compiles while memaudit's global module hooks are out of torch's
-dicts (:mod:`memaudit.capture.modules`), or None."""
+"""The thread in which Dynamo compiles while ``Module.__call__`` has torch's code again
+(:mod:`memaudit.capture.modules`), or None."""
 
 
 def compile_window(thread: int | None) -> None:
-    """Dynamo starts (``thread``) or ends (None) compiling with the module hooks taken out."""
+    """Dynamo starts (``thread``) or ends (None) compiling with module tracking out of the way."""
     global compiling_in
     compiling_in = thread
 
@@ -305,7 +305,7 @@ COMPILE_WINDOW = (
 _local = _Local()
 thread_local = _local
 """``thread_local.state`` is this thread's :class:`ThreadState` (what :func:`state` returns; the
-module hooks read it directly, as they run on every module call)."""
+module tracking reads it directly, as it runs on every module call)."""
 
 
 def state() -> ThreadState:

@@ -1,13 +1,19 @@
 """Which module saved each tensor: a stack of module calls per thread, and their qualified names.
 
-While at least one capture that tracks modules is active (in any thread), two global module hooks
-are registered (``torch.nn.modules.module.register_module_forward_pre_hook`` and
-``register_module_forward_hook(with_kwargs=True, always_call=True)``, so a forward that raises still pops,
-and tensors passed by keyword are among a call's arguments); the last
-capture to end removes them. They are inert in a thread without an active capture.
+While at least one capture that tracks modules is active (in any thread), every module call runs
+:func:`_call` around torch's ``Module.__call__``; the last capture to end gives torch its own code
+back. It is inert in a thread without an active capture. No global module hook is registered: one
+would send every module call down torch's slow path (``Module._call_impl`` builds a closure and
+reads every hook dict; measured, 17,000 instructions a call on the host-bound CPU model), and
+setting ``torch.nn.Module.__call__`` would flush the method caches of every module class (measured:
+setting and resetting it, and the next step's cache misses, add about 240 microseconds to a step
+of that model). So the function object stays torch's and its *code* is swapped:
+``Module.__call__`` runs :func:`_trampoline`'s code, which calls :func:`_call`, which calls a copy
+of torch's function. Everything torch's ``__call__`` does (its hooks, their order, what they
+return) runs inside the call as bare.
 
-The pre-hook pushes a :class:`Frame` onto this thread's stack (``ThreadState.frames``) and the
-post-hook pops it; the pack hook only copies a pointer to the innermost frame into its record. A
+:func:`_call` pushes a :class:`Frame` onto this thread's stack (``ThreadState.frames``) and pops
+it when the call returns or raises; the pack hook only copies a pointer to the innermost frame into its record. A
 frame's name is resolved when the call starts, from the qualified names of the *root*: the
 outermost module entered in this thread (``root.named_modules()``, built once per root and
 memoised, holding weak references only). A module shared under two names gets the first
@@ -35,12 +41,12 @@ from __future__ import annotations
 import bisect
 import sys
 import threading
+import types
 import weakref
 from typing import Any
 
 import torch
 import torch._C._autograd as _autograd_c
-from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
 from memaudit.capture import compiled, hooks
 from memaudit.capture.compiled import OPTIMIZED_MODULE
@@ -50,9 +56,6 @@ from memaudit.capture.tensors import iter_tensors
 _next_sequence_nr = getattr(_autograd_c, "_get_sequence_nr", lambda: -1)
 _Tensor = torch.Tensor
 _wref = weakref.ref
-_compiling = torch.compiler.is_compiling
-"""True while Dynamo traces (it folds this call to a constant): the hooks then trace as no-ops, so
-that a compiled module's graphs are those of a bare run (no graph break, no extra guard)."""
 
 
 class Frame:
@@ -102,61 +105,55 @@ on_root_done: Any = None
 
 _lock = threading.Lock()
 _users = 0
-_handles: list[Any] = []
-_hidden = False  # the hooks are taken out while Dynamo compiles (memaudit.capture.compiled)
+_hidden = False  # torch's code is back while Dynamo compiles (memaudit.capture.compiled)
 
 
-_made: list[Any] = []
-"""The two handles torch gave on the first registration in this process (pre, post), kept for
-the next ones: registering again puts the same hooks back under the same ids (see :func:`_register`)."""
+_CALL: Any = torch.nn.Module.__dict__["__call__"]
+"""torch's ``Module.__call__`` (``_wrapped_call_impl``): the function object every module call
+runs. memaudit never replaces it; while a capture names modules it swaps the function's code for
+:func:`_trampoline`'s, and back."""
+
+_TORCH_CODE = _CALL.__code__
+_inner: Any = types.FunctionType(_TORCH_CODE, _CALL.__globals__, _CALL.__name__, _CALL.__defaults__, _CALL.__closure__)
+"""A copy of torch's ``Module.__call__`` with torch's code: what :func:`_call` calls."""
+_inner.__kwdefaults__ = _CALL.__kwdefaults__
+_inner.__qualname__ = _CALL.__qualname__
+
+_patched = False
+
+UNTRACKED = (
+    "module names are off: torch.nn.Module.__call__ runs code memaudit cannot run around (another library "
+    "replaced its code, or it is a closure), so the rows name no module"
+)
+
+
+def _trampoline(self: Any, *args: Any, **kwargs: Any) -> Any:
+    """The code ``Module.__call__`` runs while a capture names modules. It runs with the globals of
+    torch's module (the function is torch's), where memaudit puts one name: :func:`_call`."""
+    return __memaudit_call__(self, *args, **kwargs)  # type: ignore[name-defined]  # noqa: F821
 
 
 def _register() -> None:
-    """Put the two global hooks in torch's dicts, last in order, as a fresh registration does.
-
-    The first time through torch's ``register_module_forward_*hook``; later the same handles'
-    entries are inserted again (a new ``RemovableHandle`` per capture cost about 12,000
-    instructions: it bumps a class attribute, which flushes the type's method cache). Where torch
-    keeps its hooks elsewhere than the handle says (a torch that changed, or dicts replaced since),
-    torch's functions are asked again."""
-    if _made:
-        pre, post = _made
-        mm = torch.nn.modules.module
-        pre_d: Any = getattr(mm, "_global_forward_pre_hooks", None)
-        post_d: Any = getattr(mm, "_global_forward_hooks", None)
-        always_d: Any = getattr(mm, "_global_forward_hooks_always_called", None)
-        kwargs_d: Any = getattr(mm, "_global_forward_hooks_with_kwargs", None)
-        extra = post.extra_dict_ref
-        if (
-            pre_d is not None
-            and post_d is not None
-            and always_d is not None
-            and kwargs_d is not None
-            and pre.hooks_dict_ref() is pre_d
-            and post.hooks_dict_ref() is post_d
-            and len(extra) == 1
-            and extra[0]() is always_d
-        ):
-            pre_d[pre.id] = _pre
-            _handles.append(pre)
-            post_d[post.id] = _post
-            always_d[post.id] = True
-            kwargs_d[post.id] = True
-            _handles.append(post)
-            return
-        _made.clear()
-    pre = register_module_forward_pre_hook(_pre)
-    try:
-        _handles.append(pre)
-        _handles.append(register_module_forward_hook(_post, with_kwargs=True, always_call=True))
-    except BaseException:
-        _remove()
-        raise
-    _made.extend(_handles)
+    """Make every module call run :func:`_call` (``Module.__call__`` gets :func:`_trampoline`'s code)."""
+    global _patched
+    if _CALL.__code__ is _TORCH_CODE and _CALL.__closure__ is None:
+        _CALL.__globals__["__memaudit_call__"] = _call  # stays: a thread may be about to read it
+        _CALL.__code__ = _trampoline.__code__
+    _patched = True
 
 
-def acquire() -> None:
-    """A capture starts tracking modules: register the global hooks if none is registered."""
+def _remove() -> None:
+    """Give ``Module.__call__`` torch's code back (unless another library has replaced it since)."""
+    global _patched
+    if _CALL.__code__ is _trampoline.__code__:
+        _CALL.__code__ = _TORCH_CODE
+    _patched = False
+
+
+def acquire() -> str | None:
+    """A capture starts tracking modules: module calls run :func:`_call` from now on, in every
+    thread (it does nothing where no capture names modules). Returns :data:`UNTRACKED` where that
+    could not be done."""
     global _users
     with _lock:
         if _users == 0:
@@ -167,10 +164,11 @@ def acquire() -> None:
                 _remove()
                 raise
         _users += 1
+        return None if _hidden or _CALL.__code__ is _trampoline.__code__ else UNTRACKED
 
 
 def release() -> None:
-    """Undo one :func:`acquire`; the last one removes the hooks."""
+    """Undo one :func:`acquire`; the last one gives torch its code back."""
     global _users, _hidden
     with _lock:
         _users -= 1
@@ -183,15 +181,15 @@ def release() -> None:
 
 
 def _hide() -> None:
-    """Dynamo starts compiling: out of torch's global hook dicts until it ends (in every thread:
-    the dicts are global). Meanwhile a save in another thread reads that thread's module calls off
+    """Dynamo starts compiling: ``Module.__call__`` has torch's code until it ends (in every thread:
+    the function is one for the process). Meanwhile a save in another thread reads that thread's module calls off
     its Python stack (:func:`from_stack`); the calls open now in each thread are matched to their
     Python frames first, so that a later call of the same module is told from them."""
     global _hidden
     with _lock:
-        if _users > 0 and _handles:
-            # The window opens before the hooks go: a save another thread makes in between reads its
-            # module calls off its stack, never the stale innermost call a hook no longer updates.
+        if _users > 0 and _patched:
+            # The window opens before torch's code is back: a save another thread makes in between reads
+            # its module calls off its stack, never the stale innermost call no longer updated.
             hooks.compile_window(threading.get_ident())
             _remove()
             _hidden = True
@@ -207,7 +205,7 @@ def _show() -> None:
         if _hidden and _users > 0:
             _resync()
             _register()
-        hooks.compile_window(None)  # closed once the hooks are back (see _hide), or the last capture ended
+        hooks.compile_window(None)  # closed once memaudit's code is back (see _hide), or the last capture ended
         _hidden = False
 
 
@@ -275,7 +273,7 @@ def _match_open_calls() -> None:
 
 
 def from_stack(st: ThreadState) -> Frame | None:
-    """A save in this thread while Dynamo compiles in another (no module hook runs): make this
+    """A save in this thread while Dynamo compiles in another (no module call is tracked): make this
     thread's open calls what its Python stack says, and give the innermost.
 
     A call seen at an earlier save is the same call while its Python frame is (memaudit holds that
@@ -291,7 +289,7 @@ hooks.from_stack = from_stack
 
 def _resync() -> None:
     """After a compile elsewhere: the module calls that started or returned in another thread while
-    the hooks were out of torch's dicts ran no hook (save those seen at a save). Make each such
+    torch's code was back ran no memaudit code (save those seen at a save). Make each such
     thread's stack of calls what its Python stack says: the calls that returned are closed, those
     that started are opened; the Python frames held meanwhile are let go."""
     me = threading.get_ident()
@@ -309,18 +307,9 @@ def _resync() -> None:
         st.window = {}
 
 
-def _remove() -> None:
-    kwargs_d: Any = getattr(torch.nn.modules.module, "_global_forward_hooks_with_kwargs", None)
-    while _handles:
-        handle = _handles.pop()
-        handle.remove()
-        if kwargs_d is not None:  # a handle does not remove its with_kwargs entry
-            kwargs_d.pop(handle.id, None)
-
-
 def tracking() -> bool:
-    """True while the global module hooks are registered."""
-    return bool(_handles) or _hidden
+    """True while memaudit's ``Module.__call__`` is in place (or out for a compile)."""
+    return _patched or _hidden
 
 
 def reset(st: ThreadState) -> None:
@@ -358,7 +347,10 @@ def qualified_names(root: torch.nn.Module) -> dict[int, list[Any]]:
             children = m._modules
             if children:
                 prefix = name + "." if name else ""
-                todo.extend((prefix + k, c) for k, c in reversed(children.items()) if c is not None)
+                for k in reversed(children):
+                    c = children[k]
+                    if c is not None:
+                        todo.append((prefix + k, c))
         return out
     except _Overridden:
         pass
@@ -377,19 +369,60 @@ class _Overridden(Exception):
     """A module in the tree has its own ``named_modules``: ask it."""
 
 
-def _pre(module: torch.nn.Module, args: Any) -> None:
-    if _compiling():
-        return
+def _call(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+    """``torch.nn.Module.__call__`` while a capture names modules: the call is pushed on this
+    thread's stack of calls around the whole of torch's (its hooks included), and popped however
+    it ends. Inert (one attribute read) in a thread without such a capture.
+
+    Dynamo never runs it: while Dynamo compiles, ``Module.__call__`` has torch's code again
+    (:mod:`memaudit.capture.compiled`), and where compiled code calls a module eagerly, this frame
+    is one Dynamo skips."""
     st = thread_local.state
     if not st.tracking:
-        return
+        return _inner(self, *args, **kwargs)
+    frames = st.frames
     try:
-        _open(st, module, args, _next_sequence_nr())
+        names = st.names
+        entry = names.get(id(self)) if frames and names is not None else None
+        if entry is not None and entry[0]() is self and frames[-1].module_id != id(self):
+            # The usual call: a module with a name under the root, inside another module's call.
+            if not kwargs and len(args) == 1 and type(args[0]) is _Tensor:
+                inputs: tuple[Any, ...] = (_wref(args[0].untyped_storage()),)
+            else:
+                inputs = _storages(args)
+                if kwargs:
+                    inputs += _storages(kwargs.values())
+            calls = entry[2] = entry[2] + 1
+            frame = Frame(
+                entry[1] if calls == 1 else f"{entry[1]}#{calls}",
+                id(self),
+                _next_sequence_nr(),
+                frames[-1],
+                inputs,
+                entry[0],
+            )
+            frames.append(frame)
+            st.spans.append(frame)
+            st.frame = frame
+        else:
+            frame = _open(st, self, args, _next_sequence_nr(), kwargs)
     except Exception:  # noqa: BLE001 - never raise into the user's forward
-        pass
+        return _inner(self, *args, **kwargs)
+    try:
+        out = _inner(self, *args, **kwargs)
+    except BaseException:
+        _close(st, frame, None)
+        raise
+    if frames and frames[-1] is frame and len(frames) > 1:  # the usual end: an inner call returns
+        frame.hi = _next_sequence_nr()
+        frames.pop()
+        st.frame = frames[-1]
+    else:
+        _close(st, frame, out)
+    return out
 
 
-def _open(st: ThreadState, module: torch.nn.Module, args: Any, lo: int) -> None:
+def _open(st: ThreadState, module: torch.nn.Module, args: Any, lo: int, kwargs: Any = None) -> Frame:
     """Push the frame of a call of ``module`` that starts now in the thread of ``st``."""
     if OPTIMIZED_MODULE and type(module) is OPTIMIZED_MODULE[0]:  # torch.compile(module): named as what it wraps
         compiled.registered()
@@ -408,6 +441,8 @@ def _open(st: ThreadState, module: torch.nn.Module, args: Any, lo: int) -> None:
         entry = _unnamed(names, frames, module)
     parent = frames[-1] if frames else None
     inputs = _storages(args)
+    if kwargs:  # tensors passed by keyword are arguments too
+        inputs += _storages(kwargs.values())
     if parent is not None and parent.module_id == mid:  # the module a compiled wrapper wraps: the same call
         name = parent.name
     else:
@@ -417,6 +452,7 @@ def _open(st: ThreadState, module: torch.nn.Module, args: Any, lo: int) -> None:
     frames.append(frame)
     st.spans.append(frame)
     st.frame = frame
+    return frame
 
 
 def _unnamed(names: dict[int, list[Any]] | None, frames: list[Frame], module: torch.nn.Module) -> list[Any]:
@@ -471,40 +507,31 @@ def _storages(args: Any) -> tuple[Any, ...]:
     return out
 
 
-def _post(module: torch.nn.Module, args: Any, *rest: Any) -> None:
-    """The global forward hook (with keyword arguments: ``rest`` is ``(kwargs, output)``; torch
-    calls an always-called hook without them when forward raised: ``(output,)``)."""
-    if _compiling():
-        return
-    st = thread_local.state
-    frames = st.frames
-    if not frames:
-        return
-    output = rest[-1]
+def _close(st: ThreadState, frame: Frame, output: Any) -> None:
+    """The call of ``frame`` ends (``output`` None where it raised): pop it, and any call above it
+    that never closed (a call whose end no hook saw closes with it)."""
     try:
-        if OPTIMIZED_MODULE and type(module) is OPTIMIZED_MODULE[0]:
-            module = module._orig_mod  # type: ignore[assignment]  # the module torch.compile wraps
-        mid = id(module)
-        top = frames[-1]
-        if top.module_id == mid:  # the usual case: the call that ends is the innermost
-            if len(rest) == 2 and rest[0]:  # tensors passed by keyword are arguments too
-                top.inputs += _storages(rest[0].values())
-            top.hi = _next_sequence_nr()
+        frames = st.frames
+        hi = _next_sequence_nr()
+        if frames and frames[-1] is frame:  # the usual case: the call that ends is the innermost
+            frame.hi = hi
             frames.pop()
-            st.frame = frames[-1] if frames else None
-            if not frames:
-                top.outputs = tuple(_wref(t) for t in iter_tensors(output) if t.grad_fn is not None)
-                if st.naming and on_root_done is not None:
-                    on_root_done(output)
+        else:
+            for i in range(len(frames) - 1, -1, -1):
+                if frames[i] is frame:
+                    for f in frames[i:]:
+                        f.hi = hi
+                    del frames[i:]
+                    break
+            else:
+                return  # no longer on the stack (the stack was reset meanwhile)
+        if frames:
+            st.frame = frames[-1]
             return
-        for i in range(len(frames) - 1, -1, -1):
-            if frames[i].module_id == mid:
-                hi = _next_sequence_nr()
-                for f in frames[i:]:  # calls that never closed (a BaseException) close with it
-                    f.hi = hi
-                del frames[i:]
-                st.frame = frames[-1] if frames else None
-                return
+        st.frame = None
+        frame.outputs = tuple(_wref(t) for t in iter_tensors(output) if t.grad_fn is not None)
+        if st.naming and on_root_done is not None:
+            on_root_done(output)
     except Exception:  # noqa: BLE001 - never raise into the user's forward
         pass
 

@@ -183,7 +183,7 @@ class Capture:
         self._param_refs: dict[int, tuple[Any, list[Any]]] = {}  # id(root module) -> (its weakref, its storages)
         """(record, packs seen) per release, in order (``track_peak``)."""
         self.modules = modules
-        """Name each row by the module whose forward saved it (``Row.module``; global module hooks)."""
+        """Name each row by the module whose forward saved it (``Row.module``; runs around ``Module.__call__``)."""
         self.stack = stack
         """Record the user source line of each save (``Row.source``; costs a frame walk per save)."""
         self.plugins: list[Plugin] = list(plugins) if plugins is not None else default_plugins()
@@ -204,7 +204,7 @@ class Capture:
         self._allocator: AllocatorCheck | None = None
         self._threads: set[int] = set()
         self._layers: dict[int, list[hooks.Layer]] = {}
-        self._held: dict[int, list[bool]] = {}  # per thread, per push: whether it holds the global module hooks
+        self._held: dict[int, list[bool]] = {}  # per thread, per push: whether it holds module tracking
         self.task: Any = None
         """The asyncio task that entered this capture (None outside a running event loop)."""
         self._task_token: Any = None
@@ -286,7 +286,7 @@ class Capture:
 
     def _abandon(self, tid: int) -> None:
         """Exited in another thread than ``tid``, the one that entered: stop recording and give back
-        the global module hooks it holds there. Its pair cannot be popped from here, nor its region
+        the module tracking it holds there. Its pair cannot be popped from here, nor its region
         ended (sequence numbers are per thread): the next capture entered in ``tid`` pops the pair and
         ends the region there."""
         layers = self._layers.get(tid) or []
@@ -301,8 +301,8 @@ class Capture:
             self._undo_counts(st, held)
 
     def _undo_counts(self, st: hooks.ThreadState, held: list[bool] | None) -> None:
-        """Take back what one push added to a thread's state: its counts and its hold on the global
-        module hooks."""
+        """Take back what one push added to a thread's state: its counts and its hold on module
+        tracking."""
         if self.name_early:
             st.naming -= 1
         if self.stack:
@@ -327,7 +327,9 @@ class Capture:
         self._threads.add(tid)
         hold = self.modules and hold_module_hooks
         if hold:
-            modules.acquire()
+            untracked = modules.acquire()
+            if untracked is not None and untracked not in self.warnings:
+                self.warnings.append(untracked)
         try:
             self._layers.setdefault(tid, []).append(stack.push_capture(self))
         except BaseException:
@@ -396,7 +398,7 @@ class Capture:
                 with cap.attach():
                     y = model(x)
 
-        ``hold_module_hooks=False``: the global module hooks go when the capture ends even while
+        ``hold_module_hooks=False``: module tracking ends when the capture ends even while
         this thread is still attached (what a thread started inside a capture uses: it may outlive it).
         """
         if not self.active:

@@ -323,7 +323,7 @@ def _watch_thread_starts() -> None:
         for cap in active_captures():
             if cap not in mine:
                 cap.thread_started()
-        if mine and not _is_pool_worker(self):  # it may outlive the capture: it holds no global module hook
+        if mine and not _is_pool_worker(self):  # it may outlive the capture: it does not hold module tracking
             self.run = _attached(mine, self.run, hold_module_hooks=False)  # type: ignore[method-assign]
         original(self)
 

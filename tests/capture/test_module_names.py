@@ -686,39 +686,103 @@ def test_qualified_names_are_those_named_modules_gives() -> None:
     assert "renamed.0.x" in {v[1] for v in mod.qualified_names(roots[2]).values()}
 
 
-def test_global_hooks_registered_again_come_last_and_follow_replaced_dicts(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Later captures put memaudit's module hooks back under the ids of the first registration:
-    after a hook the user registered in between (as a fresh registration orders them), gone again
-    at exit, and into torch's new dicts where they were replaced since."""
-    import collections
-
+def test_module_calls_are_tracked_around_torchs_own_call_and_its_hooks() -> None:
+    """memaudit runs around torch's ``Module.__call__`` without replacing it and without a global
+    hook: the class is untouched, torch's hooks run as bare (a global pre-hook that replaces the
+    arguments, a forward hook that replaces the output), and a save made inside a module's own
+    hooks is named by that module's call (the call encloses its hooks)."""
     import torch.nn.modules.module as mm
 
     from memaudit.capture import modules as mod
 
-    lin = torch.nn.Linear(2, 2)
-    with capture():
-        lin(torch.randn(1, 2))
-    order: list[str] = []
-    user = mm.register_module_forward_pre_hook(lambda m, a: order.append("user"))
+    call = torch.nn.Module.__dict__["__call__"]
+    code = call.__code__
+    hook_dicts = [len(d) for d in (mm._global_forward_pre_hooks, mm._global_forward_hooks)]
+
+    class Scaled(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.lin(x)
+
+    def run(inside: Any = None) -> tuple[torch.Tensor, torch.Tensor, list[Any]]:
+        torch.manual_seed(0)
+        model = Scaled()
+        model.lin.register_forward_hook(lambda m, a, out: out.exp())  # exp saves its result, in lin's hooks
+        handle = mm.register_module_forward_pre_hook(lambda m, a: (a[0] * 2,) if isinstance(m, nn.Linear) else None)
+        try:
+            x = torch.randn(2, 3, requires_grad=True)
+            y = model(x)
+            rows = inside.report(outputs=y).rows if inside is not None else []
+            y.sum().backward()
+            assert x.grad is not None
+            return y.detach(), x.grad, rows
+        finally:
+            handle.remove()
+
+    bare = run()
+    with capture() as cap:
+        assert torch.nn.Module.__dict__["__call__"] is call and call.__code__ is not code
+        assert [len(d) for d in (mm._global_forward_pre_hooks, mm._global_forward_hooks)] == hook_dicts
+        under = run(cap)
+    assert call.__code__ is code and torch.nn.Module.__dict__["__call__"] is call
+    assert torch.equal(bare[0], under[0]) and torch.equal(bare[1], under[1])
+    rows = under[2]
+    assert {r.module for r in rows if r.op == "ExpBackward0"} == {"lin"}
+    assert {r.module for r in rows if r.op == "AddmmBackward0"} == {"lin"}
+    assert mod.tracking() is False
+
+
+def test_a_module_call_replaced_by_another_library_meanwhile_keeps_its_replacement() -> None:
+    """Another library replaces ``Module.__call__`` during a capture, with a function that calls the
+    one it found: at exit memaudit leaves the replacement in place (it still calls torch's function,
+    whose code is torch's again), and a later capture names modules through it."""
+    from memaudit.capture import modules as mod
+
+    torchs = torch.nn.Module.__dict__["__call__"]
+    seen: list[str] = []
+
+    def theirs(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        seen.append(type(self).__name__)
+        return torchs(self, *args, **kwargs)
+
+    lin = nn.Linear(2, 2)
     try:
         with capture():
-            hooks = list(mm._global_forward_pre_hooks.values())
-            assert hooks[-1] is mod._pre and hooks[-2] is not mod._pre
-            assert list(mm._global_forward_hooks.values())[-1] is mod._post
-        assert mod._pre not in mm._global_forward_pre_hooks.values()
-        assert mod._post not in mm._global_forward_hooks.values()
+            torch.nn.Module.__call__ = theirs  # type: ignore[method-assign]
+            lin(torch.randn(1, 2))
+        assert torch.nn.Module.__dict__["__call__"] is theirs and torchs.__code__ is mod._TORCH_CODE
+        lin(torch.randn(1, 2))
+        assert seen == ["Linear", "Linear"]
+        with capture() as cap:
+            y = lin(torch.randn(1, 2, requires_grad=True))
+        case = cap.report(outputs=y)
+        assert {r.module for r in case.rows} == {"Linear"} and not case.warnings
+        assert seen == ["Linear", "Linear", "Linear"]
     finally:
-        user.remove()
-    for name in ("_global_forward_pre_hooks", "_global_forward_hooks", "_global_forward_hooks_always_called"):
-        monkeypatch.setattr(mm, name, collections.OrderedDict())
-    with capture() as cap:
-        assert list(mm._global_forward_pre_hooks.values()) == [mod._pre]
-        assert list(mm._global_forward_hooks.values()) == [mod._post]
-        assert list(mm._global_forward_hooks_always_called.values()) == [True]
-        y = lin(torch.randn(1, 2, requires_grad=True))
-    assert any(r.module == "Linear" for r in cap.report().rows)
-    assert (
-        not mm._global_forward_pre_hooks and not mm._global_forward_hooks and not mm._global_forward_hooks_always_called
-    )
-    del y
+        torch.nn.Module.__call__ = torchs  # type: ignore[method-assign]
+
+
+def test_a_module_call_whose_code_memaudit_cannot_replace_says_modules_are_not_named() -> None:
+    """Where ``Module.__call__`` no longer runs torch's code (another library swapped it), memaudit
+    does not touch it: the capture says module names are off, and rows name no module."""
+    from memaudit.capture import modules as mod
+
+    call = torch.nn.Module.__dict__["__call__"]
+
+    def other(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return self._call_impl(*args, **kwargs)
+
+    lin = nn.Linear(2, 2)
+    call.__code__ = other.__code__
+    try:
+        with capture() as cap:
+            y = lin(torch.randn(1, 2, requires_grad=True))
+        assert call.__code__ is other.__code__
+    finally:
+        call.__code__ = mod._TORCH_CODE
+    case = cap.report(outputs=y)
+    assert mod.UNTRACKED in case.warnings
+    assert {r.module for r in case.rows} == {None}
