@@ -384,10 +384,19 @@ def _call(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
     try:
         names = st.names
         entry = names.get(id(self)) if frames and names is not None else None
-        if entry is not None and entry[0]() is self and frames[-1].module_id != id(self):
-            # The usual call: a module with a name under the root, inside another module's call.
+        if (
+            entry is not None
+            and entry[0]() is self
+            and frames[-1].module_id != id(self)
+            and not (OPTIMIZED_MODULE and type(self) is OPTIMIZED_MODULE[0])
+        ):
+            # The usual call: a module with a name under the root, inside another module's call (a
+            # torch.compile wrapper is named as what it wraps: _open).
             if not kwargs and len(args) == 1 and type(args[0]) is _Tensor:
-                inputs: tuple[Any, ...] = (_wref(args[0].untyped_storage()),)
+                try:
+                    inputs: tuple[Any, ...] = (_wref(args[0].untyped_storage()),)
+                except Exception:  # noqa: BLE001 - a tensor without a storage (sparse): as _storages says
+                    inputs = (None,)
             else:
                 inputs = _storages(args)
                 if kwargs:
@@ -413,6 +422,7 @@ def _call(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
     except BaseException:
         _close(st, frame, None)
         raise
+    frames = st.frames  # read again: the last capture in this thread may have ended in the call
     if frames and frames[-1] is frame and len(frames) > 1:  # the usual end: an inner call returns
         frame.hi = _next_sequence_nr()
         frames.pop()

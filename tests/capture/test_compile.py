@@ -132,6 +132,30 @@ def test_rows_are_what_the_compiled_program_saves(backend: str) -> None:
     assert {r.module for r in case.rows} == {"Sequential"}  # named by the module torch.compile wraps
 
 
+def test_a_compiled_submodule_is_named_as_the_module_it_wraps() -> None:
+    """A parent that registers ``torch.compile(block)``: the wrapper's call is named as the module it
+    wraps (``block._orig_mod``, the name ``named_modules()`` gives it), so rows and module groups
+    have one call of it, not the wrapper's and the wrapped module's."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+
+    class Parent(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.block = torch.compile(nn.Sequential(nn.Linear(4, 4), nn.GELU()), backend="eager")
+            self.head = nn.Linear(4, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.head(self.block(x))
+
+    m, x = Parent(), torch.randn(3, 4, requires_grad=True)
+    m(x).sum().backward()  # compiled bare
+    with capture() as cap:
+        case = cap.report(outputs=m(x))
+    assert sorted({r.module for r in case.rows}) == ["block._orig_mod", "head"]
+    assert [(g.module, g.own_rows) for g in case.modules] == [("Parent", 0), ("block._orig_mod", 3), ("head", 2)]
+
+
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 def test_report_without_outputs_counts_what_a_module_compiled_inside_saves(backend: str) -> None:
     """Compiling inside the capture leaves fake tensors of AOTAutograd's tracing alive, with a

@@ -786,3 +786,34 @@ def test_a_module_call_whose_code_memaudit_cannot_replace_says_modules_are_not_n
     case = cap.report(outputs=y)
     assert mod.UNTRACKED in case.warnings
     assert {r.module for r in case.rows} == {None}
+
+
+def test_a_module_called_with_a_sparse_tensor_is_named() -> None:
+    """A call whose one argument has no storage memaudit can take (a sparse tensor) is still a
+    module call: its rows are named by it (its argument's storage is None, as for any such tensor)."""
+
+    class SparseMM(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(4, 3))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.sparse.mm(x, self.w).tanh()
+
+    class Outer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = SparseMM()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.inner(x) * 2
+
+    x = torch.randn(5, 4).relu().to_sparse()
+    with capture() as cap:
+        y = Outer()(x)
+        rows = cap.report(outputs=y).rows
+    assert sorted({(r.module, r.op) for r in rows}) == [
+        ("Outer", "MulBackward0"),
+        ("inner", "SparseAddmmBackward0"),
+        ("inner", "TanhBackward0"),
+    ]
