@@ -13,10 +13,10 @@ of torch's function. Everything torch's ``__call__`` does (its hooks, their orde
 return) runs inside the call as bare.
 
 :func:`_call` pushes a :class:`Frame` onto this thread's stack (``ThreadState.frames``) and pops
-it when the call returns or raises; the pack hook only copies a pointer to the innermost frame into its record. A
-frame's name is resolved when the call starts, from the qualified names of the *root*: the
-outermost module entered in this thread (``root.named_modules()``, built once per root and
-memoised, holding weak references only). A module shared under two names gets the first
+it when the call returns or raises; the pack hook only copies a pointer to the innermost frame
+into its record. A frame's name is resolved when the call starts, from the qualified names of the
+*root*: the outermost module entered in this thread (``root.named_modules()``, built once per root
+and memoised, holding weak references only). A module shared under two names gets the first
 ``named_modules()`` gives; the root itself gets its class name. The stack is per thread because
 saved-tensor hooks are.
 
@@ -108,16 +108,22 @@ _users = 0
 _hidden = False  # torch's code is back while Dynamo compiles (memaudit.capture.compiled)
 
 
-_CALL: Any = torch.nn.Module.__dict__["__call__"]
+_CALL: Any = torch.nn.Module.__dict__.get("__call__")
 """torch's ``Module.__call__`` (``_wrapped_call_impl``): the function object every module call
 runs. memaudit never replaces it; while a capture names modules it swaps the function's code for
 :func:`_trampoline`'s, and back."""
 
-_TORCH_CODE = _CALL.__code__
-_inner: Any = types.FunctionType(_TORCH_CODE, _CALL.__globals__, _CALL.__name__, _CALL.__defaults__, _CALL.__closure__)
+_SWAPPABLE = isinstance(_CALL, types.FunctionType) and _CALL.__closure__ is None
+"""False for a torch (or a library loaded first) whose ``Module.__call__`` is no plain function:
+module names are then off, and each capture says so (:data:`UNTRACKED`)."""
+
+_TORCH_CODE: Any = _CALL.__code__ if _SWAPPABLE else None
+_inner: Any = _CALL
 """A copy of torch's ``Module.__call__`` with torch's code: what :func:`_call` calls."""
-_inner.__kwdefaults__ = _CALL.__kwdefaults__
-_inner.__qualname__ = _CALL.__qualname__
+if _SWAPPABLE:
+    _inner = types.FunctionType(_TORCH_CODE, _CALL.__globals__, _CALL.__name__, _CALL.__defaults__)
+    _inner.__kwdefaults__ = _CALL.__kwdefaults__
+    _inner.__qualname__ = _CALL.__qualname__
 
 _patched = False
 
@@ -136,7 +142,7 @@ def _trampoline(self: Any, *args: Any, **kwargs: Any) -> Any:
 def _register() -> None:
     """Make every module call run :func:`_call` (``Module.__call__`` gets :func:`_trampoline`'s code)."""
     global _patched
-    if _CALL.__code__ is _TORCH_CODE and _CALL.__closure__ is None:
+    if _SWAPPABLE and _CALL.__code__ is _TORCH_CODE:
         _CALL.__globals__["__memaudit_call__"] = _call  # stays: a thread may be about to read it
         _CALL.__code__ = _trampoline.__code__
     _patched = True
@@ -145,7 +151,7 @@ def _register() -> None:
 def _remove() -> None:
     """Give ``Module.__call__`` torch's code back (unless another library has replaced it since)."""
     global _patched
-    if _CALL.__code__ is _trampoline.__code__:
+    if _SWAPPABLE and _CALL.__code__ is _trampoline.__code__:
         _CALL.__code__ = _TORCH_CODE
     _patched = False
 
@@ -164,7 +170,7 @@ def acquire() -> str | None:
                 _remove()
                 raise
         _users += 1
-        return None if _hidden or _CALL.__code__ is _trampoline.__code__ else UNTRACKED
+        return None if _hidden or (_SWAPPABLE and _CALL.__code__ is _trampoline.__code__) else UNTRACKED
 
 
 def release() -> None:

@@ -817,3 +817,28 @@ def test_a_module_called_with_a_sparse_tensor_is_named() -> None:
         ("inner", "SparseAddmmBackward0"),
         ("inner", "TanhBackward0"),
     ]
+
+
+def test_a_module_call_that_is_no_plain_function_at_import_says_modules_are_not_named() -> None:
+    """A torch (or a library imported before memaudit) whose ``Module.__call__`` is no plain function
+    (here a ``partialmethod``): memaudit imports, leaves it alone, and each capture says module names
+    are off; the bytes are counted."""
+    import subprocess
+
+    code = """
+import torch
+torch.manual_seed(0)
+import functools
+torch.nn.Module.__call__ = functools.partialmethod(torch.nn.Module.__call__)
+from memaudit.capture import capture, modules
+lin = torch.nn.Linear(2, 2)
+with capture() as cap:
+    y = lin(torch.randn(1, 2, requires_grad=True))
+case = cap.report(outputs=y)
+assert modules.UNTRACKED in case.warnings, case.warnings
+assert {r.module for r in case.rows} == {None}
+assert case.totals.saved_bytes > 0
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
