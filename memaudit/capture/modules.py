@@ -125,11 +125,9 @@ if _SWAPPABLE:
     _inner.__kwdefaults__ = _CALL.__kwdefaults__
     _inner.__qualname__ = _CALL.__qualname__
 
-_patched = False
-
 UNTRACKED = (
     "module names are off: torch.nn.Module.__call__ runs code memaudit cannot run around (another library "
-    "replaced its code, or it is a closure), so the rows name no module"
+    "replaced its code, or it is a closure or no plain function), so the rows name no module"
 )
 
 
@@ -141,19 +139,15 @@ def _trampoline(self: Any, *args: Any, **kwargs: Any) -> Any:
 
 def _register() -> None:
     """Make every module call run :func:`_call` (``Module.__call__`` gets :func:`_trampoline`'s code)."""
-    global _patched
     if _SWAPPABLE and _CALL.__code__ is _TORCH_CODE:
         _CALL.__globals__["__memaudit_call__"] = _call  # stays: a thread may be about to read it
         _CALL.__code__ = _trampoline.__code__
-    _patched = True
 
 
 def _remove() -> None:
     """Give ``Module.__call__`` torch's code back (unless another library has replaced it since)."""
-    global _patched
     if _SWAPPABLE and _CALL.__code__ is _trampoline.__code__:
         _CALL.__code__ = _TORCH_CODE
-    _patched = False
 
 
 def acquire() -> str | None:
@@ -193,7 +187,7 @@ def _hide() -> None:
     Python frames first, so that a later call of the same module is told from them."""
     global _hidden
     with _lock:
-        if _users > 0 and _patched:
+        if _users > 0 and not _hidden:
             # The window opens before torch's code is back: a save another thread makes in between reads
             # its module calls off its stack, never the stale innermost call no longer updated.
             hooks.compile_window(threading.get_ident())
@@ -314,8 +308,8 @@ def _resync() -> None:
 
 
 def tracking() -> bool:
-    """True while memaudit's ``Module.__call__`` is in place (or out for a compile)."""
-    return _patched or _hidden
+    """True while a capture names modules (memaudit's code in ``Module.__call__``, or out for a compile)."""
+    return _users > 0
 
 
 def reset(st: ThreadState) -> None:
@@ -378,7 +372,7 @@ class _Overridden(Exception):
 def _call(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
     """``torch.nn.Module.__call__`` while a capture names modules: the call is pushed on this
     thread's stack of calls around the whole of torch's (its hooks included), and popped however
-    it ends. Inert (one attribute read) in a thread without such a capture.
+    it ends. Inert in a thread without such a capture.
 
     Dynamo never runs it: while Dynamo compiles, ``Module.__call__`` has torch's code again
     (:mod:`memaudit.capture.compiled`), and where compiled code calls a module eagerly, this frame
@@ -386,41 +380,8 @@ def _call(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
     st = thread_local.state
     if not st.tracking:
         return _inner(self, *args, **kwargs)
-    frames = st.frames
     try:
-        names = st.names
-        entry = names.get(id(self)) if frames and names is not None else None
-        if (
-            entry is not None
-            and entry[0]() is self
-            and frames[-1].module_id != id(self)
-            and not (OPTIMIZED_MODULE and type(self) is OPTIMIZED_MODULE[0])
-        ):
-            # The usual call: a module with a name under the root, inside another module's call (a
-            # torch.compile wrapper is named as what it wraps: _open).
-            if not kwargs and len(args) == 1 and type(args[0]) is _Tensor:
-                try:
-                    inputs: tuple[Any, ...] = (_wref(args[0].untyped_storage()),)
-                except Exception:  # noqa: BLE001 - a tensor without a storage (sparse): as _storages says
-                    inputs = (None,)
-            else:
-                inputs = _storages(args)
-                if kwargs:
-                    inputs += _storages(kwargs.values())
-            calls = entry[2] = entry[2] + 1
-            frame = Frame(
-                entry[1] if calls == 1 else f"{entry[1]}#{calls}",
-                id(self),
-                _next_sequence_nr(),
-                frames[-1],
-                inputs,
-                entry[0],
-            )
-            frames.append(frame)
-            st.spans.append(frame)
-            st.frame = frame
-        else:
-            frame = _open(st, self, args, _next_sequence_nr(), kwargs)
+        frame = _open(st, self, args, _next_sequence_nr(), kwargs)
     except Exception:  # noqa: BLE001 - never raise into the user's forward
         return _inner(self, *args, **kwargs)
     try:
@@ -428,13 +389,7 @@ def _call(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
     except BaseException:
         _close(st, frame, None)
         raise
-    frames = st.frames  # read again: the last capture in this thread may have ended in the call
-    if frames and frames[-1] is frame and len(frames) > 1:  # the usual end: an inner call returns
-        frame.hi = _next_sequence_nr()
-        frames.pop()
-        st.frame = frames[-1]
-    else:
-        _close(st, frame, out)
+    _close(st, frame, out)
     return out
 
 
