@@ -196,8 +196,8 @@ def variants(step: Callable[[], None]) -> dict[str, Callable[[], None]]:
 def noop_module_hooks(as_memaudit: bool = False) -> Iterator[None]:
     """Two global module hooks that do nothing: what any audit that names modules by torch's global
     hooks pays at least (every module call takes torch's slow path). ``as_memaudit``: the forward
-    hook registered as memaudit registers its own (with keyword arguments, always called)."""
-    import torch
+    hook registered as memaudit registered its own before it ran around ``Module.__call__`` (with
+    keyword arguments, always called)."""
     from torch.nn.modules import module as mm
 
     pre = mm.register_module_forward_pre_hook(lambda m, a: None)
@@ -210,7 +210,7 @@ def noop_module_hooks(as_memaudit: bool = False) -> Iterator[None]:
     finally:
         pre.remove()
         post.remove()
-        torch.nn.modules.module._global_forward_hooks_with_kwargs.pop(post.id, None)
+        mm._global_forward_hooks_with_kwargs.pop(post.id, None)
 
 
 def empty_pairs(rounds: int) -> dict[str, float]:

@@ -148,7 +148,7 @@ def variants(step: Callable[[], None]) -> dict[str, Callable[[], None]]:
         with noop_module_hooks():
             floor()
 
-    def floor_hooks_as_memaudit() -> None:  # the same, registered as memaudit registers its own
+    def floor_hooks_as_memaudit() -> None:  # the same, registered as memaudit registered its own (before)
         with noop_module_hooks(as_memaudit=True):
             floor()
 
