@@ -49,7 +49,7 @@ def _skip_memaudit() -> None:
     loaded so far runs as it is.
 
     memaudit code that runs eagerly while a compiled region is active (a module call in code after
-    a graph break runs ``Module.__call__``'s trampoline and :func:`memaudit.capture.modules._call`;
+    a graph break runs :func:`memaudit.capture.modules._call`'s code as ``Module.__call__``'s;
     a pack from an op Dynamo left to eager) would otherwise be compiled by Dynamo as a frame of its
     own, and so would every memaudit function it calls: frames (and graph breaks) that bare does not
     have. This marks the code objects only (Dynamo's frame-skip strategy); the frames of torch's

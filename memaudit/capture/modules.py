@@ -8,9 +8,9 @@ reads every hook dict; measured, 17,000 instructions a call on the host-bound CP
 setting ``torch.nn.Module.__call__`` would flush the method caches of every module class (measured:
 setting and resetting it, and the next step's cache misses, add about 240 microseconds to a step
 of that model). So the function object stays torch's and its *code* is swapped:
-``Module.__call__`` runs :func:`_trampoline`'s code, which calls :func:`_call`, which calls a copy
-of torch's function. Everything torch's ``__call__`` does (its hooks, their order, what they
-return) runs inside the call as bare.
+``Module.__call__`` runs :func:`_call`'s code (with the globals of torch's module, where memaudit
+puts the few names it reads), which calls a copy of torch's function. Everything torch's
+``__call__`` does (its hooks, their order, what they return) runs inside the call as bare.
 
 :func:`_call` pushes a :class:`Frame` onto this thread's stack (``ThreadState.frames``) and pops
 it when the call returns or raises; the pack hook only copies a pointer to the innermost frame
@@ -111,7 +111,7 @@ _hidden = False  # torch's code is back while Dynamo compiles (memaudit.capture.
 _CALL: Any = torch.nn.Module.__dict__.get("__call__")
 """torch's ``Module.__call__`` (``_wrapped_call_impl``): the function object every module call
 runs. memaudit never replaces it; while a capture names modules it swaps the function's code for
-:func:`_trampoline`'s, and back."""
+:func:`_call`'s, and back."""
 
 _SWAPPABLE = isinstance(_CALL, types.FunctionType) and _CALL.__closure__ is None
 """False for a torch (or a library loaded first) whose ``Module.__call__`` is no plain function:
@@ -131,22 +131,22 @@ UNTRACKED = (
 )
 
 
-def _trampoline(self: Any, *args: Any, **kwargs: Any) -> Any:
-    """The code ``Module.__call__`` runs while a capture names modules. It runs with the globals of
-    torch's module (the function is torch's), where memaudit puts one name: :func:`_call`."""
-    return __memaudit_call__(self, *args, **kwargs)  # type: ignore[name-defined]  # noqa: F821
+_GLOBALS: dict[str, Any] = {}
+"""The names :func:`_call` reads, which memaudit puts in the globals of torch's module while its code
+runs in ``Module.__call__`` (a function's code reads the globals of the function it runs in), and
+in this module's (where :func:`_call` can be called as itself). Set below, once their values exist."""
 
 
 def _register() -> None:
-    """Make every module call run :func:`_call` (``Module.__call__`` gets :func:`_trampoline`'s code)."""
+    """Make every module call run :func:`_call` (``Module.__call__`` gets its code)."""
     if _SWAPPABLE and _CALL.__code__ is _TORCH_CODE:
-        _CALL.__globals__["__memaudit_call__"] = _call  # stays: a thread may be about to read it
-        _CALL.__code__ = _trampoline.__code__
+        _CALL.__globals__.update(_GLOBALS)  # they stay: a thread may be about to read them
+        _CALL.__code__ = _call.__code__
 
 
 def _remove() -> None:
     """Give ``Module.__call__`` torch's code back (unless another library has replaced it since)."""
-    if _SWAPPABLE and _CALL.__code__ is _trampoline.__code__:
+    if _SWAPPABLE and _CALL.__code__ is _call.__code__:
         _CALL.__code__ = _TORCH_CODE
 
 
@@ -164,7 +164,7 @@ def acquire() -> str | None:
                 _remove()
                 raise
         _users += 1
-        return None if _hidden or (_SWAPPABLE and _CALL.__code__ is _trampoline.__code__) else UNTRACKED
+        return None if _hidden or (_SWAPPABLE and _CALL.__code__ is _call.__code__) else UNTRACKED
 
 
 def release() -> None:
@@ -370,26 +370,28 @@ class _Overridden(Exception):
 
 
 def _call(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
-    """``torch.nn.Module.__call__`` while a capture names modules: the call is pushed on this
-    thread's stack of calls around the whole of torch's (its hooks included), and popped however
-    it ends. Inert in a thread without such a capture.
+    """The code ``torch.nn.Module.__call__`` runs while a capture names modules: the call is pushed
+    on this thread's stack of calls around the whole of torch's (its hooks included), and popped
+    however it ends. Inert in a thread without such a capture.
 
-    Dynamo never runs it: while Dynamo compiles, ``Module.__call__`` has torch's code again
-    (:mod:`memaudit.capture.compiled`), and where compiled code calls a module eagerly, this frame
-    is one Dynamo skips."""
-    st = thread_local.state
+    Its code runs as ``Module.__call__``'s, with the globals of torch's module: the names it reads
+    are the ``__memaudit_*__`` ones memaudit puts there (:data:`_GLOBALS`), so the call takes one
+    Python frame of memaudit's and no more. Dynamo never runs it: while Dynamo compiles,
+    ``Module.__call__`` has torch's code again (:mod:`memaudit.capture.compiled`), and where
+    compiled code calls a module eagerly, this code is one Dynamo skips."""
+    st = __memaudit_local__.state  # type: ignore[name-defined]  # noqa: F821
     if not st.tracking:
-        return _inner(self, *args, **kwargs)
+        return __memaudit_inner__(self, *args, **kwargs)  # type: ignore[name-defined]  # noqa: F821
     try:
-        frame = _open(st, self, args, _next_sequence_nr(), kwargs)
+        frame = __memaudit_open__(st, self, args, __memaudit_seq__(), kwargs)  # type: ignore[name-defined]  # noqa: F821
     except Exception:  # noqa: BLE001 - never raise into the user's forward
-        return _inner(self, *args, **kwargs)
+        return __memaudit_inner__(self, *args, **kwargs)  # type: ignore[name-defined]  # noqa: F821
     try:
-        out = _inner(self, *args, **kwargs)
+        out = __memaudit_inner__(self, *args, **kwargs)  # type: ignore[name-defined]  # noqa: F821
     except BaseException:
-        _close(st, frame, None)
+        __memaudit_close__(st, frame, None)  # type: ignore[name-defined]  # noqa: F821
         raise
-    _close(st, frame, out)
+    __memaudit_close__(st, frame, out)  # type: ignore[name-defined]  # noqa: F821
     return out
 
 
@@ -505,6 +507,16 @@ def _close(st: ThreadState, frame: Frame, output: Any) -> None:
             on_root_done(output)
     except Exception:  # noqa: BLE001 - never raise into the user's forward
         pass
+
+
+_GLOBALS.update(
+    __memaudit_local__=thread_local,
+    __memaudit_inner__=_inner,
+    __memaudit_open__=_open,
+    __memaudit_close__=_close,
+    __memaudit_seq__=_next_sequence_nr,
+)
+globals().update(_GLOBALS)
 
 
 def module_at(spans: list[Frame], seq: int) -> str | None:
