@@ -331,26 +331,42 @@ def qualified_names(root: torch.nn.Module) -> dict[int, list[Any]]:
 
     The root's entry, named by its class, has a fourth item, None: it has no qualified path
     (:func:`_unnamed` names no module under it). A module with a path may get a fourth item later:
-    class name -> how many unregistered modules of that class were named under it."""
+    class name -> how many unregistered modules of that class were named under it.
+
+    A new dict each call (its entries count one capture's calls). The tree read off the ``_modules``
+    dicts is kept between calls, weakly, and taken again while it is provably the same
+    (:func:`_same_tree`): every module in it alive, of the same class, with the same children
+    under the same keys, and no class overriding ``named_modules`` since."""
+    key = id(root)
+    known = _trees.get(key)
+    if known is not None and known[0]() is root and _same_tree(known[2], known[3]):
+        return {k: [ref, name, 0] if path else [ref, name, 0, None] for k, (ref, name, path) in known[1].items()}
     out: dict[int, list[Any]] = {}
     top = type(root).__name__
     wref = weakref.ref
     try:
+        shape: list[tuple[Any, type, tuple[str, ...], tuple[int, ...]]] = []
         todo: list[tuple[str, Any]] = [("", root)]
         while todo:
             name, m = todo.pop()
             if id(m) in out:
                 continue
-            if type(m).named_modules is not _NAMED_MODULES:
+            tp = type(m)
+            if tp.named_modules is not _NAMED_MODULES:
                 raise _Overridden
-            out[id(m)] = [wref(m), name, 0] if name else [wref(m), top, 0, None]
+            ref = wref(m)
+            out[id(m)] = [ref, name, 0] if name else [ref, top, 0, None]
             children = m._modules
             if children:
+                shape.append((ref, tp, tuple(children), tuple(map(id, children.values()))))
                 prefix = name + "." if name else ""
                 for k in reversed(children):
                     c = children[k]
                     if c is not None:
                         todo.append((prefix + k, c))
+            else:
+                shape.append((ref, tp, (), ()))
+        _keep_tree(root, out, shape)
         return out
     except _Overridden:
         pass
@@ -363,6 +379,45 @@ def qualified_names(root: torch.nn.Module) -> dict[int, list[Any]]:
     except Exception:  # noqa: BLE001 - a module tree memaudit cannot walk: the root alone is named
         out = {id(root): [wref(root), top, 0, None]}
     return out
+
+
+_trees: dict[int, tuple[Any, dict[int, tuple[Any, str, bool]], list[Any], tuple[type, ...]]] = {}
+"""id(root) -> (weak reference to the root, id -> (weak reference, name, has a path), the shape of
+the tree as walked, its classes): the last walk of each root's tree (:func:`qualified_names`)."""
+
+
+def _keep_tree(root: Any, out: dict[int, list[Any]], shape: list[Any]) -> None:
+    """Keep the walk of ``root``'s tree for the next :func:`qualified_names` of it (weakly: the entry
+    goes when the root does)."""
+    key = id(root)
+
+    def gone(ref: Any) -> None:
+        if _trees.get(key, (None,))[0] is ref:
+            del _trees[key]
+
+    ref = weakref.ref(root, gone)
+    names = {k: (e[0], e[1], len(e) == 3) for k, e in out.items()}
+    _trees[key] = (ref, names, shape, tuple({s[1]: None for s in shape}))
+
+
+def _same_tree(shape: list[tuple[Any, Any, tuple[str, ...], tuple[int, ...]]], classes: tuple[Any, ...]) -> bool:
+    """True when a walk of the tree now would give what it gave: every module it met is alive (so
+    no id it holds was reused), of the class it had, and holds the same children (by identity) under
+    the same keys in the same order; and no class of theirs overrides ``named_modules`` now."""
+    try:
+        for ref, tp, keys, ids in shape:
+            m: Any = ref()
+            if type(m) is not tp:  # a dead one's is NoneType
+                return False
+            children = m._modules
+            if keys:
+                if tuple(children) != keys or tuple(map(id, children.values())) != ids:
+                    return False
+            elif children:
+                return False
+        return all(tp.named_modules is _NAMED_MODULES for tp in classes)
+    except Exception:  # noqa: BLE001 - a tree that cannot be read the same way: walk it again
+        return False
 
 
 class _Overridden(Exception):

@@ -842,3 +842,73 @@ print("ok")
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_qualified_names_follow_every_change_of_the_tree_between_captures() -> None:
+    """The walk of a root's tree is kept between captures and taken again only while the tree is
+    the same: after each change (a child added, deleted, replaced, renamed, reordered; a class
+    swapped; a class that starts overriding named_modules) the names are those named_modules()
+    gives now, and each call's entries count calls afresh."""
+    import gc
+
+    from memaudit.capture import modules as mod
+
+    def expected(root: nn.Module) -> list[tuple[int, str]]:
+        out: dict[int, str] = {}
+        for name, m in root.named_modules():
+            out.setdefault(id(m), name or type(root).__name__)
+        return list(out.items())
+
+    def names(root: nn.Module) -> list[tuple[int, str]]:
+        got = mod.qualified_names(root)
+        assert all(id(v[0]()) == k for k, v in got.items())  # each entry's reference is the live module
+        return [(k, v[1]) for k, v in got.items()]
+
+    class Leaf(nn.Module):
+        pass
+
+    class Other(nn.Module):
+        pass
+
+    root = nn.Sequential(nn.Linear(2, 2), nn.Sequential(nn.ReLU(), nn.Tanh()), nn.GELU())
+    changes = [
+        lambda: root.append(nn.Linear(2, 2)),  # added
+        lambda: root[1].__delitem__(0),  # deleted, deep in the tree
+        lambda: root._modules.__setitem__("0", nn.Linear(2, 2)),  # replaced, without Module.__setattr__
+        lambda: root._modules.__setitem__("x", root._modules.pop("2")),  # renamed
+        lambda: root._modules.move_to_end("0") if hasattr(root._modules, "move_to_end") else None,
+        lambda: root[1].insert(0, Leaf()),  # inserted in front
+        lambda: setattr(root[1][0], "__class__", Other),  # a class swapped
+        lambda: setattr(Other, "named_modules", lambda self, *a, **k: iter([("", self)])),  # now overridden
+        lambda: root[1].__delitem__(0),
+    ]
+    first = mod.qualified_names(root)
+    first[id(root[0])][2] = 5  # one capture's count
+    assert mod.qualified_names(root)[id(root[0])][2] == 0  # the next starts from 0
+    for change in changes:
+        assert names(root) == expected(root)  # kept from the walk before the change
+        change()
+        gc.collect()
+        assert names(root) == expected(root), change
+    # A module deleted and another made in its place, perhaps at its address: walked again.
+    for _ in range(20):
+        del root[-1]
+        gc.collect()
+        root.append(nn.Linear(2, 2))
+        assert names(root) == expected(root)
+
+
+def test_the_kept_tree_holds_no_module_alive() -> None:
+    """The walk kept between captures holds weak references only: a root and its modules die as bare."""
+    import gc
+    import weakref as wr
+
+    from memaudit.capture import modules as mod
+
+    root = nn.Sequential(nn.Linear(2, 2), nn.Sequential(nn.ReLU()))
+    refs = [wr.ref(m) for m in root.modules()]
+    mod.qualified_names(root)
+    mod.qualified_names(root)
+    del root
+    gc.collect()
+    assert all(r() is None for r in refs)
