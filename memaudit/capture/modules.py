@@ -132,9 +132,9 @@ UNTRACKED = (
 
 
 _GLOBALS: dict[str, Any] = {}
-"""The names :func:`_call` reads, which memaudit puts in the globals of torch's module while its code
-runs in ``Module.__call__`` (a function's code reads the globals of the function it runs in), and
-in this module's (where :func:`_call` can be called as itself). Set below, once their values exist."""
+"""The names :func:`_call` reads, which memaudit puts in the globals of torch's module, where its
+code runs as ``Module.__call__``'s (a function's code reads the globals of the function it runs
+in). Set below, once their values exist. ``_call`` is never called as itself."""
 
 
 def _register() -> None:
@@ -571,7 +571,6 @@ _GLOBALS.update(
     __memaudit_close__=_close,
     __memaudit_seq__=_next_sequence_nr,
 )
-globals().update(_GLOBALS)
 
 
 def module_at(spans: list[Frame], seq: int) -> str | None:

@@ -870,17 +870,18 @@ def test_qualified_names_follow_every_change_of_the_tree_between_captures() -> N
     class Other(nn.Module):
         pass
 
-    root = nn.Sequential(nn.Linear(2, 2), nn.Sequential(nn.ReLU(), nn.Tanh()), nn.GELU())
+    inner = nn.Sequential(nn.ReLU(), nn.Tanh())
+    root = nn.Sequential(nn.Linear(2, 2), inner, nn.GELU())
     changes = [
         lambda: root.append(nn.Linear(2, 2)),  # added
-        lambda: root[1].__delitem__(0),  # deleted, deep in the tree
+        lambda: inner.__delitem__(0),  # deleted, deep in the tree
         lambda: root._modules.__setitem__("0", nn.Linear(2, 2)),  # replaced, without Module.__setattr__
         lambda: root._modules.__setitem__("x", root._modules.pop("2")),  # renamed
-        lambda: root._modules.move_to_end("0") if hasattr(root._modules, "move_to_end") else None,
-        lambda: root[1].insert(0, Leaf()),  # inserted in front
-        lambda: setattr(root[1][0], "__class__", Other),  # a class swapped
+        lambda: root._modules.__setitem__("0", root._modules.pop("0")),  # reordered: "0" last
+        lambda: inner.insert(0, Leaf()),  # inserted in front
+        lambda: setattr(inner[0], "__class__", Other),  # a class swapped
         lambda: setattr(Other, "named_modules", lambda self, *a, **k: iter([("", self)])),  # now overridden
-        lambda: root[1].__delitem__(0),
+        lambda: inner.__delitem__(0),
     ]
     first = mod.qualified_names(root)
     first[id(root[0])][2] = 5  # one capture's count
