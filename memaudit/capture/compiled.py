@@ -154,13 +154,6 @@ def watch(hide: Callable[[], None], show: Callable[[], None]) -> None:
             _register()
 
 
-def unwatch() -> None:
-    """Stop: no callback runs."""
-    global _hide, _show
-    with _lock:
-        _hide = _show = None
-
-
 def _register() -> None:
     """Dynamo is imported: skip memaudit's hook frames, and register the compile callbacks (they do
     nothing while no capture names modules; ``torch._dynamo.reset()`` drops them, so this checks)."""

@@ -106,6 +106,7 @@ on_root_done: Any = None
 _lock = threading.Lock()
 _users = 0
 _hidden = False  # torch's code is back while Dynamo compiles (memaudit.capture.compiled)
+_watching = False  # Dynamo's compile callbacks call _hide and _show (from the first capture on)
 
 
 _CALL: Any = torch.nn.Module.__dict__.get("__call__")
@@ -140,13 +141,14 @@ in). Set below, once their values exist. ``_call`` is never called as itself."""
 def _register() -> None:
     """Make every module call run :func:`_call` (``Module.__call__`` gets its code)."""
     if _SWAPPABLE and _CALL.__code__ is _TORCH_CODE:
-        _CALL.__globals__.update(_GLOBALS)  # they stay: a thread may be about to read them
-        _CALL.__code__ = _call.__code__
+        if _CALL.__globals__.get("__memaudit_local__") is not thread_local:
+            _CALL.__globals__.update(_GLOBALS)  # they stay: a thread may be about to read them
+        _CALL.__code__ = _CALL_CODE
 
 
 def _remove() -> None:
     """Give ``Module.__call__`` torch's code back (unless another library has replaced it since)."""
-    if _SWAPPABLE and _CALL.__code__ is _call.__code__:
+    if _SWAPPABLE and _CALL.__code__ is _CALL_CODE:
         _CALL.__code__ = _TORCH_CODE
 
 
@@ -154,17 +156,22 @@ def acquire() -> str | None:
     """A capture starts tracking modules: module calls run :func:`_call` from now on, in every
     thread (it does nothing where no capture names modules). Returns :data:`UNTRACKED` where that
     could not be done."""
-    global _users
+    global _users, _watching
     with _lock:
         if _users == 0:
-            _register()
-            try:
-                compiled.watch(_hide, _show)
-            except BaseException:
-                _remove()
-                raise
+            if _SWAPPABLE and _CALL.__code__ is _TORCH_CODE:  # _register(), inline: every capture runs it
+                if _CALL.__globals__.get("__memaudit_local__") is not thread_local:
+                    _CALL.__globals__.update(_GLOBALS)
+                _CALL.__code__ = _CALL_CODE
+            if not _watching:  # once: the callbacks do nothing while no capture names modules
+                try:
+                    compiled.watch(_hide, _show)
+                except BaseException:
+                    _remove()
+                    raise
+                _watching = True
         _users += 1
-        return None if _hidden or (_SWAPPABLE and _CALL.__code__ is _call.__code__) else UNTRACKED
+        return None if _hidden or (_SWAPPABLE and _CALL.__code__ is _CALL_CODE) else UNTRACKED
 
 
 def release() -> None:
@@ -175,9 +182,10 @@ def release() -> None:
         if _users <= 0:
             _users = 0
             _hidden = False
-            hooks.compile_window(None)
-            compiled.unwatch()
-            _remove()
+            if hooks.compiling_in is not None:
+                hooks.compile_window(None)
+            if _SWAPPABLE and _CALL.__code__ is _CALL_CODE:  # _remove(), inline
+                _CALL.__code__ = _TORCH_CODE
 
 
 def _hide() -> None:
@@ -314,6 +322,7 @@ def tracking() -> bool:
 
 def reset(st: ThreadState) -> None:
     """Forget this thread's module calls (no capture is active in it any more, or a first starts)."""
+    st.clean = True
     st.frames = []
     st.frame = None
     st.spans = []
@@ -571,6 +580,8 @@ _GLOBALS.update(
     __memaudit_close__=_close,
     __memaudit_seq__=_next_sequence_nr,
 )
+_CALL_CODE = _call.__code__
+"""The code ``Module.__call__`` runs while a capture names modules."""
 
 
 def module_at(spans: list[Frame], seq: int) -> str | None:

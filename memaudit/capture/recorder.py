@@ -14,10 +14,11 @@ import operator
 import os
 import sys
 import threading
+import types
 import warnings as _warnings
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +37,7 @@ from memaudit.capture.tensors import (
     storage_ref,
 )
 from memaudit.capture.verify import AllocatorCheck
-from memaudit.extension import with_library
+from memaudit.extension import extensions
 from memaudit.report import (
     CaseReport,
     ModuleGroup,
@@ -45,6 +46,8 @@ from memaudit.report import (
     gc_paused,
 )
 from memaudit.spec import CaseSpec
+
+_get_ident = threading.get_ident
 
 
 def _name_early(outputs: Any) -> None:
@@ -154,6 +157,24 @@ def _refuse_interleaved(task: Any) -> None:
             )
 
 
+class _InThread:
+    """What a capture pushed in one thread: per push, the region of sequence numbers it recorded
+    (``[lo, hi)``, ``hi`` None while open), its layer and whether it holds module tracking; and the
+    thread's lists of module calls it recorded into."""
+
+    __slots__ = ("held", "layers", "regions", "spans")
+
+    def __init__(self) -> None:
+        self.regions: list[list[int | None]] = []
+        self.layers: list[hooks.Layer] = []
+        self.held: list[bool] = []
+        self.spans: list[list[Frame]] = []
+
+
+_NO_ROWS: Mapping[Any, Any] = types.MappingProxyType({})
+"""An empty mapping no capture writes into (the class's value of what a report sets)."""
+
+
 class Capture:
     """The state of one capture. Use :func:`capture`, or enter one directly::
 
@@ -176,72 +197,78 @@ class Capture:
         """The allocator history recorded for ``snapshot`` (CUDA; written by the first ``report()``)."""
         self.track_peak = track_peak
         """Note when autograd releases each record, for :meth:`peak` (a callback per release)."""
+        if track_peak:
+            self.released = []
         self.name_early = name_early
         """Name records (node and attribute) when a root module's forward returns and before each
         backward, so rows of graphs gone by ``report()`` are named as while alive (the pytest plugin)."""
-        self.released: list[tuple[Record, int]] = []
-        self._param_refs: dict[int, tuple[Any, list[Any]]] = {}  # id(root module) -> (its weakref, its storages)
-        """(record, packs seen) per release, in order (``track_peak``)."""
         self.modules = modules
         """Name each row by the module whose forward saved it (``Row.module``; runs around ``Module.__call__``)."""
         self.stack = stack
         """Record the user source line of each save (``Row.source``; costs a frame walk per save)."""
         self.plugins: list[Plugin] = list(plugins) if plugins is not None else default_plugins()
         self.records: list[Record] = []
-        self.active = False
         self.warnings: list[str] = []
-        self.walk_nodes: list[Any] = []
-        self.walk_row_nodes: dict[int, int] = {}
-        """During ``report()``'s annotation: live row index -> sequence number of the Python node
-        (in ``walk_nodes``) whose ``saved_tensors`` holds it."""
-        """Python-function nodes met by the graph walk; held only while ``report()`` runs."""
-        self._labels: dict[int, tuple[Any, list[Label]]] = {}
-        self._regions: dict[int, list[list[int | None]]] = {}
-        """thread id -> [lo, hi) of this thread's autograd sequence numbers while it recorded (each
-        thread counts its own: a region is only compared with nodes of the thread it was read in)."""
-        self._installed: list[Plugin] = []
         self._verify = verify_allocator
-        self._allocator: AllocatorCheck | None = None
-        self._threads: set[int] = set()
-        self._layers: dict[int, list[hooks.Layer]] = {}
-        self._held: dict[int, list[bool]] = {}  # per thread, per push: whether it holds module tracking
-        self.task: Any = None
-        """The asyncio task that entered this capture (None outside a running event loop)."""
-        self._task_token: Any = None
-        self._other_threads = False
-        """True once another thread ran during the capture (see :meth:`attach`)."""
-        self._spans: dict[int, list[list[Frame]]] = {}  # thread id -> the module calls made there
-        self._row_storages: dict[str, list[Any]] = {}
+        self._threads: dict[int, _InThread] = {}
+        """Thread id -> what this capture pushed there (one entry per thread it recorded in)."""
         self._roots: dict[int, Any] = {}  # the qualified names and call counts of every thread that records first here
-        self._entered_in: int | None = None  # the thread that entered it
-        self._tops: list[Any] = []
-        """Weak references to live tensors made in the region that a heap scan found (the graphs
-        above every record: later reports start from them too)."""
-        self._reports: list[tuple[Any, list[int], list[Any], list[Unlabelled]]] = []
-        """Reports returned, for late labels: (weak reference to the case, live rows named while
-        built, the storage reference of each live row, the other rows only memaudit named)."""
+
+    # Everything else starts as the class's value and is made per capture when first needed, so that
+    # entering and leaving an empty capture builds only what it uses (an empty capture is timed).
+    active = False
+    released: list[tuple[Record, int]] | tuple[()] = ()
+    """(record, packs seen) per release, in order (``track_peak``)."""
+    walk_nodes: list[Any] | tuple[()] = ()
+    """Python-function nodes met by the graph walk; held only while ``report()`` runs."""
+    walk_row_nodes: Mapping[int, int] = _NO_ROWS
+    """During ``report()``'s annotation: live row index -> sequence number of the Python node
+    (in ``walk_nodes``) whose ``saved_tensors`` holds it."""
+    task: Any = None
+    """The asyncio task that entered this capture (None outside a running event loop)."""
+    _task_token: Any = None
+    _other_threads = False
+    """True once another thread ran during the capture (see :meth:`attach`)."""
+    _entered_in: int | None = None  # the thread that entered it
+    _installed: list[Plugin] | tuple[()] = ()  # the plugins installed, in order
+    _allocator: AllocatorCheck | None = None
+    _labels: dict[int, tuple[Any, list[Label]]] | None = None  # id(storage reference) -> (it, its labels)
+    _param_refs: dict[int, tuple[Any, list[Any]]] | None = None  # id(root module) -> (its weakref, its storages)
+    _row_storages: Mapping[str, list[Any]] = _NO_ROWS
+    _tops: list[Any] | tuple[()] = ()
+    """Weak references to live tensors made in the region that a heap scan found (the graphs
+    above every record: later reports start from them too)."""
+    _reports: list[tuple[Any, list[int], list[Any], list[Unlabelled]]] | tuple[()] = ()
+    """Reports returned, for late labels: (weak reference to the case, live rows named while
+    built, the storage reference of each live row, the other rows only memaudit named)."""
 
     # ---- entering and leaving ------------------------------------------------------------------
     def __enter__(self) -> Capture:
-        self._entered_in = threading.get_ident()
-        self.task = _current_task()
-        if self.task is not None:
-            _refuse_interleaved(self.task)
-            self._task_token = hooks.TASK_CAPTURES.set((*hooks.TASK_CAPTURES.get(), self))
+        tid = _get_ident()
+        self._entered_in = tid
+        if "asyncio" in sys.modules:  # only then can a task be running
+            task = _current_task()
+            if task is not None:
+                _refuse_interleaved(task)
+                self.task = task
+                self._task_token = hooks.TASK_CAPTURES.set((*hooks.TASK_CAPTURES.get(), self))
         if self._verify:
             self._allocator = AllocatorCheck()
         if self.history is not None and self.history.result is None:
             self.history.start()
-        for plugin in self.plugins:
-            plugin.install()
-            self._installed.append(plugin)
+        if self.plugins:
+            installed: list[Plugin] = []
+            self._installed = installed
+            for plugin in self.plugins:
+                plugin.install()
+                installed.append(plugin)
         self.active = True
         stack.ACTIVE[id(self)] = weakref.ref(self)
         compiled.enter()
         if self.name_early:
             stack.watch_backward(True)
         try:
-            self._push()
+            self._push(tid)
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -249,12 +276,16 @@ class Capture:
 
     def __exit__(self, *exc: object) -> None:
         entered = self._entered_in
-        elsewhere = entered is not None and entered != threading.get_ident() and bool(self._layers.get(entered))
+        tid = _get_ident()
+        elsewhere = False
+        if entered is not None and entered != tid:
+            there = self._threads.get(entered)
+            elsewhere = there is not None and bool(there.layers)
         try:
             if elsewhere:
                 self._abandon(entered)  # type: ignore[arg-type]  # not None: checked above
             else:
-                self._pop()
+                self._pop(tid)
         finally:
             self.active = False
             stack.ACTIVE.pop(id(self), None)
@@ -267,8 +298,9 @@ class Capture:
                 except ValueError:  # exited in another context than entered: leave that context's as it is
                     pass
                 self._task_token = None
-            while self._installed:
-                self._installed.pop().uninstall()
+            installed = self._installed
+            while installed:
+                installed.pop().uninstall()  # type: ignore[union-attr]  # a list once anything was installed
             if self._allocator is not None:
                 self._allocator.stop()
             if self.history is not None and exc and exc[0] is not None:
@@ -276,12 +308,10 @@ class Capture:
 
             if elsewhere:
                 raise RuntimeError(
-                    f"capture() entered in thread {entered} was exited in thread {threading.get_ident()}: saved-tensor "
+                    f"capture() entered in thread {entered} was exited in thread {tid}: saved-tensor "
                     "hooks belong to the thread that pushed them, and only it can pop them, so its hook pair stays on "
-                    "that "
-                    "thread (torch.func transforms raise there) until the next capture entered there pops it. The "
-                    "capture "
-                    "has stopped recording. Exit a capture in the thread that entered it"
+                    "that thread (torch.func transforms raise there) until the next capture entered there pops it. "
+                    "The capture has stopped recording. Exit a capture in the thread that entered it"
                 )
 
     def _abandon(self, tid: int) -> None:
@@ -289,9 +319,9 @@ class Capture:
         the module tracking it holds there. Its pair cannot be popped from here, nor its region
         ended (sequence numbers are per thread): the next capture entered in ``tid`` pops the pair and
         ends the region there."""
-        layers = self._layers.get(tid) or []
-        held = self._held.get(tid) or []
-        regions = [region for region in self._regions.get(tid, []) if region[1] is None]  # one per layer
+        there = self._threads[tid]
+        layers, held = there.layers, there.held
+        regions = [region for region in there.regions if region[1] is None]  # one per layer
         while layers:
             layer = layers.pop()
             layer.orphaned = _ender(regions.pop() if regions else None)
@@ -300,7 +330,7 @@ class Capture:
                 st.captures.remove(self)
             self._undo_counts(st, held)
 
-    def _undo_counts(self, st: hooks.ThreadState, held: list[bool] | None) -> None:
+    def _undo_counts(self, st: hooks.ThreadState, held: list[bool]) -> None:
         """Take back what one push added to a thread's state: its counts and its hold on module
         tracking."""
         if self.name_early:
@@ -313,31 +343,34 @@ class Capture:
             modules.release()
 
     def _note_threads(self) -> None:
-        # One Python thread alive: the calling one, which is always among this capture's threads.
-        if not self._other_threads and threading.active_count() > 1:
-            self._other_threads = any(t.ident not in self._threads for t in threading.enumerate())
+        """Another thread alive now, other than this capture's, may have run during it (called where
+        more than one Python thread is alive: with one, it is the calling one, always among them)."""
+        self._other_threads = any(t.ident not in self._threads for t in threading.enumerate())
 
     def thread_started(self) -> None:
         """Called when a Python thread starts while this capture is active."""
         self._other_threads = True
 
-    def _push(self, hold_module_hooks: bool = True) -> None:
-        tid = threading.get_ident()
-        self._regions.setdefault(tid, []).append([_next_seq(), None])
-        self._threads.add(tid)
+    def _push(self, tid: int, hold_module_hooks: bool = True) -> None:
+        """Record in thread ``tid`` (the calling one): open a region, hold module tracking, push a layer."""
+        mine = self._threads.get(tid)
+        if mine is None:
+            mine = self._threads[tid] = _InThread()
+        mine.regions.append([_next_seq(), None])
         hold = self.modules and hold_module_hooks
         if hold:
             untracked = modules.acquire()
             if untracked is not None and untracked not in self.warnings:
                 self.warnings.append(untracked)
         try:
-            self._layers.setdefault(tid, []).append(stack.push_capture(self))
+            layer = stack.push_capture(self)
         except BaseException:
             if hold:
                 modules.release()
             raise
-        self._held.setdefault(tid, []).append(hold)
-        st = self._layers[tid][-1].state  # this thread's (the layer just pushed read it)
+        mine.layers.append(layer)
+        mine.held.append(hold)
+        st = layer.state  # this thread's (the layer just pushed read it)
         if len(st.captures) == 1:  # the first capture in this thread: its module calls count with the capture's
             st.roots = self._roots  # other threads' (one module called from two pool threads: `m`, `m#2`)
         if self.name_early:
@@ -346,34 +379,34 @@ class Capture:
             st.sources += 1
         if self.modules:
             st.tracking += 1
-        mine = self._spans.setdefault(tid, [])
         spans = st.spans
-        for known in mine:
+        for known in mine.spans:
             if known is spans:
                 break
         else:
-            mine.append(spans)
-        self._note_threads()
+            mine.spans.append(spans)
+        if not self._other_threads and threading.active_count() > 1:
+            self._note_threads()
 
     def _close_region(self, tid: int) -> None:
-        for region in reversed(self._regions.get(tid, [])):
+        mine = self._threads.get(tid)
+        for region in reversed(mine.regions if mine is not None else ()):
             if region[1] is None:
                 region[1] = _next_seq()
                 return
 
-    def _pop(self) -> None:
-        self._note_threads()
-        tid = threading.get_ident()
-        layers = self._layers.get(tid)
-        if not layers:  # this thread's push failed (hooks disabled here): there is no pair to pop
+    def _pop(self, tid: int) -> None:
+        if not self._other_threads and threading.active_count() > 1:
+            self._note_threads()
+        mine = self._threads.get(tid)
+        if mine is None or not mine.layers:  # this thread's push failed (hooks disabled here): no pair to pop
             self._close_region(tid)
             return
         try:
             stack.pop_capture(self)
         finally:
-            if layers:  # this thread's push succeeded: undo what it added
-                layers.pop()
-                self._undo_counts(hooks.state(), self._held.get(tid))
+            # this thread's push succeeded: undo what it added
+            self._undo_counts(mine.layers.pop().state, mine.held)
             self._close_region(tid)
 
     @property
@@ -383,10 +416,10 @@ class Capture:
         Calling ``pack(t)`` records ``t`` as if autograd had saved it, and returns what autograd
         would keep; ``unpack`` of that returns the tensor (or raises PyTorch's in-place error).
         """
-        layers = self._layers.get(threading.get_ident())
-        if not layers:
+        mine = self._threads.get(_get_ident())
+        if mine is None or not mine.layers:
             raise RuntimeError("hook_pair needs a capture active in this thread")
-        return layers[-1].pack, layers[-1].unpack
+        return mine.layers[-1].pack, mine.layers[-1].unpack
 
     @contextmanager
     def attach(self, *, hold_module_hooks: bool = True) -> Iterator[Capture]:
@@ -403,11 +436,12 @@ class Capture:
         """
         if not self.active:
             raise RuntimeError("attach() needs an active capture")
-        self._push(hold_module_hooks)
+        tid = _get_ident()
+        self._push(tid, hold_module_hooks)
         try:
             yield self
         finally:
-            self._pop()
+            self._pop(tid)
 
     def expand(self, t: Any) -> Any:
         """A plugin's description of an object saved whole, or None."""
@@ -433,6 +467,8 @@ class Capture:
             sref = weakref.ref(tensor.untyped_storage())
         except (RuntimeError, NotImplementedError, TypeError):  # no storage: nothing to match rows by
             return
+        if self._labels is None:
+            self._labels = {}
         entry = self._labels.get(id(sref))
         if entry is None:
             entry = self._labels[id(sref)] = (sref, [])
@@ -478,7 +514,7 @@ class Capture:
         return self._label_at(buf.sref, buf.offset, buf.shape) if buf.sref is not None else None
 
     def _label_at(self, sref: Any, offset: int, shape: tuple[int, ...]) -> Label | None:
-        entry = self._labels.get(id(sref))
+        entry = self._labels.get(id(sref)) if self._labels is not None else None
         if not entry:
             return None
         labels = entry[1]
@@ -490,8 +526,10 @@ class Capture:
     # ---- report ---------------------------------------------------------------------------------
     def _own_regions(self) -> list[list[int | None]]:
         """The regions of the thread calling report() (all of them when it never recorded)."""
-        mine = self._regions.get(threading.get_ident())
-        return mine if mine else [r for rs in self._regions.values() for r in rs]
+        mine = self._threads.get(_get_ident())
+        if mine is not None and mine.regions:
+            return mine.regions
+        return [r for there in self._threads.values() for r in there.regions]
 
     def _in_region(self) -> Any:
         ranges = []
@@ -574,7 +612,7 @@ class Capture:
         if self.history is not None and self.history.recording:
             self._write_snapshot(builder, rows, case)
         if pending or builder.named:
-            self._reports.append((weakref.ref(case), builder.named, builder.row_srefs, pending))
+            self._reports = [*self._reports, (weakref.ref(case), builder.named, builder.row_srefs, pending)]
         return case
 
     def row_storages(self) -> dict[str, list[Any]]:
@@ -596,7 +634,7 @@ class Capture:
             return walked
         found = _live_graph_tensors()
         tops = [t for t in found if in_region(graph.sequence_nr(t.grad_fn))]
-        self._tops.extend(weakref.ref(t) for t in tops)  # the next report() starts from them too
+        self._tops = [*self._tops, *(weakref.ref(t) for t in tops)]  # the next report() starts from them too
         return graph.walk(roots + [t.grad_fn for t in found], in_region)
 
     def _recorded_roots(self) -> list[Any]:
@@ -622,12 +660,11 @@ class Capture:
                 saved = rec()
                 if saved is not None:
                     add(saved.value)
-            for per_thread in self._spans.values():
-                for spans in per_thread:
-                    for f in spans:
-                        if f.parent is None:
-                            for ref in f.outputs:
-                                add(ref())
+            for spans in self._all_spans():
+                for f in spans:
+                    if f.parent is None:
+                        for ref in f.outputs:
+                            add(ref())
             tops = [ref for ref in self._tops if ref() is not None]
             self._tops = tops
             for ref in tops:
@@ -659,10 +696,9 @@ class Capture:
         checkpoint of each call would free (:class:`memaudit.report.ModuleGroup`). One pass over
         the rows and their calls' ancestors; bytes as :func:`memaudit.report.group_bytes`."""
         by_name: dict[str, modules.Frame] = {}
-        for per_thread in self._spans.values():
-            for spans in per_thread:
-                for f in spans:
-                    by_name.setdefault(f.name, f)
+        for spans in self._all_spans():
+            for f in spans:
+                by_name.setdefault(f.name, f)
         members: dict[int, list[int]] = {}
         calls: dict[int, modules.Frame] = {}
         own: dict[str, int] = {}
@@ -857,33 +893,36 @@ class Capture:
 
     def label_names(self) -> list[str]:
         """Every operand name given with :meth:`label`."""
-        return sorted({lab.name for _, labels in self._labels.values() for lab in labels})
+        return sorted({lab.name for _, labels in (self._labels or {}).values() for lab in labels})
 
     def module_names(self) -> set[str]:
         """Every module name a row of this capture could carry: each call made, and every module
         under the roots called (qualified names, as rows name them)."""
         names: set[str] = set()
         roots: dict[int, Any] = {}
-        for per_thread in self._spans.values():
-            for spans in per_thread:
-                for f in spans:
-                    names.add(f.name)
-                    if f.parent is None and f.module is not None:
-                        roots.setdefault(id(f.module), f.module)
+        for spans in self._all_spans():
+            for f in spans:
+                names.add(f.name)
+                if f.parent is None and f.module is not None:
+                    roots.setdefault(id(f.module), f.module)
         for ref in roots.values():
             root = ref()
             if root is not None:
                 names.update(entry[1] for entry in modules.qualified_names(root).values())
         return names
 
+    def _all_spans(self) -> Iterator[list[Frame]]:
+        """The lists of module calls this capture recorded into, thread by thread."""
+        for mine in self._threads.values():
+            yield from mine.spans
+
     def _root_refs(self) -> dict[int, Any]:
         """id -> weak reference of every root module call made during the capture (first seen first)."""
         roots: dict[int, Any] = {}
-        for per_thread in self._spans.values():
-            for spans in per_thread:
-                for f in spans:
-                    if f.parent is None and f.module is not None:
-                        roots.setdefault(id(f.module), f.module)
+        for spans in self._all_spans():
+            for f in spans:
+                if f.parent is None and f.module is not None:
+                    roots.setdefault(id(f.module), f.module)
         return roots
 
     def modules_called(self) -> list[tuple[str, Any]]:
@@ -912,6 +951,8 @@ class Capture:
             m = ref()
             if m is None:
                 continue
+            if self._param_refs is None:
+                self._param_refs = {}
             cached = self._param_refs.get(key)
             if cached is None or cached[0]() is not m:  # listed once per root per capture (named_modules is slow)
                 refs = []
@@ -929,7 +970,8 @@ class Capture:
 
     def module_of_node(self, seq: int) -> str | None:
         """The module call (in the calling thread) during which autograd node ``seq`` was made."""
-        for spans in reversed(self._spans.get(threading.get_ident(), [])):
+        mine = self._threads.get(_get_ident())
+        for spans in reversed(mine.spans if mine is not None else []):
             name = modules.module_at(spans, seq)
             if name is not None:
                 return name
@@ -1019,8 +1061,8 @@ def default_plugins() -> list[Plugin]:
     already imported (memaudit never imports one: TE's
     must be imported after its fused switch is set)."""
     out: list[Plugin] = []
-    for ext in with_library():
-        if ext.classifier is not None:
+    for ext in extensions():  # a loop, not with_library()'s generator: every capture() runs it
+        if ext.classifier is not None and ext.library_imported():
             out.append(ext.load(ext.classifier)())
     return out
 

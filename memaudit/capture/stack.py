@@ -26,6 +26,7 @@ from memaudit.capture.hooks import (
     Record,
     layer_of,
     state,
+    thread_local,
     walk_ended,
     walk_started,
 )
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 # ---- pushing layers ---------------------------------------------------------------------------
 _original_push = _autograd_c._push_saved_tensors_default_hooks
 _original_pop = _autograd_c._pop_saved_tensors_default_hooks
+_top = _autograd_c._top_saved_tensors_default_hooks
 _install_lock = threading.Lock()
 _installed = False
 _hook_namers: list[Callable[[Callable[..., Any]], str | None]] = []
@@ -346,18 +348,24 @@ def _watch_thread_starts() -> None:
 
 def push_capture(cap: Capture) -> Layer:
     """Make ``cap`` record in this thread: push a layer over whatever pair is on top."""
-    install()
-    st = state()
-    if not st.captures:  # what earlier captures noted is stale now
-        st.provenance.clear()
-        st.decomposed.clear()
-        modules.reset(st)
-    top = _autograd_c._top_saved_tensors_default_hooks(False)
+    if not _installed:
+        install()
+    st = thread_local.state
+    captures = st.captures
+    if not captures:  # what earlier captures noted is stale now
+        if st.provenance:
+            st.provenance.clear()
+        if st.decomposed:
+            st.decomposed.clear()
+        if not st.clean:  # the last capture here left without its pop (exited in another thread)
+            modules.reset(st)
+        st.clean = False
+    top = _top(False)
     below = layer_of(top[0]) if top is not None else None
     while below is not None and below.orphaned is not None:  # a capture exited in another thread left it: pop it now
         _original_pop()
         below.orphaned()
-        top = _autograd_c._top_saved_tensors_default_hooks(False)
+        top = _top(False)
         below = layer_of(top[0]) if top is not None else None
     if below is not None:  # a nested capture: share the pair below's delegate, record into both
         delegate = None if below.delegate_pack is None else (below.delegate_pack, below.delegate_unpack)
@@ -365,26 +373,28 @@ def push_capture(cap: Capture) -> Layer:
     else:
         delegate = top
         hook = describe_hook(top[0]) if top is not None else None
-    st.captures.append(cap)
-    layer = Layer(list(dict.fromkeys(st.captures)), delegate, hook, cap.expand)
+    captures.append(cap)
+    layer = Layer([cap] if len(captures) == 1 else list(dict.fromkeys(captures)), delegate, hook, cap.expand)
     try:
         _original_push(layer.pack, layer.unpack)
     except BaseException:
-        st.captures.remove(cap)
+        captures.remove(cap)
         raise
     return layer
 
 
 def pop_capture(cap: Capture) -> None:
     """Undo :func:`push_capture` (the layer is on top again once inner contexts have exited)."""
-    st = state()
+    st = thread_local.state
     try:
         _original_pop()
     finally:
-        if cap in st.captures:
-            st.captures.remove(cap)
-        if not st.captures:
-            st.provenance.clear()  # noted for buffers no hook took; decomposed stays for report()
+        captures = st.captures
+        if cap in captures:
+            captures.remove(cap)
+        if not captures:
+            if st.provenance:
+                st.provenance.clear()  # noted for buffers no hook took; decomposed stays for report()
             modules.reset(st)  # the captures keep their spans; the module stack starts clean
 
 
