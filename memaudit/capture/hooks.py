@@ -376,23 +376,20 @@ class Layer:
         # The usual case, one capture entered outside any asyncio task: the pack appends to it
         # directly (a capture's task is set when it is entered, before its layers are pushed).
         self.single = recorders[0] if len(recorders) == 1 and recorders[0].task is None else None
-        if delegate is not None:
-            self.delegate_pack, self.delegate_unpack = delegate
+        pair: tuple[Any, Any] = delegate if delegate is not None else (None, None)
+        self.delegate_pack, self.delegate_unpack = pair  # on the layer: each pack and unpack reads them
         self.hook = hook
         self.expand = expand
         self.state = _local.state
+        self.on_release: Callable[[Record], None] | None = None
         for cap in recorders:  # no list is built in the usual case (no capture tracks the peak)
             if cap.track_peak:
                 self.on_release = _releaser([c for c in recorders if c.track_peak])
                 break
 
-    # What most layers keep as the class has it (set on the layer where it differs).
-    delegate_pack: Callable[[Any], Any] | None = None
-    delegate_unpack: Callable[[Any], Any] | None = None
     orphaned: Callable[[], None] | None = None
     """Set when its capture was exited in another thread: the next capture entered here pops the
     layer and calls it (ending that capture's region in this thread)."""
-    on_release: Callable[[Record], None] | None = None
 
     @property
     def pack(self) -> Callable[[Any], Any]:
