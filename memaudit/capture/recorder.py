@@ -197,8 +197,8 @@ class Capture:
         """The allocator history recorded for ``snapshot`` (CUDA; written by the first ``report()``)."""
         self.track_peak = track_peak
         """Note when autograd releases each record, for :meth:`peak` (a callback per release)."""
-        if track_peak:
-            self.released = []
+        self.released: list[tuple[Record, int]] = []
+        """(record, packs seen) per release, in order (``track_peak``)."""
         self.name_early = name_early
         """Name records (node and attribute) when a root module's forward returns and before each
         backward, so rows of graphs gone by ``report()`` are named as while alive (the pytest plugin)."""
@@ -217,8 +217,6 @@ class Capture:
     # Everything else starts as the class's value and is made per capture when first needed, so that
     # entering and leaving an empty capture builds only what it uses (an empty capture is timed).
     active = False
-    released: list[tuple[Record, int]] | tuple[()] = ()
-    """(record, packs seen) per release, in order (``track_peak``)."""
     walk_nodes: list[Any] | tuple[()] = ()
     """Python-function nodes met by the graph walk; held only while ``report()`` runs."""
     walk_row_nodes: Mapping[int, int] = _NO_ROWS

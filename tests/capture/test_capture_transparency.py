@@ -752,6 +752,34 @@ def test_a_graph_made_after_a_capture_exited_in_another_thread_is_not_the_captur
     assert [r.via for r in case.rows] == ["hook", "hook"]
 
 
+class _TwoSteps(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = torch.nn.Linear(4, 4)
+        self.second = torch.nn.Tanh()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.second(self.first(x))
+
+
+def test_the_capture_after_one_exited_in_another_thread_keeps_its_module_calls_apart() -> None:
+    """A capture exited in another thread leaves this thread's module calls as they were (only this
+    thread may reset them): the next capture entered here starts its own, so neither capture names
+    a module by the other's calls."""
+    left, right = _TwoSteps(), torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.GELU())
+    x = torch.randn(2, 4, requires_grad=True)
+    cap = capture()
+    cap.__enter__()
+    y = left(x)
+    _exit_in_another_thread(cap)
+    with capture() as again:
+        z = right(x)
+    assert cap.module_names() == {"_TwoSteps", "first", "second"}
+    assert again.module_names() == {"Sequential", "0", "1"}
+    assert {r.module for r in cap.report(outputs=y).rows} == {"first", "second"}
+    assert {r.module for r in again.report(outputs=z).rows} == {"0", "1"}
+
+
 def test_pool_thread_unattached_saves_are_unhooked_rows() -> None:
     truth = _thread_truth()
     pool = Pool()
