@@ -23,24 +23,16 @@ from collections.abc import Callable
 
 def parts() -> dict[str, Callable[[], object]]:
     """Name -> one call of what is timed."""
-    import torch
     import torch._C._autograd as autograd_c
+    from host_bound import empty_capture, empty_floor_pair  # this folder's: the pair host_bound.py times
 
-    from memaudit.capture import capture, compiled, hooks, modules, stack
+    from memaudit.capture import compiled, hooks, modules, stack
     from memaudit.capture.recorder import Capture, default_plugins
 
     cap = Capture(plugins=[])
     layer = hooks.Layer([cap], None, None, cap.expand)
     push, pop = autograd_c._push_saved_tensors_default_hooks, autograd_c._pop_saved_tensors_default_hooks
     active = stack.ACTIVE
-
-    def floor() -> None:
-        with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
-            pass
-
-    def empty() -> None:
-        with capture():
-            pass
 
     def empty_bare_object() -> None:
         with Capture(plugins=[]):
@@ -71,8 +63,8 @@ def parts() -> dict[str, Callable[[], object]]:
         threading.active_count()
 
     return {
-        "empty floor pair": floor,
-        "empty capture()": empty,
+        "empty floor pair": empty_floor_pair,
+        "empty capture()": empty_capture,
         "empty Capture(plugins=[])": empty_bare_object,
         "Capture(plugins=[]) object": lambda: Capture(plugins=[]),
         "default_plugins()": default_plugins,

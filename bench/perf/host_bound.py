@@ -213,20 +213,25 @@ def noop_module_hooks(as_memaudit: bool = False) -> Iterator[None]:
         mm._global_forward_hooks_with_kwargs.pop(post.id, None)
 
 
-def empty_pairs(rounds: int) -> dict[str, float]:
-    """Entering and leaving an empty capture() and an empty floor pair, microseconds, medians."""
+def empty_floor_pair() -> None:
+    """Enter and leave an empty floor pair."""
     import torch
 
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+        pass
+
+
+def empty_capture() -> None:
+    """Enter and leave an empty ``capture()``."""
     from memaudit.capture import capture
 
-    def floor() -> None:
-        with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
-            pass
+    with capture():
+        pass
 
-    def empty() -> None:
-        with capture():
-            pass
 
+def empty_pairs(rounds: int) -> dict[str, float]:
+    """Entering and leaving an empty capture() and an empty floor pair, microseconds, medians."""
+    floor, empty = empty_floor_pair, empty_capture
     clock = time.thread_time_ns
     times: dict[str, list[float]] = {"floor": [], "capture()": []}
     inner = 200
