@@ -159,10 +159,7 @@ def acquire() -> str | None:
     global _users, _watching
     with _lock:
         if _users == 0:
-            if _SWAPPABLE and _CALL.__code__ is _TORCH_CODE:  # _register(), inline: every capture runs it
-                if _CALL.__globals__.get("__memaudit_local__") is not thread_local:
-                    _CALL.__globals__.update(_GLOBALS)
-                _CALL.__code__ = _CALL_CODE
+            _register()
             if not _watching:  # once: the callbacks do nothing while no capture names modules
                 try:
                     compiled.watch(_hide, _show)
@@ -184,8 +181,7 @@ def release() -> None:
             _hidden = False
             if hooks.compiling_in is not None:
                 hooks.compile_window(None)
-            if _SWAPPABLE and _CALL.__code__ is _CALL_CODE:  # _remove(), inline
-                _CALL.__code__ = _TORCH_CODE
+            _remove()
 
 
 def _hide() -> None:

@@ -244,12 +244,10 @@ class Capture:
     def __enter__(self) -> Capture:
         tid = _get_ident()
         self._entered_in = tid
-        if "asyncio" in sys.modules:  # only then can a task be running
-            task = _current_task()
-            if task is not None:
-                _refuse_interleaved(task)
-                self.task = task
-                self._task_token = hooks.TASK_CAPTURES.set((*hooks.TASK_CAPTURES.get(), self))
+        self.task = task = _current_task()
+        if task is not None:
+            _refuse_interleaved(task)
+            self._task_token = hooks.TASK_CAPTURES.set((*hooks.TASK_CAPTURES.get(), self))
         if self._verify:
             self._allocator = AllocatorCheck()
         if self.history is not None and self.history.result is None:
