@@ -244,6 +244,24 @@ def empty_pairs(rounds: int) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+def alternating(
+    runs: dict[str, Callable[[], None]], rounds: int, warmup: int, sync: Callable[[], None], clock: Callable[[], float]
+) -> dict[str, float]:
+    """Median ms of each of ``runs``, timed in rounds that start at a different one each time (the
+    first ``warmup`` rounds not counted); ``sync`` before and after each."""
+    names = list(runs)
+    times: dict[str, list[float]] = {k: [] for k in names}
+    for r in range(rounds + warmup):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            sync()
+            c0 = clock()
+            runs[name]()
+            sync()
+            if r >= warmup:
+                times[name].append(clock() - c0)
+    return {k: statistics.median(v) * 1e3 for k, v in times.items()}
+
+
 def one_process(case: str, rounds: int, warmup: int) -> dict[str, Any]:
     import torch
 
@@ -257,19 +275,7 @@ def one_process(case: str, rounds: int, warmup: int) -> dict[str, Any]:
         step()
         saved = len(cap.records)
     del cap
-    vs = variants(step)
-    names = list(vs)
-    times: dict[str, list[float]] = {k: [] for k in names}
-    for r in range(rounds + warmup):
-        order = names[r % len(names) :] + names[: r % len(names)]
-        for name in order:
-            sync()
-            c0 = clock()
-            vs[name]()
-            sync()
-            if r >= warmup:
-                times[name].append(clock() - c0)
-    med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    med = alternating(variants(step), rounds, warmup, sync, clock)
     out: dict[str, Any] = {"model": what, "saved_tensors": saved, "median_ms": med}
     if case == "cpu":
         out["empty_us"] = empty_pairs(max(rounds // 4, 10))

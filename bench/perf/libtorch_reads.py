@@ -108,7 +108,7 @@ def swapped_pack(meta: Any) -> Any:
 def one_process(case: str, rounds: int, warmup: int, where: str) -> dict[str, float]:
     """Median ms a step of each variant, in alternating rounds."""
     import torch
-    from host_bound import make_step, variants
+    from host_bound import alternating, make_step, variants
 
     from memaudit.capture import hooks
 
@@ -132,17 +132,7 @@ def one_process(case: str, rounds: int, warmup: int, where: str) -> dict[str, fl
     gpu = case != "cpu"
     sync = torch.cuda.synchronize if gpu else (lambda: None)
     clock = time.perf_counter if gpu else time.thread_time
-    names = list(runs)
-    times: dict[str, list[float]] = {k: [] for k in names}
-    for r in range(rounds + warmup):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            sync()
-            c0 = clock()
-            runs[name]()
-            sync()
-            if r >= warmup:
-                times[name].append(clock() - c0)
-    return {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    return alternating(runs, rounds, warmup, sync, clock)
 
 
 def main() -> None:
