@@ -179,8 +179,7 @@ def release() -> None:
         if _users <= 0:
             _users = 0
             _hidden = False
-            if hooks.compiling_in is not None:
-                hooks.compile_window(None)
+            hooks.compile_window(None)
             _remove()
 
 
